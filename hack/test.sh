@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite: installs dependencies, checks style, builds, runs ctest.
+# Run as root on Debian 12 (integration tests use tgtd, loop devices, FUSE and
+# mounts; each test that needs root says so and is skipped without it).
+#   hack/test.sh                 everything
+#   hack/test.sh -L unit         only one label (unit, integration, deploy)
+#   BLOCKCSI_SANITIZE=address hack/test.sh -L unit   sanitizer build in build-address/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+hack/install-deps.sh
+hack/verify.sh
+
+sanitize="${BLOCKCSI_SANITIZE:-}"
+if [ -n "$sanitize" ]; then
+  export BUILD_DIR="build-$sanitize"
+  hack/build.sh -DBLOCKCSI_SANITIZE="$sanitize"
+else
+  export BUILD_DIR="build"
+  hack/build.sh
+fi
+
+cd "$BUILD_DIR"
+ctest --output-on-failure --timeout 600 -j 2 "$@"

@@ -1,0 +1,53 @@
+#include "cmd/grpc_server.h"
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "common/endpoint.h"
+#include "common/logging.h"
+#include "common/rpc_logging.h"
+
+namespace blockcsi {
+
+void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Service*>& services,
+                        std::chrono::milliseconds grace) {
+  BLOCKCSI_ASSIGN_OR_RETURN(std::string socket_path, ParseUnixEndpoint(endpoint));
+  BLOCKCSI_RETURN_IF_ERROR(PrepareUnixSocket(socket_path));
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  AddRpcLogging(builder);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return Unavailable("cannot listen on " + endpoint);
+  LogInfo("serving", {{"endpoint", endpoint}});
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int signal_number = 0;
+  sigwait(&set, &signal_number);
+  LogInfo("shutting down", {{"signal", strsignal(signal_number)}, {"grace", std::to_string(grace.count()) + "ms"}});
+
+  // Shutdown stops new calls at once and cancels what still runs at the deadline.
+  server->Shutdown(std::chrono::system_clock::now() + grace);
+  server->Wait();
+  ::unlink(socket_path.c_str());
+  LogInfo("stopped");
+  return OkStatus();
+}
+
+}  // namespace blockcsi

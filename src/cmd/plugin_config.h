@@ -1,0 +1,46 @@
+// Everything `blockcsi` is configured with, filled in from flags in one
+// place (plugin_flags.cc). A plain value type.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace blockcsi {
+
+enum class PluginMode { kController, kNode, kAll };
+
+struct PluginConfig {
+  // Common.
+  std::string endpoint = "unix:///csi/csi.sock";
+  PluginMode mode = PluginMode::kAll;
+  std::string driver_name = "blockcsi.io";
+  std::string node_id;
+  std::string state_dir = "/var/lib/blockcsi";
+  std::string log_format = "text";
+  std::string log_level = "info";
+  std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
+
+  // Node side.
+  std::string connector = "iscsi";   // iscsi | userspace
+  int64_t max_volumes_per_node = 0;  // 0: no limit advertised
+
+  // Controller side.
+  std::string backend = "local";  // local | remote | rbd
+  std::string pool_dir;
+  int tgt_control_port = 0;
+  std::vector<std::string> portals;
+  std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
+  std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};
+  std::string target_agent;
+  std::string tls_cert, tls_key, tls_ca;
+  bool insecure = false;
+
+  bool runs_controller() const { return mode != PluginMode::kNode; }
+  bool runs_node() const { return mode != PluginMode::kController; }
+};
+
+const char* ModeName(PluginMode mode);
+
+}  // namespace blockcsi

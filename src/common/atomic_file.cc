@@ -1,0 +1,117 @@
+#include "common/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <random>
+
+namespace blockcsi {
+namespace {
+
+std::string DirectoryOf(const std::string& path) {
+  auto parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+Status FsyncDirectory(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "open directory " + dir);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoToStatus(err, "fsync directory " + dir);
+  return OkStatus();
+}
+
+Status WriteAll(int fd, std::string_view data, const std::string& what) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, "write " + what);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status WriteFileAtomically(const std::string& path, std::string_view contents, const AtomicWriteOptions& options) {
+  auto hook = [&](std::string_view step) {
+    if (options.step_hook) options.step_hook(step);
+  };
+  // A random suffix: two processes never share a temp file, and a stale temp
+  // left by a crash is never mistaken for the real file (readers ignore .tmp-).
+  std::random_device rd;
+  std::string temp = path + ".tmp-" + std::to_string(rd());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, options.mode);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + temp);
+  Status st = WriteAll(fd, contents, temp);
+  if (st.ok() && ::fchmod(fd, options.mode) != 0) st = ErrnoToStatus(errno, "chmod " + temp);
+  if (st.ok()) hook("temp-written");
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoToStatus(errno, "fsync " + temp);
+  ::close(fd);
+  if (!st.ok()) {
+    ::unlink(temp.c_str());
+    return st;
+  }
+  hook("temp-synced");
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    Status err = ErrnoToStatus(errno, "rename " + temp + " to " + path);
+    ::unlink(temp.c_str());
+    return err;
+  }
+  hook("renamed");
+  return FsyncDirectory(DirectoryOf(path));
+}
+
+StatusOr<std::string> ReadFileToString(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
+  std::string out;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Status st = ErrnoToStatus(errno, "read " + path);
+      ::close(fd);
+      return st;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+Status RemoveFileDurably(const std::string& path) {
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return OkStatus();
+    return ErrnoToStatus(errno, "remove " + path);
+  }
+  return FsyncDirectory(DirectoryOf(path));
+}
+
+Status MakeDirectories(const std::string& path, mode_t mode) {
+  std::error_code ec;
+  std::filesystem::path p(path);
+  std::filesystem::path partial;
+  for (const auto& part : p) {
+    partial /= part;
+    if (partial.string().empty() || partial == "/") continue;
+    if (::mkdir(partial.c_str(), mode) != 0 && errno != EEXIST) {
+      return ErrnoToStatus(errno, "mkdir " + partial.string());
+    }
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + path);
+  if (!S_ISDIR(st.st_mode)) return FailedPrecondition(path + " exists and is not a directory");
+  return OkStatus();
+}
+
+}  // namespace blockcsi

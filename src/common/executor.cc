@@ -1,0 +1,194 @@
+#include "common/executor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/logging.h"
+
+extern char** environ;
+
+namespace blockcsi {
+
+std::string Command::Redacted() const {
+  std::string out;
+  for (const auto& arg : args_) {
+    if (!out.empty()) out += ' ';
+    out += arg.sensitive ? "***" : arg.value;
+  }
+  return out;
+}
+
+std::vector<std::string> Command::Argv() const {
+  std::vector<std::string> argv;
+  argv.reserve(args_.size());
+  for (const auto& arg : args_) argv.push_back(arg.value);
+  return argv;
+}
+
+StatusOr<CommandResult> RunChecked(Executor& executor, const Command& command, StatusCode on_failure) {
+  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor.Run(command));
+  if (result.ok()) return result;
+  std::string detail = result.stderr_text.empty() ? result.stdout_text : result.stderr_text;
+  while (!detail.empty() && (detail.back() == '\n' || detail.back() == ' ')) detail.pop_back();
+  std::string how = result.signal != 0 ? "killed by signal " + std::to_string(result.signal)
+                                       : "exit code " + std::to_string(result.exit_code);
+  return Status(on_failure,
+                "`" + command.Redacted() + "` failed (" + how + ")" + (detail.empty() ? "" : ": " + detail));
+}
+
+namespace {
+
+// Fixed upper bound on captured output so a runaway child cannot exhaust memory.
+constexpr size_t kMaxCapture = 16 * 1024 * 1024;
+
+class ProcessExecutor final : public Executor {
+ public:
+  StatusOr<CommandResult> Run(const Command& command) override {
+    auto started = std::chrono::steady_clock::now();
+    LogDebug("exec", {{"argv", command.Redacted()}});
+    int out_pipe[2], err_pipe[2], in_pipe[2];
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe for " + command.args()[0].value);
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      CloseBoth(out_pipe);
+      return ErrnoToStatus(errno, "pipe for " + command.args()[0].value);
+    }
+    if (::pipe2(in_pipe, O_CLOEXEC) != 0) {
+      CloseBoth(out_pipe);
+      CloseBoth(err_pipe);
+      return ErrnoToStatus(errno, "pipe for " + command.args()[0].value);
+    }
+
+    // Everything the child needs is prepared before fork: no allocation after.
+    std::vector<std::string> argv_storage = command.Argv();
+    std::vector<char*> argv;
+    for (auto& a : argv_storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_storage;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string_view entry(*e);
+      auto eq = entry.find('=');
+      if (eq != std::string_view::npos && command.env().count(std::string(entry.substr(0, eq))) > 0) continue;
+      env_storage.emplace_back(entry);
+    }
+    for (const auto& [k, v] : command.env()) env_storage.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& e : env_storage) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      int err = errno;
+      CloseBoth(out_pipe);
+      CloseBoth(err_pipe);
+      CloseBoth(in_pipe);
+      return ErrnoToStatus(err, "fork for " + command.args()[0].value);
+    }
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      ::dup2(in_pipe[0], STDIN_FILENO);
+      ::dup2(out_pipe[1], STDOUT_FILENO);
+      ::dup2(err_pipe[1], STDERR_FILENO);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::execvpe(argv[0], argv.data(), envp.data());
+      const char msg[] = "exec failed\n";
+      ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+      (void)ignored;
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also from the parent: no race with the kill below
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    ::close(in_pipe[0]);
+
+    CommandResult result;
+    std::string_view to_write = command.stdin_data();
+    int in_fd = in_pipe[1];
+    if (to_write.empty()) {
+      ::close(in_fd);
+      in_fd = -1;
+    } else {
+      ::fcntl(in_fd, F_SETFL, O_NONBLOCK);
+    }
+    auto deadline = started + command.timeout();
+    int open_outputs = 2;
+    pollfd fds[3];
+    while (open_outputs > 0 || in_fd >= 0) {
+      auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        result.timed_out = true;
+        break;
+      }
+      int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
+      fds[0] = {out_pipe[0], POLLIN, 0};
+      fds[1] = {err_pipe[0], POLLIN, 0};
+      fds[2] = {in_fd, POLLOUT, 0};
+      int rc = ::poll(fds, 3, wait_ms);
+      if (rc < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+        char buf[65536];
+        ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+        if (n > 0) {
+          std::string& dst = i == 0 ? result.stdout_text : result.stderr_text;
+          if (dst.size() < kMaxCapture) dst.append(buf, static_cast<size_t>(n));
+        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          ::close(fds[i].fd);
+          (i == 0 ? out_pipe[0] : err_pipe[0]) = -1;
+          --open_outputs;
+        }
+      }
+      if (in_fd >= 0 && fds[2].revents != 0) {
+        ssize_t n = ::write(in_fd, to_write.data(), to_write.size());
+        if (n > 0) to_write.remove_prefix(static_cast<size_t>(n));
+        if ((n < 0 && errno != EAGAIN && errno != EINTR) || to_write.empty()) {
+          ::close(in_fd);
+          in_fd = -1;
+        }
+      }
+    }
+    if (result.timed_out) ::kill(-pid, SIGKILL);
+    if (out_pipe[0] >= 0) ::close(out_pipe[0]);
+    if (err_pipe[0] >= 0) ::close(err_pipe[0]);
+    if (in_fd >= 0) ::close(in_fd);
+
+    int wstatus = 0;
+    while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(wstatus)) {
+      result.exit_code = WEXITSTATUS(wstatus);
+    } else if (WIFSIGNALED(wstatus)) {
+      result.signal = WTERMSIG(wstatus);
+    }
+    if (result.exit_code == 127 && result.stderr_text == "exec failed\n") {
+      return NotFound("cannot run " + command.args()[0].value + ": program not found or not executable");
+    }
+    if (result.timed_out) {
+      return DeadlineExceeded("`" + command.Redacted() + "` did not finish within " +
+                              std::to_string(command.timeout().count()) + "ms and was killed");
+    }
+    return result;
+  }
+
+ private:
+  static void CloseBoth(int fds[2]) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> MakeProcessExecutor() { return std::make_unique<ProcessExecutor>(); }
+
+}  // namespace blockcsi

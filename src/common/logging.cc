@@ -1,0 +1,163 @@
+#include "common/logging.h"
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+namespace blockcsi {
+namespace {
+
+struct LoggingState {
+  std::mutex mu;  // guards capture and the logger swap
+  std::string program = "blockcsi";
+  LogFormat format = LogFormat::kText;
+  std::atomic<int> level{static_cast<int>(LogLevel::kInfo)};
+  std::shared_ptr<spdlog::logger> logger;
+  std::string* capture = nullptr;
+};
+
+LoggingState& State() {
+  static LoggingState* state = new LoggingState();  // never destroyed: logs may run at exit
+  return *state;
+}
+
+thread_local std::string tls_request_id;
+
+std::string_view LevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
+  }
+  return "info";
+}
+
+std::string Timestamp() {
+  auto now = std::chrono::system_clock::now();
+  auto secs = std::chrono::time_point_cast<std::chrono::seconds>(now);
+  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now - secs).count();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long>(micros));
+  return buf;
+}
+
+// Text values containing spaces or quotes are quoted so lines stay parseable.
+void AppendTextValue(std::string& out, std::string_view value) {
+  bool needs_quotes = value.empty() || value.find_first_of(" \t\"=\n") != std::string_view::npos;
+  if (!needs_quotes) {
+    out += value;
+    return;
+  }
+  out += nlohmann::json(std::string(value)).dump();
+}
+
+std::string Format(const LoggingState& state, LogLevel level, std::string_view message, LogFields fields) {
+  if (state.format == LogFormat::kJson) {
+    nlohmann::json line;
+    line["ts"] = Timestamp();
+    line["level"] = LevelName(level);
+    line["program"] = state.program;
+    if (!tls_request_id.empty()) line["request_id"] = tls_request_id;
+    line["msg"] = std::string(message);
+    for (const auto& [key, value] : fields) line[std::string(key)] = std::string(value);
+    return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  std::string out = Timestamp();
+  out += ' ';
+  out += LevelName(level);
+  out += ' ';
+  out += state.program;
+  if (!tls_request_id.empty()) {
+    out += " [";
+    out += tls_request_id;
+    out += ']';
+  }
+  out += ' ';
+  out += message;
+  for (const auto& [key, value] : fields) {
+    out += ' ';
+    out += key;
+    out += '=';
+    AppendTextValue(out, value);
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<LogFormat> ParseLogFormat(std::string_view text) {
+  if (text == "text") return LogFormat::kText;
+  if (text == "json") return LogFormat::kJson;
+  return InvalidArgument("log format must be text or json, not \"" + std::string(text) + "\"");
+}
+
+StatusOr<LogLevel> ParseLogLevel(std::string_view text) {
+  if (text == "debug") return LogLevel::kDebug;
+  if (text == "info") return LogLevel::kInfo;
+  if (text == "warn" || text == "warning") return LogLevel::kWarn;
+  if (text == "error") return LogLevel::kError;
+  return InvalidArgument("log level must be debug, info, warn or error, not \"" + std::string(text) + "\"");
+}
+
+void InitLogging(std::string_view program, LogFormat format, LogLevel level) {
+  LoggingState& state = State();
+  std::lock_guard lock(state.mu);
+  state.program = std::string(program);
+  state.format = format;
+  state.level = static_cast<int>(level);
+  if (!state.logger) {
+    state.logger =
+        std::make_shared<spdlog::logger>(std::string(program), std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    state.logger->set_pattern("%v");
+    state.logger->set_level(spdlog::level::trace);
+    state.logger->flush_on(spdlog::level::trace);
+  }
+}
+
+bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= State().level.load(); }
+
+void Log(LogLevel level, std::string_view message, LogFields fields) {
+  LoggingState& state = State();
+  if (!LogEnabled(level)) return;
+  std::string line = Format(state, level, message, fields);
+  std::lock_guard lock(state.mu);
+  if (state.capture != nullptr) {
+    *state.capture += line;
+    *state.capture += '\n';
+    return;
+  }
+  if (!state.logger) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    return;
+  }
+  state.logger->info(line);
+}
+
+std::string_view CurrentRequestId() { return tls_request_id; }
+
+ScopedRequestId::ScopedRequestId(std::string id) : previous_(std::move(tls_request_id)) {
+  tls_request_id = std::move(id);
+}
+ScopedRequestId::~ScopedRequestId() { tls_request_id = std::move(previous_); }
+
+void SetLogCaptureForTest(std::string* sink) {
+  LoggingState& state = State();
+  std::lock_guard lock(state.mu);
+  state.capture = sink;
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,115 @@
+#include "common/rpc_logging.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <grpcpp/support/server_interceptor.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "common/logging.h"
+#include "common/redaction.h"
+#include "common/status.h"
+
+namespace blockcsi {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+std::string NextRequestId() {
+  // A per-process random prefix keeps ids unique across plugin restarts.
+  static const std::string prefix = [] {
+    std::random_device rd;
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%06x", rd() & 0xffffffu);
+    return std::string(buf);
+  }();
+  static std::atomic<uint64_t> counter{0};
+  return prefix + "-" + std::to_string(++counter);
+}
+
+// The object a request is about, so that each line names it.
+std::string SubjectOf(const google::protobuf::Message& request) {
+  const auto* descriptor = request.GetDescriptor();
+  for (const char* name : {"volume_id", "snapshot_id", "name", "source_volume_id"}) {
+    const auto* field = descriptor->FindFieldByName(name);
+    if (field != nullptr && field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING &&
+        !field->is_repeated()) {
+      std::string value = request.GetReflection()->GetString(request, field);
+      if (!value.empty()) return value;
+    }
+  }
+  return "";
+}
+
+class RpcLoggingInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit RpcLoggingInterceptor(grpc::experimental::ServerRpcInfo* info)
+      : method_(info->method() != nullptr ? info->method() : "?"),
+        request_id_(NextRequestId()),
+        start_(std::chrono::steady_clock::now()) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      // The sync server runs the handler on this thread next: tag it.
+      scope_.emplace(request_id_);
+      auto* request = static_cast<google::protobuf::Message*>(methods->GetRecvMessage());
+      if (request != nullptr) {
+        subject_ = SubjectOf(*request);
+        std::string body = LogEnabled(LogLevel::kDebug) || LogEnabled(LogLevel::kInfo) ? RedactedJson(*request) : "";
+        LogInfo("rpc start", {{"method", method_}, {"subject", subject_}, {"request", body}});
+      }
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_MESSAGE) && LogEnabled(LogLevel::kDebug)) {
+      const auto* response = static_cast<const google::protobuf::Message*>(methods->GetSendMessage());
+      if (response != nullptr) {
+        ScopedRequestId id(request_id_);
+        LogDebug("rpc response", {{"method", method_}, {"response", RedactedJson(*response)}});
+      }
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      grpc::Status status = methods->GetSendStatus();
+      auto micros =
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start_).count();
+      std::string duration = std::to_string(micros / 1000) + "." + std::to_string((micros % 1000) / 100) + "ms";
+      std::string code(StatusCodeName(static_cast<StatusCode>(status.error_code())));
+      ScopedRequestId id(request_id_);
+      LogLevel level = status.ok() ? LogLevel::kInfo : LogLevel::kWarn;
+      Log(level, "rpc end",
+          {{"method", method_},
+           {"subject", subject_},
+           {"code", code},
+           {"duration", duration},
+           {"error", status.error_message()}});
+      scope_.reset();
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::string method_;
+  std::string request_id_;
+  std::string subject_;
+  std::chrono::steady_clock::time_point start_;
+  std::optional<ScopedRequestId> scope_;
+};
+
+class RpcLoggingFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    return new RpcLoggingInterceptor(info);
+  }
+};
+
+}  // namespace
+
+void AddRpcLogging(grpc::ServerBuilder& builder) {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;
+  factories.push_back(std::make_unique<RpcLoggingFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(factories));
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,61 @@
+// Helpers shared by the tests: temp dirs that clean up, child processes
+// stopped by their pid, and waiting for a socket. Not thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace blockcsi::testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string Join(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// A program the test started; killed (SIGKILL) and reaped on destruction
+// unless it was already waited for.
+class ChildProcess {
+ public:
+  // stdout+stderr go to `log_path` when given.
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path = "");
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running();
+  void Signal(int sig);
+  // Waits up to `timeout`; returns the exit code, 128+signal, or -1 on timeout.
+  int Wait(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+// Polls until a unix socket at `path` accepts a connection.
+bool WaitForSocket(const std::string& path, std::chrono::milliseconds timeout);
+
+std::string ReadFileOrEmpty(const std::string& path);
+
+// The program directory of this build (build/bin).
+std::string BinDir();
+std::string TestDataPath(const std::string& name);
+
+// Skip helpers: "requires root" etc., printed as the skip reason.
+bool IsRoot();
+
+}  // namespace blockcsi::testing

@@ -1,0 +1,92 @@
+#include "common/executor.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "support/test_util.h"
+
+namespace blockcsi {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(ExecutorTest, CapturesOutputAndExitCode) {
+  auto exec = MakeProcessExecutor();
+  auto r = exec->Run(Command("/bin/sh").Arg("-c").Arg("echo out; echo err >&2; exit 3"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_EQ(r->stdout_text, "out\n");
+  EXPECT_EQ(r->stderr_text, "err\n");
+  EXPECT_FALSE(r->ok());
+}
+
+TEST(ExecutorTest, ShellMetacharactersArePassedLiterally) {
+  auto exec = MakeProcessExecutor();
+  testing::TempDir dir;
+  std::string victim = dir.Join("victim");
+  ASSERT_TRUE(exec->Run(Command("/usr/bin/touch").Arg(victim)).ok());
+  auto r = exec->Run(Command("/bin/echo").Arg("a; rm -f " + victim).Arg("$(id -u)").Arg("`id`").Arg("x && y | z"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stdout_text, "a; rm -f " + victim + " $(id -u) `id` x && y | z\n");
+  EXPECT_EQ(::access(victim.c_str(), F_OK), 0) << "the argument was run by a shell";
+}
+
+TEST(ExecutorTest, TimeoutKillsTheChildAndItsGroup) {
+  auto exec = MakeProcessExecutor();
+  testing::TempDir dir;
+  std::string pidfile = dir.Join("pid");
+  auto started = std::chrono::steady_clock::now();
+  // The shell starts a grandchild that would outlive a plain kill of the shell.
+  auto r = exec->Run(Command("/bin/sh").Arg("-c").Arg("sleep 60 & echo $! > " + pidfile + "; wait").Timeout(300ms));
+  auto elapsed = std::chrono::steady_clock::now() - started;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(elapsed, 30s);
+  std::string pid_text = testing::ReadFileOrEmpty(pidfile);
+  ASSERT_FALSE(pid_text.empty());
+  pid_t grandchild = std::stoi(pid_text);
+  // The grandchild was killed; allow the kernel a moment to reap it via init.
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    std::string stat = testing::ReadFileOrEmpty("/proc/" + std::to_string(grandchild) + "/stat");
+    gone = stat.empty() || stat.find(") Z") != std::string::npos;
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(gone) << "grandchild " << grandchild << " survived the timeout";
+}
+
+TEST(ExecutorTest, SensitiveArgumentsAreRedactedInLogsAndErrors) {
+  Command cmd = Command("/bin/sh").Arg("-c").Arg("exit 1").Arg("--password").Secret("hunter2-secret");
+  EXPECT_EQ(cmd.Redacted().find("hunter2-secret"), std::string::npos);
+  EXPECT_NE(cmd.Redacted().find("***"), std::string::npos);
+  auto exec = MakeProcessExecutor();
+  auto r = RunChecked(*exec, cmd, StatusCode::kUnavailable);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(r.status().message().find("hunter2-secret"), std::string::npos) << r.status().message();
+  // And the secret really reached the program.
+  auto echo = exec->Run(Command("/bin/echo").Secret("hunter2-secret"));
+  ASSERT_TRUE(echo.ok());
+  EXPECT_EQ(echo->stdout_text, "hunter2-secret\n");
+}
+
+TEST(ExecutorTest, StdinIsDelivered) {
+  auto exec = MakeProcessExecutor();
+  std::string big(300000, 'x');
+  auto r = exec->Run(Command("/usr/bin/wc").Arg("-c").Stdin(big));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(std::stoul(r->stdout_text), big.size());
+}
+
+TEST(ExecutorTest, MissingProgramIsNotFound) {
+  auto exec = MakeProcessExecutor();
+  auto r = exec->Run(Command("/nonexistent/iscsiadm").Arg("-m").Arg("session"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("/nonexistent/iscsiadm"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace blockcsi

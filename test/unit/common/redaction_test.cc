@@ -1,0 +1,108 @@
+// Secrets never reach a log line: the redaction walk, and the whole RPC
+// logging boundary with a real in-process gRPC server.
+#include "common/redaction.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/rpc_logging.h"
+#include "csi.grpc.pb.h"
+#include "support/test_util.h"
+
+namespace blockcsi {
+namespace {
+
+constexpr char kChapSecret[] = "s3cr3t-chap-password";
+
+csi::v1::NodeStageVolumeRequest StageRequestWithSecrets() {
+  csi::v1::NodeStageVolumeRequest req;
+  req.set_volume_id("vol-42");
+  req.set_staging_target_path("/var/lib/kubelet/plugins/blockcsi.io/global/vol-42");
+  (*req.mutable_publish_context())["targetIqn"] = "iqn.2026-11.io.blockcsi:vol-42";
+  (*req.mutable_secrets())["chap-username"] = "node-user";
+  (*req.mutable_secrets())["chap-password"] = kChapSecret;
+  return req;
+}
+
+TEST(RedactionTest, SecretMapValuesAreBlankedKeysKept) {
+  std::string json = RedactedJson(StageRequestWithSecrets());
+  EXPECT_EQ(json.find(kChapSecret), std::string::npos) << json;
+  EXPECT_EQ(json.find("node-user"), std::string::npos) << json;
+  EXPECT_NE(json.find("chap-password"), std::string::npos) << json;
+  EXPECT_NE(json.find("vol-42"), std::string::npos);
+  EXPECT_NE(json.find("targetIqn"), std::string::npos) << "non-secret fields must stay";
+}
+
+TEST(RedactionTest, NestedAndOtherRequestsAreWalked) {
+  csi::v1::CreateVolumeRequest create;
+  create.set_name("pvc-1");
+  (*create.mutable_secrets())["token"] = kChapSecret;
+  (*create.mutable_parameters())["fsType"] = "ext4";
+  std::string json = RedactedJson(create);
+  EXPECT_EQ(json.find(kChapSecret), std::string::npos);
+  EXPECT_NE(json.find("ext4"), std::string::npos);
+
+  csi::v1::NodeExpandVolumeRequest expand;
+  expand.set_volume_id("vol-1");
+  (*expand.mutable_secrets())["k"] = kChapSecret;
+  EXPECT_EQ(RedactedJson(expand).find(kChapSecret), std::string::npos);
+
+  // The original message is untouched.
+  auto req = StageRequestWithSecrets();
+  (void)RedactedJson(req);
+  EXPECT_EQ(req.secrets().at("chap-password"), kChapSecret);
+}
+
+// A node service whose stage fails, as a real one might after a CHAP failure.
+class FailingNode final : public csi::v1::Node::Service {
+ public:
+  grpc::Status NodeStageVolume(grpc::ServerContext*, const csi::v1::NodeStageVolumeRequest* request,
+                               csi::v1::NodeStageVolumeResponse*) override {
+    LogInfo("handler ran", {{"volume", request->volume_id()}});
+    return ToGrpcStatus(PermissionDenied("volume " + request->volume_id() + ": CHAP authentication failed"));
+  }
+};
+
+TEST(RedactionTest, RpcBoundaryLogsRequestWithoutSecretsAndTagsRequestId) {
+  testing::TempDir dir;
+  std::string socket = dir.Join("csi.sock");
+  FailingNode node;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(&node);
+  AddRpcLogging(builder);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server);
+
+  std::string log;
+  InitLogging("blockcsi-test", LogFormat::kJson, LogLevel::kDebug);
+  SetLogCaptureForTest(&log);
+  auto stub = csi::v1::Node::NewStub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  csi::v1::NodeStageVolumeResponse resp;
+  grpc::Status st = stub->NodeStageVolume(&ctx, StageRequestWithSecrets(), &resp);
+  server->Shutdown();
+  SetLogCaptureForTest(nullptr);
+
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(st.error_message().find(kChapSecret), std::string::npos);
+  EXPECT_NE(st.error_message().find("vol-42"), std::string::npos);
+  EXPECT_EQ(log.find(kChapSecret), std::string::npos) << log;
+  EXPECT_NE(log.find("rpc start"), std::string::npos) << log;
+  EXPECT_NE(log.find("chap-password"), std::string::npos) << "the redacted request is logged";
+  EXPECT_NE(log.find("PERMISSION_DENIED"), std::string::npos) << log;
+  EXPECT_NE(log.find("/csi.v1.Node/NodeStageVolume"), std::string::npos) << log;
+  // The handler's own line carries the same request id as the boundary's.
+  EXPECT_NE(log.find("\"request_id\""), std::string::npos) << log;
+  auto handler_line = log.find("handler ran");
+  ASSERT_NE(handler_line, std::string::npos);
+  auto line_start = log.rfind('\n', handler_line);
+  std::string line = log.substr(line_start == std::string::npos ? 0 : line_start + 1,
+                                log.find('\n', handler_line) - (line_start == std::string::npos ? 0 : line_start + 1));
+  EXPECT_NE(line.find("request_id"), std::string::npos) << line;
+}
+
+}  // namespace
+}  // namespace blockcsi
