@@ -25,6 +25,9 @@ Status StateDirWritable(const std::string& state_dir) {
 }
 
 int Main(int argc, char** argv) {
+  // ---- subcommand dispatch (e.g. `blockcsi bridge ...`, the per-volume
+  // userspace bridge process; attach layer owner) ----
+  // ---- end subcommand dispatch ----
   BlockTerminationSignals();
   PluginConfig config;
   if (int exit_code = ParsePluginFlags(argc, argv, config); exit_code >= 0) return exit_code;
@@ -46,6 +49,14 @@ int Main(int argc, char** argv) {
   }
   IdentityService identity(config.driver_name, config.runs_controller(), std::move(checks));
   std::vector<grpc::Service*> services{&identity};
+
+  // ---- controller wiring (controller service owner): build the backend from
+  // config, add a readiness check and the Controller service to `services` ----
+  // ---- end controller wiring ----
+
+  // ---- node wiring (node service owner): build the attacher from config and
+  // add the Node service to `services` ----
+  // ---- end node wiring ----
 
   if (Status st = ServeUntilSignal(config.endpoint, services, config.shutdown_grace); !st.ok()) {
     LogError("cannot serve", {{"error", st.ToString()}});

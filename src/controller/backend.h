@@ -11,19 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "attach/chap.h"
 #include "common/status.h"
 
 namespace blockcsi {
-
-// CHAP credentials for one grant. Secret: never logged, never persisted,
-// never put in an error message or a publish_context.
-struct ChapCredentials {
-  std::string username;
-  std::string password;
-  std::string mutual_username;  // empty: one-way CHAP
-  std::string mutual_password;
-  bool enabled() const { return !username.empty(); }
-};
 
 struct ContentSource {
   enum class Kind { kNone, kSnapshot, kVolume };

@@ -1,0 +1,35 @@
+// AttachSpec: everything a connector needs to attach one volume on this
+// node, parsed and strictly validated from publish_context, the node-stage
+// secrets and this node's initiator name. A value type.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attach/chap.h"
+#include "common/status.h"
+
+namespace blockcsi {
+
+struct AttachSpec {
+  std::string volume_id;
+  std::string transport = "iscsi";   // publish_context::kTransport
+  std::vector<std::string> portals;  // validated "host:port" / "[v6]:port"
+  std::string target_iqn;            // validated IQN or EUI (RFC 3720)
+  int lun = 0;
+  std::string expected_serial;  // VPD 0x80
+  std::string expected_wwn;     // NAA from VPD 0x83, lower-case hex
+  bool read_only = false;
+  std::string initiator_iqn;  // this node's, see initiator.h
+  ChapCredentials chap;       // from node-stage secrets when chapRequired
+};
+
+// INVALID_ARGUMENT with a precise message naming the volume and the key for
+// any missing or malformed value; never echoes a secret.
+StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
+                                     const std::map<std::string, std::string>& publish_context,
+                                     const std::map<std::string, std::string>& secrets,
+                                     const std::string& initiator_iqn);
+
+}  // namespace blockcsi

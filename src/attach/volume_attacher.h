@@ -1,0 +1,71 @@
+// VolumeAttacher: the attach layer's face to the node service. It turns an
+// AttachSpec into a verified local block device and back, keeping a
+// crash-safe attach record per volume (<state-dir>/attachments/<id>.json,
+// mode 0600, no secrets) so that a retry or a restarted plugin finds and
+// reuses — or cleans up — what an earlier attempt left. Thread-safe; the
+// caller serialises operations on one volume (the node's in-flight guard).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attach/attach_spec.h"
+#include "common/status.h"
+
+namespace blockcsi {
+
+struct AttachRecord {
+  std::string volume_id;
+  std::string connector;  // "iscsi" | "userspace" | later "krbd"
+  std::string transport;  // "iscsi" | "rbd"
+  std::vector<std::string> portals;
+  std::string target_iqn;
+  int lun = 0;
+  std::string expected_serial;
+  std::string expected_wwn;
+  std::string initiator_iqn;
+  bool read_only = false;
+  // "attaching" (written before login) → "attached" (device known and verified).
+  std::string state;
+  std::string device_path;  // e.g. /dev/loop3, /dev/sdc, /dev/dm-2; empty until known
+  uint64_t size_bytes = 0;
+  // Connector-private facts (bridge pid and control socket, loop device,
+  // session ids) needed to find and undo the attachment after a restart.
+  std::map<std::string, std::string> connector_state;
+  // Node-service facts (staging path, fs type, access type), set through
+  // Annotate so that one record describes the whole volume on this node.
+  std::map<std::string, std::string> annotations;
+};
+
+struct AttachHealth {
+  bool abnormal = false;
+  std::string message;  // why, for VolumeCondition and blockctl
+};
+
+class VolumeAttacher {
+ public:
+  virtual ~VolumeAttacher() = default;
+
+  // Attaches and verifies the LUN's serial/WWN against the spec. Idempotent:
+  // an existing healthy attachment of the same volume is reused. Identity
+  // mismatch → detach, FAILED_PRECONDITION. CHAP rejected → PERMISSION_DENIED
+  // or FAILED_PRECONDITION with a clear message; unreachable → UNAVAILABLE.
+  virtual StatusOr<AttachRecord> Attach(const AttachSpec& spec) = 0;
+  // Undoes everything the record names; each step tolerates "already gone";
+  // removes the record last. No record → OK.
+  virtual Status Detach(const std::string& volume_id) = 0;
+  virtual StatusOr<AttachRecord> Get(const std::string& volume_id) = 0;  // NOT_FOUND without record
+  virtual StatusOr<std::vector<AttachRecord>> List() = 0;
+  // Sets annotations[key] = value (empty value erases) and persists the record.
+  virtual Status Annotate(const std::string& volume_id, const std::string& key, const std::string& value) = 0;
+  // Re-reads the LUN's capacity (userspace: READ CAPACITY + loop resize;
+  // kernel: session rescan) and returns the new device size.
+  virtual StatusOr<uint64_t> Rescan(const std::string& volume_id) = 0;
+  // Device present, session/bridge alive, identity unchanged.
+  virtual AttachHealth Check(const std::string& volume_id) = 0;
+};
+
+}  // namespace blockcsi

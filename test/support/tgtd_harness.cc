@@ -1,0 +1,147 @@
+#include "support/tgtd_harness.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "common/executor.h"
+
+namespace blockcsi::testing {
+
+int FreeTcpPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+std::unique_ptr<TgtdHarness> TgtdHarness::Start(std::string* error) {
+  if (::geteuid() != 0) {
+    *error = "requires root (tgtd)";
+    return nullptr;
+  }
+  if (::access("/usr/sbin/tgtd", X_OK) != 0) {
+    *error = "requires /usr/sbin/tgtd (Debian package tgt)";
+    return nullptr;
+  }
+  std::unique_ptr<TgtdHarness> h(new TgtdHarness());
+  h->port_ = FreeTcpPort();
+  // tgtd's control "port" names an abstract unix socket; any small number
+  // unlikely to be in use by another test will do.
+  std::random_device rd;
+  h->control_port_ = 1000 + static_cast<int>(rd() % 30000);
+  h->log_path_ = "/tmp/blockcsi-tgtd-" + std::to_string(h->control_port_) + ".log";
+  if (!h->Launch(error)) return nullptr;
+  return h;
+}
+
+bool TgtdHarness::Launch(std::string* error) {
+  pid_ = ::fork();
+  if (pid_ < 0) {
+    *error = "fork failed";
+    return false;
+  }
+  if (pid_ == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    FILE* log = std::fopen(log_path_.c_str(), "a");
+    if (log != nullptr) {
+      ::dup2(fileno(log), STDOUT_FILENO);
+      ::dup2(fileno(log), STDERR_FILENO);
+    }
+    std::string cp = std::to_string(control_port_);
+    std::string portal = "portal=127.0.0.1:" + std::to_string(port_);
+    ::execl("/usr/sbin/tgtd", "tgtd", "-f", "-C", cp.c_str(), "--iscsi", portal.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  for (int i = 0; i < 200; ++i) {
+    int code = -1;
+    Tgtadm({"--op", "show", "--mode", "target"}, &code);
+    if (code == 0) return true;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      *error = "tgtd exited at start; see " + log_path_;
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  *error = "tgtd did not answer tgtadm within 5s";
+  Stop();
+  return false;
+}
+
+std::string TgtdHarness::Tgtadm(const std::vector<std::string>& args, int* exit_code) const {
+  auto exec = MakeProcessExecutor();
+  Command cmd("tgtadm");
+  cmd.Arg("-C").Arg(std::to_string(control_port_)).Arg("--lld").Arg("iscsi").Args(args).Timeout(
+      std::chrono::seconds(20));
+  auto r = exec->Run(cmd);
+  if (!r.ok()) {
+    if (exit_code != nullptr) *exit_code = -1;
+    return "";
+  }
+  if (exit_code != nullptr) *exit_code = r->exit_code;
+  return r->stdout_text;
+}
+
+std::string TgtdHarness::ShowTargets() const { return Tgtadm({"--op", "show", "--mode", "target"}); }
+
+void TgtdHarness::Kill9() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+}
+
+bool TgtdHarness::Restart(std::string* error) {
+  Kill9();
+  return Launch(error);
+}
+
+void TgtdHarness::Stop() {
+  if (pid_ <= 0) return;
+  // tgtd ignores SIGTERM: delete every target, then the system, then make sure.
+  std::istringstream targets(ShowTargets());
+  std::string line;
+  while (std::getline(targets, line)) {
+    if (line.rfind("Target ", 0) == 0) {
+      std::string tid = line.substr(7, line.find(':') - 7);
+      Tgtadm({"--op", "delete", "--mode", "target", "--tid", tid, "--force"});
+    }
+  }
+  Tgtadm({"--op", "delete", "--mode", "system"});
+  for (int i = 0; i < 40; ++i) {
+    if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  Kill9();
+}
+
+TgtdHarness::~TgtdHarness() {
+  Stop();
+  ::unlink(log_path_.c_str());
+}
+
+}  // namespace blockcsi::testing
