@@ -43,20 +43,26 @@ int Main(int argc, char** argv) {
                        {"node_id", config.node_id},
                        {"connector", config.connector}});
 
+  // Services and readiness checks are gathered per mode; Identity is built
+  // last so that Probe sees every check.
   std::vector<ReadinessCheck> checks;
+  std::vector<std::shared_ptr<grpc::Service>> owned_services;
   if (config.runs_node()) {
     checks.push_back({"state-dir", [dir = config.state_dir] { return StateDirWritable(dir); }});
   }
-  IdentityService identity(config.driver_name, config.runs_controller(), std::move(checks));
-  std::vector<grpc::Service*> services{&identity};
 
   // ---- controller wiring (controller service owner): build the backend from
-  // config, add a readiness check and the Controller service to `services` ----
+  // config, push a readiness check to `checks` and the Controller service to
+  // `owned_services` ----
   // ---- end controller wiring ----
 
-  // ---- node wiring (node service owner): build the attacher from config and
-  // add the Node service to `services` ----
+  // ---- node wiring (node service owner): build the attacher from config,
+  // push the Node service to `owned_services` ----
   // ---- end node wiring ----
+
+  IdentityService identity(config.driver_name, config.runs_controller(), std::move(checks));
+  std::vector<grpc::Service*> services{&identity};
+  for (const auto& service : owned_services) services.push_back(service.get());
 
   if (Status st = ServeUntilSignal(config.endpoint, services, config.shutdown_grace); !st.ok()) {
     LogError("cannot serve", {{"error", st.ToString()}});
