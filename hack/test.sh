@@ -20,5 +20,11 @@ else
   hack/build.sh
 fi
 
+# A short coverage-guided fuzz run of every parser (hack/fuzz.sh for long
+# runs); ordinary builds also replay each target's corpus as a ctest.
+if [ -z "$sanitize" ] && [ "${BLOCKCSI_SKIP_FUZZ:-0}" != "1" ]; then
+  hack/fuzz.sh "${FUZZ_SECONDS:-15}"
+fi
+
 cd "$BUILD_DIR"
 ctest --output-on-failure --timeout 600 -j 2 "$@"

@@ -73,7 +73,9 @@ std::string Format(const LoggingState& state, LogLevel level, std::string_view m
     line["program"] = state.program;
     if (!tls_request_id.empty()) line["request_id"] = tls_request_id;
     line["msg"] = std::string(message);
-    for (const auto& [key, value] : fields) line[std::string(key)] = std::string(value);
+    for (const auto& [key, value] : fields) {
+      if (!value.empty()) line[std::string(key)] = std::string(value);
+    }
     return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   std::string out = Timestamp();
@@ -89,6 +91,7 @@ std::string Format(const LoggingState& state, LogLevel level, std::string_view m
   out += ' ';
   out += message;
   for (const auto& [key, value] : fields) {
+    if (value.empty()) continue;  // absent, not "": keeps lines short at 3 a.m.
     out += ' ';
     out += key;
     out += '=';

@@ -59,7 +59,8 @@ class RpcLoggingInterceptor final : public grpc::experimental::Interceptor {
       auto* request = static_cast<google::protobuf::Message*>(methods->GetRecvMessage());
       if (request != nullptr) {
         subject_ = SubjectOf(*request);
-        std::string body = LogEnabled(LogLevel::kDebug) || LogEnabled(LogLevel::kInfo) ? RedactedJson(*request) : "";
+        // Rendering JSON is the costly part: skip it when the line is dropped.
+        std::string body = LogEnabled(LogLevel::kInfo) ? RedactedJson(*request) : "";
         LogInfo("rpc start", {{"method", method_}, {"subject", subject_}, {"request", body}});
       }
     }
