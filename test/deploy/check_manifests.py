@@ -5,7 +5,14 @@ or sidecar flag that one object changed and another did not.
 
 What it reads:
   * the kustomize base (deploy/kubernetes) and every overlay under
-    deploy/kubernetes/overlays/, rendered offline with `kubectl kustomize`;
+    deploy/kubernetes/overlays/, rendered offline with `kubectl kustomize` by
+    every kubectl it finds: the one on PATH (or each --kubectl) and, with
+    --debian-kubectl-cache DIR (or $BLOCKCSI_DEBIAN_KUBECTL_CACHE), Debian 12's
+    own kubectl (package kubernetes-client: kubectl 1.20.2, kustomize v2.0.3),
+    fetched once with `apt-get download` + `dpkg -x` into DIR. Each render is
+    checked, and the renders of one kustomization must be the same objects. If
+    Debian's kubectl cannot be fetched, the reason is printed and only that
+    renderer is skipped;
   * the Helm chart (deploy/helm/blockcsi), rendered by a small Go-template
     renderer below (there is no helm binary here) for its default values and
     for the values that mirror each overlay;
@@ -703,21 +710,22 @@ def normalize(value):
     return value
 
 
-def diff(a, b, path=""):
+def diff(a, b, path="", names=("the chart", "kustomize")):
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             if key not in a:
-                yield f"{path}.{key}: only in the chart"
+                yield f"{path}.{key}: only in {names[1]}"
             elif key not in b:
-                yield f"{path}.{key}: only in kustomize"
+                yield f"{path}.{key}: only in {names[0]}"
             else:
-                yield from diff(a[key], b[key], f"{path}.{key}")
+                yield from diff(a[key], b[key], f"{path}.{key}", names)
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
             label = x.get("name") if isinstance(x, dict) and "name" in x else i
-            yield from diff(x, y, f"{path}[{label}]")
+            yield from diff(x, y, f"{path}[{label}]", names)
     elif a != b:
-        yield f"{path}: chart {json.dumps(a)} vs kustomize {json.dumps(b)}"
+        short = ("chart", "kustomize") if names == ("the chart", "kustomize") else names
+        yield f"{path}: {short[0]} {json.dumps(a)} vs {short[1]} {json.dumps(b)}"
 
 
 def compare_with_kustomize(where, chart_docs, kustomize_docs, problems):
@@ -1319,6 +1327,121 @@ def kustomize_targets(deploy_dir):
     return targets
 
 
+# --------------------------------------------------------------------------
+# Renderers: every `kubectl kustomize` the checker can find. The manifests must
+# render with kubectl 1.32 (kustomize v5) and with Debian 12's own
+# kubernetes-client (kubectl 1.20.2, kustomize v2.0.3), and the two must agree.
+
+DEBIAN_KUBECTL_ENV = "BLOCKCSI_DEBIAN_KUBECTL_CACHE"
+DEBIAN_KUBECTL_PACKAGE = "kubernetes-client"
+
+
+class KubectlRenderer:
+    """One kubectl binary; `label` names it in every message about its renders."""
+
+    def __init__(self, path, origin):
+        self.path = path
+        self.version, self.kustomize_version = kubectl_versions(path)
+        about = [origin] if origin else []
+        self.label = f"{path} ({', '.join(about + [f'kubectl {self.version}', f'kustomize {self.kustomize_version}'])})"
+
+    @property
+    def legacy(self):
+        """True for kustomize v2/v3 (kubectl before 1.21): bases:, no inline patches."""
+        m = re.match(r"v(\d+)\.", self.kustomize_version)
+        return bool(m) and int(m.group(1)) < 4
+
+
+def kubectl_versions(path):
+    """(kubectl version, kustomize version) of a kubectl binary, '?' when unknown."""
+    try:
+        r = subprocess.run([path, "version", "--client", "-o", "json"],
+                           capture_output=True, text=True, timeout=60)
+        info = json.loads(r.stdout)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return "?", "?"
+    version = (info.get("clientVersion") or {}).get("gitVersion") or "?"
+    kustomize_version = info.get("kustomizeVersion")
+    if not kustomize_version:
+        # kubectl 1.14 to 1.20 embed kustomize v2.0.3 and do not report it;
+        # 1.21 moved to v4 and reports it.
+        m = re.match(r"v1\.(\d+)\.", version)
+        kustomize_version = "v2.0.3" if m and 14 <= int(m.group(1)) <= 20 else "?"
+    return version, kustomize_version
+
+
+def dpkg_owner(path):
+    try:
+        r = subprocess.run(["dpkg-query", "-S", os.path.realpath(path)],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.split(":", 1)[0].strip() if r.returncode == 0 and r.stdout else None
+
+
+def debian_kubectl(cache_dir, log):
+    """Debian's kubectl, from `apt-get download kubernetes-client` + `dpkg -x` into
+    cache_dir (once; later runs reuse it). None, with the reason logged, when it
+    cannot be had (no apt, no network, no package lists)."""
+    cache_dir = os.path.abspath(cache_dir)
+    kubectl = os.path.join(cache_dir, "root", "usr", "bin", "kubectl")
+    if os.access(kubectl, os.X_OK):
+        return kubectl
+    for tool in ("apt-get", "dpkg"):
+        if not shutil.which(tool):
+            log(f"{tool} not found: cannot fetch Debian's {DEBIAN_KUBECTL_PACKAGE}")
+            return None
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        import fcntl
+        with open(os.path.join(cache_dir, ".lock"), "w") as lock:
+            # ctest may run the checker and its self-test at once: one downloads.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.access(kubectl, os.X_OK):
+                return kubectl
+            with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+                r = subprocess.run(["apt-get", "download", DEBIAN_KUBECTL_PACKAGE], cwd=tmp,
+                                   capture_output=True, text=True, timeout=600)
+                debs = [f for f in os.listdir(tmp) if f.endswith(".deb")]
+                if r.returncode != 0 or len(debs) != 1:
+                    why = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}")
+                    log(f"`apt-get download {DEBIAN_KUBECTL_PACKAGE}` failed: {why[-500:]}")
+                    return None
+                root = os.path.join(tmp, "root")
+                r = subprocess.run(["dpkg", "-x", os.path.join(tmp, debs[0]), root],
+                                   capture_output=True, text=True, timeout=300)
+                if r.returncode != 0 or not os.access(os.path.join(root, "usr", "bin", "kubectl"), os.X_OK):
+                    log(f"`dpkg -x {debs[0]}` gave no usr/bin/kubectl: {r.stderr.strip()[-500:]}")
+                    return None
+                shutil.rmtree(os.path.join(cache_dir, "root"), ignore_errors=True)
+                os.replace(root, os.path.join(cache_dir, "root"))
+                os.replace(os.path.join(tmp, debs[0]), os.path.join(cache_dir, debs[0]))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log(f"fetching Debian's {DEBIAN_KUBECTL_PACKAGE} failed: {e}")
+        return None
+    return kubectl
+
+
+def find_renderers(explicit, system, debian_cache, log):
+    """The kubectl binaries to render with: --kubectl ones, else the system kubectl;
+    plus Debian's, fetched into debian_cache, unless the system one is Debian's."""
+    found = []
+    for path in explicit or ([system] if system else []):
+        owner = dpkg_owner(path)
+        found.append(KubectlRenderer(path, f"package {owner}" if owner else None))
+    if debian_cache:
+        if any(dpkg_owner(r.path) == DEBIAN_KUBECTL_PACKAGE for r in found):
+            log(f"{DEBIAN_KUBECTL_PACKAGE}'s kubectl is already a renderer; not fetched again")
+        else:
+            path = debian_kubectl(debian_cache, log)
+            if path:
+                found.append(KubectlRenderer(path, f"Debian {DEBIAN_KUBECTL_PACKAGE}"))
+            else:
+                log(f"Debian's kubectl is SKIPPED as a renderer: the manifests are not checked "
+                    f"against kustomize v2.0.3 in this run")
+    return found
+
+
 def kustomize(kubectl, path):
     r = subprocess.run([kubectl, "kustomize", path], capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
@@ -1326,17 +1449,41 @@ def kustomize(kubectl, path):
     return r.stdout
 
 
-def render_all(deploy_dir, kubectl, problems):
-    """Returns {bundle name: docs} for every kustomize target."""
+def render_all(deploy_dir, renderer, problems):
+    """Returns {bundle name: docs} for every kustomize target, rendered by one kubectl."""
     bundles = {}
     for name, path in kustomize_targets(deploy_dir):
         try:
-            text = kustomize(kubectl, path)
+            text = kustomize(renderer.path, path)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
-            problems.add(f"kustomize {name}", f"does not render: {e}")
+            problems.add(f"kustomize {name}", f"does not render with {renderer.label}: {e}")
             continue
-        bundles[name] = load_yaml_docs(text, f"kustomize {name}", problems)
+        bundles[name] = load_yaml_docs(text, f"kustomize {name} [{renderer.label}]", problems)
     return bundles
+
+
+def by_id(docs):
+    out = {}
+    for d in docs:
+        if isinstance(d, dict):
+            out.setdefault(obj_id(d), []).append(d)
+    return out
+
+
+def compare_renders(name, docs_a, label_a, docs_b, label_b, problems):
+    """Two kubectls must render a kustomization to the same objects (key order
+    and formatting aside; list order counts: args are ordered)."""
+    where = f"kustomize {name}"
+    a, b = by_id(docs_a), by_id(docs_b)
+    for oid in sorted(set(a) | set(b)):
+        if oid not in b:
+            problems.add(where, f"renders differ: {oid} only from {label_a}")
+        elif oid not in a:
+            problems.add(where, f"renders differ: {oid} only from {label_b}")
+        elif a[oid] != b[oid]:
+            lines = list(diff(a[oid], b[oid], oid, ("A", "B"))) or [f"{oid}: differs"]
+            problems.add(where, f"renders differ between A={label_a} and B={label_b}: "
+                                + "; ".join(lines[:3]))
 
 
 def example_docs(deploy_dir, problems):
@@ -1349,13 +1496,22 @@ def example_docs(deploy_dir, problems):
     return docs
 
 
-def run_checks(deploy_dir, kubectl, problems):
+def run_checks(deploy_dir, renderers, problems):
     """Every check. Returns the number of bundles checked."""
     checked = 0
-    bundles = render_all(deploy_dir, kubectl, problems) if kubectl else {}
-    for name, docs in bundles.items():
-        check_bundle(f"kustomize {name}", docs, problems)
-        checked += 1
+    renders = [(r, render_all(deploy_dir, r, problems)) for r in renderers]
+    for renderer, rendered in renders:
+        for name, docs in rendered.items():
+            check_bundle(f"kustomize {name} [{renderer.label}]", docs, problems)
+            checked += 1
+    # Every kubectl must render every kustomization to the same objects.
+    for renderer, rendered in renders[1:]:
+        first, first_rendered = renders[0]
+        for name in sorted(set(first_rendered) & set(rendered)):
+            compare_renders(name, first_rendered[name], first.label, rendered[name], renderer.label,
+                            problems)
+    # The chart is compared with the first kubectl's renders (the others equal them).
+    bundles = renders[0][1] if renders else {}
     chart_dir = os.path.join(deploy_dir, "helm", "blockcsi")
     check_chart_static(chart_dir, problems)
     for name, overrides, twin in HELM_VARIANTS:
@@ -1550,9 +1706,10 @@ EXAMPLE_MUTATIONS = [
 ]
 
 
-def self_test(deploy_dir, kubectl, yamllint):
+def self_test(deploy_dir, renderers, yamllint):
     failures = []
     passed = 0
+    skipped = []
 
     def expect(label, problems, needle):
         nonlocal passed
@@ -1564,15 +1721,16 @@ def self_test(deploy_dir, kubectl, yamllint):
 
     # Baseline: the shipped files pass, or the mutations prove nothing.
     baseline = Problems()
-    run_checks(deploy_dir, kubectl, baseline)
+    run_checks(deploy_dir, renderers, baseline)
     if baseline.items:
         failures.append("the unmodified deploy/ has problems: " + "; ".join(baseline.items[:5]))
     else:
         passed += 1
 
     base_docs = None
-    if kubectl:
-        base_docs = load_yaml_docs(kustomize(kubectl, os.path.join(deploy_dir, "kubernetes")), "base", Problems())
+    if renderers:
+        base_docs = load_yaml_docs(kustomize(renderers[0].path, os.path.join(deploy_dir, "kubernetes")), "base",
+                                   Problems())
     else:
         base_docs, _ = render_chart(os.path.join(deploy_dir, "helm", "blockcsi"), {})
     for label, mutate, needle in MUTATIONS:
@@ -1580,6 +1738,22 @@ def self_test(deploy_dir, kubectl, yamllint):
         mutate(docs)
         problems = Problems()
         check_bundle("mutated", docs, problems)
+        expect(label, problems, needle)
+
+    # Two kubectls that render one kustomization differently.
+    for label, mutate, needle in [
+            ("renders differ in a value",
+             lambda d: container(node_of(d), "blockcsi").update(imagePullPolicy="Always"),
+             "renders differ between"),
+            ("renders differ in argument order",
+             lambda d: container(node_of(d), "blockcsi")["args"].reverse(), "renders differ between"),
+            ("one render lacks an object",
+             lambda d: d.remove(find(d, "ConfigMap")[0]), "only from A"),
+    ]:
+        docs = copy.deepcopy(base_docs)
+        mutate(docs)
+        problems = Problems()
+        compare_renders("base", base_docs, "A", docs, "B", problems)
         expect(label, problems, needle)
 
     examples = example_docs(deploy_dir, Problems())
@@ -1622,7 +1796,23 @@ def self_test(deploy_dir, kubectl, yamllint):
              "name: {{ include \"blockcsi.driverName\" . | upper }}", "not supported"),
             ("overlay patch no longer applies",
              "kubernetes/base/node.yaml", "- --connector=iscsi", "- --connector=kernel",
-             "overlays/userspace-connector: does not render"),
+             "overlays/userspace-connector: does not render with {every}"),
+            # Fields kustomize v5 takes and Debian's kustomize v2.0.3 does not.
+            ("a directory under resources:",
+             "kubernetes/kustomization.yaml", "bases:\n  - base", "resources:\n  - base",
+             "kustomize base: does not render with {legacy}"),
+            ("the patches field (v2 reads it as patchesStrategicMerge)",
+             "kubernetes/overlays/single-host-local/kustomization.yaml",
+             "patchesStrategicMerge:\n  - controller-local.yaml",
+             "patches:\n  - path: controller-local.yaml",
+             "overlays/single-host-local: does not render with {legacy}"),
+            ("the namespace field (v2 puts the CSIDriver in the namespace)",
+             "kubernetes/base/kustomization.yaml", "\nresources:\n", "\nnamespace: blockcsi\n\nresources:\n",
+             "kustomize base: renders differ: CSIDriver/blockcsi/blockcsi.io only from {legacy}"),
+            ("the v4 labels field",
+             "kubernetes/base/kustomization.yaml", "\nimages:\n",
+             "\nlabels:\n  - pairs:\n      app.kubernetes.io/version: 0.1.0\n\nimages:\n",
+             "kustomize overlays/userspace-connector: does not render with {legacy}"),
             ("image runs as root",
              "image/Dockerfile", "USER 65532:65532", "USER root", "non-root USER"),
             ("image does not build blockctl",
@@ -1637,13 +1827,24 @@ def self_test(deploy_dir, kubectl, yamllint):
              "target-host/blockcsi-target.service", "--listen=", "--listen-address=", "no flag --listen-address"),
         ]
         for label, rel, old, new, needle in file_breaks:
-            if not kubectl and ("kustomize" in needle or "overlays/" in needle):
+            if not renderers and ("kustomize" in needle or "overlays/" in needle):
+                skipped.append(label)
                 continue
+            # {every}: each renderer must report it; {legacy}: each kustomize v2/v3 must.
+            if "{every}" in needle or "{legacy}" in needle:
+                wanted = [r for r in renderers if "{every}" in needle or r.legacy]
+                if not wanted or ("renders differ" in needle and len(renderers) < 2):
+                    skipped.append(label)
+                    continue
+                needles = [needle.format(every=r.label, legacy=r.label) for r in wanted]
+            else:
+                needles = [needle]
             fresh()
             edit(rel, old, new)
             problems = Problems()
-            run_checks(copy_dir, kubectl, problems)
-            expect(label, problems, needle)
+            run_checks(copy_dir, renderers, problems)
+            for n in needles:
+                expect(label, problems, n)
 
         if yamllint:
             fresh()
@@ -1657,14 +1858,22 @@ def self_test(deploy_dir, kubectl, yamllint):
 
     for f in failures:
         print(f"SELF-TEST FAIL: {f}")
-    print(f"self-test: {passed} passed, {len(failures)} failed")
+    for label in skipped:
+        print(f"self-test: not run (no renderer it applies to): {label}")
+    print(f"self-test: {passed} passed, {len(failures)} failed, {len(skipped)} not run; renderers: "
+          + ("; ".join(r.label for r in renderers) or "none"))
     return 1 if failures else 0
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--deploy-dir", required=True)
-    ap.add_argument("--kubectl", default=shutil.which("kubectl"))
+    ap.add_argument("--kubectl", action="append", metavar="PATH",
+                    help="a kubectl to render with (repeatable); default: kubectl on PATH")
+    ap.add_argument("--debian-kubectl-cache", metavar="DIR", default=os.environ.get(DEBIAN_KUBECTL_ENV),
+                    help="also render with Debian 12's kubectl (package kubernetes-client), "
+                         "fetched with apt-get download + dpkg -x into DIR when not there yet "
+                         f"(default: ${DEBIAN_KUBECTL_ENV}); if that fails, it is skipped with a message")
     ap.add_argument("--yamllint-bin", default=shutil.which("yamllint"))
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--yamllint", action="store_true", help="run yamllint on --deploy-dir only")
@@ -1683,23 +1892,29 @@ def main():
         print(f"yamllint {deploy_dir}: {'clean' if rc == 0 else 'problems found'}")
         return 0 if rc == 0 else 1
 
-    if not args.kubectl:
-        print("check_manifests: kubectl not found: the kustomize renders are NOT checked "
-              "(install kubectl with its built-in kustomize)", file=sys.stderr)
+    def log(message):
+        print(f"check_manifests: {message}", file=sys.stderr, flush=True)
+
+    renderers = find_renderers(args.kubectl, shutil.which("kubectl"), args.debian_kubectl_cache, log)
+    if not renderers:
+        log("kubectl not found: the kustomize renders are NOT checked "
+            "(install kubectl with its built-in kustomize)")
+    for r in renderers:
+        log(f"renderer: {r.label}")
 
     if args.self_test:
-        rc = self_test(deploy_dir, args.kubectl, args.yamllint_bin)
-        return 77 if rc == 0 and not args.kubectl else rc
+        rc = self_test(deploy_dir, renderers, args.yamllint_bin)
+        return 77 if rc == 0 and not renderers else rc
 
     problems = Problems()
-    checked = run_checks(deploy_dir, args.kubectl, problems)
+    checked = run_checks(deploy_dir, renderers, problems)
     for p in problems.items:
         print(f"PROBLEM: {p}")
-    print(f"check_manifests: {checked} rendered sets checked (blockcsi flags from {flags_from}), "
-          f"{len(problems)} problems")
+    print(f"check_manifests: {checked} rendered sets checked with {len(renderers)} kubectl(s) "
+          f"(blockcsi flags from {flags_from}), {len(problems)} problems")
     if problems.items:
         return 1
-    return 77 if not args.kubectl else 0
+    return 77 if not renderers else 0
 
 
 if __name__ == "__main__":
