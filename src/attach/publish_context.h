@@ -12,6 +12,11 @@ inline constexpr char kTargetIqn[] = "targetIqn";
 inline constexpr char kLun[] = "lun";
 // The LUN's identity as the target reports it: VPD 0x80 unit serial and the
 // NAA WWN from VPD 0x83 (hex, no prefix). The node refuses any other LUN.
+// At least one of the two must be present. With tgt: `scsi_sn=<serial>`
+// sets page 0x80; page 0x83 carries an NAA 3 built from tid and LUN (not
+// unique: a reused tid repeats it) and an NAA 6 built from the hex digits
+// of `scsi_id`, so `scsi_id=6<31 hex digits>` makes the wwn exactly that
+// string (lower case). The node accepts a wwn matching any NAA designator.
 inline constexpr char kSerial[] = "serial";
 inline constexpr char kWwn[] = "wwn";
 // "true" when the target requires CHAP; the node then needs node-stage

@@ -4,13 +4,18 @@
 
 #include <iostream>
 #include <memory>
+#include <string_view>
 
+#include "attach/bridge_main.h"
 #include "cmd/grpc_server.h"
 #include "cmd/identity_service.h"
 #include "cmd/plugin_flags.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/version.h"
+#include "controller/backend_factory.h"
+#include "controller/controller_service.h"
+#include "node/node_wiring.h"
 
 namespace blockcsi {
 namespace {
@@ -27,6 +32,7 @@ Status StateDirWritable(const std::string& state_dir) {
 int Main(int argc, char** argv) {
   // ---- subcommand dispatch (e.g. `blockcsi bridge ...`, the per-volume
   // userspace bridge process; attach layer owner) ----
+  if (argc > 1 && std::string_view(argv[1]) == "bridge") return RunBridgeMain(argc - 1, argv + 1);
   // ---- end subcommand dispatch ----
   BlockTerminationSignals();
   PluginConfig config;
@@ -54,10 +60,50 @@ int Main(int argc, char** argv) {
   // ---- controller wiring (controller service owner): build the backend from
   // config, push a readiness check to `checks` and the Controller service to
   // `owned_services` ----
+  if (config.runs_controller()) {
+    BackendOptions backend_options;
+    backend_options.kind = config.backend;
+    backend_options.pool_dir = config.pool_dir;
+    backend_options.tgt_control_port = config.tgt_control_port;
+    backend_options.portals = config.portals;
+    backend_options.iqn_prefix = config.iqn_prefix;
+    backend_options.reconcile_interval = config.reconcile_interval;
+    backend_options.target_agent = config.target_agent;
+    backend_options.tls_cert = config.tls_cert;
+    backend_options.tls_key = config.tls_key;
+    backend_options.tls_ca = config.tls_ca;
+    backend_options.insecure = config.insecure;
+    auto backend = MakeBackend(backend_options);
+    if (!backend.ok()) {
+      LogError("cannot start the controller service", {{"error", backend.status().ToString()}});
+      std::cerr << "blockcsi: " << backend.status().message() << "\n";
+      // Bad flags exit like a usage error; an unreachable backend is worth a restart.
+      return backend.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    std::shared_ptr<VolumeBackend> volume_backend = *backend;
+    checks.push_back({"backend", [volume_backend] { return volume_backend->Healthy(); }});
+    // The node advertises --max-volumes-per-node through NodeGetInfo; the
+    // controller enforces the same number (see controller_service.h).
+    ControllerOptions controller_options;
+    controller_options.max_volumes_per_node = config.max_volumes_per_node;
+    owned_services.push_back(std::make_shared<ControllerService>(volume_backend, std::move(controller_options)));
+  }
   // ---- end controller wiring ----
 
   // ---- node wiring (node service owner): build the attacher from config,
   // push the Node service to `owned_services` ----
+  if (config.runs_node()) {
+    auto node = BuildNodeService({.connector = config.connector,
+                                  .state_dir = config.state_dir,
+                                  .node_id = config.node_id,
+                                  .max_volumes_per_node = config.max_volumes_per_node});
+    if (!node.ok()) {
+      LogError("cannot start the node service", {{"error", node.status().ToString()}});
+      std::cerr << "blockcsi: " << node.status().message() << "\n";
+      return 1;
+    }
+    owned_services.push_back(*node);
+  }
   // ---- end node wiring ----
 
   IdentityService identity(config.driver_name, config.runs_controller(), std::move(checks));

@@ -67,6 +67,9 @@ struct VolumeRecord {
   std::string serial;  // VPD 0x80 unit serial
   std::string wwn;     // NAA identifier from VPD 0x83, lower-case hex
   std::string transport = "iscsi";
+  // Transport-specific export fields beyond the iSCSI ones above (rbd: pool,
+  // image, image id, monitors, cephx user). Never a secret.
+  std::map<std::string, std::string> transport_params;
   std::vector<GrantRecord> grants;
   std::map<std::string, std::string> topology;  // accessible_topology segment
 };

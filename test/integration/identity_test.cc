@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <filesystem>
+
 #include "csi.grpc.pb.h"
 #include "support/test_util.h"
 
@@ -15,11 +17,24 @@ using namespace std::chrono_literals;
 class IdentityTest : public ::testing::Test {
  protected:
   std::unique_ptr<testing::ChildProcess> Start(const std::string& mode, const std::string& socket) {
-    auto child = std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{testing::BinDir() + "/blockcsi", "--mode", mode, "--endpoint", "unix://" + socket,
-                                 "--node-id", "n1", "--state-dir", dir_.Join("state"), "--connector", "userspace"},
-        dir_.Join("plugin.log"));
-    return child;
+    std::vector<std::string> argv{testing::BinDir() + "/blockcsi",
+                                  "--mode",
+                                  mode,
+                                  "--endpoint",
+                                  "unix://" + socket,
+                                  "--node-id",
+                                  "n1",
+                                  "--state-dir",
+                                  dir_.Join("state"),
+                                  "--connector",
+                                  "userspace"};
+    if (mode != "node") {
+      // The controller needs a backend; Identity does not need tgtd to answer.
+      for (const char* arg : {"--backend", "local", "--portal", "127.0.0.1:3260"}) argv.push_back(arg);
+      argv.push_back("--pool");
+      argv.push_back(dir_.Join("pool"));
+    }
+    return std::make_unique<testing::ChildProcess>(argv, dir_.Join("plugin.log"));
   }
   std::unique_ptr<csi::v1::Identity::Stub> Connect(const std::string& socket) {
     return csi::v1::Identity::NewStub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
@@ -79,18 +94,24 @@ TEST_F(IdentityTest, AllModeAdvertisesController) {
   EXPECT_TRUE(HasService(caps, csi::v1::PluginCapability::Service::CONTROLLER_SERVICE));
 }
 
-TEST_F(IdentityTest, ProbeReportsNotReadyWhenStateDirIsUnusable) {
+TEST_F(IdentityTest, ProbeReportsNotReadyWhenStateDirBecomesUnusable) {
   std::string socket = dir_.Join("csi.sock");
-  // The state dir path is a regular file: the node cannot keep records there.
+  auto plugin = Start("node", socket);
+  ASSERT_TRUE(testing::WaitForSocket(socket, 10s)) << testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
+  auto probe_ready = [&] {
+    grpc::ClientContext ctx;
+    csi::v1::ProbeResponse probe;
+    EXPECT_TRUE(Connect(socket)->Probe(&ctx, {}, &probe).ok());
+    return probe.ready().value();
+  };
+  EXPECT_TRUE(probe_ready());
+  // The state dir is replaced by a regular file: the node can no longer keep
+  // attach records, so it must stop claiming to be ready.
+  std::filesystem::remove_all(dir_.Join("state"));
   FILE* f = std::fopen(dir_.Join("state").c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fclose(f);
-  auto plugin = Start("node", socket);
-  ASSERT_TRUE(testing::WaitForSocket(socket, 10s));
-  grpc::ClientContext ctx;
-  csi::v1::ProbeResponse probe;
-  ASSERT_TRUE(Connect(socket)->Probe(&ctx, {}, &probe).ok());
-  EXPECT_FALSE(probe.ready().value());
+  EXPECT_FALSE(probe_ready());
 }
 
 TEST_F(IdentityTest, SecondServerOnALiveEndpointRefusesAndStaleSocketIsReplaced) {

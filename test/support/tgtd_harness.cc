@@ -91,8 +91,12 @@ bool TgtdHarness::Launch(std::string* error) {
 std::string TgtdHarness::Tgtadm(const std::vector<std::string>& args, int* exit_code) const {
   auto exec = MakeProcessExecutor();
   Command cmd("tgtadm");
-  cmd.Arg("-C").Arg(std::to_string(control_port_)).Arg("--lld").Arg("iscsi").Args(args).Timeout(
-      std::chrono::seconds(20));
+  cmd.Arg("-C")
+      .Arg(std::to_string(control_port_))
+      .Arg("--lld")
+      .Arg("iscsi")
+      .Args(args)
+      .Timeout(std::chrono::seconds(20));
   auto r = exec->Run(cmd);
   if (!r.ok()) {
     if (exit_code != nullptr) *exit_code = -1;

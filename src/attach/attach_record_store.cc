@@ -1,0 +1,154 @@
+#include "attach/attach_record_store.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/logging.h"
+
+namespace blockcsi {
+
+using nlohmann::json;
+
+std::string AttachRecordToJson(const AttachRecord& r) {
+  json j;
+  j["version"] = 1;
+  j["volume_id"] = r.volume_id;
+  j["connector"] = r.connector;
+  j["transport"] = r.transport;
+  j["portals"] = r.portals;
+  j["target_iqn"] = r.target_iqn;
+  j["lun"] = r.lun;
+  j["expected_serial"] = r.expected_serial;
+  j["expected_wwn"] = r.expected_wwn;
+  j["initiator_iqn"] = r.initiator_iqn;
+  j["read_only"] = r.read_only;
+  j["state"] = r.state;
+  j["device_path"] = r.device_path;
+  j["size_bytes"] = r.size_bytes;
+  j["connector_state"] = r.connector_state;
+  j["annotations"] = r.annotations;
+  return j.dump(2) + "\n";
+}
+
+StatusOr<AttachRecord> AttachRecordFromJson(const std::string& text, const std::string& what) {
+  try {
+    json j = json::parse(text);
+    AttachRecord r;
+    r.volume_id = j.at("volume_id").get<std::string>();
+    r.connector = j.value("connector", "");
+    r.transport = j.value("transport", "iscsi");
+    r.portals = j.value("portals", std::vector<std::string>{});
+    r.target_iqn = j.value("target_iqn", "");
+    r.lun = j.value("lun", 0);
+    r.expected_serial = j.value("expected_serial", "");
+    r.expected_wwn = j.value("expected_wwn", "");
+    r.initiator_iqn = j.value("initiator_iqn", "");
+    r.read_only = j.value("read_only", false);
+    r.state = j.value("state", "");
+    r.device_path = j.value("device_path", "");
+    r.size_bytes = j.value("size_bytes", uint64_t{0});
+    r.connector_state = j.value("connector_state", std::map<std::string, std::string>{});
+    r.annotations = j.value("annotations", std::map<std::string, std::string>{});
+    return r;
+  } catch (const json::exception& e) {
+    return Status(StatusCode::kDataLoss, "attach record " + what + " is malformed: " + e.what());
+  }
+}
+
+std::string EscapeVolumeIdForFile(const std::string& volume_id) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : volume_id) {
+    bool safe = std::isalnum(c) || c == '-' || c == '_' || (c == '.' && !out.empty());
+    if (safe) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+StatusOr<std::string> UnescapeVolumeIdFromFile(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] != '%') {
+      out += name[i];
+      continue;
+    }
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    if (i + 2 >= name.size()) return InvalidArgument("bad escape in " + name);
+    int hi = hex(name[i + 1]), lo = hex(name[i + 2]);
+    if (hi < 0 || lo < 0) return InvalidArgument("bad escape in " + name);
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+AttachRecordStore::AttachRecordStore(std::string state_dir) : dir_(std::move(state_dir) + "/attachments") {}
+
+Status AttachRecordStore::Init() { return MakeDirectories(dir_, 0700); }
+
+std::string AttachRecordStore::PathFor(const std::string& volume_id) const {
+  return dir_ + "/" + EscapeVolumeIdForFile(volume_id) + ".json";
+}
+
+Status AttachRecordStore::Put(const AttachRecord& record) {
+  AtomicWriteOptions options;
+  options.mode = 0600;
+  return WriteFileAtomically(PathFor(record.volume_id), AttachRecordToJson(record), options);
+}
+
+StatusOr<AttachRecord> AttachRecordStore::Get(const std::string& volume_id) const {
+  std::string path = PathFor(volume_id);
+  auto text = ReadFileToString(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return NotFound("no attach record for volume \"" + volume_id + "\"");
+    }
+    return text.status();
+  }
+  return AttachRecordFromJson(*text, path);
+}
+
+StatusOr<std::vector<AttachRecord>> AttachRecordStore::List() const {
+  std::vector<AttachRecord> out;
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    std::string name = entry.path().filename().string();
+    // Temp files of an interrupted atomic write are not records.
+    if (name.size() > 5 && name.ends_with(".json") && name[0] != '.') names.push_back(entry.path().string());
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) return ErrnoToStatus(ec.value(), "list " + dir_);
+  std::sort(names.begin(), names.end());
+  for (const auto& path : names) {
+    auto text = ReadFileToString(path);
+    if (!text.ok()) {
+      LogWarn("cannot read attach record", {{"path", path}, {"error", text.status().ToString()}});
+      continue;
+    }
+    auto record = AttachRecordFromJson(*text, path);
+    if (!record.ok()) {
+      LogError("skipping malformed attach record", {{"path", path}, {"error", record.status().ToString()}});
+      continue;
+    }
+    out.push_back(std::move(*record));
+  }
+  return out;
+}
+
+Status AttachRecordStore::Remove(const std::string& volume_id) { return RemoveFileDurably(PathFor(volume_id)); }
+
+}  // namespace blockcsi

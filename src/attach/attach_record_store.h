@@ -1,0 +1,47 @@
+// AttachRecordStore: the attach records on disk, one JSON file per volume
+// under <state-dir>/attachments, replaced atomically (temp, fsync, rename,
+// fsync dir), mode 0600. Records never hold secrets: AttachRecord has no
+// field for them. Thread-safe for different volumes; the caller serialises
+// writes of one volume.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attach/volume_attacher.h"
+#include "common/status.h"
+
+namespace blockcsi {
+
+inline constexpr char kAttachStateAttaching[] = "attaching";
+inline constexpr char kAttachStateAttached[] = "attached";
+
+// JSON (de)serialisation; unknown fields are ignored so an older plugin can
+// read a newer record, and a malformed file is DATA_LOSS naming it.
+std::string AttachRecordToJson(const AttachRecord& record);
+StatusOr<AttachRecord> AttachRecordFromJson(const std::string& text, const std::string& what);
+
+// Volume ids become file names: every byte outside [A-Za-z0-9._-] is
+// written %XX, so any id maps to one safe, reversible name.
+std::string EscapeVolumeIdForFile(const std::string& volume_id);
+StatusOr<std::string> UnescapeVolumeIdFromFile(const std::string& name);
+
+class AttachRecordStore {
+ public:
+  explicit AttachRecordStore(std::string state_dir);
+
+  Status Init();  // creates the directory (0700)
+  Status Put(const AttachRecord& record);
+  StatusOr<AttachRecord> Get(const std::string& volume_id) const;  // NOT_FOUND
+  // Every readable record; unreadable ones are logged and skipped so one bad
+  // file cannot hide the others.
+  StatusOr<std::vector<AttachRecord>> List() const;
+  Status Remove(const std::string& volume_id);  // absent: OK
+  std::string PathFor(const std::string& volume_id) const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace blockcsi

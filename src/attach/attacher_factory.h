@@ -1,0 +1,58 @@
+// The one way the node service builds its VolumeAttacher: picks the
+// connector ("iscsi": open-iscsi kernel initiator, the production default;
+// "userspace": libiscsi + FUSE + loop bridge) and wires the OS seams.
+// MakeVolumeAttacher adopts what earlier plugin runs left (records, bridges)
+// before returning. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "attach/volume_attacher.h"
+#include "common/clock.h"
+#include "common/executor.h"
+#include "common/filesystem.h"
+#include "common/status.h"
+
+namespace blockcsi {
+
+struct AttacherOptions {
+  std::string connector = "iscsi";  // "iscsi" | "userspace"
+  // Records live in <state_dir>/attachments, bridge sockets and FUSE mounts
+  // in <state_dir>/bridges.
+  std::string state_dir;
+  std::string node_id;
+  // Our own binary, run as `<binary> bridge ...` for each userspace volume.
+  std::string blockcsi_binary = "/proc/self/exe";
+  std::shared_ptr<Executor> executor;   // default: MakeProcessExecutor()
+  std::shared_ptr<Filesystem> host_fs;  // default: the real / (sysfs, /dev)
+  std::shared_ptr<Clock> clock;         // default: RealClock()
+
+  // iSCSI login: per portal, bounded in time, retried. Slow arrays take
+  // longer than open-iscsi's 3 s examples; these are the sane defaults.
+  std::chrono::milliseconds login_timeout{std::chrono::seconds(30)};
+  int login_retries = 2;
+  // How long to wait for the SCSI disk / dm device to appear after login.
+  std::chrono::milliseconds device_wait{std::chrono::seconds(60)};
+  std::chrono::milliseconds multipath_wait{std::chrono::seconds(30)};
+  // Userspace bridge: SCSI command timeout (a dead target gives I/O errors
+  // after this, never a hang) and how long to wait for the bridge to be ready.
+  std::chrono::milliseconds bridge_io_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds bridge_start_timeout{std::chrono::seconds(60)};
+  // iSCSI sessions per userspace volume (1..16): more keep more requests in
+  // flight; each is a separate login (and I_T nexus) on the target.
+  int bridge_sessions = 1;
+  // open-iscsi iface name carrying this node's initiator IQN.
+  std::string iscsi_iface = "blockcsi";
+
+  // Test-only: called with a step name ("connected": the connector attached
+  // but the record is not yet updated) so a test can crash the plugin there.
+  std::function<void(std::string_view step)> step_hook;
+};
+
+StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options);
+
+}  // namespace blockcsi

@@ -1,0 +1,472 @@
+#include "attach/iscsi_connector.h"
+
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "attach/iscsi_names.h"
+#include "attach/iscsi_sysfs.h"
+#include "common/logging.h"
+
+namespace blockcsi {
+namespace {
+
+// iscsiadm exit codes (open-iscsi include/iscsi_err.h).
+constexpr int kErrSessionExists = 15;
+constexpr int kErrNoObjectsFound = 21;
+constexpr int kErrLoginAuthFailed = 24;
+
+struct PathDevice {
+  std::string portal;
+  IscsiSessionInfo session;
+  std::string block;  // "sdc"
+  uint64_t size = 0;
+  LunIdentity identity;
+};
+
+class IscsiConnector final : public Connector {
+ public:
+  explicit IscsiConnector(IscsiConnectorOptions o) : o_(std::move(o)) {
+    if (!o_.executor) o_.executor = MakeProcessExecutor();
+    if (!o_.host_fs) o_.host_fs = MakeRootedFilesystem("");
+    if (!o_.clock) o_.clock = RealClock();
+  }
+
+  std::string name() const override { return "iscsi"; }
+
+  void Prepare(const AttachSpec&, AttachRecord* record) override { record->connector_state["iface"] = o_.iface; }
+
+  StatusOr<ConnectResult> Connect(const AttachSpec& spec, AttachRecord* record) override {
+    BLOCKCSI_RETURN_IF_ERROR(EnsureIface());
+    // Portals are logged in to in parallel: a dead portal costs its login
+    // timeout and retries, and must not add them to the healthy paths' time.
+    std::vector<StatusOr<PathDevice>> results;
+    if (spec.portals.size() == 1) {
+      results.push_back(ConnectPath(spec, spec.portals.front()));
+    } else {
+      std::vector<std::future<StatusOr<PathDevice>>> pending;
+      for (const std::string& portal_text : spec.portals) {
+        pending.push_back(
+            std::async(std::launch::async, [this, &spec, portal_text] { return ConnectPath(spec, portal_text); }));
+      }
+      for (auto& f : pending) results.push_back(f.get());
+    }
+    std::vector<PathDevice> paths;
+    Status worst;
+    for (size_t i = 0; i < spec.portals.size(); ++i) {
+      const std::string& portal_text = spec.portals[i];
+      auto& path = results[i];
+      if (!path.ok()) {
+        // One dead portal must not block the others.
+        LogWarn("iSCSI path failed",
+                {{"volume_id", spec.volume_id}, {"portal", portal_text}, {"error", path.status().message()}});
+        if (worst.ok() || path.status().code() == StatusCode::kPermissionDenied) worst = path.status();
+        continue;
+      }
+      record->connector_state["path." + portal_text] = path->block;
+      record->connector_state["session." + portal_text] = path->session.sid;
+      paths.push_back(std::move(*path));
+    }
+    if (paths.empty()) return worst;
+
+    ConnectResult result;
+    result.identity = paths.front().identity;
+    result.size_bytes = paths.front().size;
+    // Every path must be the same LUN: a path that disagrees is a
+    // misconfigured portal and would corrupt data under multipath.
+    for (const auto& p : paths) {
+      if (p.identity.serial != result.identity.serial || p.identity.naa != result.identity.naa ||
+          p.size != result.size_bytes) {
+        return FailedPrecondition("volume \"" + spec.volume_id + "\": paths disagree: " + paths.front().portal +
+                                  " reports " + result.identity.Describe() + " size " +
+                                  std::to_string(result.size_bytes) + ", " + p.portal + " reports " +
+                                  p.identity.Describe() + " size " + std::to_string(p.size));
+      }
+    }
+    if (spec.portals.size() > 1) {
+      BLOCKCSI_ASSIGN_OR_RETURN(std::string dm, WaitForMultipath(spec, paths));
+      record->connector_state["dm"] = dm;
+      result.device_path = "/dev/" + dm;
+    } else if (auto dm = MultipathHolder(*o_.host_fs, paths.front().block)) {
+      // multipathd claimed the single path; the disk itself is busy then.
+      record->connector_state["dm"] = *dm;
+      result.device_path = "/dev/" + *dm;
+    } else {
+      result.device_path = "/dev/" + paths.front().block;
+    }
+    return result;
+  }
+
+  Status Disconnect(const AttachRecord& record) override {
+    std::string iface = record.connector_state.count("iface") ? record.connector_state.at("iface") : o_.iface;
+    // Block devices this attachment reaches, found afresh (names may have
+    // changed since the record was written).
+    std::vector<std::pair<std::string, IscsiSessionInfo>> sessions;
+    std::set<std::string> disks;
+    std::string dm;
+    for (const std::string& portal_text : record.portals) {
+      auto portal = ParsePortal(portal_text);
+      if (!portal.ok()) continue;
+      auto session = FindIscsiSession(*o_.host_fs, record.target_iqn, *portal, iface);
+      if (!session) continue;
+      sessions.emplace_back(portal_text, *session);
+      for (const auto& dev : ScsiDevicesOfLun(*o_.host_fs, *session, record.lun)) {
+        auto block = BlockNameOfScsiDevice(*o_.host_fs, dev);
+        if (!block.ok()) continue;
+        disks.insert(*block);
+        if (auto holder = MultipathHolder(*o_.host_fs, *block)) dm = *holder;
+      }
+    }
+    // 1. Flush buffers of the device the node used.
+    std::string top = !dm.empty() ? dm : (disks.empty() ? "" : *disks.begin());
+    if (!top.empty()) {
+      auto r = o_.executor->Run(Command("blockdev").Arg("--flushbufs").Arg("/dev/" + top).Timeout(kFlushTimeout));
+      if (!r.ok() || !r->ok()) {
+        LogWarn("flushing buffers failed", {{"volume_id", record.volume_id}, {"device", "/dev/" + top}});
+      }
+    }
+    // 2. Flush the multipath map (it queues I/O otherwise).
+    if (!dm.empty()) {
+      std::string name = DmName(*o_.host_fs, dm);
+      auto r = o_.executor->Run(Command("multipath").Arg("-f").Arg(name.empty() ? dm : name).Timeout(kFlushTimeout));
+      if ((!r.ok() || !r->ok()) && o_.host_fs->Exists("/sys/block/" + dm)) {
+        return Unavailable("cannot flush multipath map " + (name.empty() ? dm : name) + " of volume \"" +
+                           record.volume_id + "\": " + (r.ok() ? r->stderr_text : r.status().message()));
+      }
+    }
+    // 3. Delete the SCSI devices of this LUN on every path.
+    for (const auto& [portal_text, session] : sessions) {
+      for (const auto& dev : ScsiDevicesOfLun(*o_.host_fs, session, record.lun)) {
+        if (!o_.host_fs->Exists(dev + "/delete")) continue;
+        Status st = o_.host_fs->WriteFile(dev + "/delete", "1");
+        if (!st.ok() && o_.host_fs->Exists(dev)) return st.WithContext("delete SCSI device of " + record.volume_id);
+      }
+    }
+    // 4. Log out only when no other LUN of the target is in use here, then
+    // drop the node record. Serialised per path with attaches, so a LUN
+    // being attached through the same session is seen (or waited for).
+    for (const std::string& portal_text : record.portals) {
+      auto portal = ParsePortal(portal_text);
+      if (!portal.ok()) continue;
+      std::lock_guard<std::mutex> lock(PathMutex(record.target_iqn, portal_text));
+      auto session = FindIscsiSession(*o_.host_fs, record.target_iqn, *portal, iface);
+      if (session) {
+        auto others = OtherLunDevices(*o_.host_fs, *session, record.lun);
+        if (!others.empty()) {
+          LogInfo("keeping iSCSI session: another LUN of the target is in use on this node",
+                  {{"volume_id", record.volume_id},
+                   {"portal", portal_text},
+                   {"session", session->sid},
+                   {"other", others.front()}});
+          continue;
+        }
+        auto r = o_.executor->Run(Node(record.target_iqn, portal_text, iface).Arg("--logout").Timeout(kLogoutTimeout));
+        if (!r.ok()) return r.status();
+        if (!r->ok() && r->exit_code != kErrNoObjectsFound) {
+          return Unavailable("iSCSI logout from " + record.target_iqn + " at " + portal_text +
+                             " failed: " + Trim(r->stderr_text));
+        }
+      }
+      auto r = o_.executor->Run(Node(record.target_iqn, portal_text, iface).Arg("-o").Arg("delete"));
+      if (!r.ok()) return r.status();
+      if (!r->ok() && r->exit_code != kErrNoObjectsFound) {
+        return Internal("deleting the node record of " + record.target_iqn + " at " + portal_text +
+                        " failed: " + Trim(r->stderr_text));
+      }
+    }
+    return OkStatus();
+  }
+
+  StatusOr<LunIdentity> ReadIdentity(const AttachRecord& record) override {
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string disk, AnyDisk(record));
+    return ReadSysfsIdentity(*o_.host_fs, disk);
+  }
+
+  StatusOr<uint64_t> Rescan(AttachRecord* record) override {
+    for (const auto& [key, value] : record->connector_state) {
+      if (!key.starts_with("path.")) continue;
+      std::string rescan = "/sys/block/" + value + "/device/rescan";
+      if (o_.host_fs->Exists(rescan)) BLOCKCSI_RETURN_IF_ERROR(o_.host_fs->WriteFile(rescan, "1"));
+    }
+    auto dm = record->connector_state.find("dm");
+    if (dm != record->connector_state.end()) {
+      std::string name = DmName(*o_.host_fs, dm->second);
+      BLOCKCSI_RETURN_IF_ERROR(
+          RunChecked(*o_.executor, Command("multipathd").Arg("resize").Arg("map").Arg(name), StatusCode::kUnavailable)
+              .status());
+      return BlockDeviceSize(*o_.host_fs, dm->second);
+    }
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string disk, AnyDisk(*record));
+    return BlockDeviceSize(*o_.host_fs, disk);
+  }
+
+  AttachHealth Check(const AttachRecord& record) override {
+    std::string name = record.device_path.substr(record.device_path.rfind('/') + 1);
+    if (name.empty() || !o_.host_fs->Exists("/sys/block/" + name)) {
+      return {true, "device " + record.device_path + " is gone"};
+    }
+    std::string iface = record.connector_state.count("iface") ? record.connector_state.at("iface") : o_.iface;
+    int live = 0;
+    std::string down;
+    for (const std::string& portal_text : record.portals) {
+      auto portal = ParsePortal(portal_text);
+      if (!portal.ok()) continue;
+      auto session = FindIscsiSession(*o_.host_fs, record.target_iqn, *portal, iface);
+      if (session && session->state == "LOGGED_IN") {
+        ++live;
+      } else {
+        down += (down.empty() ? "" : ", ") + portal_text;
+      }
+    }
+    if (live == 0) return {true, "no iSCSI session to " + record.target_iqn + " is logged in (" + down + ")"};
+    return {};
+  }
+
+  Status Reconcile(std::vector<AttachRecord>* records) override {
+    // Kernel sessions outlive the plugin by themselves and Disconnect finds
+    // sessions and devices afresh, so nothing needs adopting; what does not
+    // match is reported for the operator (and for NodeUnstage to clean).
+    std::set<std::string> targets;
+    for (const auto& record : *records) {
+      targets.insert(record.target_iqn);
+      if (record.state != "attached") continue;
+      if (Check(record).abnormal) {
+        LogWarn("attached volume has lost its device or sessions",
+                {{"volume_id", record.volume_id}, {"device", record.device_path}, {"why", Check(record).message}});
+      }
+    }
+    auto sessions = o_.host_fs->ListDir("/sys/class/iscsi_session");
+    if (!sessions.ok()) return OkStatus();
+    for (const auto& name : *sessions) {
+      std::string base = "/sys/class/iscsi_session/" + name;
+      auto iface = ReadTrimmed(*o_.host_fs, base + "/ifacename");
+      auto target = ReadTrimmed(*o_.host_fs, base + "/targetname");
+      if (!iface.ok() || *iface != o_.iface || !target.ok() || targets.count(*target) > 0) continue;
+      LogWarn("iSCSI session on our iface with no attach record (left by a crash or by hand); not touching it",
+              {{"session", name}, {"target", *target}});
+    }
+    return OkStatus();
+  }
+
+ private:
+  static constexpr std::chrono::seconds kFlushTimeout{60};
+  static constexpr std::chrono::seconds kLogoutTimeout{60};
+
+  static std::string Trim(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }
+
+  std::mutex& PathMutex(const std::string& target, const std::string& portal) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& m = path_mu_[target + " " + portal];
+    if (!m) m = std::make_unique<std::mutex>();
+    return *m;
+  }
+
+  Command Node(const std::string& target, const std::string& portal, const std::string& iface) const {
+    Command c("iscsiadm");
+    c.Arg("-m").Arg("node").Arg("-T").Arg(target).Arg("-p").Arg(portal).Arg("-I").Arg(iface);
+    return c;
+  }
+
+  Status UpdateNode(const std::string& target, const std::string& portal, const std::string& key,
+                    const std::string& value, bool secret = false) {
+    Command c = Node(target, portal, o_.iface);
+    c.Arg("-o").Arg("update").Arg("-n").Arg(key).Arg("-v");
+    if (secret) {
+      c.Secret(value);
+    } else {
+      c.Arg(value);
+    }
+    return RunChecked(*o_.executor, c, StatusCode::kInternal).status();
+  }
+
+  // The dedicated iface carries this node's initiator name, so that the
+  // host's own /etc/iscsi/initiatorname.iscsi (and other users of
+  // open-iscsi) are left alone.
+  Status EnsureIface() {
+    std::lock_guard<std::mutex> lock(iface_mu_);
+    auto show =
+        o_.executor->Run(Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(o_.iface).Arg("-o").Arg("show"));
+    if (!show.ok()) return show.status();
+    if (!show->ok()) {
+      BLOCKCSI_RETURN_IF_ERROR(
+          RunChecked(*o_.executor,
+                     Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(o_.iface).Arg("-o").Arg("new"))
+              .status());
+    } else if (show->stdout_text.find("iface.initiatorname = " + o_.initiator_iqn + "\n") != std::string::npos) {
+      return OkStatus();
+    }
+    return RunChecked(*o_.executor, Command("iscsiadm")
+                                        .Arg("-m")
+                                        .Arg("iface")
+                                        .Arg("-I")
+                                        .Arg(o_.iface)
+                                        .Arg("-o")
+                                        .Arg("update")
+                                        .Arg("-n")
+                                        .Arg("iface.initiatorname")
+                                        .Arg("-v")
+                                        .Arg(o_.initiator_iqn))
+        .status();
+  }
+
+  StatusOr<PathDevice> ConnectPath(const AttachSpec& spec, const std::string& portal_text) {
+    BLOCKCSI_ASSIGN_OR_RETURN(Portal portal, ParsePortal(portal_text));
+    // Held until our LUN's device exists: a detach of another LUN of this
+    // target must not log the session out from under a scan in progress.
+    std::lock_guard<std::mutex> lock(PathMutex(spec.target_iqn, portal_text));
+    {
+      auto session = FindIscsiSession(*o_.host_fs, spec.target_iqn, portal, o_.iface);
+      if (session && session->state == "LOGGED_IN") {
+        LogInfo("iSCSI session already logged in; reusing",
+                {{"volume_id", spec.volume_id}, {"portal", portal_text}, {"session", session->sid}});
+      } else {
+        BLOCKCSI_RETURN_IF_ERROR(CreateNodeRecord(spec, portal_text));
+        BLOCKCSI_RETURN_IF_ERROR(Login(spec, portal_text));
+      }
+    }
+    // The session shows up in sysfs once iscsid has set it up.
+    std::optional<IscsiSessionInfo> session;
+    auto deadline = o_.clock->Now() + o_.device_wait;
+    while (!(session = FindIscsiSession(*o_.host_fs, spec.target_iqn, portal, o_.iface))) {
+      if (o_.clock->Now() >= deadline) {
+        return DeadlineExceeded("logged in to " + spec.target_iqn + " at " + portal_text +
+                                " but no session appeared in sysfs");
+      }
+      o_.clock->Sleep(o_.poll_interval);
+    }
+    BLOCKCSI_RETURN_IF_ERROR(ScanLun(*o_.host_fs, *session, spec.lun).WithContext("scan LUN"));
+    std::string block;
+    while (true) {
+      for (const auto& dev : ScsiDevicesOfLun(*o_.host_fs, *session, spec.lun)) {
+        auto name = BlockNameOfScsiDevice(*o_.host_fs, dev);
+        if (name.ok()) block = *name;
+      }
+      if (!block.empty()) break;
+      if (o_.clock->Now() >= deadline) {
+        return DeadlineExceeded("volume \"" + spec.volume_id + "\": LUN " + std::to_string(spec.lun) + " of " +
+                                spec.target_iqn + " did not appear as a block device through " + portal_text +
+                                " within " + std::to_string(o_.device_wait.count()) + "ms");
+      }
+      o_.clock->Sleep(o_.poll_interval);
+      ScanLun(*o_.host_fs, *session, spec.lun).ok();  // rescan: the first one may race the session
+    }
+    PathDevice path;
+    path.portal = portal_text;
+    path.session = *session;
+    path.block = block;
+    BLOCKCSI_ASSIGN_OR_RETURN(path.size, BlockDeviceSize(*o_.host_fs, block));
+    BLOCKCSI_ASSIGN_OR_RETURN(path.identity, ReadSysfsIdentity(*o_.host_fs, block));
+    LogInfo("iSCSI path ready", {{"volume_id", spec.volume_id},
+                                 {"portal", portal_text},
+                                 {"session", session->sid},
+                                 {"device", "/dev/" + block}});
+    return path;
+  }
+
+  Status CreateNodeRecord(const AttachSpec& spec, const std::string& portal) {
+    auto created = o_.executor->Run(Node(spec.target_iqn, portal, o_.iface).Arg("-o").Arg("new"));
+    if (!created.ok()) return created.status();
+    if (!created->ok()) {
+      return Internal("creating the node record for " + spec.target_iqn + " at " + portal +
+                      " failed: " + Trim(created->stderr_text));
+    }
+    // Manual startup: iscsid must not log in at boot behind our back.
+    // Manual scan: only the LUN we ask for becomes a device.
+    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.startup", "manual"));
+    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.scan", "manual"));
+    int login_s = static_cast<int>(std::max<int64_t>(1, o_.login_timeout.count() / 1000));
+    BLOCKCSI_RETURN_IF_ERROR(
+        UpdateNode(spec.target_iqn, portal, "node.conn[0].timeo.login_timeout", std::to_string(login_s)));
+    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.initial_login_retry_max", "1"));
+    if (spec.chap.enabled()) {
+      BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.auth.authmethod", "CHAP"));
+      BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.auth.username", spec.chap.username));
+      BLOCKCSI_RETURN_IF_ERROR(
+          UpdateNode(spec.target_iqn, portal, "node.session.auth.password", spec.chap.password, true));
+      if (spec.chap.mutual()) {
+        BLOCKCSI_RETURN_IF_ERROR(
+            UpdateNode(spec.target_iqn, portal, "node.session.auth.username_in", spec.chap.mutual_username));
+        BLOCKCSI_RETURN_IF_ERROR(
+            UpdateNode(spec.target_iqn, portal, "node.session.auth.password_in", spec.chap.mutual_password, true));
+      }
+    } else {
+      BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.auth.authmethod", "None"));
+    }
+    return OkStatus();
+  }
+
+  Status Login(const AttachSpec& spec, const std::string& portal) {
+    // iscsiadm's own wait covers one login attempt; bound the whole command
+    // a little above it.
+    auto timeout = o_.login_timeout + std::chrono::seconds(10);
+    std::string last;
+    for (int attempt = 0; attempt <= o_.login_retries; ++attempt) {
+      auto r = o_.executor->Run(Node(spec.target_iqn, portal, o_.iface).Arg("--login").Timeout(timeout));
+      if (!r.ok()) {
+        last = r.status().message();
+      } else if (r->ok() || r->exit_code == kErrSessionExists) {
+        return OkStatus();
+      } else if (r->exit_code == kErrLoginAuthFailed) {
+        return PermissionDenied("iSCSI login to " + spec.target_iqn + " at " + portal +
+                                " was refused: CHAP credentials rejected or initiator " + spec.initiator_iqn +
+                                " not allowed by the target's ACL");
+      } else {
+        last = Trim(r->stderr_text);
+      }
+      LogWarn("iSCSI login attempt failed", {{"volume_id", spec.volume_id},
+                                             {"portal", portal},
+                                             {"attempt", std::to_string(attempt + 1)},
+                                             {"error", last}});
+    }
+    return Unavailable("iSCSI login to " + spec.target_iqn + " at " + portal + " failed after " +
+                       std::to_string(o_.login_retries + 1) + " attempts: " + last);
+  }
+
+  StatusOr<std::string> WaitForMultipath(const AttachSpec& spec, const std::vector<PathDevice>& paths) {
+    auto deadline = o_.clock->Now() + o_.multipath_wait;
+    while (true) {
+      std::optional<std::string> dm = MultipathHolder(*o_.host_fs, paths.front().block);
+      bool all = dm.has_value();
+      for (const auto& p : paths) {
+        if (!all) break;
+        auto holder = MultipathHolder(*o_.host_fs, p.block);
+        if (!holder || *holder != *dm) all = false;
+      }
+      if (all) {
+        LogInfo("multipath device ready",
+                {{"volume_id", spec.volume_id}, {"device", "/dev/" + *dm}, {"paths", std::to_string(paths.size())}});
+        return *dm;
+      }
+      if (o_.clock->Now() >= deadline) {
+        return DeadlineExceeded("volume \"" + spec.volume_id + "\": no dm-multipath device holds all " +
+                                std::to_string(paths.size()) + " paths within " +
+                                std::to_string(o_.multipath_wait.count()) + "ms (is multipathd running?)");
+      }
+      o_.clock->Sleep(o_.poll_interval);
+    }
+  }
+
+  StatusOr<std::string> AnyDisk(const AttachRecord& record) {
+    for (const auto& [key, value] : record.connector_state) {
+      if (key.starts_with("path.") && o_.host_fs->Exists("/sys/block/" + value)) return value;
+    }
+    return NotFound("volume \"" + record.volume_id + "\": no path device of the attachment is present");
+  }
+
+  IscsiConnectorOptions o_;
+  std::mutex iface_mu_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<std::mutex>> path_mu_;  // guarded by mu_
+};
+
+}  // namespace
+
+std::unique_ptr<Connector> MakeIscsiConnector(IscsiConnectorOptions options) {
+  return std::make_unique<IscsiConnector>(std::move(options));
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,72 @@
+// LibIscsiSession: one iSCSI session to one LUN through libiscsi, with the
+// limits production needs: a per-command timeout and a bounded reconnect
+// loop (libiscsi's default reconnects forever and would hang the node).
+// The bridge serves FUSE requests with it; benchmarks use it raw.
+// Thread-safe: commands are serialised on an internal mutex (a libiscsi
+// context must not be used from two threads at once).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "attach/chap.h"
+#include "common/status.h"
+
+struct iscsi_context;
+struct scsi_task;
+
+namespace blockcsi {
+
+struct LibIscsiOptions {
+  std::vector<std::string> portals;  // tried in order; the first that logs in wins
+  std::string target_iqn;
+  int lun = 0;
+  std::string initiator_iqn;
+  ChapCredentials chap;
+  std::chrono::seconds command_timeout{30};
+  int reconnect_retries = 3;
+};
+
+class LibIscsiSession {
+ public:
+  // Logs in. PERMISSION_DENIED when CHAP is rejected, NOT_FOUND when the
+  // target is unknown or this initiator is not in its ACL (tgt answers both
+  // the same way), UNAVAILABLE when no portal answers. Never names a secret.
+  static StatusOr<std::unique_ptr<LibIscsiSession>> Connect(const LibIscsiOptions& options);
+  ~LibIscsiSession();
+  LibIscsiSession(const LibIscsiSession&) = delete;
+  LibIscsiSession& operator=(const LibIscsiSession&) = delete;
+
+  const std::string& portal() const { return portal_; }
+  uint32_t block_size() const { return block_size_; }
+  uint64_t num_blocks() const { return num_blocks_; }
+  uint64_t size_bytes() const { return uint64_t{block_size_} * num_blocks_; }
+
+  // Raw VPD page (header included) from INQUIRY EVPD.
+  StatusOr<std::string> InquiryVpd(int page);
+  // READ CAPACITY(16); updates block_size()/num_blocks().
+  Status RefreshCapacity();
+  Status Read(uint64_t lba, uint32_t blocks, void* buffer);
+  Status Write(uint64_t lba, uint32_t blocks, const void* buffer);
+  Status SynchronizeCache();
+  // Logs out (best effort); the destructor calls it too.
+  void Close();
+
+ private:
+  LibIscsiSession() = default;
+  Status TaskError(const char* what, ::scsi_task* task);
+
+  std::mutex mu_;
+  iscsi_context* ctx_ = nullptr;  // guarded by mu_
+  std::string portal_;
+  std::string target_iqn_;
+  int lun_ = 0;
+  uint32_t block_size_ = 512;
+  uint64_t num_blocks_ = 0;
+};
+
+}  // namespace blockcsi

@@ -1,0 +1,395 @@
+#include "attach/userspace_connector.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "attach/attach_record_store.h"
+#include "attach/bridge_protocol.h"
+#include "attach/loop_devices.h"
+#include "common/atomic_file.h"
+#include "common/executor.h"
+#include "common/logging.h"
+
+namespace blockcsi {
+
+std::vector<int> FindBridgePids(const Filesystem& fs, const std::string& control_socket) {
+  std::vector<int> out;
+  auto entries = fs.ListDir("/proc");
+  if (!entries.ok()) return out;
+  for (const auto& e : *entries) {
+    if (e.empty() || e.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto cmdline = fs.ReadFile("/proc/" + e + "/cmdline");
+    if (!cmdline.ok()) continue;
+    std::vector<std::string> argv;
+    size_t start = 0;
+    while (start < cmdline->size()) {
+      size_t nul = cmdline->find('\0', start);
+      if (nul == std::string::npos) nul = cmdline->size();
+      argv.push_back(cmdline->substr(start, nul - start));
+      start = nul + 1;
+    }
+    bool is_bridge = false, names_socket = false;
+    for (size_t i = 0; i < argv.size(); ++i) {
+      if (argv[i] == "bridge") is_bridge = true;
+      if (argv[i] == "--control-socket" && i + 1 < argv.size() && argv[i + 1] == control_socket) names_socket = true;
+    }
+    if (is_bridge && names_socket) out.push_back(std::stoi(e));
+  }
+  return out;
+}
+
+namespace {
+
+constexpr std::chrono::milliseconds kControlTimeout{std::chrono::seconds(10)};
+// Teardown flushes and detaches; give it longer than a status call.
+constexpr std::chrono::milliseconds kShutdownTimeout{std::chrono::seconds(120)};
+
+class UserspaceConnector final : public Connector {
+ public:
+  explicit UserspaceConnector(UserspaceConnectorOptions o) : o_(std::move(o)) {
+    if (!o_.host_fs) o_.host_fs = MakeRootedFilesystem("");
+  }
+
+  std::string name() const override { return "userspace"; }
+
+  void Prepare(const AttachSpec& spec, AttachRecord* record) override {
+    BridgePaths p = BridgePathsFor(o_.state_dir, spec.volume_id);
+    record->connector_state["bridge_dir"] = p.dir;
+    record->connector_state["control_socket"] = p.control_socket;
+    record->connector_state["mountpoint"] = p.mountpoint;
+  }
+
+  StatusOr<ConnectResult> Connect(const AttachSpec& spec, AttachRecord* record) override {
+    BridgePaths p = PathsOf(*record);
+    // A bridge from an earlier attempt (or an earlier plugin) that is alive
+    // and serves this volume is reused as it is.
+    auto status = CallBridge(p.control_socket, {{"op", "status"}, {"refresh_identity", true}}, kControlTimeout);
+    if (status.ok() && status->value("ok", false) && status->value("volume_id", "") == spec.volume_id &&
+        !status->value("device", "").empty()) {
+      LogInfo("reusing running bridge", {{"volume_id", spec.volume_id}, {"device", status->value("device", "")}});
+      return FromReply(*status, record);
+    }
+    // Anything else left under that name is debris: clear it first.
+    BLOCKCSI_RETURN_IF_ERROR(CleanupBridge(p, spec.volume_id));
+    BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(p.dir, 0700));
+    BLOCKCSI_ASSIGN_OR_RETURN(nlohmann::json ready, SpawnBridge(spec, p));
+    Status started = StatusFromReply(ready);
+    if (started.code() == StatusCode::kFailedPrecondition) {
+      // The bridge refused the LUN before exposing it; say so loudly here too,
+      // where the operator reads the plugin's log.
+      LogError("WRONG LUN: the target's LUN is not the published volume; nothing was exposed",
+               {{"volume_id", spec.volume_id}, {"target", spec.target_iqn}, {"error", started.message()}});
+    }
+    BLOCKCSI_RETURN_IF_ERROR(started);
+    return FromReply(ready, record);
+  }
+
+  Status Disconnect(const AttachRecord& record) override {
+    BridgePaths p = PathsOf(record);
+    std::vector<int> pids = FindBridgePids(*o_.host_fs, p.control_socket);
+    auto reply = CallBridge(p.control_socket, {{"op", "shutdown"}}, kShutdownTimeout);
+    if (reply.ok()) {
+      // The bridge refused (e.g. still mounted): nothing was torn down.
+      BLOCKCSI_RETURN_IF_ERROR(StatusFromReply(*reply));
+      WaitForExit(p);
+      Reap(pids);
+    } else {
+      LogInfo("bridge not answering; cleaning up after it",
+              {{"volume_id", record.volume_id}, {"why", reply.status().message()}});
+    }
+    return CleanupBridge(p, record.volume_id);
+  }
+
+  StatusOr<LunIdentity> ReadIdentity(const AttachRecord& record) override {
+    BLOCKCSI_ASSIGN_OR_RETURN(
+        nlohmann::json r,
+        CallBridge(PathsOf(record).control_socket, {{"op", "status"}, {"refresh_identity", true}}, kControlTimeout));
+    BLOCKCSI_RETURN_IF_ERROR(StatusFromReply(r));
+    LunIdentity id;
+    id.serial = r.value("serial", "");
+    id.naa = r.value("naa", std::vector<std::string>{});
+    return id;
+  }
+
+  StatusOr<uint64_t> Rescan(AttachRecord* record) override {
+    BLOCKCSI_ASSIGN_OR_RETURN(nlohmann::json r,
+                              CallBridge(PathsOf(*record).control_socket, {{"op", "rescan"}}, kControlTimeout));
+    BLOCKCSI_RETURN_IF_ERROR(StatusFromReply(r));
+    return r.value("size_bytes", uint64_t{0});
+  }
+
+  AttachHealth Check(const AttachRecord& record) override {
+    auto r = CallBridge(PathsOf(record).control_socket, {{"op", "status"}}, kControlTimeout);
+    if (!r.ok()) return {true, "the userspace bridge of this volume is not running: " + r.status().message()};
+    Status st = StatusFromReply(*r);
+    if (!st.ok()) return {true, st.message()};
+    if (r->value("device", "") != record.device_path) {
+      return {true, "the bridge serves " + r->value("device", "") + ", not " + record.device_path};
+    }
+    if (!o_.host_fs->Exists(record.device_path)) return {true, record.device_path + " is gone"};
+    // Recent I/O errors only: a target restart the session survived is not
+    // a lasting condition.
+    if (r->value("io_errors", uint64_t{0}) > 0 && r->value("last_error_age_ms", int64_t{0}) < 60000) {
+      return {true, "I/O errors on the iSCSI session: " + r->value("last_error", std::string())};
+    }
+    return {};
+  }
+
+  Status Reconcile(std::vector<AttachRecord>* records) override {
+    std::set<std::string> known;
+    for (auto& record : *records) {
+      BridgePaths p = PathsOf(record);
+      known.insert(p.dir);
+      auto r = CallBridge(p.control_socket, {{"op", "status"}}, kControlTimeout);
+      if (r.ok() && r->value("ok", false)) {
+        record.connector_state["bridge_pid"] = std::to_string(r->value("pid", 0));
+        LogInfo("adopted running bridge",
+                {{"volume_id", record.volume_id}, {"pid", std::to_string(r->value("pid", 0))}});
+      } else if (record.state == kAttachStateAttached) {
+        LogWarn("bridge of an attached volume is not running; NodeUnstage will clean up",
+                {{"volume_id", record.volume_id}});
+      }
+    }
+    // Bridges no record names: reported and removed.
+    std::error_code ec;
+    std::string dir = BridgesDir(o_.state_dir);
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      std::string path = entry.path().string();
+      if (known.count(path) > 0) continue;
+      auto volume_id = UnescapeVolumeIdFromFile(entry.path().filename().string());
+      std::string id = volume_id.ok() ? *volume_id : entry.path().filename().string();
+      LogWarn("found a bridge with no attach record; stopping it", {{"volume_id", id}, {"dir", path}});
+      BridgePaths p = BridgePathsFor(o_.state_dir, id);
+      auto reply = CallBridge(p.control_socket, {{"op", "shutdown"}}, kShutdownTimeout);
+      if (reply.ok() && !StatusFromReply(*reply).ok()) {
+        LogError("orphan bridge refused to stop", {{"volume_id", id}, {"error", StatusFromReply(*reply).message()}});
+        continue;
+      }
+      Status st = CleanupBridge(p, id);
+      if (!st.ok()) LogError("cannot clean up orphan bridge", {{"volume_id", id}, {"error", st.ToString()}});
+    }
+    return OkStatus();
+  }
+
+ private:
+  BridgePaths PathsOf(const AttachRecord& record) const {
+    BridgePaths p = BridgePathsFor(o_.state_dir, record.volume_id);
+    auto get = [&](const char* key, std::string* field) {
+      auto it = record.connector_state.find(key);
+      if (it != record.connector_state.end() && !it->second.empty()) *field = it->second;
+    };
+    get("bridge_dir", &p.dir);
+    get("control_socket", &p.control_socket);
+    get("mountpoint", &p.mountpoint);
+    p.lun_file = p.mountpoint + "/lun";
+    return p;
+  }
+
+  static StatusOr<ConnectResult> FromReply(const nlohmann::json& r, AttachRecord* record) {
+    ConnectResult out;
+    out.device_path = r.value("device", "");
+    out.size_bytes = r.value("size_bytes", uint64_t{0});
+    out.identity.serial = r.value("serial", "");
+    out.identity.naa = r.value("naa", std::vector<std::string>{});
+    record->connector_state["bridge_pid"] = std::to_string(r.value("pid", 0));
+    record->connector_state["loop_device"] = out.device_path;
+    record->connector_state["portal"] = r.value("portal", "");
+    if (out.device_path.empty()) return Internal("bridge reported no device");
+    return out;
+  }
+
+  // In a container the plugin is often PID 1, so orphaned bridges become
+  // its children: reap the ones that exited (a no-op for non-children).
+  static void Reap(const std::vector<int>& pids) {
+    for (int pid : pids) ::waitpid(pid, nullptr, WNOHANG);
+  }
+
+  void WaitForExit(const BridgePaths& p) {
+    for (int i = 0; i < 100; ++i) {
+      if (FindBridgePids(*o_.host_fs, p.control_socket).empty()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Removes whatever a bridge left under `p`, whether it exited, crashed or
+  // never finished starting; each step tolerates "already gone".
+  Status CleanupBridge(const BridgePaths& p, const std::string& volume_id) {
+    std::vector<int> pids = FindBridgePids(*o_.host_fs, p.control_socket);
+    for (int pid : pids) {
+      LogWarn("killing unresponsive bridge", {{"volume_id", volume_id}, {"pid", std::to_string(pid)}});
+      ::kill(pid, SIGKILL);
+    }
+    // A bridge killed mid-start may still finish the syscall it is in (a
+    // mount, a losetup): look for its leftovers only once it is gone.
+    if (!pids.empty()) {
+      WaitForExit(p);
+      Reap(pids);
+    }
+    auto executor = MakeProcessExecutor();
+    for (const std::string& loop : FindLoopDevicesBackedBy(*o_.host_fs, p.lun_file)) {
+      auto mountinfo = ReadFileToString("/proc/self/mountinfo");
+      if (mountinfo.ok()) {
+        auto where = MountPointsOfDevice(*o_.host_fs, loop, *mountinfo);
+        if (!where.empty()) {
+          return FailedPrecondition("volume \"" + volume_id + "\": " + loop + " is still mounted at " + where.front() +
+                                    "; unmount it first");
+        }
+      }
+      auto r = executor->Run(Command("losetup").Arg("-d").Arg(loop).Timeout(std::chrono::seconds(60)));
+      if ((!r.ok() || !r->ok()) && !FindLoopDevicesBackedBy(*o_.host_fs, p.lun_file).empty()) {
+        return Internal("cannot detach " + loop + " of volume \"" + volume_id +
+                        "\": " + (r.ok() ? r->stderr_text : r.status().message()));
+      }
+      LogInfo("detached loop device left by a bridge", {{"volume_id", volume_id}, {"device", loop}});
+    }
+    // The FUSE mount of a dead bridge still unmounts; retry briefly because
+    // the kernel may hold the file a moment after the loop detach.
+    for (int i = 0; i < 50; ++i) {
+      if (::umount2(p.mountpoint.c_str(), 0) == 0) {
+        LogInfo("unmounted FUSE left by a bridge", {{"volume_id", volume_id}, {"mountpoint", p.mountpoint}});
+        continue;  // stacked mounts: keep going until none is left
+      }
+      int err = errno;
+      if (err == EINVAL || err == ENOENT) break;
+      if (err != EBUSY) return ErrnoToStatus(err, "unmount " + p.mountpoint);
+      if (i == 49) return Unavailable("FUSE mount " + p.mountpoint + " stays busy");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(p.dir, ec);
+    if (ec) return ErrnoToStatus(ec.value(), "remove " + p.dir);
+    return OkStatus();
+  }
+
+  StatusOr<nlohmann::json> SpawnBridge(const AttachSpec& spec, const BridgePaths& p) {
+    std::vector<std::string> argv = {o_.blockcsi_binary, "bridge",          "--volume-id",  spec.volume_id,
+                                     "--control-socket", p.control_socket,  "--mountpoint", p.mountpoint,
+                                     "--target",         spec.target_iqn,   "--lun",        std::to_string(spec.lun),
+                                     "--initiator",      spec.initiator_iqn};
+    for (const auto& portal : spec.portals) {
+      argv.push_back("--portal");
+      argv.push_back(portal);
+    }
+    if (!spec.expected_serial.empty()) argv.insert(argv.end(), {"--expected-serial", spec.expected_serial});
+    if (!spec.expected_wwn.empty()) argv.insert(argv.end(), {"--expected-wwn", spec.expected_wwn});
+    if (spec.read_only) argv.push_back("--read-only");
+    int io_s = static_cast<int>(std::max<int64_t>(1, o_.io_timeout.count() / 1000));
+    argv.insert(argv.end(),
+                {"--io-timeout-seconds", std::to_string(io_s), "--reconnect-retries",
+                 std::to_string(o_.reconnect_retries), "--sessions", std::to_string(o_.sessions_per_volume)});
+    // CHAP goes through a pipe, never argv: /proc/<pid>/cmdline is readable.
+    std::string secrets;
+    if (spec.chap.enabled()) {
+      argv.push_back("--secrets-on-stdin");
+      nlohmann::json j;
+      j["username"] = spec.chap.username;
+      j["password"] = spec.chap.password;
+      j["mutual_username"] = spec.chap.mutual_username;
+      j["mutual_password"] = spec.chap.mutual_password;
+      secrets = j.dump();
+    }
+
+    // stdin is a socketpair, not a pipe, so that writing the secrets to a
+    // bridge that already died is EPIPE (MSG_NOSIGNAL), never SIGPIPE.
+    int in_pipe[2], out_pipe[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in_pipe) != 0) {
+      return ErrnoToStatus(errno, "socketpair for bridge");
+    }
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+      ::close(in_pipe[0]);
+      ::close(in_pipe[1]);
+      return ErrnoToStatus(errno, "pipe for bridge");
+    }
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    LogInfo("starting bridge", {{"volume_id", spec.volume_id}, {"binary", o_.blockcsi_binary}});
+    pid_t child = ::fork();
+    if (child < 0) return ErrnoToStatus(errno, "fork for bridge");
+    if (child == 0) {
+      // Double fork: the bridge is reparented to init, in its own session
+      // and process group, so nothing that happens to the plugin reaches it.
+      ::setsid();
+      pid_t grandchild = ::fork();
+      if (grandchild != 0) ::_exit(grandchild < 0 ? 1 : 0);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::dup2(in_pipe[0], STDIN_FILENO);
+      ::dup2(out_pipe[1], STDOUT_FILENO);
+      // The bridge outlives the plugin: it must not keep the plugin's
+      // sockets or files open (only stdin, the ready pipe and stderr).
+      ::close_range(3, ~0U, 0);
+      ::chdir("/");
+      ::execv(cargv[0], cargv.data());
+      ::_exit(127);
+    }
+    ::close(in_pipe[0]);
+    ::close(out_pipe[1]);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    size_t off = 0;
+    while (off < secrets.size()) {
+      ssize_t n = ::send(in_pipe[1], secrets.data() + off, secrets.size() - off, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    ::close(in_pipe[1]);
+    std::string line;
+    bool eof = false;
+    auto deadline = std::chrono::steady_clock::now() + o_.start_timeout;
+    while (line.find('\n') == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd pfd{out_pipe[0], POLLIN, 0};
+      int rc = ::poll(&pfd, 1, static_cast<int>(left.count()));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc <= 0) break;
+      char buf[4096];
+      ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        eof = true;
+        break;
+      }
+      line.append(buf, static_cast<size_t>(n));
+    }
+    ::close(out_pipe[0]);
+    if (line.find('\n') == std::string::npos && eof) {
+      return Internal("bridge for volume \"" + spec.volume_id + "\" exited before it was ready (exec " +
+                      o_.blockcsi_binary + "; its log is on the plugin's stderr)");
+    }
+    if (line.find('\n') == std::string::npos) {
+      return DeadlineExceeded("bridge for volume \"" + spec.volume_id + "\" did not report ready within " +
+                              std::to_string(o_.start_timeout.count()) + "ms (exec " + o_.blockcsi_binary + ")");
+    }
+    try {
+      return nlohmann::json::parse(line.substr(0, line.find('\n')));
+    } catch (const nlohmann::json::exception& e) {
+      return Internal("bridge for volume \"" + spec.volume_id + "\" printed a malformed ready line");
+    }
+  }
+
+  UserspaceConnectorOptions o_;
+};
+
+}  // namespace
+
+std::unique_ptr<Connector> MakeUserspaceConnector(UserspaceConnectorOptions options) {
+  return std::make_unique<UserspaceConnector>(std::move(options));
+}
+
+}  // namespace blockcsi

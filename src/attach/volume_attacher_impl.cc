@@ -1,0 +1,202 @@
+#include "attach/volume_attacher_impl.h"
+
+#include "common/logging.h"
+
+namespace blockcsi {
+
+bool RecordMatchesSpec(const AttachRecord& r, const AttachSpec& s) {
+  return r.transport == s.transport && r.portals == s.portals && r.target_iqn == s.target_iqn && r.lun == s.lun &&
+         r.expected_serial == s.expected_serial && r.expected_wwn == s.expected_wwn &&
+         r.initiator_iqn == s.initiator_iqn && r.read_only == s.read_only;
+}
+
+VolumeAttacherImpl::VolumeAttacherImpl(std::string state_dir, std::unique_ptr<Connector> connector,
+                                       std::function<void(std::string_view)> step_hook)
+    : store_(std::move(state_dir)), connector_(std::move(connector)), step_hook_(std::move(step_hook)) {}
+
+Status VolumeAttacherImpl::Start() {
+  BLOCKCSI_RETURN_IF_ERROR(store_.Init());
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, store_.List());
+  std::vector<AttachRecord> before = records;
+  Status st = connector_->Reconcile(&records);
+  if (!st.ok()) LogWarn("reconciling attach records with the node", {{"error", st.ToString()}});
+  for (size_t i = 0; i < records.size() && i < before.size(); ++i) {
+    if (AttachRecordToJson(records[i]) != AttachRecordToJson(before[i])) {
+      BLOCKCSI_RETURN_IF_ERROR(store_.Put(records[i]));
+    }
+  }
+  for (const auto& r : records) {
+    LogInfo("attach record found at start",
+            {{"volume_id", r.volume_id}, {"state", r.state}, {"device", r.device_path}, {"connector", r.connector}});
+  }
+  return OkStatus();
+}
+
+std::mutex& VolumeAttacherImpl::VolumeMutex(const std::string& volume_id) {
+  std::lock_guard<std::mutex> lock(map_mu_);
+  auto& mu = volume_mu_[volume_id];
+  if (!mu) mu = std::make_unique<std::mutex>();
+  return *mu;
+}
+
+StatusOr<AttachRecord> VolumeAttacherImpl::Attach(const AttachSpec& spec) {
+  std::lock_guard<std::mutex> lock(VolumeMutex(spec.volume_id));
+  return AttachLocked(spec);
+}
+
+void VolumeAttacherImpl::Abandon(const AttachRecord& record, const Status& why) {
+  Status st = connector_->Disconnect(record);
+  if (!st.ok()) {
+    // The record stays so that NodeUnstage (or a retry) can finish the cleanup.
+    LogError("cleanup after a failed attach is incomplete; keeping the attach record",
+             {{"volume_id", record.volume_id}, {"attach_error", why.ToString()}, {"cleanup_error", st.ToString()}});
+    return;
+  }
+  Status rm = store_.Remove(record.volume_id);
+  if (!rm.ok()) LogError("cannot remove attach record", {{"volume_id", record.volume_id}, {"error", rm.ToString()}});
+}
+
+StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) {
+  auto existing = store_.Get(spec.volume_id);
+  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) return existing.status();
+  AttachRecord record;
+  if (existing.ok()) {
+    if (!RecordMatchesSpec(*existing, spec) || existing->connector != connector_->name()) {
+      if (existing->state == kAttachStateAttached) {
+        return FailedPrecondition("volume \"" + spec.volume_id + "\" is already attached on this node as " +
+                                  existing->target_iqn + " lun " + std::to_string(existing->lun) + " through " +
+                                  existing->connector + "; detach it first");
+      }
+      // A half-done attempt of another shape: undo it before starting over.
+      LogWarn("cleaning up an earlier, different attach attempt", {{"volume_id", spec.volume_id}});
+      BLOCKCSI_RETURN_IF_ERROR(connector_->Disconnect(*existing));
+      BLOCKCSI_RETURN_IF_ERROR(store_.Remove(spec.volume_id));
+    } else {
+      record = *existing;
+      if (record.state == kAttachStateAttached) {
+        AttachHealth health = connector_->Check(record);
+        if (!health.abnormal) {
+          auto identity = connector_->ReadIdentity(record);
+          if (identity.ok() &&
+              VerifyLunIdentity(spec.volume_id, spec.expected_serial, spec.expected_wwn, *identity).ok()) {
+            LogInfo("volume already attached; reusing",
+                    {{"volume_id", spec.volume_id}, {"device", record.device_path}});
+            return record;
+          }
+        }
+        LogWarn("existing attachment is not healthy; attaching again",
+                {{"volume_id", spec.volume_id}, {"reason", health.message}});
+      }
+    }
+  }
+  if (record.volume_id.empty()) {
+    record.volume_id = spec.volume_id;
+    record.connector = connector_->name();
+    record.transport = spec.transport;
+    record.portals = spec.portals;
+    record.target_iqn = spec.target_iqn;
+    record.lun = spec.lun;
+    record.expected_serial = spec.expected_serial;
+    record.expected_wwn = spec.expected_wwn;
+    record.initiator_iqn = spec.initiator_iqn;
+    record.read_only = spec.read_only;
+  }
+  record.state = kAttachStateAttaching;
+  connector_->Prepare(spec, &record);
+  // Written before anything exists on the node, so that a crash from here
+  // on leaves a record that names what to clean up.
+  BLOCKCSI_RETURN_IF_ERROR(store_.Put(record));
+
+  LogInfo("attaching volume", {{"volume_id", spec.volume_id},
+                               {"connector", connector_->name()},
+                               {"target", spec.target_iqn},
+                               {"lun", std::to_string(spec.lun)}});
+  auto connected = connector_->Connect(spec, &record);
+  if (!connected.ok()) {
+    Abandon(record, connected.status());
+    return connected.status();
+  }
+  if (step_hook_) step_hook_("connected");
+
+  Status identity = VerifyLunIdentity(spec.volume_id, spec.expected_serial, spec.expected_wwn, connected->identity);
+  if (!identity.ok()) {
+    LogError("WRONG LUN: the attached device is not the published volume; detaching it and refusing to use it",
+             {{"volume_id", spec.volume_id},
+              {"device", connected->device_path},
+              {"target", spec.target_iqn},
+              {"lun", std::to_string(spec.lun)},
+              {"error", identity.message()}});
+    Abandon(record, identity);
+    return identity;
+  }
+  record.device_path = connected->device_path;
+  record.size_bytes = connected->size_bytes;
+  record.state = kAttachStateAttached;
+  Status put = store_.Put(record);
+  if (!put.ok()) {
+    Abandon(record, put);
+    return put;
+  }
+  LogInfo("volume attached", {{"volume_id", spec.volume_id},
+                              {"device", record.device_path},
+                              {"size_bytes", std::to_string(record.size_bytes)},
+                              {"identity", connected->identity.Describe()}});
+  return record;
+}
+
+Status VolumeAttacherImpl::Detach(const std::string& volume_id) {
+  std::lock_guard<std::mutex> lock(VolumeMutex(volume_id));
+  auto record = store_.Get(volume_id);
+  if (!record.ok()) {
+    if (record.status().code() == StatusCode::kNotFound) return OkStatus();
+    return record.status();
+  }
+  LogInfo("detaching volume", {{"volume_id", volume_id}, {"device", record->device_path}, {"state", record->state}});
+  BLOCKCSI_RETURN_IF_ERROR(connector_->Disconnect(*record));
+  BLOCKCSI_RETURN_IF_ERROR(store_.Remove(volume_id));
+  LogInfo("volume detached", {{"volume_id", volume_id}});
+  return OkStatus();
+}
+
+StatusOr<AttachRecord> VolumeAttacherImpl::Get(const std::string& volume_id) { return store_.Get(volume_id); }
+
+StatusOr<std::vector<AttachRecord>> VolumeAttacherImpl::List() { return store_.List(); }
+
+Status VolumeAttacherImpl::Annotate(const std::string& volume_id, const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(VolumeMutex(volume_id));
+  BLOCKCSI_ASSIGN_OR_RETURN(AttachRecord record, store_.Get(volume_id));
+  if (value.empty()) {
+    record.annotations.erase(key);
+  } else {
+    record.annotations[key] = value;
+  }
+  return store_.Put(record);
+}
+
+StatusOr<uint64_t> VolumeAttacherImpl::Rescan(const std::string& volume_id) {
+  std::lock_guard<std::mutex> lock(VolumeMutex(volume_id));
+  BLOCKCSI_ASSIGN_OR_RETURN(AttachRecord record, store_.Get(volume_id));
+  if (record.state != kAttachStateAttached) {
+    return FailedPrecondition("volume \"" + volume_id + "\" is not attached (state " + record.state + ")");
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t size, connector_->Rescan(&record));
+  record.size_bytes = size;
+  BLOCKCSI_RETURN_IF_ERROR(store_.Put(record));
+  return size;
+}
+
+AttachHealth VolumeAttacherImpl::Check(const std::string& volume_id) {
+  std::lock_guard<std::mutex> lock(VolumeMutex(volume_id));
+  auto record = store_.Get(volume_id);
+  if (!record.ok()) return {true, record.status().message()};
+  if (record->state != kAttachStateAttached) return {true, "attachment is incomplete (state " + record->state + ")"};
+  AttachHealth health = connector_->Check(*record);
+  if (health.abnormal) return health;
+  auto identity = connector_->ReadIdentity(*record);
+  if (!identity.ok()) return {true, "cannot read the LUN's identity: " + identity.status().message()};
+  Status st = VerifyLunIdentity(volume_id, record->expected_serial, record->expected_wwn, *identity);
+  if (!st.ok()) return {true, st.message()};
+  return {};
+}
+
+}  // namespace blockcsi

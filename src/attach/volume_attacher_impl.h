@@ -1,0 +1,54 @@
+// The VolumeAttacher behind MakeVolumeAttacher: records + one Connector +
+// the LUN identity check. Thread-safe: one mutex per volume id orders the
+// record writes of that volume; different volumes proceed in parallel.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "attach/attach_record_store.h"
+#include "attach/connector.h"
+#include "attach/volume_attacher.h"
+
+namespace blockcsi {
+
+class VolumeAttacherImpl final : public VolumeAttacher {
+ public:
+  VolumeAttacherImpl(std::string state_dir, std::unique_ptr<Connector> connector,
+                     std::function<void(std::string_view)> step_hook = {});
+  VolumeAttacherImpl(const VolumeAttacherImpl&) = delete;
+  VolumeAttacherImpl& operator=(const VolumeAttacherImpl&) = delete;
+
+  // Creates the record directory and reconciles records with reality.
+  Status Start();
+
+  StatusOr<AttachRecord> Attach(const AttachSpec& spec) override;
+  Status Detach(const std::string& volume_id) override;
+  StatusOr<AttachRecord> Get(const std::string& volume_id) override;
+  StatusOr<std::vector<AttachRecord>> List() override;
+  Status Annotate(const std::string& volume_id, const std::string& key, const std::string& value) override;
+  StatusOr<uint64_t> Rescan(const std::string& volume_id) override;
+  AttachHealth Check(const std::string& volume_id) override;
+
+ private:
+  std::mutex& VolumeMutex(const std::string& volume_id);
+  StatusOr<AttachRecord> AttachLocked(const AttachSpec& spec);
+  // Disconnects and removes the record after a failed attach; the first
+  // error is what the caller sees, cleanup trouble is logged.
+  void Abandon(const AttachRecord& record, const Status& why);
+
+  AttachRecordStore store_;
+  std::unique_ptr<Connector> connector_;
+  std::function<void(std::string_view)> step_hook_;
+  std::mutex map_mu_;
+  std::unordered_map<std::string, std::unique_ptr<std::mutex>> volume_mu_;  // guarded by map_mu_
+};
+
+// True when `record` describes the same LUN, through the same portals, as `spec`.
+bool RecordMatchesSpec(const AttachRecord& record, const AttachSpec& spec);
+
+}  // namespace blockcsi

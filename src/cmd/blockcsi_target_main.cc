@@ -1,0 +1,176 @@
+// blockcsi-target: the storage-host agent. Owns a pool of volumes, exports
+// them through tgtd (or LIO), reconciles the daemon with the pool, and
+// serves the VolumeBackend over proto/target.proto to the controller —
+// over mTLS on TCP, or on a unix socket. Plain TCP only with --insecure.
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
+#include "cmd/grpc_server.h"
+#include "common/atomic_file.h"
+#include "common/duration.h"
+#include "common/endpoint.h"
+#include "common/logging.h"
+#include "common/rpc_logging.h"
+#include "common/version.h"
+#include "controller/agent_service.h"
+#include "controller/backend_factory.h"
+
+namespace blockcsi {
+namespace {
+
+struct AgentConfig {
+  std::vector<std::string> listen;  // HOST:PORT
+  std::string socket;               // unix socket path
+  std::string pool_dir;
+  std::string target = "tgt";
+  std::string configfs_root = "/sys/kernel/config";
+  int tgt_control_port = 0;
+  std::vector<std::string> portals;
+  std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
+  std::string reconcile_interval = "30s";
+  std::string shutdown_grace = "10s";
+  std::string tls_cert, tls_key, tls_ca;
+  bool insecure = false;
+  std::string log_format = "text";
+  std::string log_level = "info";
+};
+
+int Fail(const std::string& message, int code = 2) {
+  std::cerr << "blockcsi-target: " << message << "\n";
+  return code;
+}
+
+int Main(int argc, char** argv) {
+  BlockTerminationSignals();
+  AgentConfig c;
+  CLI::App app{"blockcsi-target: the storage-host agent of blockcsi (pool + tgt/LIO export)", "blockcsi-target"};
+  app.add_option("--listen", c.listen, "TCP address HOST:PORT to serve on (mTLS unless --insecure); repeatable");
+  app.add_option("--socket", c.socket, "Unix socket path to serve on (local clients; no TLS)");
+  app.add_option("--pool", c.pool_dir, "Pool directory (images and metadata)")->required();
+  app.add_option("--target", c.target, "Target daemon: tgt or lio")
+      ->check(CLI::IsMember({"tgt", "lio"}))
+      ->capture_default_str();
+  app.add_option("--configfs-root", c.configfs_root, "configfs mount for --target lio")->capture_default_str();
+  app.add_option("--tgt-control-port", c.tgt_control_port, "tgtd control port (tgtadm -C)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--portal", c.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")->required();
+  app.add_option("--iqn-prefix", c.iqn_prefix, "IQN prefix of our targets")->capture_default_str();
+  app.add_option("--reconcile-interval", c.reconcile_interval, "How often the daemon is reconciled (e.g. 30s)")
+      ->capture_default_str();
+  app.add_option("--shutdown-grace", c.shutdown_grace, "How long in-flight calls may run after SIGTERM")
+      ->capture_default_str();
+  app.add_option("--tls-cert", c.tls_cert, "Server certificate (PEM)");
+  app.add_option("--tls-key", c.tls_key, "Server key (PEM)");
+  app.add_option("--tls-ca", c.tls_ca, "CA that must have signed the client's certificate (PEM)");
+  app.add_flag("--insecure", c.insecure, "Serve TCP without TLS (tests only)");
+  app.add_option("--log-format", c.log_format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--log-level", c.log_level, "debug, info, warn, error");
+  bool show_version = false;
+  app.add_flag("--version", show_version, "Print the version and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (show_version) {
+    std::cout << "blockcsi-target " << BuildVersion() << " (" << BuildCommit() << ")\n";
+    return 0;
+  }
+  auto format = ParseLogFormat(c.log_format);
+  auto level = ParseLogLevel(c.log_level);
+  if (!format.ok()) return Fail(format.status().message());
+  if (!level.ok()) return Fail(level.status().message());
+  InitLogging("blockcsi-target", *format, *level);
+
+  auto interval = ParseDuration(c.reconcile_interval);
+  if (!interval.ok()) return Fail("--reconcile-interval: " + interval.status().message());
+  auto grace = ParseDuration(c.shutdown_grace);
+  if (!grace.ok()) return Fail("--shutdown-grace: " + grace.status().message());
+  if (c.listen.empty() && c.socket.empty()) return Fail("give --listen HOST:PORT and/or --socket PATH");
+  bool tls = !c.tls_cert.empty() || !c.tls_key.empty() || !c.tls_ca.empty();
+  if (tls && (c.tls_cert.empty() || c.tls_key.empty() || c.tls_ca.empty())) {
+    return Fail("mTLS needs all of --tls-cert, --tls-key and --tls-ca");
+  }
+  if (!c.listen.empty() && !tls && !c.insecure) {
+    return Fail("refusing to serve plain TCP on " + c.listen.front() +
+                ": give --tls-cert, --tls-key and --tls-ca (clients must present a certificate signed by that CA), "
+                "or --insecure to accept unauthenticated clients");
+  }
+
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    auto ca = ReadFileToString(c.tls_ca);
+    auto cert = ReadFileToString(c.tls_cert);
+    auto key = ReadFileToString(c.tls_key);
+    for (const auto* r : {&ca, &cert, &key}) {
+      if (!r->ok()) return Fail(r->status().message());
+    }
+    ssl.pem_root_certs = *ca;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    tcp_credentials = grpc::SslServerCredentials(ssl);
+  }
+
+  BackendOptions options;
+  options.kind = "local";
+  options.pool_dir = c.pool_dir;
+  options.target = c.target;
+  options.configfs_root = c.configfs_root;
+  options.tgt_control_port = c.tgt_control_port;
+  options.portals = c.portals;
+  options.iqn_prefix = c.iqn_prefix;
+  options.reconcile_interval = *interval;
+  LogInfo("starting", {{"version", BuildVersion()},
+                       {"pool", c.pool_dir},
+                       {"target", c.target},
+                       {"reconcile_interval", FormatDuration(*interval)},
+                       {"tls", tls ? "mtls" : "off"}});
+  auto backend = MakeBackend(options);
+  if (!backend.ok()) {
+    LogError("cannot open the backend", {{"error", backend.status().ToString()}});
+    return Fail(backend.status().message(), 1);
+  }
+  TargetAgentService service(*backend);
+
+  grpc::ServerBuilder builder;
+  std::vector<int> ports(c.listen.size(), 0);
+  for (size_t i = 0; i < c.listen.size(); ++i) builder.AddListeningPort(c.listen[i], tcp_credentials, &ports[i]);
+  if (!c.socket.empty()) {
+    if (Status st = PrepareUnixSocket(c.socket); !st.ok()) return Fail(st.message(), 1);
+    builder.AddListeningPort("unix:" + c.socket, grpc::InsecureServerCredentials());
+  }
+  builder.RegisterService(&service);
+  AddRpcLogging(builder);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return Fail("cannot listen on the given addresses", 1);
+  for (size_t i = 0; i < c.listen.size(); ++i) {
+    if (ports[i] == 0) return Fail("cannot listen on " + c.listen[i], 1);
+    LogInfo("serving", {{"address", c.listen[i]}, {"port", std::to_string(ports[i])}});
+  }
+  if (!c.socket.empty()) LogInfo("serving", {{"socket", c.socket}});
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int signal_number = 0;
+  sigwait(&set, &signal_number);
+  LogInfo("shutting down", {{"signal", strsignal(signal_number)}});
+  server->Shutdown(std::chrono::system_clock::now() + *grace);
+  server->Wait();
+  if (!c.socket.empty()) ::unlink(c.socket.c_str());
+  LogInfo("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace blockcsi
+
+int main(int argc, char** argv) { return blockcsi::Main(argc, argv); }

@@ -1,0 +1,64 @@
+#include "controller/backend_factory.h"
+
+#include "common/executor.h"
+#include "controller/lio_exporter.h"
+#include "controller/local_backend.h"
+#include "controller/remote_backend.h"
+#include "controller/tgt_exporter.h"
+#ifdef BLOCKCSI_WITH_RBD
+#include "controller/rbd_backend.h"
+#endif
+
+namespace blockcsi {
+
+StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& options) {
+  if (options.kind == "local") {
+    if (options.pool_dir.empty() || options.pool_dir.front() != '/') {
+      return InvalidArgument("--pool must be an absolute directory for --backend local");
+    }
+    if (options.portals.empty()) {
+      return InvalidArgument("--portal HOST:PORT is required for --backend local (nodes log in there)");
+    }
+    if (options.reconcile_interval.count() <= 0) return InvalidArgument("--reconcile-interval must be positive");
+    std::shared_ptr<Exporter> exporter;
+    if (options.target == "tgt") {
+      exporter =
+          std::make_shared<TgtExporter>(std::shared_ptr<Executor>(MakeProcessExecutor()), options.tgt_control_port);
+    } else if (options.target == "lio") {
+      exporter = std::make_shared<LioExporter>(options.configfs_root, options.portals);
+    } else {
+      return InvalidArgument("--target must be tgt or lio, not \"" + options.target + "\"");
+    }
+    LocalBackendOptions local;
+    local.portals = options.portals;
+    local.iqn_prefix = options.iqn_prefix;
+    local.reconcile_interval = options.reconcile_interval;
+    BLOCKCSI_ASSIGN_OR_RETURN(auto backend, LocalBackend::Open(options.pool_dir, std::move(exporter), local));
+    return std::shared_ptr<VolumeBackend>(std::move(backend));
+  }
+  if (options.kind == "remote") {
+    RemoteBackendOptions remote;
+    remote.target = options.target_agent;
+    remote.tls_cert = options.tls_cert;
+    remote.tls_key = options.tls_key;
+    remote.tls_ca = options.tls_ca;
+    remote.insecure = options.insecure;
+    BLOCKCSI_ASSIGN_OR_RETURN(auto backend, MakeRemoteBackend(remote));
+    return backend;
+  }
+  if (options.kind == "rbd") {
+#ifdef BLOCKCSI_WITH_RBD
+    RbdBackendOptions rbd;
+    rbd.ceph_conf = options.ceph_conf;
+    rbd.ceph_user = options.ceph_user;
+    rbd.keyring = options.ceph_keyring;
+    rbd.pool = options.rbd_pool;
+    return MakeRbdBackend(rbd);
+#else
+    return Unimplemented("--backend rbd: this build has no RBD backend (librbd-dev missing at build time)");
+#endif
+  }
+  return InvalidArgument("--backend must be local, remote or rbd, not \"" + options.kind + "\"");
+}
+
+}  // namespace blockcsi

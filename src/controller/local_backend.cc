@@ -1,0 +1,502 @@
+#include "controller/local_backend.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/logging.h"
+#include "controller/volume_id.h"
+
+namespace blockcsi {
+
+// Per-key blocking locks, created on demand and dropped when unused.
+class KeyedMutex {
+ public:
+  class Lock {
+   public:
+    Lock(KeyedMutex* owner, std::string key) : owner_(owner), key_(std::move(key)) { owner_->Acquire(key_); }
+    ~Lock() { owner_->Release(key_); }
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    KeyedMutex* owner_;
+    std::string key_;
+  };
+
+ private:
+  struct Entry {
+    bool held = false;
+    int waiters = 0;
+  };
+  void Acquire(const std::string& key) {
+    std::unique_lock lock(mu_);
+    Entry& e = entries_[key];
+    ++e.waiters;
+    cv_.wait(lock, [&] { return !e.held; });
+    --e.waiters;
+    e.held = true;
+  }
+  void Release(const std::string& key) {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(key);
+    it->second.held = false;
+    if (it->second.waiters == 0) entries_.erase(it);
+    cv_.notify_all();
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Entry> entries_;  // guarded by mu_; std::map keeps references stable
+};
+
+namespace {
+
+std::string GrantNodes(const VolumeRecord& r) {
+  std::string out;
+  for (const auto& g : r.grants) out += (out.empty() ? "" : ", ") + (g.node_id.empty() ? g.initiator_iqn : g.node_id);
+  return out;
+}
+
+Status NotOurVolume(const std::string& id) {
+  return NotFound("volume " + QuoteId(id) + " not found (not a target-backend volume id)");
+}
+
+// An initiator name we put in an ACL: iqn./eui./naa. form, printable, no
+// spaces or commas (tgtadm argument syntax), at most 223 bytes (RFC 3720).
+Status ValidateInitiatorName(const std::string& volume_id, const std::string& iqn) {
+  bool shape = iqn.rfind("iqn.", 0) == 0 || iqn.rfind("eui.", 0) == 0 || iqn.rfind("naa.", 0) == 0;
+  bool chars = std::all_of(iqn.begin(), iqn.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == ':';
+  });
+  if (!shape || !chars || iqn.size() > 223) {
+    return InvalidArgument("initiator name " + QuoteId(iqn) + " for volume " + volume_id + " is not a valid IQN");
+  }
+  return OkStatus();
+}
+
+template <typename T>
+StatusOr<Page<T>> Paginate(const std::vector<T>& sorted, const std::string& start_token, int max_entries,
+                           bool (*valid_token)(std::string_view)) {
+  if (max_entries < 0) return InvalidArgument("max_entries must not be negative");
+  if (!start_token.empty() && !valid_token(start_token)) {
+    return Aborted("list token " + QuoteId(start_token) + " is not one this backend gave out");
+  }
+  // The token is the id to resume at: ids are stable and ordered, so a page
+  // boundary survives creates and deletes between calls.
+  auto it = std::lower_bound(sorted.begin(), sorted.end(), start_token,
+                             [](const T& r, const std::string& token) { return r.id < token; });
+  Page<T> page;
+  for (; it != sorted.end(); ++it) {
+    if (max_entries > 0 && static_cast<int>(page.items.size()) == max_entries) {
+      page.next_token = it->id;
+      break;
+    }
+    page.items.push_back(*it);
+  }
+  return page;
+}
+
+int64_t NowUnix() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+LocalBackend::LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter> exporter, LocalBackendOptions options)
+    : options_(std::move(options)),
+      pool_(std::move(pool)),
+      exporter_(std::move(exporter)),
+      locks_(std::make_unique<KeyedMutex>()) {}
+
+StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& pool_dir,
+                                                           std::shared_ptr<Exporter> exporter,
+                                                           LocalBackendOptions options) {
+  if (options.iqn_prefix.rfind("iqn.", 0) != 0 || options.iqn_prefix.find(':') != std::string::npos) {
+    return InvalidArgument("IQN prefix \"" + options.iqn_prefix + "\" must look like iqn.YYYY-MM.reversed.domain");
+  }
+  PoolOptions pool_options;
+  pool_options.fault_hook = options.fault_hook;
+  BLOCKCSI_ASSIGN_OR_RETURN(auto pool, Pool::Open(pool_dir, pool_options));
+  std::shared_ptr<LocalBackend> backend(new LocalBackend(std::move(pool), std::move(exporter), std::move(options)));
+  if (auto r = backend->ReconcileNow(); !r.ok()) {
+    LogWarn("initial reconcile failed; the loop will retry", {{"error", r.status().ToString()}});
+  }
+  if (backend->options_.reconcile_interval.count() > 0) {
+    backend->loop_ = std::thread([raw = backend.get()] { raw->LoopMain(); });
+  }
+  return backend;
+}
+
+LocalBackend::~LocalBackend() {
+  {
+    std::lock_guard lock(loop_mu_);
+    stopping_ = true;
+  }
+  loop_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+std::string LocalBackend::Name() const { return exporter_->Kind(); }
+
+Status LocalBackend::Fault(std::string_view step) const {
+  if (options_.fault_hook) return options_.fault_hook(step);
+  return OkStatus();
+}
+
+VolumeRecord LocalBackend::Present(VolumeRecord record) const {
+  record.portals = options_.portals;
+  return record;
+}
+
+DesiredExport LocalBackend::DesiredFor(const VolumeRecord& r) const {
+  DesiredExport d;
+  d.iqn = r.target_iqn;
+  d.volume_id = r.id;
+  d.image_path = pool_->ImagePath(r.id);
+  d.size_bytes = r.size_bytes;
+  d.serial = r.serial;
+  d.wwn = r.wwn;
+  std::lock_guard lock(chap_mu_);
+  auto secrets = chap_.find(r.id);
+  for (const auto& g : r.grants) {
+    d.acls.push_back({g.initiator_iqn, g.chap});
+    if (!g.chap || secrets == chap_.end()) continue;
+    auto c = secrets->second.find(g.initiator_iqn);
+    if (c != secrets->second.end()) d.chap.push_back(c->second);
+  }
+  return d;
+}
+
+Status LocalBackend::ApplyExport(const VolumeRecord& record) {
+  BLOCKCSI_ASSIGN_OR_RETURN(auto repairs, exporter_->Apply(DesiredFor(record)));
+  for (const auto& line : repairs) LogDebug("export changed", {{"volume", record.id}, {"change", line}});
+  return OkStatus();
+}
+
+StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) {
+  if (spec.name.empty()) return InvalidArgument("volume name is empty");
+  if (spec.size_bytes == 0 || spec.size_bytes % kTargetAllocationGranularity != 0) {
+    return InvalidArgument("size " + std::to_string(spec.size_bytes) + " of volume \"" + spec.name +
+                           "\" is not a positive multiple of 1 MiB");
+  }
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock name_lock(locks_.get(), "name:" + spec.name);
+  if (auto existing = pool_->FindVolumeByName(spec.name)) {
+    if (existing->size_bytes != spec.size_bytes || !(existing->source == spec.source)) {
+      return AlreadyExists("volume \"" + spec.name + "\" already exists as " + existing->id + " with size " +
+                           std::to_string(existing->size_bytes) + " and another size or content source");
+    }
+    KeyedMutex::Lock id_lock(locks_.get(), existing->id);
+    BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*existing));  // a retry after a failed export
+    return Present(*existing);
+  }
+
+  std::string source_image;
+  std::optional<KeyedMutex::Lock> source_lock;
+  if (spec.source.kind == ContentSource::Kind::kSnapshot) {
+    if (!IsSnapshotId(spec.source.id)) return NotFound("source snapshot " + QuoteId(spec.source.id) + " not found");
+    source_lock.emplace(locks_.get(), spec.source.id);
+    auto snap = pool_->GetSnapshot(spec.source.id);
+    if (!snap) return NotFound("source snapshot " + spec.source.id + " of volume \"" + spec.name + "\" not found");
+    if (snap->size_bytes > spec.size_bytes) {
+      return OutOfRange("volume \"" + spec.name + "\" (" + std::to_string(spec.size_bytes) +
+                        " bytes) is smaller than its source snapshot " + snap->id);
+    }
+    source_image = pool_->ImagePath(snap->id);
+  } else if (spec.source.kind == ContentSource::Kind::kVolume) {
+    if (!IsVolumeId(spec.source.id)) return NotFound("source volume " + QuoteId(spec.source.id) + " not found");
+    source_lock.emplace(locks_.get(), spec.source.id);
+    auto src = pool_->GetVolume(spec.source.id);
+    if (!src) return NotFound("source volume " + spec.source.id + " of volume \"" + spec.name + "\" not found");
+    if (src->size_bytes > spec.size_bytes) {
+      return OutOfRange("volume \"" + spec.name + "\" (" + std::to_string(spec.size_bytes) +
+                        " bytes) is smaller than its source volume " + src->id);
+    }
+    source_image = pool_->ImagePath(src->id);
+  }
+
+  VolumeRecord record;
+  record.id = NewVolumeId();
+  KeyedMutex::Lock id_lock(locks_.get(), record.id);
+  record.name = spec.name;
+  record.size_bytes = spec.size_bytes;
+  record.created_unix_seconds = NowUnix();
+  record.source = spec.source;
+  record.parameters = spec.parameters;
+  record.target_iqn = options_.iqn_prefix + ":" + record.id;
+  record.lun = 1;
+  LunIdentity identity = exporter_->IdentityFor(record.id);
+  record.serial = identity.serial;
+  record.wwn = identity.wwn;
+  CopyMethod method = CopyMethod::kNone;
+  Status created = pool_->CreateVolume(record, source_image, &method);
+  if (!created.ok()) return created.WithContext("create volume \"" + spec.name + "\"");
+  BLOCKCSI_RETURN_IF_ERROR(Fault("create:committed"));
+  LogInfo("volume created", {{"volume", record.id},
+                             {"name", record.name},
+                             {"size", std::to_string(record.size_bytes)},
+                             {"copy", method == CopyMethod::kReflink      ? "reflink"
+                                      : method == CopyMethod::kSparseCopy ? "sparse-copy"
+                                                                          : "none"}});
+  // Exported with no ACL: nobody can log in until a grant.
+  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(record));
+  return Present(record);
+}
+
+Status LocalBackend::DeleteVolume(const std::string& volume_id) {
+  if (!IsVolumeId(volume_id)) return OkStatus();  // not ours, so nothing of ours to delete
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return OkStatus();
+  if (!record->grants.empty()) {
+    return FailedPrecondition("volume " + volume_id + " is still published to " + GrantNodes(*record));
+  }
+  BLOCKCSI_RETURN_IF_ERROR(exporter_->Remove(record->target_iqn));
+  BLOCKCSI_RETURN_IF_ERROR(Fault("delete:unexported"));
+  BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteVolume(volume_id));
+  {
+    std::lock_guard lock(chap_mu_);
+    chap_.erase(volume_id);
+  }
+  LogInfo("volume deleted", {{"volume", volume_id}, {"name", record->name}});
+  return OkStatus();
+}
+
+StatusOr<VolumeRecord> LocalBackend::ExpandVolume(const std::string& volume_id, uint64_t new_size_bytes) {
+  if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
+  if (new_size_bytes == 0 || new_size_bytes % kTargetAllocationGranularity != 0) {
+    return InvalidArgument("new size " + std::to_string(new_size_bytes) + " of volume " + volume_id +
+                           " is not a positive multiple of 1 MiB");
+  }
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return NotFound("volume " + volume_id + " not found");
+  if (new_size_bytes < record->size_bytes) {
+    return OutOfRange("volume " + volume_id + " is " + std::to_string(record->size_bytes) +
+                      " bytes; it cannot shrink to " + std::to_string(new_size_bytes));
+  }
+  if (new_size_bytes > record->size_bytes) {
+    BLOCKCSI_RETURN_IF_ERROR(pool_->GrowImage(volume_id, new_size_bytes));
+    BLOCKCSI_RETURN_IF_ERROR(Fault("expand:image-grown"));
+    record->size_bytes = new_size_bytes;
+    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
+    LogInfo("volume expanded", {{"volume", volume_id}, {"size", std::to_string(new_size_bytes)}});
+  }
+  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));  // re-adds the LUN at its new size
+  return Present(*record);
+}
+
+StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, const AccessGrant& grant) {
+  if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
+  BLOCKCSI_RETURN_IF_ERROR(ValidateInitiatorName(volume_id, grant.initiator_iqn));
+  if (grant.chap.enabled() && grant.chap.password.empty()) {
+    return InvalidArgument("CHAP user for volume " + volume_id + " has no password");
+  }
+  if (grant.chap.mutual() && (!grant.chap.enabled() || grant.chap.mutual_password.empty())) {
+    return InvalidArgument("mutual CHAP for volume " + volume_id + " needs both one-way credentials and a password");
+  }
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return NotFound("volume " + volume_id + " not found");
+  GrantRecord wanted{grant.initiator_iqn, grant.node_id, grant.read_only, grant.capability, grant.chap.enabled()};
+  auto existing = std::find_if(record->grants.begin(), record->grants.end(),
+                               [&](const GrantRecord& g) { return g.initiator_iqn == grant.initiator_iqn; });
+  if (existing != record->grants.end()) {
+    if (existing->node_id != wanted.node_id || existing->read_only != wanted.read_only ||
+        existing->capability != wanted.capability || existing->chap != wanted.chap) {
+      return AlreadyExists("volume " + volume_id + " is already granted to " + grant.initiator_iqn +
+                           " with another access mode, read-only flag or CHAP setting");
+    }
+  }
+  {
+    // Secrets go to memory before the export is applied (it needs them) and
+    // stay there until revoke or delete.
+    std::lock_guard lock(chap_mu_);
+    if (grant.chap.enabled()) {
+      chap_[volume_id][grant.initiator_iqn] = grant.chap;
+    } else if (auto it = chap_.find(volume_id); it != chap_.end()) {
+      it->second.erase(grant.initiator_iqn);
+    }
+  }
+  if (existing == record->grants.end()) {
+    record->grants.push_back(wanted);
+    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
+    BLOCKCSI_RETURN_IF_ERROR(Fault("grant:recorded"));
+    LogInfo("access granted", {{"volume", volume_id},
+                               {"initiator", grant.initiator_iqn},
+                               {"chap", grant.chap.enabled() ? (grant.chap.mutual() ? "mutual" : "one-way") : "off"}});
+  }
+  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));
+  return Present(*record);
+}
+
+Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
+  if (!IsVolumeId(volume_id)) return OkStatus();
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return OkStatus();
+  size_t before = record->grants.size();
+  std::erase_if(record->grants, [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; });
+  if (record->grants.size() != before) {
+    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
+    BLOCKCSI_RETURN_IF_ERROR(Fault("revoke:recorded"));
+  }
+  {
+    std::lock_guard lock(chap_mu_);
+    if (auto it = chap_.find(volume_id); it != chap_.end()) it->second.erase(initiator_iqn);
+  }
+  // ACL out first, then the sessions: the initiator cannot come back in.
+  // Both run even when the grant was already gone, so a retry after a crash
+  // still fences.
+  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));
+  BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record->target_iqn, initiator_iqn));
+  if (record->grants.size() != before) {
+    LogInfo("access revoked", {{"volume", volume_id}, {"initiator", initiator_iqn}});
+  }
+  return OkStatus();
+}
+
+StatusOr<VolumeRecord> LocalBackend::GetVolume(const std::string& volume_id) {
+  if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return NotFound("volume " + volume_id + " not found");
+  return Present(*record);
+}
+
+StatusOr<VolumeHealth> LocalBackend::CheckVolume(const std::string& volume_id) {
+  if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return NotFound("volume " + volume_id + " not found");
+  struct stat st {};
+  if (::stat(pool_->ImagePath(volume_id).c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < record->size_bytes) {
+    return VolumeHealth{true, "image of volume " + volume_id + " is missing or short"};
+  }
+  auto repairs = exporter_->Apply(DesiredFor(*record));
+  if (!repairs.ok()) return VolumeHealth{true, "export of volume " + volume_id + ": " + repairs.status().message()};
+  for (const auto& line : *repairs) LogInfo("check: repaired", {{"volume", volume_id}, {"repair", line}});
+  for (const auto& line : *repairs) {
+    if (line.rfind("withheld", 0) == 0) return VolumeHealth{true, line};
+  }
+  return VolumeHealth{false, repairs->empty() ? "" : "export repaired: " + repairs->front()};
+}
+
+StatusOr<Page<VolumeRecord>> LocalBackend::ListVolumes(const std::string& start_token, int max_entries) {
+  std::vector<VolumeRecord> all = pool_->ListVolumes();
+  for (auto& r : all) r = Present(std::move(r));
+  return Paginate(all, start_token, max_entries, &IsVolumeId);
+}
+
+StatusOr<uint64_t> LocalBackend::AvailableBytes() { return pool_->AvailableBytes(); }
+
+StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_volume_id, const std::string& name) {
+  if (name.empty()) return InvalidArgument("snapshot name is empty");
+  if (!IsVolumeId(source_volume_id)) {
+    return NotFound("source volume " + QuoteId(source_volume_id) + " of snapshot \"" + name + "\" not found");
+  }
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock name_lock(locks_.get(), "snapname:" + name);
+  if (auto existing = pool_->FindSnapshotByName(name)) {
+    if (existing->source_volume_id != source_volume_id) {
+      return AlreadyExists("snapshot \"" + name + "\" already exists as " + existing->id + " of volume " +
+                           existing->source_volume_id);
+    }
+    return *existing;
+  }
+  KeyedMutex::Lock source_lock(locks_.get(), source_volume_id);
+  auto source = pool_->GetVolume(source_volume_id);
+  if (!source) return NotFound("source volume " + source_volume_id + " of snapshot \"" + name + "\" not found");
+  SnapshotRecord record;
+  record.id = NewSnapshotId();
+  record.name = name;
+  record.source_volume_id = source_volume_id;
+  record.size_bytes = source->size_bytes;
+  record.created_unix_seconds = NowUnix();
+  record.ready_to_use = true;
+  CopyMethod method = CopyMethod::kNone;
+  Status created = pool_->CreateSnapshot(record, &method);
+  if (!created.ok()) return created.WithContext("snapshot \"" + name + "\" of volume " + source_volume_id);
+  LogInfo("snapshot created", {{"snapshot", record.id},
+                               {"volume", source_volume_id},
+                               {"copy", method == CopyMethod::kReflink ? "reflink" : "sparse-copy"}});
+  return record;
+}
+
+Status LocalBackend::DeleteSnapshot(const std::string& snapshot_id) {
+  if (!IsSnapshotId(snapshot_id)) return OkStatus();
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock lock(locks_.get(), snapshot_id);
+  if (!pool_->GetSnapshot(snapshot_id)) return OkStatus();
+  BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteSnapshot(snapshot_id));
+  LogInfo("snapshot deleted", {{"snapshot", snapshot_id}});
+  return OkStatus();
+}
+
+StatusOr<SnapshotRecord> LocalBackend::GetSnapshot(const std::string& snapshot_id) {
+  if (!IsSnapshotId(snapshot_id)) return NotFound("snapshot " + QuoteId(snapshot_id) + " not found");
+  auto record = pool_->GetSnapshot(snapshot_id);
+  if (!record) return NotFound("snapshot " + snapshot_id + " not found");
+  return *record;
+}
+
+StatusOr<Page<SnapshotRecord>> LocalBackend::ListSnapshots(const std::string& source_volume_id,
+                                                           const std::string& start_token, int max_entries) {
+  std::vector<SnapshotRecord> all = pool_->ListSnapshots();
+  if (!source_volume_id.empty()) {
+    std::erase_if(all, [&](const SnapshotRecord& s) { return s.source_volume_id != source_volume_id; });
+  }
+  return Paginate(all, start_token, max_entries, &IsSnapshotId);
+}
+
+Status LocalBackend::Healthy() {
+  BLOCKCSI_RETURN_IF_ERROR(pool_->Healthy());
+  return exporter_->Healthy();
+}
+
+StatusOr<std::vector<std::string>> LocalBackend::ReconcileNow() {
+  std::vector<std::string> repairs;
+  Status status;
+  {
+    std::unique_lock exclusive(reconcile_mu_);
+    std::vector<DesiredExport> desired;
+    for (const auto& record : pool_->ListVolumes()) desired.push_back(DesiredFor(record));
+    auto result = exporter_->Reconcile(desired, options_.iqn_prefix);
+    if (result.ok()) {
+      repairs = std::move(result).value();
+    } else {
+      status = result.status();
+    }
+  }
+  for (const auto& line : repairs) LogInfo("reconcile: repaired", {{"repair", line}});
+  {
+    std::lock_guard lock(loop_mu_);
+    ++passes_;
+  }
+  loop_cv_.notify_all();
+  if (!status.ok()) return status;
+  return repairs;
+}
+
+uint64_t LocalBackend::reconcile_passes() const {
+  std::lock_guard lock(loop_mu_);
+  return passes_;
+}
+
+void LocalBackend::LoopMain() {
+  std::unique_lock lock(loop_mu_);
+  while (!stopping_) {
+    if (loop_cv_.wait_for(lock, options_.reconcile_interval, [this] { return stopping_; })) break;
+    lock.unlock();
+    auto result = ReconcileNow();
+    if (!result.ok()) LogWarn("reconcile failed", {{"error", result.status().ToString()}});
+    lock.lock();
+  }
+}
+
+}  // namespace blockcsi

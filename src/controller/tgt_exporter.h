@@ -1,0 +1,64 @@
+// TgtExporter: the Exporter for Linux tgt, driving a running tgtd through
+// `tgtadm -C <control port>` (argv via the Executor; CHAP passwords marked
+// Secret). tgtd keeps its configuration in memory only, so everything here
+// is re-derivable from the pool by Apply/Reconcile. Thread-safe: one mutex
+// serialises every change (tgtd handles one management request at a time
+// anyway, and target ids are allocated from what `show` returns).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/executor.h"
+#include "controller/exporter.h"
+#include "controller/tgtadm_parser.h"
+
+namespace blockcsi {
+
+class TgtExporter final : public Exporter {
+ public:
+  TgtExporter(std::shared_ptr<Executor> executor, int control_port,
+              std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+  std::string Kind() const override { return "tgt"; }
+  LunIdentity IdentityFor(const std::string& volume_id) const override;
+  StatusOr<std::vector<std::string>> Apply(const DesiredExport& desired) override;
+  StatusOr<std::vector<std::string>> Reconcile(const std::vector<DesiredExport>& desired,
+                                               const std::string& iqn_prefix) override;
+  Status CloseSessions(const std::string& iqn, const std::string& initiator_iqn) override;
+  Status Remove(const std::string& iqn) override;
+  Status Healthy() override;
+
+  // The SCSI ID tgtd is given for a volume: 24 hex digits. tgtd reports it
+  // as the T10 vendor designator and derives its NAA-6 designator from it
+  // ("60000000" + these digits), which is the WWN a node verifies.
+  static std::string ScsiIdFor(const std::string& volume_id);
+
+ private:
+  Command Tgtadm() const;
+  // Runs a tgtadm command; `tolerated` is a stderr fragment meaning "already
+  // in that state" (idempotent repeats), which counts as success.
+  Status Run(Command command, const std::string& what, const std::string& tolerated = "");
+  StatusOr<std::vector<TgtTarget>> ShowTargets();
+  StatusOr<std::vector<std::string>> ShowAccounts();
+  // Both need mu_ held.
+  StatusOr<std::vector<std::string>> ApplyLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
+                                                 std::vector<std::string>& live_accounts);
+  Status EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
+                       std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
+  Status AddLun(int tid, const DesiredExport& desired);
+
+  const std::shared_ptr<Executor> executor_;
+  const int control_port_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  // The password each tgtd account was last created with by this process;
+  // memory only (never persisted, never logged).
+  std::map<std::string, std::string> account_passwords_;  // guarded by mu_
+};
+
+}  // namespace blockcsi

@@ -1,0 +1,52 @@
+// Pure parsers of `tgtadm --op show` output (tgt 1.0.x text format, captured
+// under test/testdata/tgtadm/). Stateless; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace blockcsi {
+
+struct TgtLun {
+  int lun = 0;
+  std::string type;  // "disk", "controller"
+  std::string scsi_id;
+  std::string scsi_sn;
+  uint64_t size_mb = 0;  // tgtd prints decimal megabytes, rounded down
+  std::string backing_path;
+};
+
+struct TgtConnection {
+  int cid = 0;
+  std::string address;
+};
+
+struct TgtSession {
+  int sid = 0;  // the I_T nexus id, which tgtadm's --sid takes
+  std::string initiator;
+  std::vector<TgtConnection> connections;
+};
+
+struct TgtTarget {
+  int tid = 0;
+  std::string iqn;
+  std::vector<TgtSession> sessions;
+  std::vector<TgtLun> luns;
+  std::vector<std::string> incoming_accounts;
+  std::vector<std::string> outgoing_accounts;
+  std::vector<std::string> acls;  // initiator names (or addresses, not ours)
+
+  const TgtLun* FindLun(int lun) const;
+};
+
+// `tgtadm --op show --mode target`. INVALID_ARGUMENT on a line it cannot place.
+StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text);
+
+// `tgtadm --op show --mode account`: the account names.
+StatusOr<std::vector<std::string>> ParseTgtadmAccounts(std::string_view text);
+
+}  // namespace blockcsi

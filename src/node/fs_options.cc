@@ -1,0 +1,172 @@
+#include "node/fs_options.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <map>
+#include <set>
+
+namespace blockcsi {
+namespace {
+
+// Mount options that only tune behaviour. Left out on purpose: dev, suid,
+// exec (undo the kubelet's hardening), bind/rbind/move/remount (change what
+// is mounted), nobarrier (data loss on power failure), errors=panic (one bad
+// volume takes the node down).
+const std::set<std::string, std::less<>> kCommonFlags = {
+    "ro",         "rw",        "noatime",  "relatime", "strictatime", "nodiratime", "lazytime",
+    "nolazytime", "nodev",     "nosuid",   "noexec",   "sync",        "async",      "dirsync",
+    "discard",    "nodiscard", "usrquota", "grpquota", "prjquota",    "quota",      "noquota",
+    "uquota",     "gquota",    "pquota",   "acl",      "noacl",       "user_xattr", "nouser_xattr"};
+const std::map<std::string, std::set<std::string, std::less<>>, std::less<>> kFsFlags = {
+    {"ext4",
+     {"data=ordered", "data=journal", "data=writeback", "errors=remount-ro", "errors=continue", "barrier", "barrier=1",
+      "journal_checksum", "journal_async_commit", "delalloc", "nodelalloc", "auto_da_alloc", "noauto_da_alloc",
+      "dioread_nolock", "dioread_lock", "init_itable", "noinit_itable", "block_validity", "noblock_validity"}},
+    {"xfs", {"nouuid", "inode64", "inode32", "largeio", "nolargeio", "wsync", "attr2", "noattr2", "grpid", "nogrpid"}},
+    {"btrfs",
+     {"ssd", "nossd", "ssd_spread", "nossd_spread", "autodefrag", "noautodefrag", "space_cache=v2", "datacow",
+      "nodatacow", "datasum", "nodatasum", "compress", "compress-force", "flushoncommit", "noflushoncommit",
+      "degraded"}},
+};
+// Options of the form key=<number or short token>.
+const std::map<std::string, std::set<std::string, std::less<>>, std::less<>> kFsValueFlags = {
+    {"ext4", {"commit", "stripe", "inode_readahead_blks", "max_batch_time", "min_batch_time", "journal_ioprio"}},
+    {"xfs", {"logbufs", "logbsize", "allocsize", "sunit", "swidth", "swalloc"}},
+    {"btrfs", {"commit", "compress", "compress-force", "max_inline", "thread_pool"}},
+};
+
+bool IsValueToken(std::string_view v, size_t max_len = 32) {
+  if (v.empty() || v.size() > max_len) return false;
+  return std::all_of(v.begin(), v.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_' || c == '.' || c == ':' || c == '-' || c == '+' || c == '^' || c == ',' ||
+           c == '=';
+  });
+}
+
+struct MkfsRule {
+  // Options that take a value in the next argument.
+  std::set<std::string, std::less<>> with_value;
+  // Options that stand alone.
+  std::set<std::string, std::less<>> alone;
+};
+
+// Force flags (-f, -F) and anything naming a file (-d file=, -p protofile,
+// -r rootdir, -J device=) are absent on purpose.
+const std::map<std::string, MkfsRule, std::less<>> kMkfsRules = {
+    {"ext4", {{"-b", "-C", "-i", "-I", "-m", "-N", "-L", "-O", "-E", "-T", "-g", "-G", "-e", "-U"}, {"-j", "-q"}}},
+    {"xfs", {{"-b", "-m", "-i", "-L", "-n", "-d", "-l", "-s", "-r"}, {"-q", "-K"}}},
+    {"btrfs", {{"-L", "-n", "-s", "-m", "-d", "-O", "-R", "--csum", "-U"}, {"-q", "-K", "--nodiscard"}}},
+};
+
+}  // namespace
+
+bool IsStageableFsType(std::string_view fs_type) { return fs_type == "ext4" || fs_type == "xfs" || fs_type == "btrfs"; }
+
+Status ValidateMountFlags(std::string_view volume_id, std::string_view fs_type, const std::vector<std::string>& flags) {
+  for (const auto& flag : flags) {
+    // A flag may itself be a comma separated list ("noatime,nodiratime").
+    if (fs_type.empty()) {
+      // A raw block volume is never mounted: a flag would be silently ignored.
+      return InvalidArgument("volume " + std::string(volume_id) + ": mount flag \"" + flag +
+                             "\" given for a raw block volume");
+    }
+    std::string_view rest = flag;
+    for (bool more = true; more;) {
+      size_t comma = rest.find(',');
+      std::string_view one = rest.substr(0, comma);
+      more = comma != std::string_view::npos;
+      if (more) rest.remove_prefix(comma + 1);
+      if (one.empty())
+        return InvalidArgument("volume " + std::string(volume_id) + ": empty mount flag in \"" + flag + "\"");
+      bool allowed = kCommonFlags.contains(one);
+      if (!allowed) {
+        auto fs = kFsFlags.find(fs_type);
+        allowed = fs != kFsFlags.end() && fs->second.contains(one);
+      }
+      if (!allowed) {
+        size_t eq = one.find('=');
+        auto vf = kFsValueFlags.find(fs_type);
+        allowed = eq != std::string_view::npos && vf != kFsValueFlags.end() && vf->second.contains(one.substr(0, eq)) &&
+                  IsValueToken(one.substr(eq + 1)) && one.substr(eq + 1).find_first_of(",=") == std::string_view::npos;
+      }
+      if (!allowed) {
+        return InvalidArgument("volume " + std::string(volume_id) + ": mount flag \"" + std::string(one) +
+                               "\" is not allowed for " + std::string(fs_type));
+      }
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<std::string>> ParseMkfsOptions(std::string_view volume_id, std::string_view fs_type,
+                                                    std::string_view text) {
+  auto rule = kMkfsRules.find(fs_type);
+  if (rule == kMkfsRules.end()) {
+    return InvalidArgument("volume " + std::string(volume_id) + ": no mkfs options for filesystem \"" +
+                           std::string(fs_type) + "\"");
+  }
+  std::vector<std::string> tokens;
+  std::string current;
+  for (char c : text) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      if (!current.empty()) tokens.push_back(std::move(current));
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  if (!current.empty()) tokens.push_back(std::move(current));
+  auto bad = [&](const std::string& what) {
+    return InvalidArgument("volume " + std::string(volume_id) + ": mkfsOptions for " + std::string(fs_type) + ": " +
+                           what);
+  };
+  std::vector<std::string> out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& t = tokens[i];
+    if (rule->second.alone.contains(t)) {
+      out.push_back(t);
+    } else if (rule->second.with_value.contains(t)) {
+      if (i + 1 >= tokens.size()) return bad("option " + t + " needs a value");
+      const std::string& v = tokens[++i];
+      // Values are short tokens: no paths (no '/'), nothing a program could
+      // read as another option.
+      if (!IsValueToken(v, 128) || v.front() == '-') return bad("value \"" + v + "\" of " + t + " is not allowed");
+      if (fs_type == "xfs" && t == "-d" && v.find("file") != std::string::npos) return bad("-d file= is not allowed");
+      out.push_back(t);
+      out.push_back(v);
+    } else {
+      return bad("option \"" + t + "\" is not allowed");
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> MkfsArgv(std::string_view fs_type, const std::string& device,
+                                  const std::vector<std::string>& extra) {
+  std::vector<std::string> argv;
+  if (fs_type == "ext4") {
+    // mke2fs keeps only the last -E: merge the caller's into ours.
+    std::string ext = "nodiscard,lazy_itable_init=1,lazy_journal_init=1";
+    std::vector<std::string> rest;
+    for (size_t i = 0; i < extra.size(); ++i) {
+      if (extra[i] == "-E" && i + 1 < extra.size()) {
+        ext += "," + extra[++i];
+      } else {
+        rest.push_back(extra[i]);
+      }
+    }
+    argv = {"mkfs.ext4", "-q", "-E", ext};
+    argv.insert(argv.end(), rest.begin(), rest.end());
+  } else if (fs_type == "xfs") {
+    argv = {"mkfs.xfs", "-q", "-K"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+  } else {
+    argv = {"mkfs.btrfs", "-q", "--nodiscard"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+  }
+  argv.push_back(device);
+  return argv;
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,116 @@
+// CSI Node service: stage/unstage (attach, verify, format only a blank
+// device, mount), publish/unpublish (bind mounts), expand, stats and volume
+// condition. All durable state lives in the attach record (through
+// VolumeAttacher::Annotate) and in the kernel's mount table, so a restarted
+// plugin keeps serving what it staged and a retried RPC converges.
+// Thread-safe: RPCs on different volumes run in parallel; a second RPC on a
+// volume that has one in flight gets ABORTED.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "attach/attach_spec.h"
+#include "attach/volume_attacher.h"
+#include "common/block_probe.h"
+#include "common/executor.h"
+#include "common/inflight.h"
+#include "common/mounter.h"
+#include "csi.grpc.pb.h"
+#include "node/node_host.h"
+
+namespace blockcsi {
+
+// NodeGetInfo's accessible_topology segment: volumes of a node-local pool
+// (or a cluster that pins volumes to nodes) are accessible from this node.
+inline constexpr char kTopologyNodeKey[] = "topology.blockcsi.io/node";
+
+// The node's facts about a staged volume, kept in the attach record as one
+// annotation (kStagedAnnotation = "<access>,<fs type>,<staging path>", e.g.
+// "mount,ext4,/var/lib/kubelet/..." or "block,,/var/lib/kubelet/...") so
+// that they land together in one durable write: a crash never leaves half
+// of them, and staging pays for one fsync, not three.
+inline constexpr char kStagedAnnotation[] = "node.staged";
+
+struct StagedFacts {
+  std::string access_type;  // "mount" | "block"; empty when not recorded
+  std::string fs_type;      // empty for block
+  std::string staging_path;
+  bool block() const { return access_type == "block"; }
+  std::string Encode() const;
+  static StagedFacts Of(const AttachRecord& record);
+};
+
+struct NodeServiceOptions {
+  std::string node_id;
+  int64_t max_volumes_per_node = 0;
+  std::shared_ptr<VolumeAttacher> attacher;
+  std::shared_ptr<Mounter> mounter;
+  std::shared_ptr<BlockProbe> probe;
+  std::shared_ptr<Executor> executor;
+  std::shared_ptr<NodeHost> host;
+  // Parses publish_context + secrets; ParseAttachSpec unless a test swaps it.
+  std::function<StatusOr<AttachSpec>(const std::string& volume_id, const std::map<std::string, std::string>& context,
+                                     const std::map<std::string, std::string>& secrets,
+                                     const std::string& initiator_iqn)>
+      parse_spec;
+  // Called at each named step; FaultPoint (the env-driven kill -9 hook)
+  // unless a test swaps it.
+  std::function<void(std::string_view step)> fault_hook;
+};
+
+class NodeService final : public csi::v1::Node::Service {
+ public:
+  explicit NodeService(NodeServiceOptions options);
+  NodeService(const NodeService&) = delete;
+  NodeService& operator=(const NodeService&) = delete;
+
+  grpc::Status NodeStageVolume(grpc::ServerContext* context, const csi::v1::NodeStageVolumeRequest* request,
+                               csi::v1::NodeStageVolumeResponse* response) override;
+  grpc::Status NodeUnstageVolume(grpc::ServerContext* context, const csi::v1::NodeUnstageVolumeRequest* request,
+                                 csi::v1::NodeUnstageVolumeResponse* response) override;
+  grpc::Status NodePublishVolume(grpc::ServerContext* context, const csi::v1::NodePublishVolumeRequest* request,
+                                 csi::v1::NodePublishVolumeResponse* response) override;
+  grpc::Status NodeUnpublishVolume(grpc::ServerContext* context, const csi::v1::NodeUnpublishVolumeRequest* request,
+                                   csi::v1::NodeUnpublishVolumeResponse* response) override;
+  grpc::Status NodeGetVolumeStats(grpc::ServerContext* context, const csi::v1::NodeGetVolumeStatsRequest* request,
+                                  csi::v1::NodeGetVolumeStatsResponse* response) override;
+  grpc::Status NodeExpandVolume(grpc::ServerContext* context, const csi::v1::NodeExpandVolumeRequest* request,
+                                csi::v1::NodeExpandVolumeResponse* response) override;
+  grpc::Status NodeGetCapabilities(grpc::ServerContext* context, const csi::v1::NodeGetCapabilitiesRequest* request,
+                                   csi::v1::NodeGetCapabilitiesResponse* response) override;
+  grpc::Status NodeGetInfo(grpc::ServerContext* context, const csi::v1::NodeGetInfoRequest* request,
+                           csi::v1::NodeGetInfoResponse* response) override;
+
+  // The same operations with our Status, for tests and in-process callers.
+  Status Stage(const csi::v1::NodeStageVolumeRequest& request);
+  Status Unstage(const csi::v1::NodeUnstageVolumeRequest& request);
+  Status Publish(const csi::v1::NodePublishVolumeRequest& request);
+  Status Unpublish(const csi::v1::NodeUnpublishVolumeRequest& request);
+  Status Stats(const csi::v1::NodeGetVolumeStatsRequest& request, csi::v1::NodeGetVolumeStatsResponse* response);
+  Status Expand(const csi::v1::NodeExpandVolumeRequest& request, csi::v1::NodeExpandVolumeResponse* response);
+
+  // Logs what earlier runs left staged (kept serving as is). Called once at start.
+  void LogAdoptedVolumes();
+
+ private:
+  struct StagePlan;
+  Status StageMount(const StagePlan& plan, const AttachRecord& record);
+  Status CheckExistingStaging(const StagePlan& plan, const MountEntry& entry, bool* already_staged);
+  Status RequireNoUsers(const std::string& volume_id, const AttachRecord& record, const std::string& staging_path,
+                        const std::vector<MountEntry>& table);
+  // Read-only raw block publishes of a writable attachment go through a
+  // read-only loop device on top of the volume's device.
+  StatusOr<std::string> MakeReadOnlyLayer(const std::string& volume_id, const std::string& device);
+  Status RemoveReadOnlyLayer(const std::string& volume_id, const std::string& loop);
+  void Fault(std::string_view step) const;
+
+  const NodeServiceOptions options_;
+  const std::string initiator_iqn_;
+  InFlightGuard in_flight_;
+};
+
+}  // namespace blockcsi

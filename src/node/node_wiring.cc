@@ -1,0 +1,30 @@
+#include "node/node_wiring.h"
+
+#include "attach/attacher_factory.h"
+#include "node/fault_points.h"
+
+namespace blockcsi {
+
+StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring) {
+  AttacherOptions attacher_options;
+  attacher_options.connector = wiring.connector;
+  attacher_options.state_dir = wiring.state_dir;
+  attacher_options.node_id = wiring.node_id;
+  attacher_options.step_hook = [](std::string_view step) { FaultPoint(step); };
+  auto attacher = MakeVolumeAttacher(attacher_options);
+  if (!attacher.ok()) return attacher.status().WithContext("node service: attacher");
+
+  NodeServiceOptions options;
+  options.node_id = wiring.node_id;
+  options.max_volumes_per_node = wiring.max_volumes_per_node;
+  options.attacher = std::shared_ptr<VolumeAttacher>(std::move(*attacher));
+  options.mounter = MakeLibmountMounter();
+  options.probe = MakeBlkidProbe();
+  options.executor = MakeProcessExecutor();
+  options.host = MakeRealNodeHost();
+  auto node = std::make_shared<NodeService>(std::move(options));
+  node->LogAdoptedVolumes();
+  return node;
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,26 @@
+// Builds the production Node service from the plugin's configuration: the
+// attacher for the chosen connector (which adopts what earlier runs left)
+// and the real OS seams (libmount, libblkid, process executor, host). The
+// test-only fault points (BLOCKCSI_FAULT_POINT) reach the attacher's steps
+// too. Called once from main.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "node/node_service.h"
+
+namespace blockcsi {
+
+struct NodeWiring {
+  std::string connector;  // "iscsi" | "userspace"
+  std::string state_dir;
+  std::string node_id;
+  int64_t max_volumes_per_node = 0;
+};
+
+StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring);
+
+}  // namespace blockcsi

@@ -1,0 +1,43 @@
+// A libiscsi initiator for tests: logs in with a chosen initiator name (and
+// CHAP), reads capacity and does I/O. Never reconnects on its own, so a
+// session the target closed stays closed. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+struct iscsi_context;
+
+namespace blockcsi::testing {
+
+struct IscsiLogin {
+  std::string portal;  // host:port
+  std::string target_iqn;
+  std::string initiator_iqn;
+  std::string chap_user, chap_password;
+  std::string mutual_user, mutual_password;  // the target's credentials (mutual CHAP)
+};
+
+class IscsiClient {
+ public:
+  // nullptr and *error set when the login fails.
+  static std::unique_ptr<IscsiClient> Login(const IscsiLogin& login, std::string* error);
+  ~IscsiClient();
+  IscsiClient(const IscsiClient&) = delete;
+  IscsiClient& operator=(const IscsiClient&) = delete;
+
+  // Capacity of LUN 1 in bytes; -1 on failure (unit attentions are retried).
+  int64_t ReadCapacity(std::string* error = nullptr);
+  bool Write(uint64_t lba, const std::string& block512, std::string* error = nullptr);
+  bool Read(uint64_t lba, std::string* block512, std::string* error = nullptr);
+  // VPD 0x80 serial (trimmed) and the 16-byte NAA designator of VPD 0x83 (hex).
+  std::string Serial();
+  std::string NaaWwn();
+
+ private:
+  explicit IscsiClient(iscsi_context* ctx) : ctx_(ctx) {}
+  iscsi_context* ctx_;
+};
+
+}  // namespace blockcsi::testing

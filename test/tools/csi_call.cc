@@ -1,0 +1,138 @@
+// csi-call: a tiny CSI client for scripts (hack/demo.sh) and debugging.
+//   csi-call --endpoint unix:///run/csi.sock [--timeout 60] <Method> ['<json request>']
+// Prints the response as JSON on stdout; on error prints "csi-call: <Method>:
+// <CODE>: <message>" on stderr and exits 1 (2 for usage errors).
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "csi.grpc.pb.h"
+
+namespace {
+
+using google::protobuf::util::JsonParseOptions;
+using google::protobuf::util::JsonPrintOptions;
+
+struct CallOptions {
+  std::shared_ptr<grpc::Channel> channel;
+  std::chrono::seconds timeout{60};
+};
+
+using Handler = std::function<int(const CallOptions&, const std::string& method, const std::string& json)>;
+
+// One CSI method: parse the request from JSON, call, print the response.
+template <typename Service, typename Request, typename Response>
+Handler Method(grpc::Status (Service::Stub::*call)(grpc::ClientContext*, const Request&, Response*)) {
+  return [call](const CallOptions& options, const std::string& method, const std::string& json) {
+    Request request;
+    JsonParseOptions parse;
+    parse.ignore_unknown_fields = false;
+    if (auto st = google::protobuf::util::JsonStringToMessage(json.empty() ? "{}" : json, &request, parse); !st.ok()) {
+      std::cerr << "csi-call: " << method << ": bad request JSON: " << st.ToString() << "\n";
+      return 2;
+    }
+    auto stub = Service::NewStub(options.channel);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+    Response response;
+    grpc::Status status = ((*stub).*call)(&context, request, &response);
+    if (!status.ok()) {
+      static const char* kCodes[] = {
+          "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+          "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+          "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+          "DATA_LOSS", "UNAUTHENTICATED"};
+      int code = static_cast<int>(status.error_code());
+      std::cerr << "csi-call: " << method << ": " << (code >= 0 && code <= 16 ? kCodes[code] : "?") << ": "
+                << status.error_message() << "\n";
+      return 1;
+    }
+    std::string out;
+    JsonPrintOptions print;
+    print.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(response, &out, print);
+    std::cout << out << "\n";
+    return 0;
+  };
+}
+
+std::map<std::string, Handler> Methods() {
+  using csi::v1::Controller;
+  using csi::v1::Identity;
+  using csi::v1::Node;
+  return {
+      {"GetPluginInfo", Method<Identity>(&Identity::Stub::GetPluginInfo)},
+      {"GetPluginCapabilities", Method<Identity>(&Identity::Stub::GetPluginCapabilities)},
+      {"Probe", Method<Identity>(&Identity::Stub::Probe)},
+      {"CreateVolume", Method<Controller>(&Controller::Stub::CreateVolume)},
+      {"DeleteVolume", Method<Controller>(&Controller::Stub::DeleteVolume)},
+      {"ControllerPublishVolume", Method<Controller>(&Controller::Stub::ControllerPublishVolume)},
+      {"ControllerUnpublishVolume", Method<Controller>(&Controller::Stub::ControllerUnpublishVolume)},
+      {"ValidateVolumeCapabilities", Method<Controller>(&Controller::Stub::ValidateVolumeCapabilities)},
+      {"ListVolumes", Method<Controller>(&Controller::Stub::ListVolumes)},
+      {"GetCapacity", Method<Controller>(&Controller::Stub::GetCapacity)},
+      {"ControllerGetCapabilities", Method<Controller>(&Controller::Stub::ControllerGetCapabilities)},
+      {"CreateSnapshot", Method<Controller>(&Controller::Stub::CreateSnapshot)},
+      {"DeleteSnapshot", Method<Controller>(&Controller::Stub::DeleteSnapshot)},
+      {"ListSnapshots", Method<Controller>(&Controller::Stub::ListSnapshots)},
+      {"ControllerExpandVolume", Method<Controller>(&Controller::Stub::ControllerExpandVolume)},
+      {"ControllerGetVolume", Method<Controller>(&Controller::Stub::ControllerGetVolume)},
+      {"NodeStageVolume", Method<Node>(&Node::Stub::NodeStageVolume)},
+      {"NodeUnstageVolume", Method<Node>(&Node::Stub::NodeUnstageVolume)},
+      {"NodePublishVolume", Method<Node>(&Node::Stub::NodePublishVolume)},
+      {"NodeUnpublishVolume", Method<Node>(&Node::Stub::NodeUnpublishVolume)},
+      {"NodeGetVolumeStats", Method<Node>(&Node::Stub::NodeGetVolumeStats)},
+      {"NodeExpandVolume", Method<Node>(&Node::Stub::NodeExpandVolume)},
+      {"NodeGetCapabilities", Method<Node>(&Node::Stub::NodeGetCapabilities)},
+      {"NodeGetInfo", Method<Node>(&Node::Stub::NodeGetInfo)},
+  };
+}
+
+int Usage(const std::map<std::string, Handler>& methods) {
+  std::cerr << "usage: csi-call --endpoint unix:///path/csi.sock [--timeout SECONDS] <Method> ['<json request>']\n"
+               "methods:";
+  for (const auto& [name, handler] : methods) std::cerr << " " << name;
+  std::cerr << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto methods = Methods();
+  std::string endpoint;
+  CallOptions options;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--endpoint" && i + 1 < argc) {
+      endpoint = argv[++i];
+    } else if (arg == "--timeout" && i + 1 < argc) {
+      try {
+        options.timeout = std::chrono::seconds(std::stoi(argv[++i]));
+      } catch (...) {
+        return Usage(methods);
+      }
+    } else if (arg == "-h" || arg == "--help") {
+      Usage(methods);
+      return 0;
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (endpoint.empty() || positional.empty() || positional.size() > 2) return Usage(methods);
+  auto handler = methods.find(positional[0]);
+  if (handler == methods.end()) {
+    std::cerr << "csi-call: unknown method " << positional[0] << "\n";
+    return Usage(methods);
+  }
+  // gRPC spells unix sockets "unix:/path" or "unix:///path"; accept both.
+  options.channel = grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+  return handler->second(options, positional[0], positional.size() == 2 ? positional[1] : "");
+}

@@ -1,0 +1,225 @@
+#include "controller/pool.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/atomic_file.h"
+#include "controller/volume_id.h"
+#include "support/test_util.h"
+
+namespace blockcsi {
+namespace {
+
+using testing::TempDir;
+constexpr uint64_t kMiB = 1024 * 1024;
+
+VolumeRecord Record(const std::string& name, uint64_t size) {
+  VolumeRecord r;
+  r.id = NewVolumeId();
+  r.name = name;
+  r.size_bytes = size;
+  r.created_unix_seconds = 1700000000;
+  r.target_iqn = "iqn.2026-11.io.blockcsi:" + r.id;
+  r.serial = "bcsi" + std::string(IdHex(r.id));
+  r.wwn = "60000000b10cc5a1" + std::string(IdHex(r.id));
+  return r;
+}
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+uint64_t AllocatedBytes(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0);
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+TEST(PoolTest, CreatesSparseImageAndDurableRecord) {
+  TempDir dir;
+  auto pool = Pool::Open(dir.path());
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  VolumeRecord r = Record("pvc-1", 64 * kMiB);
+  r.grants.push_back({"iqn.2026-11.io.blockcsi:node:a", "a", false, "cap", true});
+  r.parameters["fsType"] = "ext4";
+  ASSERT_TRUE((*pool)->CreateVolume(r, "").ok());
+  std::string image = (*pool)->ImagePath(r.id);
+  struct stat st {};
+  ASSERT_EQ(::stat(image.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 64 * kMiB);
+  EXPECT_LT(AllocatedBytes(image), kMiB) << "image should be sparse";
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto text = ReadFileToString(dir.Join("volumes/" + r.id + ".json"));
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->find("password"), std::string::npos);
+  pool->reset();
+
+  // Reopened: the same record.
+  auto again = Pool::Open(dir.path());
+  ASSERT_TRUE(again.ok());
+  auto got = (*again)->GetVolume(r.id);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->name, "pvc-1");
+  EXPECT_EQ(got->size_bytes, 64 * kMiB);
+  ASSERT_EQ(got->grants.size(), 1u);
+  EXPECT_TRUE(got->grants[0].chap);
+  EXPECT_EQ(got->parameters.at("fsType"), "ext4");
+  EXPECT_EQ((*again)->FindVolumeByName("pvc-1")->id, r.id);
+}
+
+TEST(PoolTest, SecondOpenOfALockedPoolIsRefused) {
+  TempDir dir;
+  auto first = Pool::Open(dir.path());
+  ASSERT_TRUE(first.ok());
+  auto second = Pool::Open(dir.path());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(PoolTest, RecoveryRemovesImagesWithoutRecordAndTempFiles) {
+  TempDir dir;
+  std::string orphan_id = NewVolumeId();
+  {
+    auto pool = Pool::Open(dir.path());
+    ASSERT_TRUE(pool.ok());
+  }
+  ASSERT_TRUE(WriteFileAtomically(dir.Join("images/" + orphan_id + ".img"), "x").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir.Join("tmp/" + orphan_id + ".img"), "x").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir.Join("volumes/.vol-x.json.tmp123"), "{").ok());
+  auto pool = Pool::Open(dir.path());
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_TRUE(Names(dir.Join("images")).empty());
+  EXPECT_TRUE(Names(dir.Join("tmp")).empty());
+  EXPECT_TRUE(Names(dir.Join("volumes")).empty());
+}
+
+TEST(PoolTest, FaultBetweenStepsLeavesNothingVisibleAfterReopen) {
+  for (const char* step : {"image-staged", "image-placed"}) {
+    TempDir dir;
+    PoolOptions options;
+    options.fault_hook = [step](std::string_view s) {
+      return s == step ? Aborted(std::string("fault at ") + step) : OkStatus();
+    };
+    VolumeRecord r = Record("pvc-crash", 8 * kMiB);
+    {
+      auto pool = Pool::Open(dir.path(), options);
+      ASSERT_TRUE(pool.ok());
+      EXPECT_EQ((*pool)->CreateVolume(r, "").code(), StatusCode::kAborted) << step;
+    }
+    auto pool = Pool::Open(dir.path());
+    ASSERT_TRUE(pool.ok());
+    EXPECT_FALSE((*pool)->GetVolume(r.id).has_value()) << step;
+    EXPECT_TRUE((*pool)->ListVolumes().empty()) << step;
+    EXPECT_TRUE(Names(dir.Join("images")).empty()) << step;
+    EXPECT_TRUE(Names(dir.Join("tmp")).empty()) << step;
+  }
+}
+
+TEST(PoolTest, DeleteRemovesRecordThenImageAndSurvivesFaultBetween) {
+  TempDir dir;
+  VolumeRecord r = Record("pvc-del", 8 * kMiB);
+  {
+    PoolOptions options;
+    options.fault_hook = [](std::string_view s) { return s == "record-removed" ? Aborted("fault") : OkStatus(); };
+    auto pool = Pool::Open(dir.path(), options);
+    ASSERT_TRUE(pool.ok());
+    ASSERT_TRUE((*pool)->CreateVolume(r, "").ok());
+    EXPECT_EQ((*pool)->DeleteVolume(r.id).code(), StatusCode::kAborted);
+  }
+  auto pool = Pool::Open(dir.path());
+  ASSERT_TRUE(pool.ok());
+  EXPECT_FALSE((*pool)->GetVolume(r.id).has_value());
+  EXPECT_TRUE(Names(dir.Join("images")).empty());
+}
+
+TEST(PoolTest, InterruptedExpandIsRolledForward) {
+  TempDir dir;
+  VolumeRecord r = Record("pvc-grow", 8 * kMiB);
+  {
+    auto pool = Pool::Open(dir.path());
+    ASSERT_TRUE((*pool)->CreateVolume(r, "").ok());
+    ASSERT_TRUE((*pool)->GrowImage(r.id, 16 * kMiB).ok());  // crash before the record update
+  }
+  auto pool = Pool::Open(dir.path());
+  EXPECT_EQ((*pool)->GetVolume(r.id)->size_bytes, 16 * kMiB);
+}
+
+TEST(PoolTest, SnapshotCopiesDataKeepsHolesAndIsIndependent) {
+  TempDir dir;
+  auto pool = Pool::Open(dir.path());
+  ASSERT_TRUE(pool.ok());
+  VolumeRecord r = Record("pvc-src", 64 * kMiB);
+  ASSERT_TRUE((*pool)->CreateVolume(r, "").ok());
+  {
+    int fd = ::open((*pool)->ImagePath(r.id).c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, "hello", 5, 32 * kMiB), 5);
+    ::close(fd);
+  }
+  SnapshotRecord s{NewSnapshotId(), "snap-1", r.id, r.size_bytes, 1700000000, true};
+  CopyMethod method = CopyMethod::kNone;
+  ASSERT_TRUE((*pool)->CreateSnapshot(s, &method).ok());
+  EXPECT_NE(method, CopyMethod::kNone);
+  std::string snap_image = (*pool)->ImagePath(s.id);
+  EXPECT_LT(AllocatedBytes(snap_image), 4 * kMiB) << "holes must stay holes";
+  // Overwrite the source: the snapshot keeps the old bytes.
+  {
+    int fd = ::open((*pool)->ImagePath(r.id).c_str(), O_WRONLY);
+    ASSERT_EQ(::pwrite(fd, "HELLO", 5, 32 * kMiB), 5);
+    ::close(fd);
+  }
+  char buf[6] = {};
+  int fd = ::open(snap_image.c_str(), O_RDONLY);
+  ASSERT_EQ(::pread(fd, buf, 5, 32 * kMiB), 5);
+  ::close(fd);
+  EXPECT_STREQ(buf, "hello");
+
+  // A clone from the snapshot, larger than it.
+  VolumeRecord clone = Record("pvc-clone", 128 * kMiB);
+  ASSERT_TRUE((*pool)->CreateVolume(clone, snap_image).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat((*pool)->ImagePath(clone.id).c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 128 * kMiB);
+  fd = ::open((*pool)->ImagePath(clone.id).c_str(), O_RDONLY);
+  ASSERT_EQ(::pread(fd, buf, 5, 32 * kMiB), 5);
+  ::close(fd);
+  EXPECT_STREQ(buf, "hello");
+
+  ASSERT_TRUE((*pool)->DeleteSnapshot(s.id).ok());
+  EXPECT_FALSE((*pool)->GetSnapshot(s.id).has_value());
+  EXPECT_NE(::access(snap_image.c_str(), F_OK), 0);
+}
+
+TEST(PoolTest, CopyRefusesToShrink) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFileAtomically(dir.Join("src"), std::string(4096, 'x')).ok());
+  EXPECT_EQ(CloneOrSparseCopy(dir.Join("src"), dir.Join("dst"), 1024, nullptr).code(), StatusCode::kOutOfRange);
+}
+
+TEST(PoolTest, RejectsIdsThatAreNotOurs) {
+  TempDir dir;
+  auto pool = Pool::Open(dir.path());
+  VolumeRecord r = Record("pvc-x", kMiB);
+  r.id = "../../etc";
+  EXPECT_EQ((*pool)->CreateVolume(r, "").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*pool)->DeleteVolume("../../etc").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*pool)->GrowImage("../x", kMiB).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PoolTest, AvailableBytesIsPositive) {
+  TempDir dir;
+  auto pool = Pool::Open(dir.path());
+  auto free = (*pool)->AvailableBytes();
+  ASSERT_TRUE(free.ok());
+  EXPECT_GT(*free, 0u);
+}
+
+}  // namespace
+}  // namespace blockcsi

@@ -1,0 +1,94 @@
+#include "controller/tgtadm_parser.h"
+
+#include <gtest/gtest.h>
+
+#include "support/test_util.h"
+
+namespace blockcsi {
+namespace {
+
+using testing::ReadFileOrEmpty;
+using testing::TestDataPath;
+
+TEST(TgtadmParserTest, ParsesTargetsWithSessionsLunsAccountsAndAcls) {
+  std::string text = ReadFileOrEmpty(TestDataPath("tgtadm/show_target_sessions.txt"));
+  ASSERT_FALSE(text.empty());
+  auto targets = ParseTgtadmTargets(text);
+  ASSERT_TRUE(targets.ok()) << targets.status().ToString();
+  ASSERT_EQ(targets->size(), 3u);
+
+  const TgtTarget& t1 = (*targets)[0];
+  EXPECT_EQ(t1.tid, 1);
+  EXPECT_EQ(t1.iqn, "iqn.2026-11.io.blockcsi:vol-0123456789abcdef");
+  ASSERT_EQ(t1.sessions.size(), 1u);
+  EXPECT_EQ(t1.sessions[0].sid, 10);
+  EXPECT_EQ(t1.sessions[0].initiator, "iqn.2026-11.io.blockcsi:node:n1");
+  ASSERT_EQ(t1.sessions[0].connections.size(), 1u);
+  EXPECT_EQ(t1.sessions[0].connections[0].cid, 0);
+  EXPECT_EQ(t1.sessions[0].connections[0].address, "127.0.0.1");
+  ASSERT_EQ(t1.luns.size(), 2u);
+  const TgtLun* lun = t1.FindLun(1);
+  ASSERT_NE(lun, nullptr);
+  EXPECT_EQ(lun->type, "disk");
+  EXPECT_EQ(lun->scsi_sn, "bc0123456789abcdef");
+  EXPECT_EQ(lun->size_mb, 67u);  // 64 MiB in tgtd's decimal megabytes
+  EXPECT_EQ(lun->backing_path, "/tmp/bk/a.img");
+  EXPECT_EQ(t1.FindLun(0)->backing_path, "");
+  EXPECT_EQ(t1.incoming_accounts, std::vector<std::string>{"alice"});
+  EXPECT_TRUE(t1.outgoing_accounts.empty());
+  EXPECT_EQ(t1.acls, std::vector<std::string>{"iqn.2026-11.io.blockcsi:node:n1"});
+
+  const TgtTarget& t2 = (*targets)[1];
+  EXPECT_EQ(t2.FindLun(1)->scsi_id, "b10cc5a11111111111111111");
+  EXPECT_EQ(t2.acls.size(), 2u);
+
+  const TgtTarget& t5 = (*targets)[2];
+  EXPECT_EQ(t5.tid, 5);
+  EXPECT_EQ(t5.iqn, "iqn.2003-01.org.example:foreign");
+  EXPECT_EQ(t5.FindLun(1), nullptr);
+  EXPECT_TRUE(t5.acls.empty());
+  EXPECT_TRUE(t5.sessions.empty());
+}
+
+TEST(TgtadmParserTest, ParsesOutgoingAccounts) {
+  auto targets = ParseTgtadmTargets(ReadFileOrEmpty(TestDataPath("tgtadm/show_target_mutual.txt")));
+  ASSERT_TRUE(targets.ok()) << targets.status().ToString();
+  ASSERT_FALSE(targets->empty());
+  EXPECT_EQ((*targets)[0].incoming_accounts, std::vector<std::string>{"alice"});
+  EXPECT_EQ((*targets)[0].outgoing_accounts, std::vector<std::string>{"tgtmutual"});
+}
+
+TEST(TgtadmParserTest, TargetsWithoutSessionsHaveNone) {
+  auto targets = ParseTgtadmTargets(ReadFileOrEmpty(TestDataPath("tgtadm/show_target_no_sessions.txt")));
+  ASSERT_TRUE(targets.ok()) << targets.status().ToString();
+  ASSERT_EQ(targets->size(), 3u);
+  for (const auto& t : *targets) EXPECT_TRUE(t.sessions.empty()) << t.iqn;
+  EXPECT_EQ((*targets)[1].acls,
+            (std::vector<std::string>{"iqn.2026-11.io.blockcsi:node:n1", "iqn.2026-11.io.blockcsi:node:n2"}));
+}
+
+TEST(TgtadmParserTest, EmptyOutputIsNoTargets) {
+  auto targets = ParseTgtadmTargets("");
+  ASSERT_TRUE(targets.ok());
+  EXPECT_TRUE(targets->empty());
+}
+
+TEST(TgtadmParserTest, RejectsTextItCannotPlace) {
+  EXPECT_EQ(ParseTgtadmTargets("garbage\n").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseTgtadmTargets("Target x: iqn.a:b\n").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseTgtadmTargets("Target 1: iqn.a:b\n    Mystery section:\n").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseTgtadmTargets("Target 1: iqn.a:b\n    LUN information:\n            Type: disk\n").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(TgtadmParserTest, ParsesAccountList) {
+  auto accounts = ParseTgtadmAccounts(ReadFileOrEmpty(TestDataPath("tgtadm/show_account.txt")));
+  ASSERT_TRUE(accounts.ok()) << accounts.status().ToString();
+  EXPECT_EQ(*accounts, (std::vector<std::string>{"tgtmutual", "alice"}));
+  EXPECT_TRUE(ParseTgtadmAccounts("Account list:\n")->empty());
+  EXPECT_FALSE(ParseTgtadmAccounts("alice\n").ok());
+}
+
+}  // namespace
+}  // namespace blockcsi

@@ -1,0 +1,150 @@
+// In-memory fakes of everything the node service touches, sharing one
+// FakeWorld: "devices" (a node path, a device number, a size, what libblkid
+// would find on them), the mount table and the paths that exist. mkfs run
+// through FakeExecutor writes a signature into the world, so the probe
+// sees it afterwards, as it would on a real device. Thread-safe (one mutex
+// in the world); every fake keeps an action log for assertions.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attach/volume_attacher.h"
+#include "common/block_probe.h"
+#include "common/executor.h"
+#include "common/mounter.h"
+#include "node/node_host.h"
+
+namespace blockcsi::testing {
+
+struct FakeDevice {
+  std::string major_minor;
+  uint64_t size_bytes = 1ULL << 30;
+  std::vector<BlockSignature> signatures;
+  bool present = true;
+};
+
+struct FakeWorld {
+  std::mutex mu;
+  std::map<std::string, FakeDevice> devices;  // by node path
+  std::vector<MountEntry> mounts;
+  std::set<std::string> dirs;
+  std::set<std::string> files;
+  std::map<std::string, std::string> loop_backing;  // "loop50" -> "/dev/fake1"
+  std::vector<std::string> log;  // "mount /dev/fake1 /stage ext4 opts", "mkfs.ext4 ...", "detach vol1"
+  int next_mount_id = 100;
+
+  // Adds (or replaces) a device node and returns its path.
+  std::string AddDevice(const std::string& path, FakeDevice device);
+  void SetSignature(const std::string& device, const std::string& type, const std::string& usage);
+  std::vector<std::string> Log();
+  int Count(const std::string& prefix);
+};
+
+class FakeAttacher final : public VolumeAttacher {
+ public:
+  explicit FakeAttacher(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
+
+  // The device a volume attaches as; tests set it up (signatures) first.
+  // Volumes without one get /dev/fake<N>, blank.
+  void SetDeviceFor(const std::string& volume_id, const std::string& device);
+  void FailAttachWith(Status st);
+  void SetHealth(const std::string& volume_id, AttachHealth health);
+
+  StatusOr<AttachRecord> Attach(const AttachSpec& spec) override;
+  Status Detach(const std::string& volume_id) override;
+  StatusOr<AttachRecord> Get(const std::string& volume_id) override;
+  StatusOr<std::vector<AttachRecord>> List() override;
+  Status Annotate(const std::string& volume_id, const std::string& key, const std::string& value) override;
+  StatusOr<uint64_t> Rescan(const std::string& volume_id) override;
+  AttachHealth Check(const std::string& volume_id) override;
+
+ private:
+  std::shared_ptr<FakeWorld> world_;
+  std::mutex mu_;
+  std::map<std::string, AttachRecord> records_;
+  std::map<std::string, std::string> devices_;
+  std::map<std::string, AttachHealth> health_;
+  Status attach_error_;
+  int next_device_ = 1;
+};
+
+class FakeMounter final : public Mounter {
+ public:
+  explicit FakeMounter(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
+  // The next Mount/BindMount/Unmount on `target` fails with `st`.
+  void FailNext(const std::string& target, Status st);
+
+  Status Mount(const std::string& source, const std::string& target, const std::string& fs_type,
+               const std::string& options) override;
+  Status BindMount(const std::string& source, const std::string& target, bool read_only) override;
+  Status Unmount(const std::string& target) override;
+  StatusOr<std::vector<MountEntry>> List() override;
+
+ private:
+  Status TakeFailure(const std::string& target);
+  std::shared_ptr<FakeWorld> world_;
+  std::map<std::string, Status> failures_;
+};
+
+class FakeProbe final : public BlockProbe {
+ public:
+  explicit FakeProbe(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
+  StatusOr<ProbeResult> Probe(const std::string& device) override;
+
+ private:
+  std::shared_ptr<FakeWorld> world_;
+};
+
+// Records every argv; answers from a script by program name (default: exit
+// 0, empty output). mkfs.<fs> writes <fs> into the named device;
+// "losetup --read-only --find --show <dev>" makes /dev/loop<N> over it and
+// "losetup --detach" removes it.
+class FakeExecutor final : public Executor {
+ public:
+  explicit FakeExecutor(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
+  void Script(const std::string& program, CommandResult result);
+  // Runs before each command, outside the fake's lock (a test can block here).
+  void BeforeRun(std::function<void(const std::vector<std::string>&)> hook);
+  StatusOr<CommandResult> Run(const Command& command) override;
+  std::vector<std::vector<std::string>> Commands();
+
+ private:
+  std::shared_ptr<FakeWorld> world_;
+  std::mutex mu_;
+  std::map<std::string, CommandResult> script_;
+  std::function<void(const std::vector<std::string>&)> before_run_;
+  std::vector<std::vector<std::string>> commands_;
+};
+
+class FakeNodeHost final : public NodeHost {
+ public:
+  explicit FakeNodeHost(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
+  bool cap_sys_resource = true;
+  FsUsage usage{.total_bytes = 1000,
+                .available_bytes = 600,
+                .used_bytes = 400,
+                .total_inodes = 100,
+                .free_inodes = 90,
+                .used_inodes = 10};
+
+  PathKind Kind(const std::string& path) override;
+  Status MakeDirectory(const std::string& path) override;
+  Status MakeFile(const std::string& path) override;
+  Status RemovePath(const std::string& path) override;
+  StatusOr<std::string> DeviceNumber(const std::string& device) override;
+  StatusOr<uint64_t> BlockDeviceSize(const std::string& device) override;
+  StatusOr<FsUsage> StatFs(const std::string& path) override;
+  StatusOr<std::string> LoopBackingFile(const std::string& loop_name) override;
+  bool HasCapSysResource() override { return cap_sys_resource; }
+
+ private:
+  std::shared_ptr<FakeWorld> world_;
+};
+
+}  // namespace blockcsi::testing
