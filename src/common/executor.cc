@@ -45,7 +45,7 @@ StatusOr<CommandResult> RunChecked(Executor& executor, const Command& command, S
 namespace {
 
 // Fixed upper bound on captured output so a runaway child cannot exhaust memory.
-constexpr size_t kMaxCapture = 16 * 1024 * 1024;
+constexpr size_t kMaxCapture = size_t{16} << 20;
 
 class ProcessExecutor final : public Executor {
  public:

@@ -108,6 +108,8 @@ class [[nodiscard]] StatusOr {
 
 #define BLOCKCSI_CONCAT_INNER(a, b) a##b
 #define BLOCKCSI_CONCAT(a, b) BLOCKCSI_CONCAT_INNER(a, b)
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` is a declaration and `tmp`
+// a name; neither may be parenthesised.
 #define BLOCKCSI_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                   \
   if (!tmp.ok()) return tmp.status();                  \
@@ -115,3 +117,4 @@ class [[nodiscard]] StatusOr {
 // `BLOCKCSI_ASSIGN_OR_RETURN(auto x, Foo());`
 #define BLOCKCSI_ASSIGN_OR_RETURN(lhs, expr) \
   BLOCKCSI_ASSIGN_OR_RETURN_IMPL(BLOCKCSI_CONCAT(_blockcsi_so_, __LINE__), lhs, expr)
+// NOLINTEND(bugprone-macro-parentheses)

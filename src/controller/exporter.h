@@ -38,7 +38,7 @@ struct DesiredExport {
 };
 
 // The identity a LUN of a volume carries, as a node reads it back.
-struct LunIdentity {
+struct ExportedLunIdentity {
   std::string serial;  // VPD 0x80
   std::string wwn;     // NAA from VPD 0x83, lower-case hex
 };
@@ -48,7 +48,7 @@ class Exporter {
   virtual ~Exporter() = default;
   virtual std::string Kind() const = 0;  // "tgt" | "lio"
 
-  virtual LunIdentity IdentityFor(const std::string& volume_id) const = 0;
+  virtual ExportedLunIdentity IdentityFor(const std::string& volume_id) const = 0;
 
   // Makes the live target named desired.iqn equal `desired` (target, LUN 1
   // with the image, size, serial and WWN, accounts, ACL). Returns a line per

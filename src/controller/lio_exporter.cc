@@ -116,7 +116,7 @@ std::string LioExporter::LioWwnForSerial(const std::string& serial) {
   return wwn;
 }
 
-LunIdentity LioExporter::IdentityFor(const std::string& volume_id) const {
+ExportedLunIdentity LioExporter::IdentityFor(const std::string& volume_id) const {
   std::string serial = "bcsi" + std::string(IdHex(volume_id));
   return {serial, LioWwnForSerial(serial)};
 }

@@ -27,7 +27,7 @@ class LioExporter final : public Exporter {
   explicit LioExporter(std::string configfs_root, std::vector<std::string> portals = {});
 
   std::string Kind() const override { return "lio"; }
-  LunIdentity IdentityFor(const std::string& volume_id) const override;
+  ExportedLunIdentity IdentityFor(const std::string& volume_id) const override;
   StatusOr<std::vector<std::string>> Apply(const DesiredExport& desired) override;
   StatusOr<std::vector<std::string>> Reconcile(const std::vector<DesiredExport>& desired,
                                                const std::string& iqn_prefix) override;

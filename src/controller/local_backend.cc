@@ -226,7 +226,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
   record.parameters = spec.parameters;
   record.target_iqn = options_.iqn_prefix + ":" + record.id;
   record.lun = 1;
-  LunIdentity identity = exporter_->IdentityFor(record.id);
+  ExportedLunIdentity identity = exporter_->IdentityFor(record.id);
   record.serial = identity.serial;
   record.wwn = identity.wwn;
   CopyMethod method = CopyMethod::kNone;

@@ -35,7 +35,7 @@ TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, s
 
 std::string TgtExporter::ScsiIdFor(const std::string& volume_id) { return "b10cc5a1" + HexOf(volume_id); }
 
-LunIdentity TgtExporter::IdentityFor(const std::string& volume_id) const {
+ExportedLunIdentity TgtExporter::IdentityFor(const std::string& volume_id) const {
   return {"bcsi" + HexOf(volume_id), "60000000" + ScsiIdFor(volume_id)};
 }
 

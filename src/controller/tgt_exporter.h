@@ -25,7 +25,7 @@ class TgtExporter final : public Exporter {
               std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
   std::string Kind() const override { return "tgt"; }
-  LunIdentity IdentityFor(const std::string& volume_id) const override;
+  ExportedLunIdentity IdentityFor(const std::string& volume_id) const override;
   StatusOr<std::vector<std::string>> Apply(const DesiredExport& desired) override;
   StatusOr<std::vector<std::string>> Reconcile(const std::vector<DesiredExport>& desired,
                                                const std::string& iqn_prefix) override;

@@ -41,7 +41,7 @@ bool IsDir(const std::string& path) { return std::filesystem::is_directory(path)
 TEST(LioExporterTest, WwnFollowsLioNaaRule) {
   EXPECT_EQ(LioExporter::LioWwnForSerial("bcsi0123456789abcdef"), "6001405bc0123456789abcdef0000000");
   LioExporter lio("/nonexistent");
-  LunIdentity id = lio.IdentityFor(kVol);
+  ExportedLunIdentity id = lio.IdentityFor(kVol);
   EXPECT_EQ(id.serial, "bcsi00000000000000aa");
   EXPECT_EQ(id.wwn.size(), 32u);
 }

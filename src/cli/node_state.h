@@ -1,0 +1,173 @@
+// What blockctl knows about this node's volumes: a snapshot of the attach
+// records, the mount table, the userspace bridges, kernel iSCSI sessions and
+// loop devices (gathered once, impurely, by GatherNodeSnapshot), and the pure
+// functions that turn it into per-volume views, verdicts and a cleanup plan,
+// so the verdict logic is tested with fabricated snapshots. Not thread-safe;
+// blockctl runs one verb per process.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attach/volume_attacher.h"
+#include "common/filesystem.h"
+#include "common/mounter.h"
+
+namespace blockcsi::cli {
+
+// One directory under <state-dir>/bridges, and what its bridge says.
+struct BridgeObservation {
+  std::string volume_id;  // unescaped from the directory name
+  std::string dir;
+  std::string control_socket;
+  std::string mountpoint;  // the FUSE mount
+  std::vector<int> pids;   // processes running `bridge --control-socket <it>`
+  bool answered = false;   // the status call over the control socket succeeded
+  std::string error;       // why it did not answer
+  std::string device;      // as the bridge reports it
+  std::string serial;
+  std::vector<std::string> naa;
+  std::string portal;
+  uint64_t io_errors = 0;
+  bool fuse_mounted = false;
+};
+
+struct KernelSession {
+  std::string sid;  // "3"
+  std::string target_iqn;
+  std::string portal;  // "10.0.0.1:3260"
+  std::string iface;
+  std::string state;  // LOGGED_IN, FAILED, ...
+};
+
+struct LoopDevice {
+  std::string device;        // /dev/loop3
+  std::string major_minor;   // 7:3
+  std::string backing_file;  // as sysfs shows it, maybe ending in " (deleted)"
+};
+
+struct FsUsage {
+  uint64_t total_bytes = 0;
+  uint64_t used_bytes = 0;
+};
+
+struct NodeSnapshot {
+  std::string state_dir;
+  std::vector<AttachRecord> records;
+  std::vector<MountEntry> mounts;
+  std::vector<BridgeObservation> bridges;
+  std::vector<KernelSession> sessions;
+  // Loop devices whose backing file lies under <state-dir>/bridges.
+  std::vector<LoopDevice> loops;
+  // Block device path → "major:minor"; absent when the node has no such device.
+  std::map<std::string, std::string> device_numbers;
+  // Staging path → statvfs of it (only for paths that are mounted).
+  std::map<std::string, FsUsage> usage;
+  // Seconds since each record (by volume id) was last written, and whether
+  // the plugin answered: a young record of a running plugin may be a stage
+  // in flight, which cleanup must not race.
+  std::map<std::string, int64_t> record_age_seconds;
+  bool plugin_reachable = false;
+  // What could not be read (records, mount table); verbs report these on stderr.
+  std::vector<std::string> errors;
+};
+
+// The node service's annotation "node.staged" = "<access>,<fs>,<path>".
+struct StagedAnnotation {
+  std::string access_type;
+  std::string fs_type;
+  std::string staging_path;
+};
+StagedAnnotation ParseStagedAnnotation(const AttachRecord& record);
+
+// True when `entry` mounts `device` (numbers `major_minor`): a filesystem on
+// it, or a bind of its device node (a raw block publish: devtmpfs, root
+// "/loop3").
+bool MountUsesDevice(const MountEntry& entry, const std::string& device, const std::string& major_minor);
+
+struct VolumeView {
+  std::string volume_id;
+  std::string state;  // the record's: attaching | attached
+  std::string connector;
+  std::string device;
+  std::string serial;  // observed when the bridge answers, else expected
+  std::string wwn;
+  std::string access_type;
+  std::string staging_path;
+  bool staging_mounted = false;
+  bool staging_read_only = false;
+  std::vector<std::string> publish_paths;  // other mounts of the device
+  std::string fs_type;
+  uint64_t size_bytes = 0;
+  std::optional<FsUsage> usage;
+  std::string attachment;  // "bridge pid 123 running", "kernel session 3 LOGGED_IN", "bridge not running"
+  bool attachment_alive = false;
+  bool device_present = false;
+  const BridgeObservation* bridge = nullptr;
+};
+
+std::vector<VolumeView> DescribeVolumes(const NodeSnapshot& snapshot);
+
+inline constexpr char kVerdictHealthy[] = "healthy";
+inline constexpr char kVerdictStaleRecord[] = "stale record";
+inline constexpr char kVerdictOrphanBridge[] = "orphan bridge";
+inline constexpr char kVerdictOrphanSession[] = "orphan session";
+inline constexpr char kVerdictOrphanMount[] = "orphan mount";
+inline constexpr char kVerdictOrphanLoop[] = "orphan loop device";
+inline constexpr char kVerdictDeviceMissing[] = "device missing";
+inline constexpr char kVerdictIdentityMismatch[] = "identity mismatch";
+inline constexpr char kVerdictReadOnly[] = "read-only remount";
+
+struct Finding {
+  std::string subject;  // volume id, or the orphan's name (bridge dir, session, mount target, loop device)
+  std::string verdict;
+  std::string detail;
+  bool healthy() const { return verdict == kVerdictHealthy; }
+};
+
+// One verdict per record (the worst that applies), then one per orphan.
+std::vector<Finding> Classify(const NodeSnapshot& snapshot);
+
+// One step cleanup would take. `kind` says how --apply carries it out.
+struct CleanupStep {
+  enum class Kind {
+    kUnmount,       // umount `target`
+    kDetachRecord,  // the attach layer's Detach(volume_id): stop the bridge or log out, remove the record
+    kStopBridge,    // the userspace connector's Disconnect for a bridge with no record
+    kDetachLoop,    // losetup -d `target`
+    kManual,        // not done by blockctl; `description` says what to do
+  };
+  Kind kind;
+  std::string subject;  // the finding it resolves
+  std::string target;   // mount target, volume id, bridge volume id, loop device
+  std::string description;
+};
+
+struct CleanupPlan {
+  std::vector<CleanupStep> steps;
+  // Findings left alone, with why (e.g. a pod's mount still uses the device).
+  std::vector<Finding> skipped;
+};
+
+// Records younger than this are left alone while the plugin is up.
+inline constexpr int64_t kInFlightGraceSeconds = 120;
+
+CleanupPlan PlanCleanup(const NodeSnapshot& snapshot);
+
+// Reads the real node: records through AttachRecordStore, `mountinfo_text`,
+// bridges (status over their control sockets, bounded by `bridge_timeout_ms`),
+// sysfs through `host_fs`.
+NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& host_fs,
+                                const std::string& mountinfo_text, int bridge_timeout_ms);
+
+// The same for the real host: /sys and /proc at /, /proc/self/mountinfo,
+// 2 s per bridge.
+NodeSnapshot GatherHostSnapshot(const std::string& state_dir);
+
+// "512Mi", "1.5Gi": sizes for the table.
+std::string HumanBytes(uint64_t bytes);
+
+}  // namespace blockcsi::cli

@@ -1,0 +1,312 @@
+// The verdict and cleanup logic of blockctl status/cleanup on fabricated
+// snapshots: records, mountinfo, bridges, sessions and loop devices.
+#include "cli/node_state.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace blockcsi::cli {
+namespace {
+
+constexpr char kState[] = "/var/lib/blockcsi";
+
+AttachRecord Record(const std::string& id, const std::string& device, const std::string& staged = "") {
+  AttachRecord r;
+  r.volume_id = id;
+  r.connector = "userspace";
+  r.transport = "iscsi";
+  r.target_iqn = "iqn.2026-11.io.blockcsi:" + id;
+  r.lun = 1;
+  r.expected_serial = "serial-" + id;
+  r.state = "attached";
+  r.device_path = device;
+  r.size_bytes = 1 << 30;
+  std::string dir = std::string(kState) + "/bridges/" + id;
+  r.connector_state = {{"bridge_dir", dir}, {"control_socket", dir + "/ctl.sock"}, {"mountpoint", dir + "/fuse"}};
+  if (!staged.empty()) r.annotations["node.staged"] = staged;
+  return r;
+}
+
+BridgeObservation Bridge(const std::string& id, const std::string& device, bool answered = true) {
+  BridgeObservation b;
+  b.volume_id = id;
+  b.dir = std::string(kState) + "/bridges/" + id;
+  b.control_socket = b.dir + "/ctl.sock";
+  b.mountpoint = b.dir + "/fuse";
+  b.answered = answered;
+  b.fuse_mounted = answered;
+  if (answered) {
+    b.pids = {4242};
+    b.device = device;
+    b.serial = "serial-" + id;
+  }
+  return b;
+}
+
+MountEntry Mount(const std::string& target, const std::string& mm, const std::string& fs = "ext4",
+                 const std::string& options = "rw,relatime", const std::string& root = "/") {
+  MountEntry m;
+  m.major_minor = mm;
+  m.root = root;
+  m.target = target;
+  m.fs_type = fs;
+  m.options = options;
+  return m;
+}
+
+// A healthy, staged and published volume on /dev/loop3.
+NodeSnapshot Healthy() {
+  NodeSnapshot s;
+  s.state_dir = kState;
+  s.records = {Record("vol-a", "/dev/loop3", "mount,ext4,/stage/vol-a")};
+  s.bridges = {Bridge("vol-a", "/dev/loop3")};
+  s.loops = {{"/dev/loop3", "7:3", std::string(kState) + "/bridges/vol-a/fuse/lun"}};
+  s.device_numbers = {{"/dev/loop3", "7:3"}};
+  s.mounts = {Mount("/stage/vol-a", "7:3"), Mount("/var/lib/kubelet/pods/p1/volumes/vol-a/mount", "7:3")};
+  s.usage["/stage/vol-a"] = {1000, 250};
+  return s;
+}
+
+const Finding* FindingFor(const std::vector<Finding>& findings, const std::string& subject) {
+  for (const auto& f : findings) {
+    if (f.subject == subject) return &f;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> Actions(const CleanupPlan& plan) {
+  std::vector<std::string> out;
+  for (const auto& s : plan.steps) out.push_back(s.target);
+  return out;
+}
+
+TEST(NodeStateTest, ParsesTheStagedAnnotationWithACommaInThePath) {
+  AttachRecord r = Record("v", "", "mount,xfs,/a,b/c");
+  StagedAnnotation a = ParseStagedAnnotation(r);
+  EXPECT_EQ(a.access_type, "mount");
+  EXPECT_EQ(a.fs_type, "xfs");
+  EXPECT_EQ(a.staging_path, "/a,b/c");
+  EXPECT_EQ(ParseStagedAnnotation(Record("v", "")).staging_path, "");
+}
+
+TEST(NodeStateTest, DescribesStagingPublishAndUse) {
+  auto views = DescribeVolumes(Healthy());
+  ASSERT_EQ(views.size(), 1u);
+  const VolumeView& v = views[0];
+  EXPECT_EQ(v.device, "/dev/loop3");
+  EXPECT_TRUE(v.device_present);
+  EXPECT_TRUE(v.staging_mounted);
+  EXPECT_EQ(v.fs_type, "ext4");
+  EXPECT_EQ(v.publish_paths, std::vector<std::string>{"/var/lib/kubelet/pods/p1/volumes/vol-a/mount"});
+  ASSERT_TRUE(v.usage.has_value());
+  EXPECT_EQ(v.usage->used_bytes, 250u);
+  EXPECT_EQ(v.serial, "serial-vol-a");
+  EXPECT_EQ(v.attachment, "bridge pid 4242 running");
+}
+
+TEST(NodeStateTest, HealthyVolumeHasNothingToCleanUp) {
+  auto findings = Classify(Healthy());
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].verdict, kVerdictHealthy) << findings[0].detail;
+  CleanupPlan plan = PlanCleanup(Healthy());
+  EXPECT_TRUE(plan.steps.empty());
+  EXPECT_TRUE(plan.skipped.empty());
+}
+
+TEST(NodeStateTest, RawBlockPublishIsABindOfTheDeviceNode) {
+  NodeSnapshot s = Healthy();
+  s.records[0].annotations["node.staged"] = "block,,/stage/vol-a";
+  s.mounts = {Mount("/var/lib/kubelet/pods/p1/volumeDevices/vol-a", "0:5", "devtmpfs", "rw", "/loop3")};
+  s.usage.clear();
+  auto views = DescribeVolumes(s);
+  EXPECT_EQ(views[0].publish_paths, std::vector<std::string>{"/var/lib/kubelet/pods/p1/volumeDevices/vol-a"});
+  EXPECT_EQ(Classify(s)[0].verdict, kVerdictHealthy);
+}
+
+TEST(NodeStateTest, DeadBridgeAndNoDeviceIsAStaleRecordCleanedByDetach) {
+  NodeSnapshot s = Healthy();
+  s.bridges = {Bridge("vol-a", "", false)};
+  s.loops.clear();
+  s.device_numbers.clear();
+  s.mounts.clear();
+  auto findings = Classify(s);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].verdict, kVerdictStaleRecord);
+  EXPECT_NE(findings[0].detail.find("/dev/loop3 is gone"), std::string::npos) << findings[0].detail;
+  CleanupPlan plan = PlanCleanup(s);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_EQ(plan.steps[0].kind, CleanupStep::Kind::kDetachRecord);
+  EXPECT_NE(plan.steps[0].description.find("/var/lib/blockcsi/attachments/vol-a.json"), std::string::npos)
+      << plan.steps[0].description;
+}
+
+TEST(NodeStateTest, AttachedButNeverStagedIsStale) {
+  // The plugin was killed between attach and mkfs: the bridge runs on, the
+  // record has no staging facts and nothing mounts the device.
+  NodeSnapshot s = Healthy();
+  s.records[0].annotations.clear();
+  s.mounts.clear();
+  auto findings = Classify(s);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].verdict, kVerdictStaleRecord);
+  EXPECT_NE(findings[0].detail.find("never staged"), std::string::npos) << findings[0].detail;
+  CleanupPlan plan = PlanCleanup(s);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_NE(plan.steps[0].description.find("stop bridge pid 4242"), std::string::npos) << plan.steps[0].description;
+  EXPECT_NE(plan.steps[0].description.find("detach loop device /dev/loop3"), std::string::npos);
+  EXPECT_NE(plan.steps[0].description.find("unmount FUSE"), std::string::npos);
+}
+
+TEST(NodeStateTest, YoungRecordOfARunningPluginMayBeAStageInFlight) {
+  NodeSnapshot s = Healthy();
+  s.records[0].annotations.clear();
+  s.mounts.clear();
+  s.plugin_reachable = true;
+  s.record_age_seconds["vol-a"] = 5;
+  CleanupPlan plan = PlanCleanup(s);
+  EXPECT_TRUE(plan.steps.empty());
+  ASSERT_EQ(plan.skipped.size(), 1u);
+  EXPECT_NE(plan.skipped[0].detail.find("in flight"), std::string::npos);
+  s.record_age_seconds["vol-a"] = kInFlightGraceSeconds + 1;
+  EXPECT_EQ(PlanCleanup(s).steps.size(), 1u);
+  s.record_age_seconds["vol-a"] = 5;
+  s.plugin_reachable = false;  // killed mid-stage: nothing is in flight
+  EXPECT_EQ(PlanCleanup(s).steps.size(), 1u);
+}
+
+TEST(NodeStateTest, AttachingRecordWithARunningBridgeIsStale) {
+  NodeSnapshot s = Healthy();
+  s.records[0].state = "attaching";
+  EXPECT_EQ(Classify(s)[0].verdict, kVerdictStaleRecord);
+}
+
+TEST(NodeStateTest, StaleRecordStillUsedByAPodIsLeftAlone) {
+  NodeSnapshot s = Healthy();
+  s.bridges = {Bridge("vol-a", "", false)};  // bridge died, loop device and mounts remain
+  auto findings = Classify(s);
+  EXPECT_EQ(findings[0].verdict, kVerdictStaleRecord);
+  CleanupPlan plan = PlanCleanup(s);
+  EXPECT_TRUE(plan.steps.empty());
+  ASSERT_EQ(plan.skipped.size(), 1u);
+  EXPECT_NE(plan.skipped[0].detail.find("pods/p1"), std::string::npos) << plan.skipped[0].detail;
+}
+
+TEST(NodeStateTest, StaleRecordStagingMountIsUnmountedBeforeDetach) {
+  NodeSnapshot s = Healthy();
+  s.bridges = {Bridge("vol-a", "", false)};
+  s.mounts.pop_back();  // no pod mount
+  CleanupPlan plan = PlanCleanup(s);
+  EXPECT_EQ(Actions(plan), (std::vector<std::string>{"/stage/vol-a", "vol-a"}));
+  EXPECT_EQ(plan.steps[0].kind, CleanupStep::Kind::kUnmount);
+}
+
+TEST(NodeStateTest, IdentityMismatchWins) {
+  NodeSnapshot s = Healthy();
+  s.bridges[0].serial = "someone-else";
+  auto findings = Classify(s);
+  EXPECT_EQ(findings[0].verdict, kVerdictIdentityMismatch);
+  EXPECT_NE(findings[0].detail.find("someone-else"), std::string::npos) << findings[0].detail;
+  EXPECT_TRUE(PlanCleanup(s).steps.empty()) << "a mismatch is for a human, not for cleanup";
+}
+
+TEST(NodeStateTest, DeviceMissingWhileTheBridgeRuns) {
+  NodeSnapshot s = Healthy();
+  s.device_numbers.clear();
+  s.loops.clear();
+  s.mounts.clear();
+  EXPECT_EQ(Classify(s)[0].verdict, kVerdictDeviceMissing);
+}
+
+TEST(NodeStateTest, ReadOnlyRemountIsSeen) {
+  NodeSnapshot s = Healthy();
+  s.mounts[0].options = "ro,relatime";
+  EXPECT_EQ(Classify(s)[0].verdict, kVerdictReadOnly);
+  s.records[0].read_only = true;
+  EXPECT_EQ(Classify(s)[0].verdict, kVerdictHealthy) << "a read-only volume is meant to be";
+}
+
+TEST(NodeStateTest, OrphanBridgeWithItsMountIsUnmountedThenStopped) {
+  NodeSnapshot s = Healthy();
+  s.records.clear();
+  s.mounts.pop_back();  // only the old staging mount is left
+  auto findings = Classify(s);
+  ASSERT_NE(FindingFor(findings, "vol-a"), nullptr);
+  EXPECT_EQ(FindingFor(findings, "vol-a")->verdict, kVerdictOrphanBridge);
+  ASSERT_NE(FindingFor(findings, "/stage/vol-a"), nullptr);
+  EXPECT_EQ(FindingFor(findings, "/stage/vol-a")->verdict, kVerdictOrphanMount);
+  EXPECT_EQ(FindingFor(findings, "/dev/loop3"), nullptr) << "the loop goes with its bridge";
+  CleanupPlan plan = PlanCleanup(s);
+  EXPECT_EQ(Actions(plan), (std::vector<std::string>{"/stage/vol-a", "vol-a"}));
+  EXPECT_EQ(plan.steps[1].kind, CleanupStep::Kind::kStopBridge);
+}
+
+TEST(NodeStateTest, OrphanBridgeUnderAPodMountIsLeftAlone) {
+  NodeSnapshot s = Healthy();
+  s.records.clear();
+  CleanupPlan plan = PlanCleanup(s);
+  EXPECT_TRUE(plan.steps.empty()) << plan.steps[0].description;
+  ASSERT_FALSE(plan.skipped.empty());
+  EXPECT_EQ(plan.skipped[0].verdict, kVerdictOrphanBridge);
+}
+
+TEST(NodeStateTest, OrphanLoopWithoutBridgeIsDetached) {
+  NodeSnapshot s;
+  s.state_dir = kState;
+  s.loops = {{"/dev/loop9", "7:9", std::string(kState) + "/bridges/gone/fuse/lun (deleted)"}};
+  s.device_numbers = {{"/dev/loop9", "7:9"}};
+  auto findings = Classify(s);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].verdict, kVerdictOrphanLoop);
+  CleanupPlan plan = PlanCleanup(s);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_EQ(plan.steps[0].description, "losetup -d /dev/loop9");
+  // A block publish of it (bind of the device node) protects it.
+  s.mounts = {Mount("/var/lib/kubelet/pods/p/volumeDevices/x", "0:5", "devtmpfs", "rw", "/loop9")};
+  plan = PlanCleanup(s);
+  EXPECT_TRUE(plan.steps.empty());
+  EXPECT_EQ(plan.skipped.size(), 1u);
+}
+
+TEST(NodeStateTest, FuseMountOfAVanishedBridgeIsAnOrphanMount) {
+  NodeSnapshot s;
+  s.state_dir = kState;
+  s.mounts = {Mount(std::string(kState) + "/bridges/gone/fuse", "0:55", "fuse.blockcsi-bridge")};
+  auto findings = Classify(s);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].verdict, kVerdictOrphanMount);
+  EXPECT_EQ(PlanCleanup(s).steps.size(), 1u);
+}
+
+TEST(NodeStateTest, OnlyOurKernelSessionsCanBeOrphans) {
+  NodeSnapshot s;
+  s.state_dir = kState;
+  s.sessions = {{"3", "iqn.x:ours", "10.0.0.1:3260", "blockcsi", "LOGGED_IN"},
+                {"4", "iqn.x:theirs", "10.0.0.1:3260", "default", "LOGGED_IN"}};
+  auto findings = Classify(s);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].subject, "session3");
+  EXPECT_EQ(findings[0].verdict, kVerdictOrphanSession);
+  CleanupPlan plan = PlanCleanup(s);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_EQ(plan.steps[0].kind, CleanupStep::Kind::kManual);
+
+  AttachRecord r = Record("vol-k", "/dev/sdc", "mount,ext4,/stage/vol-k");
+  r.connector = "iscsi";
+  r.target_iqn = "iqn.x:ours";
+  s.records = {r};
+  s.device_numbers = {{"/dev/sdc", "8:32"}};
+  s.mounts = {Mount("/stage/vol-k", "8:32")};
+  findings = Classify(s);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].verdict, kVerdictHealthy) << findings[0].detail;
+}
+
+TEST(NodeStateTest, HumanBytes) {
+  EXPECT_EQ(HumanBytes(0), "0");
+  EXPECT_EQ(HumanBytes(512ULL << 20), "512Mi");
+  EXPECT_EQ(HumanBytes(1536ULL << 20), "1.5Gi");
+}
+
+}  // namespace
+}  // namespace blockcsi::cli
