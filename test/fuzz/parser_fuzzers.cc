@@ -67,7 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!spec.ok() && secret.size() >= 12 && secret.find_first_of(" ,=:") == std::string::npos) {
     // A secret must never be echoed into an error message.
     bool in_context = false;
-    for (const auto& [k, v] : context) in_context |= k.find(secret) != std::string::npos || v.find(secret) != std::string::npos;
+    for (const auto& [k, v] : context)
+      in_context |= k.find(secret) != std::string::npos || v.find(secret) != std::string::npos;
     FUZZ_CHECK(in_context || spec.status().message().find(secret) == std::string::npos);
   }
   if (spec.ok()) {
