@@ -9,7 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 hack/install-deps.sh
-hack/verify.sh
 
 sanitize="${BLOCKCSI_SANITIZE:-}"
 if [ -n "$sanitize" ]; then
@@ -19,6 +18,9 @@ else
   export BUILD_DIR="build"
   hack/build.sh
 fi
+
+# Style and static analysis (clang-tidy reads this build's compile database).
+hack/verify.sh
 
 # A short coverage-guided fuzz run of every parser (hack/fuzz.sh for long
 # runs); ordinary builds also replay each target's corpus as a ctest.

@@ -136,7 +136,8 @@ Status LibIscsiSession::Read(uint64_t lba, uint32_t blocks, void* buffer) {
   // Data-In lands straight in the caller's buffer: no per-command
   // allocation and copy inside libiscsi.
   scsi_iovec iov{buffer, size_t{blocks} * block_size_};
-  scsi_task* task = iscsi_read16_iov_sync(ctx_, lun_, lba, blocks * block_size_, block_size_, 0, 0, 0, 0, 0, &iov, 1);
+  scsi_task* task = iscsi_read16_iov_sync(ctx_, lun_, lba, blocks * block_size_, static_cast<int>(block_size_), 0, 0, 0,
+                                          0, 0, &iov, 1);
   if (task == nullptr || task->status != SCSI_STATUS_GOOD) return TaskError("READ(16)", task);
   if (task->residual_status == SCSI_RESIDUAL_UNDERFLOW && task->residual > 0) {
     scsi_free_scsi_task(task);
@@ -150,7 +151,7 @@ Status LibIscsiSession::Write(uint64_t lba, uint32_t blocks, const void* buffer)
   std::lock_guard<std::mutex> lock(mu_);
   if (ctx_ == nullptr) return FailedPrecondition("session closed");
   scsi_task* task = iscsi_write16_sync(ctx_, lun_, lba, static_cast<unsigned char*>(const_cast<void*>(buffer)),
-                                       blocks * block_size_, block_size_, 0, 0, 0, 0, 0);
+                                       blocks * block_size_, static_cast<int>(block_size_), 0, 0, 0, 0, 0);
   if (task == nullptr || task->status != SCSI_STATUS_GOOD) return TaskError("WRITE(16)", task);
   scsi_free_scsi_task(task);
   return OkStatus();

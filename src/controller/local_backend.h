@@ -37,7 +37,7 @@ struct LocalBackendOptions {
   FaultHook fault_hook;
 };
 
-inline constexpr uint64_t kTargetAllocationGranularity = 1024 * 1024;
+inline constexpr uint64_t kTargetAllocationGranularity = uint64_t{1} << 20;
 
 class KeyedMutex;
 

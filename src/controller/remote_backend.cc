@@ -18,7 +18,7 @@ using namespace ::blockcsi::target::v1;  // NOLINT(google-build-using-namespace)
 
 class RemoteBackend final : public VolumeBackend {
  public:
-  RemoteBackend(std::shared_ptr<grpc::Channel> channel, RemoteBackendOptions options)
+  RemoteBackend(const std::shared_ptr<grpc::Channel>& channel, RemoteBackendOptions options)
       : options_(std::move(options)), stub_(TargetAgent::NewStub(channel)) {}
 
   void LoadInfo() {
@@ -186,9 +186,9 @@ class RemoteBackend final : public VolumeBackend {
   const RemoteBackendOptions options_;
   std::unique_ptr<TargetAgent::Stub> stub_;
   mutable std::mutex mu_;
-  std::string name_ = "target";          // guarded by mu_
-  uint64_t granularity_ = 1024 * 1024;   // guarded by mu_
-  std::vector<std::string> parameters_;  // guarded by mu_
+  std::string name_ = "target";               // guarded by mu_
+  uint64_t granularity_ = uint64_t{1} << 20;  // guarded by mu_
+  std::vector<std::string> parameters_;       // guarded by mu_
 };
 
 }  // namespace

@@ -45,7 +45,7 @@ Command TgtExporter::Tgtadm() const {
   return c;
 }
 
-Status TgtExporter::Run(Command command, const std::string& what, const std::string& tolerated) {
+Status TgtExporter::Run(const Command& command, const std::string& what, const std::string& tolerated) {
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(command));
   if (result.ok()) return OkStatus();
   if (!tolerated.empty() && result.stderr_text.find(tolerated) != std::string::npos) return OkStatus();

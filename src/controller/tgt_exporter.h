@@ -42,7 +42,7 @@ class TgtExporter final : public Exporter {
   Command Tgtadm() const;
   // Runs a tgtadm command; `tolerated` is a stderr fragment meaning "already
   // in that state" (idempotent repeats), which counts as success.
-  Status Run(Command command, const std::string& what, const std::string& tolerated = "");
+  Status Run(const Command& command, const std::string& what, const std::string& tolerated = "");
   StatusOr<std::vector<TgtTarget>> ShowTargets();
   StatusOr<std::vector<std::string>> ShowAccounts();
   // Both need mu_ held.

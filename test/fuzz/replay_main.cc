@@ -4,6 +4,7 @@
 // coverage-guided runs use libFuzzer through hack/fuzz.sh.
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& s : seeds) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   long mutations = argc > 2 ? std::stol(argv[2]) : 20000;
+  const char* last_input = std::getenv("FUZZ_LAST_INPUT");
   std::mt19937_64 rng(12345);  // fixed: a failure here reproduces exactly
   for (long i = 0; i < mutations && !seeds.empty(); ++i) {
     std::string input = seeds[rng() % seeds.size()];
@@ -47,6 +49,10 @@ int main(int argc, char** argv) {
           if (!input.empty()) input.append(input.substr(rng() % input.size(), 1 + rng() % 32));
           break;
       }
+    }
+    if (last_input != nullptr) {
+      // Kept on disk before each run, so a crash leaves its input behind.
+      std::ofstream(last_input, std::ios::binary | std::ios::trunc) << input;
     }
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
   }
