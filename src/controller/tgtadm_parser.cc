@@ -70,6 +70,9 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
         return Unexpected(line_number, line);
       }
       target.iqn = std::string(Trim(line.substr(colon + 1)));
+      // A target without a name cannot be matched to a volume: reconcile
+      // must see an error, not a nameless target (found by fuzzing).
+      if (target.iqn.empty()) return Unexpected(line_number, line);
       targets.push_back(std::move(target));
       section = Section::kNone;
       continue;
