@@ -1,5 +1,7 @@
 #include "attach/volume_attacher_impl.h"
 
+#include <optional>
+
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -56,10 +58,27 @@ void VolumeAttacherImpl::Abandon(const AttachRecord& record, const Status& why) 
   if (!rm.ok()) LogError("cannot remove attach record", {{"volume_id", record.volume_id}, {"error", rm.ToString()}});
 }
 
+void VolumeAttacherImpl::KeepOrAbandon(const std::optional<AttachRecord>& in_use, const AttachRecord& record,
+                                       const Status& why) {
+  if (!in_use) {
+    Abandon(record, why);
+    return;
+  }
+  LogError("re-attaching an attached volume failed; keeping its attachment and record for unstage",
+           {{"volume_id", record.volume_id}, {"error", why.ToString()}});
+  Status put = store_.Put(*in_use);
+  if (!put.ok()) LogError("cannot restore attach record", {{"volume_id", record.volume_id}, {"error", put.ToString()}});
+}
+
 StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) {
   auto existing = store_.Get(spec.volume_id);
   if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) return existing.status();
   AttachRecord record;
+  // Set when this call re-attaches a volume that was attached before: mounts
+  // and pods may still use it, so a failure must not tear it down or drop
+  // its record (NodeUnstage needs the record to clean up); the previous
+  // record is put back instead.
+  std::optional<AttachRecord> in_use;
   if (existing.ok()) {
     if (!RecordMatchesSpec(*existing, spec) || existing->connector != connector_->name()) {
       if (existing->state == kAttachStateAttached) {
@@ -86,6 +105,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
         }
         LogWarn("existing attachment is not healthy; attaching again",
                 {{"volume_id", spec.volume_id}, {"reason", health.message}});
+        in_use = *existing;
       }
     }
   }
@@ -113,7 +133,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
                                {"lun", std::to_string(spec.lun)}});
   auto connected = connector_->Connect(spec, &record);
   if (!connected.ok()) {
-    Abandon(record, connected.status());
+    KeepOrAbandon(in_use, record, connected.status());
     return connected.status();
   }
   if (step_hook_) step_hook_("connected");
@@ -126,7 +146,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
               {"target", spec.target_iqn},
               {"lun", std::to_string(spec.lun)},
               {"error", identity.message()}});
-    Abandon(record, identity);
+    KeepOrAbandon(in_use, record, identity);
     return identity;
   }
   record.device_path = connected->device_path;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -40,6 +41,9 @@ class VolumeAttacherImpl final : public VolumeAttacher {
   // Disconnects and removes the record after a failed attach; the first
   // error is what the caller sees, cleanup trouble is logged.
   void Abandon(const AttachRecord& record, const Status& why);
+  // Abandon for a fresh attach; for a re-attach of a volume that was in use,
+  // restore its previous record and leave its devices alone.
+  void KeepOrAbandon(const std::optional<AttachRecord>& in_use, const AttachRecord& record, const Status& why);
 
   AttachRecordStore store_;
   std::unique_ptr<Connector> connector_;

@@ -96,21 +96,6 @@ std::string StopBridgeText(const BridgeObservation& b) {
 
 }  // namespace
 
-StagedAnnotation ParseStagedAnnotation(const AttachRecord& record) {
-  StagedAnnotation out;
-  auto it = record.annotations.find("node.staged");
-  if (it == record.annotations.end()) return out;
-  // The path comes last: it is the only part that may contain a comma.
-  const std::string& v = it->second;
-  size_t first = v.find(',');
-  size_t second = first == std::string::npos ? std::string::npos : v.find(',', first + 1);
-  if (second == std::string::npos) return out;
-  out.access_type = v.substr(0, first);
-  out.fs_type = v.substr(first + 1, second - first - 1);
-  out.staging_path = v.substr(second + 1);
-  return out;
-}
-
 bool MountUsesDevice(const MountEntry& entry, const std::string& device, const std::string& major_minor) {
   if (!major_minor.empty() && entry.major_minor == major_minor) return true;
   if (entry.fs_type == "devtmpfs" && !device.empty() && entry.root == "/" + Basename(device)) return true;

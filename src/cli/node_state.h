@@ -15,6 +15,7 @@
 #include "attach/volume_attacher.h"
 #include "common/filesystem.h"
 #include "common/mounter.h"
+#include "node/staged_facts.h"
 
 namespace blockcsi::cli {
 
@@ -75,13 +76,10 @@ struct NodeSnapshot {
   std::vector<std::string> errors;
 };
 
-// The node service's annotation "node.staged" = "<access>,<fs>,<path>".
-struct StagedAnnotation {
-  std::string access_type;
-  std::string fs_type;
-  std::string staging_path;
-};
-StagedAnnotation ParseStagedAnnotation(const AttachRecord& record);
+// The node service's staging annotation, read with the node's own parser so
+// the two can never drift apart.
+using StagedAnnotation = StagedFacts;
+inline StagedAnnotation ParseStagedAnnotation(const AttachRecord& record) { return StagedFacts::Of(record); }
 
 // True when `entry` mounts `device` (numbers `major_minor`): a filesystem on
 // it, or a bind of its device node (a raw block publish: devtmpfs, root

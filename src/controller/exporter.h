@@ -19,6 +19,10 @@ namespace blockcsi {
 struct DesiredAcl {
   std::string initiator_iqn;
   bool chap = false;
+  // User name of this initiator's credentials in DesiredExport::chap; empty
+  // when they are not known. LIO keeps credentials per ACL, so each ACL must
+  // get its own grant's, never another node's.
+  std::string chap_username;
 };
 
 struct DesiredExport {

@@ -187,7 +187,8 @@ StatusOr<std::vector<std::string>> LioExporter::ApplyLocked(const DesiredExport&
   std::set<std::string> want;
   for (const auto& acl : d.acls) {
     const std::string dir = tpg + "/acls/" + acl.initiator_iqn;
-    const ChapCredentials* chap = d.chap.empty() ? nullptr : &d.chap.front();
+    auto known = secrets.find(acl.chap_username);
+    const ChapCredentials* chap = acl.chap_username.empty() || known == secrets.end() ? nullptr : known->second;
     if (acl.chap && chap == nullptr && !IsDir(dir)) {
       repairs.push_back("withheld ACL of " + acl.initiator_iqn + " on " + d.iqn +
                         ": CHAP secret unknown after a restart, grant again");

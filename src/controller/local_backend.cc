@@ -160,10 +160,13 @@ DesiredExport LocalBackend::DesiredFor(const VolumeRecord& r) const {
   std::lock_guard lock(chap_mu_);
   auto secrets = chap_.find(r.id);
   for (const auto& g : r.grants) {
-    d.acls.push_back({g.initiator_iqn, g.chap});
+    d.acls.push_back({g.initiator_iqn, g.chap, ""});
     if (!g.chap || secrets == chap_.end()) continue;
     auto c = secrets->second.find(g.initiator_iqn);
-    if (c != secrets->second.end()) d.chap.push_back(c->second);
+    if (c != secrets->second.end()) {
+      d.acls.back().chap_username = c->second.username;
+      d.chap.push_back(c->second);
+    }
   }
   return d;
 }

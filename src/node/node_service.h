@@ -21,28 +21,13 @@
 #include "common/mounter.h"
 #include "csi.grpc.pb.h"
 #include "node/node_host.h"
+#include "node/staged_facts.h"
 
 namespace blockcsi {
 
 // NodeGetInfo's accessible_topology segment: volumes of a node-local pool
 // (or a cluster that pins volumes to nodes) are accessible from this node.
 inline constexpr char kTopologyNodeKey[] = "topology.blockcsi.io/node";
-
-// The node's facts about a staged volume, kept in the attach record as one
-// annotation (kStagedAnnotation = "<access>,<fs type>,<staging path>", e.g.
-// "mount,ext4,/var/lib/kubelet/..." or "block,,/var/lib/kubelet/...") so
-// that they land together in one durable write: a crash never leaves half
-// of them, and staging pays for one fsync, not three.
-inline constexpr char kStagedAnnotation[] = "node.staged";
-
-struct StagedFacts {
-  std::string access_type;  // "mount" | "block"; empty when not recorded
-  std::string fs_type;      // empty for block
-  std::string staging_path;
-  bool block() const { return access_type == "block"; }
-  std::string Encode() const;
-  static StagedFacts Of(const AttachRecord& record);
-};
 
 struct NodeServiceOptions {
   std::string node_id;

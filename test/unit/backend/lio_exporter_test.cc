@@ -78,7 +78,7 @@ TEST(LioExporterTest, GrantWithMutualChapWritesAclAuthAndMappedLun) {
   TempDir root;
   LioExporter lio(root.path());
   DesiredExport d = Desired("/img");
-  d.acls.push_back({kNode, true});
+  d.acls.push_back({kNode, true, "user1"});
   d.chap.push_back({"user1", "secretpass12", "tgtuser", "mutualpass12"});
   ASSERT_TRUE(lio.Apply(d).ok());
   std::string acl = root.Join("target/iscsi/") + kIqn + "/tpgt_1/acls/" + kNode;
@@ -101,7 +101,7 @@ TEST(LioExporterTest, ChapAclWithUnknownSecretIsWithheldNotOpened) {
   TempDir root;
   LioExporter lio(root.path());
   DesiredExport d = Desired("/img");
-  d.acls.push_back({kNode, true});  // CHAP asked, secret not known (restart)
+  d.acls.push_back({kNode, true, ""});  // CHAP asked, secret not known (restart)
   auto repairs = lio.Apply(d);
   ASSERT_TRUE(repairs.ok());
   EXPECT_FALSE(IsDir(root.Join("target/iscsi/") + kIqn + "/tpgt_1/acls/" + kNode));
