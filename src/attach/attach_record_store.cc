@@ -24,6 +24,12 @@ std::string AttachRecordToJson(const AttachRecord& r) {
   j["expected_serial"] = r.expected_serial;
   j["expected_wwn"] = r.expected_wwn;
   j["initiator_iqn"] = r.initiator_iqn;
+  if (r.transport == "rbd") {
+    j["rbd_pool"] = r.rbd_pool;
+    j["rbd_image"] = r.rbd_image;
+    j["rbd_monitors"] = r.rbd_monitors;
+    j["rbd_user"] = r.rbd_user;
+  }
   j["read_only"] = r.read_only;
   j["state"] = r.state;
   j["device_path"] = r.device_path;
@@ -46,6 +52,10 @@ StatusOr<AttachRecord> AttachRecordFromJson(const std::string& text, const std::
     r.expected_serial = j.value("expected_serial", "");
     r.expected_wwn = j.value("expected_wwn", "");
     r.initiator_iqn = j.value("initiator_iqn", "");
+    r.rbd_pool = j.value("rbd_pool", "");
+    r.rbd_image = j.value("rbd_image", "");
+    r.rbd_monitors = j.value("rbd_monitors", "");
+    r.rbd_user = j.value("rbd_user", "");
     r.read_only = j.value("read_only", false);
     r.state = j.value("state", "");
     r.device_path = j.value("device_path", "");

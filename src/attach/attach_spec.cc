@@ -1,5 +1,8 @@
 #include "attach/attach_spec.h"
 
+#include <cctype>
+#include <string_view>
+
 #include "attach/iscsi_names.h"
 #include "attach/publish_context.h"
 
@@ -48,6 +51,74 @@ Status ValidateChapField(const std::string& value, const char* key, const std::s
   return OkStatus();
 }
 
+// Pool, image and cephx names: Ceph allows more, but nothing we create or
+// accept needs more than this, and it keeps every value safe for argv,
+// file names and messages.
+Status ValidateCephName(const std::string& value, const std::string& what, size_t max_length) {
+  if (value.empty()) return InvalidArgument(what + " is empty");
+  if (value.size() > max_length) return InvalidArgument(what + " is longer than " + std::to_string(max_length));
+  for (char c : value) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return InvalidArgument(what + " \"" + value.substr(0, 50) + "\" may contain only letters, digits, '-', '_', '.'");
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<AttachSpec> ParseRbdSpec(AttachSpec spec, const std::map<std::string, std::string>& publish_context,
+                                  const std::map<std::string, std::string>& secrets, const std::string& where) {
+  auto required = [&](const char* key) -> StatusOr<std::string> {
+    const std::string* v = Find(publish_context, key);
+    if (v == nullptr || v->empty()) return InvalidArgument(where + "publish_context has no " + key);
+    return *v;
+  };
+  BLOCKCSI_ASSIGN_OR_RETURN(spec.rbd.pool, required(publish_context::kRbdPool));
+  BLOCKCSI_RETURN_IF_ERROR(
+      ValidateCephName(spec.rbd.pool, where + "publish_context " + publish_context::kRbdPool, 100));
+  BLOCKCSI_ASSIGN_OR_RETURN(spec.rbd.image, required(publish_context::kRbdImage));
+  BLOCKCSI_RETURN_IF_ERROR(
+      ValidateCephName(spec.rbd.image, where + "publish_context " + publish_context::kRbdImage, 200));
+  // The image id is what the node verifies (a re-created image of the same
+  // name has another id), so it is required like a SCSI serial is.
+  BLOCKCSI_ASSIGN_OR_RETURN(spec.rbd.image_id, required(publish_context::kRbdImageId));
+  BLOCKCSI_RETURN_IF_ERROR(
+      ValidateCephName(spec.rbd.image_id, where + "publish_context " + publish_context::kRbdImageId, 64));
+  spec.expected_serial = spec.rbd.image_id;
+  if (const std::string* mons = Find(publish_context, publish_context::kCephMonitors); mons != nullptr) {
+    if (mons->size() > 1024) return InvalidArgument(where + "publish_context cephMonitors is longer than 1024");
+    for (char c : *mons) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) &&
+          std::string_view(".:,/[]-").find(c) == std::string_view::npos) {
+        return InvalidArgument(where + "publish_context " + publish_context::kCephMonitors + " \"" +
+                               mons->substr(0, 100) + "\" is not a monitor list");
+      }
+    }
+    spec.rbd.monitors = *mons;
+  }
+  if (const std::string* user = Find(publish_context, publish_context::kCephUser); user != nullptr) {
+    spec.rbd.user = *user;
+  }
+  // Node-stage secrets override the controller's user: the node may be
+  // given a cephx user of its own with fewer caps.
+  const std::string* secret_user = Find(secrets, secret_keys::kCephUserId);
+  const std::string* secret_key = Find(secrets, secret_keys::kCephUserKey);
+  if (secret_user != nullptr && !secret_user->empty()) spec.rbd.user = *secret_user;
+  if (spec.rbd.user.rfind("client.", 0) == 0) spec.rbd.user = spec.rbd.user.substr(7);
+  if (spec.rbd.user.empty()) spec.rbd.user = "admin";
+  BLOCKCSI_RETURN_IF_ERROR(ValidateCephName(spec.rbd.user, where + "cephx user", 100));
+  if (secret_key != nullptr && !secret_key->empty()) {
+    if (secret_key->size() > 256) return InvalidArgument(where + "node-stage secret userKey is longer than 256 bytes");
+    for (char c : *secret_key) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/' && c != '=') {
+        return InvalidArgument(where + "node-stage secret userKey is not base64");
+      }
+    }
+    spec.rbd.key = *secret_key;
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(spec.read_only, ParseBool(publish_context, publish_context::kReadOnly, where));
+  return spec;
+}
+
 }  // namespace
 
 StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
@@ -64,7 +135,8 @@ StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
     spec.transport = *t;
   }
   if (spec.transport == "rbd") {
-    return Unimplemented(where + "transport \"rbd\" is not supported by this node's attacher yet");
+    spec.initiator_iqn = initiator_iqn;
+    return ParseRbdSpec(std::move(spec), publish_context, secrets, where);
   }
   if (spec.transport != "iscsi") {
     return InvalidArgument(where + "publish_context " + publish_context::kTransport + " \"" +

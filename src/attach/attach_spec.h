@@ -12,6 +12,20 @@
 
 namespace blockcsi {
 
+// Where an RBD image lives and who opens it (transport "rbd"). The key is
+// a secret: it comes from the node-stage secrets, reaches librbd or the
+// kernel through stdin or a 0600 file, and is never logged or persisted.
+struct RbdSource {
+  std::string pool;
+  std::string image;
+  std::string image_id;  // rbd_get_id(); the image's identity
+  // mon_host as the controller's librados saw it (e.g.
+  // "[v2:10.0.0.1:3300/0,v1:10.0.0.1:6789/0]"); empty: the node's ceph.conf.
+  std::string monitors;
+  std::string user;  // cephx id without "client."
+  std::string key;   // cephx key (base64); empty: the node's keyring
+};
+
 struct AttachSpec {
   std::string volume_id;
   std::string transport = "iscsi";   // publish_context::kTransport
@@ -23,6 +37,10 @@ struct AttachSpec {
   bool read_only = false;
   std::string initiator_iqn;  // this node's, see initiator.h
   ChapCredentials chap;       // from node-stage secrets when chapRequired
+  // Transport "rbd" only; portals/target_iqn/lun stay empty and
+  // expected_serial carries the image id, so the shared identity check
+  // (VerifyLunIdentity against what the connector reads) covers both.
+  RbdSource rbd;
 };
 
 // INVALID_ARGUMENT with a precise message naming the volume and the key for

@@ -27,6 +27,15 @@ inline constexpr char kTransport[] = "transport";
 // "true" when the attachment is read-only (PUBLISH_READONLY).
 inline constexpr char kReadOnly[] = "readOnly";
 
+// Transport "rbd" (portals, targetIqn, lun and serial/wwn do not apply):
+// the pool and image, the image id the node verifies in place of a SCSI
+// serial, the monitors (mon_host syntax) and the cephx id to open it as.
+inline constexpr char kRbdPool[] = "rbdPool";
+inline constexpr char kRbdImage[] = "rbdImage";
+inline constexpr char kRbdImageId[] = "rbdImageId";
+inline constexpr char kCephMonitors[] = "cephMonitors";
+inline constexpr char kCephUser[] = "cephUser";
+
 }  // namespace blockcsi::publish_context
 
 namespace blockcsi::volume_context {
@@ -43,5 +52,10 @@ inline constexpr char kChapUsername[] = "chap-username";
 inline constexpr char kChapPassword[] = "chap-password";
 inline constexpr char kChapMutualUsername[] = "chap-mutual-username";
 inline constexpr char kChapMutualPassword[] = "chap-mutual-password";
+
+// cephx credentials (node-stage and controller secrets), ceph-csi's names so
+// that one Secret serves both drivers.
+inline constexpr char kCephUserId[] = "userID";
+inline constexpr char kCephUserKey[] = "userKey";
 
 }  // namespace blockcsi::secret_keys

@@ -19,7 +19,7 @@ namespace blockcsi {
 
 struct AttachRecord {
   std::string volume_id;
-  std::string connector;  // "iscsi" | "userspace" | later "krbd"
+  std::string connector;  // "iscsi" | "userspace" | "krbd"
   std::string transport;  // "iscsi" | "rbd"
   std::vector<std::string> portals;
   std::string target_iqn;
@@ -27,6 +27,11 @@ struct AttachRecord {
   std::string expected_serial;
   std::string expected_wwn;
   std::string initiator_iqn;
+  // Transport "rbd": where the image is (never the cephx key).
+  std::string rbd_pool;
+  std::string rbd_image;
+  std::string rbd_monitors;
+  std::string rbd_user;
   bool read_only = false;
   // "attaching" (written before login) → "attached" (device known and verified).
   std::string state;

@@ -119,6 +119,10 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
     record.expected_serial = spec.expected_serial;
     record.expected_wwn = spec.expected_wwn;
     record.initiator_iqn = spec.initiator_iqn;
+    record.rbd_pool = spec.rbd.pool;
+    record.rbd_image = spec.rbd.image;
+    record.rbd_monitors = spec.rbd.monitors;
+    record.rbd_user = spec.rbd.user;
     record.read_only = spec.read_only;
   }
   record.state = kAttachStateAttaching;

@@ -54,6 +54,7 @@
 #include <memory>
 #include <string>
 
+#include "attach/publish_context.h"
 #include "common/status.h"
 #include "controller/backend.h"
 
@@ -76,19 +77,19 @@ struct RbdBackendOptions {
 };
 
 // Keys of the publish transport_params (VolumeRecord) for transport "rbd".
+// The names are the publish_context schema's (attach/publish_context.h).
 namespace rbd_params {
-inline constexpr char kPool[] = "rbdPool";
-inline constexpr char kImage[] = "rbdImage";
-inline constexpr char kImageId[] = "rbdImageId";  // guards against a re-created image of the same name
-inline constexpr char kMonitors[] = "cephMonitors";
-inline constexpr char kUser[] = "cephUser";
+inline constexpr const char* kPool = publish_context::kRbdPool;
+inline constexpr const char* kImage = publish_context::kRbdImage;
+inline constexpr const char* kImageId = publish_context::kRbdImageId;  // guards against a re-created image
+inline constexpr const char* kMonitors = publish_context::kCephMonitors;
+inline constexpr const char* kUser = publish_context::kCephUser;
 }  // namespace rbd_params
 
-// Keys of CSI secrets carrying cephx credentials (ceph-csi's names, so the
-// same Secret works for both drivers).
+// Keys of CSI secrets carrying cephx credentials.
 namespace rbd_secret_keys {
-inline constexpr char kUserId[] = "userID";
-inline constexpr char kUserKey[] = "userKey";
+inline constexpr const char* kUserId = secret_keys::kCephUserId;
+inline constexpr const char* kUserKey = secret_keys::kCephUserKey;
 }  // namespace rbd_secret_keys
 
 // Fills options.ceph_user/key from CSI secrets when they carry both keys;

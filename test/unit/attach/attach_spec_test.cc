@@ -110,10 +110,52 @@ TEST(AttachSpecTest, RequiresSomeIdentity) {
   EXPECT_TRUE(Parse(context).ok());
 }
 
-TEST(AttachSpecTest, RbdIsNotYetSupported) {
-  auto context = GoodContext();
-  context[publish_context::kTransport] = "rbd";
-  EXPECT_EQ(Parse(context).status().code(), StatusCode::kUnimplemented);
+std::map<std::string, std::string> RbdContext() {
+  return {{publish_context::kTransport, "rbd"},
+          {publish_context::kRbdPool, "kube"},
+          {publish_context::kRbdImage, "csi-vol-0123456789abcdef0123456789abcdef"},
+          {publish_context::kRbdImageId, "10f2a6b8c4d1"},
+          {publish_context::kCephMonitors, "[v2:10.0.0.1:3300/0,v1:10.0.0.1:6789/0]"},
+          {publish_context::kCephUser, "blockcsi"},
+          {publish_context::kReadOnly, "false"}};
+}
+
+TEST(AttachSpecTest, RbdTakesImageAndVerifiesItsId) {
+  auto spec = Parse(RbdContext(), {{secret_keys::kCephUserKey, "AQBx3kRmAAAAABAAq0Tq9Hj7yJ0Xc2l5Z3VhcmQ="}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->transport, "rbd");
+  EXPECT_EQ(spec->rbd.pool, "kube");
+  EXPECT_EQ(spec->rbd.image, "csi-vol-0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(spec->rbd.monitors, "[v2:10.0.0.1:3300/0,v1:10.0.0.1:6789/0]");
+  EXPECT_EQ(spec->rbd.user, "blockcsi");
+  EXPECT_EQ(spec->rbd.key, "AQBx3kRmAAAAABAAq0Tq9Hj7yJ0Xc2l5Z3VhcmQ=");
+  // The shared identity check compares the image id like a SCSI serial.
+  EXPECT_EQ(spec->expected_serial, "10f2a6b8c4d1");
+  EXPECT_TRUE(spec->portals.empty());
+}
+
+TEST(AttachSpecTest, RbdSecretUserOverridesAndBadValuesAreNamed) {
+  auto spec = Parse(RbdContext(), {{secret_keys::kCephUserId, "client.node-rbd"}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->rbd.user, "node-rbd");
+  EXPECT_TRUE(spec->rbd.key.empty());
+
+  for (const char* key : {publish_context::kRbdPool, publish_context::kRbdImage, publish_context::kRbdImageId}) {
+    auto context = RbdContext();
+    context.erase(key);
+    auto missing = Parse(context);
+    ASSERT_FALSE(missing.ok()) << key;
+    EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(missing.status().message().find(key), std::string::npos) << missing.status().message();
+    context[key] = "bad name;rm";
+    EXPECT_EQ(Parse(context).status().code(), StatusCode::kInvalidArgument) << key;
+  }
+  auto context = RbdContext();
+  context[publish_context::kCephMonitors] = "10.0.0.1 ; reboot";
+  EXPECT_EQ(Parse(context).status().code(), StatusCode::kInvalidArgument);
+  auto bad_key = Parse(RbdContext(), {{secret_keys::kCephUserKey, "not base64 \n secret-value"}});
+  ASSERT_FALSE(bad_key.ok());
+  EXPECT_EQ(bad_key.status().message().find("secret-value"), std::string::npos);
 }
 
 TEST(AttachSpecTest, ReadOnlyAndChapFromSecrets) {
