@@ -9,8 +9,30 @@
 # pid, the work directory), also when a step fails. Run as root on Debian 12.
 #   SKIP_BUILD=1 BIN_DIR=/path/to/bin hack/demo.sh   reuse an existing build
 #   KEEP_LOG=/tmp/plugin.log hack/demo.sh             keep the plugin's log
+#   hack/demo.sh --rbd     the same lifecycle on Ceph RBD: a throw-away
+#                          single-node Ceph (hack/ceph-cluster.sh) under the
+#                          work dir instead of tgtd, and
+#                          blockcsi --backend rbd ... --connector userspace;
+#                          NodeStage gets the cephx user and key as node-stage
+#                          secrets (userID/userKey, the key read from the
+#                          cluster's BLOCKCSI_CEPH_KEYRING, never on argv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+rbd=0
+for arg in "$@"; do
+  case "$arg" in
+    --rbd) rbd=1 ;;
+    -h | --help)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d'
+      exit 0
+      ;;
+    *)
+      echo "demo.sh: unknown argument $arg (want --rbd or nothing)" >&2
+      exit 2
+      ;;
+  esac
+done
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "demo.sh: run as root (tgtd, loop devices, FUSE and mount need it)" >&2
@@ -34,6 +56,8 @@ socket="$work/csi.sock"
 endpoint="unix://$socket"
 tgtd_pid=""
 plugin_pid=""
+ceph_dir="$work/ceph"
+ceph_started=0
 
 # ---- cleanup: everything this run made, found by path or pid, never by name.
 cleanup() {
@@ -69,7 +93,8 @@ cleanup() {
     [ "$pid" = "$$" ] && continue
     parts=()
     mapfile -d '' parts <"$cmdline" 2>/dev/null || continue
-    if [[ "${parts[*]}" == *"$work/"* ]]; then
+    # The Ceph daemons are stopped by hack/ceph-cluster.sh below.
+    if [[ "${parts[*]}" == *"$work/"* && "${parts[*]}" != *"$ceph_dir/"* ]]; then
       kill -KILL "$pid" 2>/dev/null
     fi
   done
@@ -80,6 +105,9 @@ cleanup() {
       sleep 0.2
     done
   done
+  if [ "$ceph_started" = 1 ]; then
+    hack/ceph-cluster.sh stop "$ceph_dir" >"$work/ceph-stop.log" 2>&1 || cat "$work/ceph-stop.log" >&2
+  fi
   if [ -n "$tgtd_pid" ] && kill -0 "$tgtd_pid" 2>/dev/null; then
     # tgtd ignores SIGTERM; its configuration is in memory only.
     kill -KILL "$tgtd_pid"
@@ -149,27 +177,56 @@ wait_for() {  # wait_for <seconds> <command...>
   done
 }
 
-iscsi_port="$(free_port)"
-# tgtd's control "port" names an abstract unix socket (and must stay below
-# 32768): pick one nobody answers on.
-control_port=$((1000 + RANDOM % 30000))
-while tgtadm -C "$control_port" --lld iscsi --op show --mode sys >/dev/null 2>&1; do
-  control_port=$((1000 + RANDOM % 30000))
-done
 mkdir -p "$work/pool" "$work/state" "$work/staging" "$work/pod"
-echo "== blockcsi demo in $work (iSCSI 127.0.0.1:$iscsi_port, tgtd control port $control_port)"
 
-start_tgtd() {
-  tgtd -f -C "$control_port" --iscsi "portal=127.0.0.1:$iscsi_port" >"$work/tgtd.log" 2>&1 &
-  tgtd_pid=$!
-  wait_for 10 tgtadm -C "$control_port" --lld iscsi --op show --mode target
-}
-step "start tgtd" start_tgtd
+if [ "$rbd" = 1 ]; then
+  echo "== blockcsi demo on Ceph RBD in $work"
+  start_ceph() {
+    ceph_started=1
+    hack/ceph-cluster.sh start "$ceph_dir" >"$work/ceph.env" 2>"$work/ceph-start.log" || {
+      tail -n 20 "$work/ceph-start.log"
+      return 1
+    }
+    grep -E '^(RBD_POOL|CEPH_MON_HOST|BLOCKCSI_CEPH_USER)=' "$work/ceph.env"
+  }
+  step "start ceph" start_ceph
+  ceph_env() { sed -n "s/^$1=//p" "$work/ceph.env"; }
+  ceph_conf="$(ceph_env CEPH_CONF)"
+  ceph_user="$(ceph_env BLOCKCSI_CEPH_USER)"
+  ceph_keyring="$(ceph_env BLOCKCSI_CEPH_KEYRING)"
+  rbd_pool="$(ceph_env RBD_POOL)"
+  backend_flags=(--backend rbd --ceph-conf "$ceph_conf" --ceph-user "$ceph_user"
+    --ceph-keyring "$ceph_keyring" --rbd-pool "$rbd_pool")
+  # The node logs in with node-stage secrets, as kubelet would pass them;
+  # csi-call reads them from its environment (--secret-env), not argv.
+  DEMO_CEPH_USER="$ceph_user"
+  DEMO_CEPH_KEY="$(awk '$1 == "key" { print $3 }' "$ceph_keyring")"
+  export DEMO_CEPH_USER DEMO_CEPH_KEY
+  stage_secrets=(--secret-env userID=DEMO_CEPH_USER --secret-env userKey=DEMO_CEPH_KEY)
+else
+  iscsi_port="$(free_port)"
+  # tgtd's control "port" names an abstract unix socket (and must stay below
+  # 32768): pick one nobody answers on.
+  control_port=$((1000 + RANDOM % 30000))
+  while tgtadm -C "$control_port" --lld iscsi --op show --mode sys >/dev/null 2>&1; do
+    control_port=$((1000 + RANDOM % 30000))
+  done
+  echo "== blockcsi demo in $work (iSCSI 127.0.0.1:$iscsi_port, tgtd control port $control_port)"
+
+  start_tgtd() {
+    tgtd -f -C "$control_port" --iscsi "portal=127.0.0.1:$iscsi_port" >"$work/tgtd.log" 2>&1 &
+    tgtd_pid=$!
+    wait_for 10 tgtadm -C "$control_port" --lld iscsi --op show --mode target
+  }
+  step "start tgtd" start_tgtd
+  backend_flags=(--backend local --pool "$work/pool" --tgt-control-port "$control_port"
+    --portal "127.0.0.1:$iscsi_port")
+  stage_secrets=()
+fi
 
 start_plugin() {
-  "$bin/blockcsi" --mode all --backend local --connector userspace \
+  "$bin/blockcsi" --mode all "${backend_flags[@]}" --connector userspace \
     --endpoint "$endpoint" --node-id demo-node --state-dir "$work/state" \
-    --pool "$work/pool" --tgt-control-port "$control_port" --portal "127.0.0.1:$iscsi_port" \
     >"$work/plugin.log" 2>&1 &
   plugin_pid=$!
   wait_for 20 csi Probe && csi Probe | grep -q '"ready":true' && csi GetPluginInfo
@@ -192,7 +249,7 @@ publish_context="$(json_get "$(cat "$work/step.out")" 'd.get("publish_context", 
 
 staging="$work/staging/$volume_id"
 target="$work/pod/mount"
-step "NodeStage" csi NodeStageVolume \
+step "NodeStage" csi "${stage_secrets[@]}" NodeStageVolume \
   "{\"volume_id\":\"$volume_id\",\"publish_context\":$publish_context,\"staging_target_path\":\"$staging\",\"volume_capability\":$capability,\"volume_context\":$volume_context}"
 step "NodePublish" csi NodePublishVolume \
   "{\"volume_id\":\"$volume_id\",\"publish_context\":$publish_context,\"staging_target_path\":\"$staging\",\"target_path\":\"$target\",\"volume_capability\":$capability,\"readonly\":false}"

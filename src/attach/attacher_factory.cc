@@ -1,7 +1,11 @@
 #include "attach/attacher_factory.h"
 
+#include <map>
+
 #include "attach/initiator.h"
 #include "attach/iscsi_connector.h"
+#include "attach/krbd_connector.h"
+#include "attach/transport_router.h"
 #include "attach/userspace_connector.h"
 #include "attach/volume_attacher_impl.h"
 
@@ -22,6 +26,8 @@ StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptio
     o.io_timeout = options.bridge_io_timeout;
     o.start_timeout = options.bridge_start_timeout;
     o.sessions_per_volume = options.bridge_sessions;
+    o.node_id = options.node_id;
+    o.ceph_conf = options.ceph_conf;
     connector = MakeUserspaceConnector(std::move(o));
   } else if (options.connector == "iscsi") {
     IscsiConnectorOptions o;
@@ -34,7 +40,20 @@ StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptio
     o.login_retries = options.login_retries;
     o.device_wait = options.device_wait;
     o.multipath_wait = options.multipath_wait;
-    connector = MakeIscsiConnector(std::move(o));
+    KrbdConnectorOptions k;
+    k.executor = executor;
+    k.host_fs = host_fs;
+    k.state_dir = options.state_dir;
+    k.ceph_conf = options.ceph_conf;
+    k.command_timeout = options.rbd_command_timeout;
+    k.map_options = options.rbd_map_options;
+    // The kernel connector family: records keep the name "iscsi" whatever
+    // their transport (see transport_router.h), so iSCSI records of earlier
+    // plugin versions stay valid.
+    std::map<std::string, std::unique_ptr<Connector>> routes;
+    routes["iscsi"] = MakeIscsiConnector(std::move(o));
+    routes["rbd"] = MakeKrbdConnector(std::move(k));
+    connector = MakeTransportRouter("iscsi", std::move(routes));
   } else {
     return InvalidArgument("attacher: unknown connector \"" + options.connector + "\" (want iscsi or userspace)");
   }

@@ -1,6 +1,8 @@
 // The one way the node service builds its VolumeAttacher: picks the
-// connector ("iscsi": open-iscsi kernel initiator, the production default;
-// "userspace": libiscsi + FUSE + loop bridge) and wires the OS seams.
+// connector ("iscsi": the kernel, the production default — open-iscsi for
+// transport "iscsi" and krbd for "rbd", behind a TransportRouter;
+// "userspace": libiscsi/librbd + FUSE + loop bridge, for both transports)
+// and wires the OS seams.
 // MakeVolumeAttacher adopts what earlier plugin runs left (records, bridges)
 // before returning. Thread-safe.
 #pragma once
@@ -20,7 +22,7 @@
 namespace blockcsi {
 
 struct AttacherOptions {
-  std::string connector = "iscsi";  // "iscsi" | "userspace"
+  std::string connector = "iscsi";  // "iscsi" (kernel: iscsi + krbd) | "userspace"
   // Records live in <state_dir>/attachments, bridge sockets and FUSE mounts
   // in <state_dir>/bridges.
   std::string state_dir;
@@ -47,6 +49,14 @@ struct AttacherOptions {
   int bridge_sessions = 1;
   // open-iscsi iface name carrying this node's initiator IQN.
   std::string iscsi_iface = "blockcsi";
+
+  // Kernel RBD (transport "rbd" with connector "iscsi"): the ceph.conf rbd
+  // reads (empty: rbd's own search, /etc/ceph/ceph.conf), the bound on each
+  // `rbd device map/unmap`, and extra krbd map options (e.g.
+  // "ms_mode=prefer-crc"). Key files live in <state_dir>/krbd while a map runs.
+  std::string ceph_conf;
+  std::chrono::milliseconds rbd_command_timeout{std::chrono::seconds(120)};
+  std::string rbd_map_options;
 
   // Test-only: called with a step name ("connected": the connector attached
   // but the record is not yet updated) so a test can crash the plugin there.

@@ -26,9 +26,12 @@
 #include <vector>
 
 #include "attach/bridge_protocol.h"
+#include "attach/bridge_transport.h"
+#include "attach/iscsi_bridge_transport.h"
 #include "attach/libiscsi_session.h"
 #include "attach/loop_devices.h"
 #include "attach/lun_identity.h"
+#include "attach/rbd_bridge_transport.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/filesystem.h"
@@ -37,10 +40,11 @@
 namespace blockcsi {
 namespace {
 
-// Largest single SCSI command the bridge sends; bigger FUSE requests are split.
+// Largest FUSE request; the iSCSI transport splits bigger ones again.
 constexpr uint32_t kMaxTransferBytes = 1024 * 1024;
 
 struct BridgeArgs {
+  std::string transport = "iscsi";  // "iscsi" | "rbd"
   std::string volume_id;
   std::string control_socket;
   std::string mountpoint;
@@ -58,6 +62,22 @@ struct BridgeArgs {
   // so several sessions let the loop device keep several requests in flight.
   int sessions = 1;
   std::string log_format = "text";
+  // Transport "rbd": the image, the monitors (empty: ceph_conf's), the
+  // cephx id, and the node id under which the client registers for fencing.
+  // expected_serial carries the image id.
+  std::string rbd_pool;
+  std::string rbd_image;
+  std::string ceph_monitors;
+  std::string ceph_user = "admin";
+  std::string ceph_conf = "/etc/ceph/ceph.conf";
+  std::string node_id;
+};
+
+// What arrives on stdin (JSON), never in argv: /proc/<pid>/cmdline is
+// readable by every user of the node.
+struct BridgeSecrets {
+  ChapCredentials chap;
+  std::string ceph_key;
 };
 
 Status ParseArgs(int argc, char** argv, BridgeArgs* a) {
@@ -73,7 +93,21 @@ Status ParseArgs(int argc, char** argv, BridgeArgs* a) {
       if (ec != std::errc() || p != v.data() + v.size()) return InvalidArgument("bridge: " + flag + " wants a number");
       return OkStatus();
     };
-    if (flag == "--volume-id") {
+    if (flag == "--transport") {
+      BLOCKCSI_ASSIGN_OR_RETURN(a->transport, value());
+    } else if (flag == "--rbd-pool") {
+      BLOCKCSI_ASSIGN_OR_RETURN(a->rbd_pool, value());
+    } else if (flag == "--rbd-image") {
+      BLOCKCSI_ASSIGN_OR_RETURN(a->rbd_image, value());
+    } else if (flag == "--ceph-monitors") {
+      BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_monitors, value());
+    } else if (flag == "--ceph-user") {
+      BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_user, value());
+    } else if (flag == "--ceph-conf") {
+      BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_conf, value());
+    } else if (flag == "--node-id") {
+      BLOCKCSI_ASSIGN_OR_RETURN(a->node_id, value());
+    } else if (flag == "--volume-id") {
       BLOCKCSI_ASSIGN_OR_RETURN(a->volume_id, value());
     } else if (flag == "--control-socket") {
       BLOCKCSI_ASSIGN_OR_RETURN(a->control_socket, value());
@@ -109,6 +143,16 @@ Status ParseArgs(int argc, char** argv, BridgeArgs* a) {
       return InvalidArgument("bridge: unknown flag " + flag);
     }
   }
+  if (a->transport == "rbd") {
+    if (a->volume_id.empty() || a->control_socket.empty() || a->mountpoint.empty() || a->rbd_pool.empty() ||
+        a->rbd_image.empty() || a->expected_serial.empty()) {
+      return InvalidArgument(
+          "bridge: --volume-id, --control-socket, --mountpoint, --rbd-pool, --rbd-image and --expected-serial (the "
+          "image id) are required for --transport rbd");
+    }
+    return OkStatus();
+  }
+  if (a->transport != "iscsi") return InvalidArgument("bridge: --transport wants iscsi or rbd");
   if (a->volume_id.empty() || a->control_socket.empty() || a->mountpoint.empty() || a->portals.empty() ||
       a->target_iqn.empty() || a->initiator_iqn.empty()) {
     return InvalidArgument(
@@ -117,7 +161,7 @@ Status ParseArgs(int argc, char** argv, BridgeArgs* a) {
   return OkStatus();
 }
 
-StatusOr<ChapCredentials> ReadSecretsFromStdin() {
+StatusOr<BridgeSecrets> ReadSecretsFromStdin() {
   std::string text;
   char buf[4096];
   while (true) {
@@ -127,26 +171,27 @@ StatusOr<ChapCredentials> ReadSecretsFromStdin() {
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
-  ChapCredentials chap;
-  if (text.empty()) return chap;
+  BridgeSecrets secrets;
+  if (text.empty()) return secrets;
   try {
     auto j = nlohmann::json::parse(text);
-    chap.username = j.value("username", "");
-    chap.password = j.value("password", "");
-    chap.mutual_username = j.value("mutual_username", "");
-    chap.mutual_password = j.value("mutual_password", "");
+    secrets.chap.username = j.value("username", "");
+    secrets.chap.password = j.value("password", "");
+    secrets.chap.mutual_username = j.value("mutual_username", "");
+    secrets.chap.mutual_password = j.value("mutual_password", "");
+    secrets.ceph_key = j.value("ceph_key", "");
   } catch (const nlohmann::json::exception&) {
     // Not the parser's message: it may quote the secret.
     return InvalidArgument("bridge: the secrets on stdin are not valid JSON");
   }
-  return chap;
+  return secrets;
 }
 
 class Bridge {
  public:
   explicit Bridge(BridgeArgs args) : args_(std::move(args)), executor_(MakeProcessExecutor()) {}
 
-  Status Start(const ChapCredentials& chap);
+  Status Start(const BridgeSecrets& secrets);
   // Serves the control socket until a shutdown succeeds.
   void Serve();
   // Detaches the loop device, unmounts FUSE and logs out; FAILED_PRECONDITION
@@ -165,24 +210,17 @@ class Bridge {
   const LunIdentity& identity() const { return identity_; }
 
  private:
+  StatusOr<std::unique_ptr<BridgeTransport>> OpenIscsi(const ChapCredentials& chap);
+  StatusOr<std::unique_ptr<BridgeTransport>> OpenRbd(const std::string& key);
   Status MountFuse();
   Status SetUpLoop();
   Status ListenControl();
   nlohmann::json Handle(const nlohmann::json& request, bool* stop);
   void NoteIoError(const Status& st);
-  Status ReadAligned(uint64_t off, size_t len, char* out);
-  Status WriteAligned(uint64_t off, size_t len, const char* in);
 
   BridgeArgs args_;
   std::unique_ptr<Executor> executor_;
-  LibIscsiSession& IoSession() {
-    size_t n = next_session_++ % (1 + extra_sessions_.size());
-    return n == 0 ? *session_ : *extra_sessions_[n - 1];
-  }
-
-  std::unique_ptr<LibIscsiSession> session_;                      // control commands and I/O
-  std::vector<std::unique_ptr<LibIscsiSession>> extra_sessions_;  // I/O only
-  std::atomic<size_t> next_session_{0};
+  std::unique_ptr<BridgeTransport> transport_;  // set by Start, reset by Teardown
   LunIdentity identity_;
   std::atomic<uint64_t> size_{0};
   struct fuse* fuse_ = nullptr;
@@ -192,6 +230,10 @@ class Bridge {
   int listen_fd_ = -1;
   std::mutex rmw_mu_;  // serialises unaligned read-modify-write
   std::atomic<uint64_t> io_errors_{0};
+  // Failed writes and flushes since this bridge started: unlike a failed
+  // read, each may have lost data the filesystem counted on, so the volume
+  // stays abnormal until it is restaged (a new bridge).
+  std::atomic<uint64_t> write_errors_{0};
   std::mutex err_mu_;
   std::string last_error_;                               // guarded by err_mu_
   std::chrono::steady_clock::time_point last_error_at_;  // guarded by err_mu_
@@ -262,34 +304,11 @@ void Bridge::NoteIoError(const Status& st) {
   io_errors_++;
   std::lock_guard<std::mutex> lock(err_mu_);
   if (last_error_ != st.message()) {
-    LogError("I/O error on the iSCSI session", {{"volume_id", args_.volume_id}, {"error", st.message()}});
+    LogError(args_.transport == "rbd" ? "I/O error on the rbd image" : "I/O error on the iSCSI session",
+             {{"volume_id", args_.volume_id}, {"error", st.message()}});
   }
   last_error_ = st.message();
   last_error_at_ = std::chrono::steady_clock::now();
-}
-
-Status Bridge::ReadAligned(uint64_t off, size_t len, char* out) {
-  uint32_t bs = session_->block_size();
-  while (len > 0) {
-    size_t chunk = std::min<size_t>(len, kMaxTransferBytes);
-    BLOCKCSI_RETURN_IF_ERROR(IoSession().Read(off / bs, static_cast<uint32_t>(chunk / bs), out));
-    off += chunk;
-    out += chunk;
-    len -= chunk;
-  }
-  return OkStatus();
-}
-
-Status Bridge::WriteAligned(uint64_t off, size_t len, const char* in) {
-  uint32_t bs = session_->block_size();
-  while (len > 0) {
-    size_t chunk = std::min<size_t>(len, kMaxTransferBytes);
-    BLOCKCSI_RETURN_IF_ERROR(IoSession().Write(off / bs, static_cast<uint32_t>(chunk / bs), in));
-    off += chunk;
-    in += chunk;
-    len -= chunk;
-  }
-  return OkStatus();
 }
 
 int Bridge::Read(char* buf, size_t size, off_t off) {
@@ -297,17 +316,17 @@ int Bridge::Read(char* buf, size_t size, off_t off) {
   if (off < 0) return -EINVAL;
   if (static_cast<uint64_t>(off) >= total) return 0;
   size = static_cast<size_t>(std::min<uint64_t>(size, total - static_cast<uint64_t>(off)));
-  uint32_t bs = session_->block_size();
+  uint32_t bs = transport_->block_size();
   uint64_t start = static_cast<uint64_t>(off);
   Status st;
   if (start % bs == 0 && size % bs == 0) {
-    st = ReadAligned(start, size, buf);
+    st = transport_->Read(start, size, buf);
   } else {
     // The loop device sends whole sectors; other readers (cat, dd) may not.
     uint64_t a = start / bs * bs;
     uint64_t b = (start + size + bs - 1) / bs * bs;
     std::vector<char> tmp(b - a);
-    st = ReadAligned(a, tmp.size(), tmp.data());
+    st = transport_->Read(a, tmp.size(), tmp.data());
     if (st.ok()) std::memcpy(buf, tmp.data() + (start - a), size);
   }
   if (!st.ok()) {
@@ -322,23 +341,24 @@ int Bridge::Write(const char* buf, size_t size, off_t off) {
   if (off < 0) return -EINVAL;
   if (static_cast<uint64_t>(off) >= total) return -ENOSPC;
   size = static_cast<size_t>(std::min<uint64_t>(size, total - static_cast<uint64_t>(off)));
-  uint32_t bs = session_->block_size();
+  uint32_t bs = transport_->block_size();
   uint64_t start = static_cast<uint64_t>(off);
   Status st;
   if (start % bs == 0 && size % bs == 0) {
-    st = WriteAligned(start, size, buf);
+    st = transport_->Write(start, size, buf);
   } else {
     std::lock_guard<std::mutex> lock(rmw_mu_);
     uint64_t a = start / bs * bs;
     uint64_t b = (start + size + bs - 1) / bs * bs;
     std::vector<char> tmp(b - a);
-    st = ReadAligned(a, tmp.size(), tmp.data());
+    st = transport_->Read(a, tmp.size(), tmp.data());
     if (st.ok()) {
       std::memcpy(tmp.data() + (start - a), buf, size);
-      st = WriteAligned(a, tmp.size(), tmp.data());
+      st = transport_->Write(a, tmp.size(), tmp.data());
     }
   }
   if (!st.ok()) {
+    write_errors_++;
     NoteIoError(st);
     return -EIO;
   }
@@ -346,17 +366,16 @@ int Bridge::Write(const char* buf, size_t size, off_t off) {
 }
 
 int Bridge::Fsync() {
-  // The target flushes the whole LU whichever session asks; completed
-  // writes on every session are covered.
-  Status st = session_->SynchronizeCache();
+  Status st = transport_->Flush();
   if (!st.ok()) {
+    write_errors_++;
     NoteIoError(st);
     return -EIO;
   }
   return 0;
 }
 
-Status Bridge::Start(const ChapCredentials& chap) {
+StatusOr<std::unique_ptr<BridgeTransport>> Bridge::OpenIscsi(const ChapCredentials& chap) {
   LibIscsiOptions o;
   o.portals = args_.portals;
   o.target_iqn = args_.target_iqn;
@@ -365,33 +384,62 @@ Status Bridge::Start(const ChapCredentials& chap) {
   o.chap = chap;
   o.command_timeout = std::chrono::seconds(args_.io_timeout_s);
   o.reconnect_retries = args_.reconnect_retries;
-  BLOCKCSI_ASSIGN_OR_RETURN(session_, LibIscsiSession::Connect(o));
-  size_ = session_->size_bytes();
+  BLOCKCSI_ASSIGN_OR_RETURN(std::unique_ptr<IscsiBridgeTransport> t, IscsiBridgeTransport::Connect(o));
   LogInfo("bridge logged in", {{"volume_id", args_.volume_id},
-                               {"portal", session_->portal()},
+                               {"portal", t->location()},
                                {"target", args_.target_iqn},
-                               {"size_bytes", std::to_string(size_.load())}});
-
-  BLOCKCSI_ASSIGN_OR_RETURN(std::string p80, session_->InquiryVpd(0x80));
-  BLOCKCSI_ASSIGN_OR_RETURN(std::string p83, session_->InquiryVpd(0x83));
-  BLOCKCSI_ASSIGN_OR_RETURN(identity_, ParseVpdPages(p80, p83));
+                               {"size_bytes", std::to_string(t->size_bytes())}});
+  BLOCKCSI_ASSIGN_OR_RETURN(identity_, t->ReadIdentity());
   // Checked here too, before the LUN is exposed at all: a wrong LUN never
-  // becomes a block device on this node.
+  // becomes a block device on this node (and costs one login, not many).
   Status id = VerifyLunIdentity(args_.volume_id, args_.expected_serial, args_.expected_wwn, identity_);
   if (!id.ok()) {
     LogError("WRONG LUN: refusing to expose it", {{"volume_id", args_.volume_id}, {"error", id.message()}});
     return id;
   }
-  o.portals = {session_->portal()};
-  for (int i = 1; i < args_.sessions; ++i) {
-    auto extra = LibIscsiSession::Connect(o);
-    if (!extra.ok()) {
-      LogWarn("extra iSCSI session failed; continuing with fewer",
-              {{"volume_id", args_.volume_id}, {"error", extra.status().message()}});
-      break;
+  t->AddSessions(args_.sessions - 1, args_.volume_id);
+  return std::unique_ptr<BridgeTransport>(std::move(t));
+}
+
+StatusOr<std::unique_ptr<BridgeTransport>> Bridge::OpenRbd(const std::string& key) {
+  RbdTransportOptions o;
+  o.volume_id = args_.volume_id;
+  o.pool = args_.rbd_pool;
+  o.image = args_.rbd_image;
+  o.image_id = args_.expected_serial;
+  o.monitors = args_.ceph_monitors;
+  o.ceph_conf = args_.ceph_conf;
+  o.user = args_.ceph_user;
+  o.key = key;
+  o.node_id = args_.node_id;
+  o.read_only = args_.read_only;
+  o.io_timeout = std::chrono::seconds(args_.io_timeout_s);
+  // The transport verifies the image id itself, before it locks the image
+  // or registers this client: a wrong image is never touched.
+  auto t = RbdBridgeTransport::Open(o);
+  if (!t.ok()) {
+    if (t.status().code() == StatusCode::kFailedPrecondition) {
+      LogError("refusing to expose the rbd image", {{"volume_id", args_.volume_id}, {"error", t.status().message()}});
     }
-    extra_sessions_.push_back(std::move(*extra));
+    return t.status();
   }
+  LogInfo("bridge opened rbd image", {{"volume_id", args_.volume_id},
+                                      {"image", (*t)->location()},
+                                      {"client", (*t)->client_addresses()},
+                                      {"read_only", args_.read_only ? "true" : "false"},
+                                      {"size_bytes", std::to_string((*t)->size_bytes())}});
+  BLOCKCSI_ASSIGN_OR_RETURN(identity_, (*t)->ReadIdentity());
+  BLOCKCSI_RETURN_IF_ERROR(VerifyLunIdentity(args_.volume_id, args_.expected_serial, "", identity_));
+  return std::unique_ptr<BridgeTransport>(std::move(*t));
+}
+
+Status Bridge::Start(const BridgeSecrets& secrets) {
+  if (args_.transport == "rbd") {
+    BLOCKCSI_ASSIGN_OR_RETURN(transport_, OpenRbd(secrets.ceph_key));
+  } else {
+    BLOCKCSI_ASSIGN_OR_RETURN(transport_, OpenIscsi(secrets.chap));
+  }
+  size_ = transport_->size_bytes();
   BLOCKCSI_RETURN_IF_ERROR(MountFuse());
   BLOCKCSI_RETURN_IF_ERROR(SetUpLoop());
   return ListenControl();
@@ -434,7 +482,7 @@ Status Bridge::SetUpLoop() {
   std::string file = args_.mountpoint + "/lun";
   Command cmd("losetup");
   cmd.Arg("--find").Arg("--show").Arg("--direct-io=on");
-  cmd.Arg("--sector-size").Arg(std::to_string(session_->block_size()));
+  cmd.Arg("--sector-size").Arg(std::to_string(transport_->block_size()));
   if (args_.read_only) cmd.Arg("--read-only");
   cmd.Arg(file).Timeout(std::chrono::seconds(60));
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult r, RunChecked(*executor_, cmd, StatusCode::kInternal));
@@ -461,11 +509,8 @@ Status Bridge::ListenControl() {
 
 nlohmann::json Bridge::StatusReply(bool refresh_identity) {
   nlohmann::json j = ReplyFromStatus(OkStatus());
-  if (refresh_identity && session_) {
-    auto p80 = session_->InquiryVpd(0x80);
-    auto p83 = session_->InquiryVpd(0x83);
-    if (!p80.ok() || !p83.ok()) return ReplyFromStatus(!p80.ok() ? p80.status() : p83.status());
-    auto id = ParseVpdPages(*p80, *p83);
+  if (refresh_identity && transport_) {
+    auto id = transport_->ReadIdentity();
     if (!id.ok()) return ReplyFromStatus(id.status());
     identity_ = *id;
   }
@@ -473,11 +518,19 @@ nlohmann::json Bridge::StatusReply(bool refresh_identity) {
   j["pid"] = ::getpid();
   j["device"] = device_;
   j["size_bytes"] = size_.load();
-  j["block_size"] = session_ ? session_->block_size() : 0;
-  j["portal"] = session_ ? session_->portal() : "";
+  j["block_size"] = transport_ ? transport_->block_size() : 0;
+  j["transport"] = args_.transport;
+  j["location"] = transport_ ? transport_->location() : "";
+  j["portal"] = transport_ && args_.transport == "iscsi" ? transport_->location() : "";
+  // A lasting condition of the transport (a fenced rbd client): the volume
+  // is unusable however long ago the last I/O error was.
+  Status health = transport_ ? transport_->Health() : OkStatus();
+  j["healthy"] = health.ok();
+  if (!health.ok()) j["health_message"] = health.message();
   j["serial"] = identity_.serial;
   j["naa"] = identity_.naa;
   j["io_errors"] = io_errors_.load();
+  j["write_errors"] = write_errors_.load();
   std::lock_guard<std::mutex> lock(err_mu_);
   j["last_error"] = last_error_;
   if (!last_error_.empty()) {
@@ -532,13 +585,11 @@ Status Bridge::Teardown(bool check_in_use) {
     fuse_ = nullptr;
     ::rmdir(args_.mountpoint.c_str());
   }
-  for (auto& extra : extra_sessions_) extra->Close();
-  extra_sessions_.clear();
-  if (session_) {
-    Status st = session_->SynchronizeCache();
-    if (!st.ok()) LogWarn("final SYNCHRONIZE CACHE failed", {{"volume_id", args_.volume_id}, {"error", st.message()}});
-    session_->Close();
-    session_.reset();
+  if (transport_) {
+    Status st = transport_->Flush();
+    if (!st.ok()) LogWarn("final flush failed", {{"volume_id", args_.volume_id}, {"error", st.message()}});
+    transport_->Close();
+    transport_.reset();
   }
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);
@@ -552,9 +603,9 @@ nlohmann::json Bridge::Handle(const nlohmann::json& request, bool* stop) {
   std::string op = request.value("op", "");
   if (op == "status") return StatusReply(request.value("refresh_identity", false));
   if (op == "rescan") {
-    Status st = session_->RefreshCapacity();
+    Status st = transport_->RefreshSize();
     if (!st.ok()) return ReplyFromStatus(st);
-    size_ = session_->size_bytes();
+    size_ = transport_->size_bytes();
     auto r = RunChecked(*executor_, Command("losetup").Arg("--set-capacity").Arg(device_));
     if (!r.ok()) return ReplyFromStatus(r.status());
     LogInfo("bridge rescanned", {{"volume_id", args_.volume_id}, {"size_bytes", std::to_string(size_.load())}});
@@ -641,21 +692,21 @@ int RunBridgeMain(int argc, char** argv) {
     WriteReadyLine(ReplyFromStatus(st));
     return 2;
   }
-  ChapCredentials chap;
+  BridgeSecrets secrets;
   if (args.secrets_on_stdin) {
-    auto secrets = ReadSecretsFromStdin();
-    if (!secrets.ok()) {
-      WriteReadyLine(ReplyFromStatus(secrets.status()));
+    auto read = ReadSecretsFromStdin();
+    if (!read.ok()) {
+      WriteReadyLine(ReplyFromStatus(read.status()));
       return 2;
     }
-    chap = *secrets;
+    secrets = std::move(*read);
   }
   ::close(STDIN_FILENO);
   ::open("/dev/null", O_RDONLY);  // fd 0 again, so it is never reused by accident
 
   Bridge bridge(args);
-  st = bridge.Start(chap);
-  chap = ChapCredentials{};
+  st = bridge.Start(secrets);
+  secrets = BridgeSecrets{};
   if (!st.ok()) {
     Status td = bridge.Teardown(false);
     if (!td.ok()) LogError("bridge cleanup after failed start", {{"error", td.ToString()}});

@@ -1,9 +1,11 @@
-// `blockcsi bridge ...`: the per-volume userspace bridge process. It logs in
-// to one LUN with libiscsi, serves it as a single FUSE file (direct_io) and
-// puts a loop device on top, then answers its control socket until told to
-// shut down. It runs detached from the plugin (own session and process
-// group) so that a plugin crash, restart or upgrade never breaks a mounted
-// volume. Secrets arrive on stdin, never in argv.
+// `blockcsi bridge ...`: the per-volume userspace bridge process. It opens
+// one volume through a BridgeTransport (`--transport iscsi`: a LUN over
+// libiscsi; `--transport rbd`: an RBD image over librbd, one rados client of
+// its own), serves it as a single FUSE file (direct_io) and puts a loop
+// device on top, then answers its control socket until told to shut down. It
+// runs detached from the plugin (own session and process group) so that a
+// plugin crash, restart or upgrade never breaks a mounted volume. Secrets
+// (CHAP credentials, the cephx key) arrive on stdin, never in argv.
 #pragma once
 
 namespace blockcsi {

@@ -8,7 +8,9 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "attach/attach_record_store.h"
 
@@ -57,34 +59,50 @@ StatusOr<nlohmann::json> CallBridge(const std::string& control_socket, const nlo
                                     std::chrono::milliseconds timeout) {
   UnixSocketAddress addr(control_socket);
   if (!addr.status().ok()) return Status(StatusCode::kUnavailable, addr.status().message());
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking throughout: a bridge whose threads are stuck stops
+  // accepting, its listen backlog fills, and a blocking connect would then
+  // wait forever (holding the caller's per-volume lock). One deadline covers
+  // connect, send and the answer.
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return ErrnoToStatus(errno, "socket for " + control_socket);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   auto fail = [&](int err, const std::string& what) {
     ::close(fd);
     Status st = ErrnoToStatus(err, what + " " + control_socket);
     // Whatever went wrong, the caller's question is "is the bridge there?".
     return Status(StatusCode::kUnavailable, st.message());
   };
-  if (::connect(fd, addr.addr(), addr.length()) != 0) return fail(errno, "connect");
+  auto timed_out = [&](const std::string& what) {
+    ::close(fd);
+    return DeadlineExceeded("bridge at " + control_socket + " " + what + " within " + std::to_string(timeout.count()) +
+                            "ms (its I/O may be stuck)");
+  };
+  while (::connect(fd, addr.addr(), addr.length()) != 0) {
+    if (errno == EINTR) continue;
+    // A unix socket answers EAGAIN (not EINPROGRESS) when the backlog is full.
+    if (errno != EAGAIN && errno != EINPROGRESS) return fail(errno, "connect");
+    if (std::chrono::steady_clock::now() >= deadline) return timed_out("did not accept the connection");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   std::string line = request.dump() + "\n";
   size_t off = 0;
   while (off < line.size()) {
     ssize_t n = ::send(fd, line.data() + off, line.size() - off, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return fail(errno, "send to");
+      if (errno != EAGAIN) return fail(errno, "send to");
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return timed_out("did not take the request");
+      pollfd pfd{fd, POLLOUT, 0};
+      (void)::poll(&pfd, 1, static_cast<int>(left.count()));
+      continue;
     }
     off += static_cast<size_t>(n);
   }
   std::string reply;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
   while (reply.find('\n') == std::string::npos) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      ::close(fd);
-      return DeadlineExceeded("bridge at " + control_socket + " did not answer within " +
-                              std::to_string(timeout.count()) + "ms");
-    }
+    if (left.count() <= 0) return timed_out("did not answer");
     pollfd pfd{fd, POLLIN, 0};
     int rc = ::poll(&pfd, 1, static_cast<int>(left.count()));
     if (rc < 0 && errno == EINTR) continue;
@@ -92,7 +110,7 @@ StatusOr<nlohmann::json> CallBridge(const std::string& control_socket, const nlo
     if (rc == 0) continue;
     char buf[4096];
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n < 0) return fail(errno, "recv from");
     if (n == 0) break;
     reply.append(buf, static_cast<size_t>(n));

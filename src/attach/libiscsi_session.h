@@ -1,6 +1,10 @@
 // LibIscsiSession: one iSCSI session to one LUN through libiscsi, with the
-// limits production needs: a per-command timeout and a bounded reconnect
-// loop (libiscsi's default reconnects forever and would hang the node).
+// limits production needs: every command (and every re-login) finishes
+// within the command timeout — an error, never a hang — and a command that
+// meets UNIT ATTENTION (e.g. after a target restart) is retried, as the
+// kernel's SCSI layer does. libiscsi's own reconnect rides out short
+// network blips inside that bound; a command that times out drops the
+// session, and the next command logs in afresh.
 // The bridge serves FUSE requests with it; benchmarks use it raw.
 // Thread-safe: commands are serialised on an internal mutex (a libiscsi
 // context must not be used from two threads at once).
@@ -59,9 +63,21 @@ class LibIscsiSession {
  private:
   LibIscsiSession() = default;
   Status TaskError(const char* what, ::scsi_task* task);
+  // The helpers below need mu_ held.
+  // Logs in again when the last command dropped the session.
+  Status EnsureConnectedLocked();
+  // Queues a task made by `queue` (a libiscsi *_task call), waits for it
+  // within the command timeout, retries UNIT ATTENTION; returns the task
+  // (GOOD status) for the caller to free.
+  using QueueTask = ::scsi_task* (*)(iscsi_context*, void* args, void (*cb)(iscsi_context*, int, void*, void*),
+                                     void* private_data);
+  StatusOr<::scsi_task*> RunLocked(const char* what, QueueTask queue, void* args);
+  void DropContextLocked();
 
   std::mutex mu_;
-  iscsi_context* ctx_ = nullptr;  // guarded by mu_
+  LibIscsiOptions options_;
+  bool closed_ = false;           // guarded by mu_
+  iscsi_context* ctx_ = nullptr;  // guarded by mu_; null after a dropped session
   std::string portal_;
   std::string target_iqn_;
   int lun_ = 0;

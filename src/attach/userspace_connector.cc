@@ -16,6 +16,7 @@
 
 #include "attach/attach_record_store.h"
 #include "attach/bridge_protocol.h"
+#include "attach/initiator.h"
 #include "attach/loop_devices.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
@@ -73,10 +74,11 @@ class UserspaceConnector final : public Connector {
   StatusOr<ConnectResult> Connect(const AttachSpec& spec, AttachRecord* record) override {
     BridgePaths p = PathsOf(*record);
     // A bridge from an earlier attempt (or an earlier plugin) that is alive
-    // and serves this volume is reused as it is.
+    // and serves this volume is reused as it is — unless its transport is
+    // unhealthy for good (a fenced rbd client can never write again).
     auto status = CallBridge(p.control_socket, {{"op", "status"}, {"refresh_identity", true}}, kControlTimeout);
     if (status.ok() && status->value("ok", false) && status->value("volume_id", "") == spec.volume_id &&
-        !status->value("device", "").empty()) {
+        !status->value("device", "").empty() && status->value("healthy", true)) {
       LogInfo("reusing running bridge", {{"volume_id", spec.volume_id}, {"device", status->value("device", "")}});
       return FromReply(*status, record);
     }
@@ -85,7 +87,7 @@ class UserspaceConnector final : public Connector {
     BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(p.dir, 0700));
     BLOCKCSI_ASSIGN_OR_RETURN(nlohmann::json ready, SpawnBridge(spec, p));
     Status started = StatusFromReply(ready);
-    if (started.code() == StatusCode::kFailedPrecondition) {
+    if (started.code() == StatusCode::kFailedPrecondition && spec.transport != "rbd") {
       // The bridge refused the LUN before exposing it; say so loudly here too,
       // where the operator reads the plugin's log.
       LogError("WRONG LUN: the target's LUN is not the published volume; nothing was exposed",
@@ -131,17 +133,39 @@ class UserspaceConnector final : public Connector {
 
   AttachHealth Check(const AttachRecord& record) override {
     auto r = CallBridge(PathsOf(record).control_socket, {{"op", "status"}}, kControlTimeout);
-    if (!r.ok()) return {true, "the userspace bridge of this volume is not running: " + r.status().message()};
+    if (!r.ok()) {
+      if (r.status().code() == StatusCode::kDeadlineExceeded) {
+        // Running but not answering: its I/O to the storage is stuck.
+        return {true,
+                "the userspace bridge of this volume is not answering (I/O to the storage may be stuck; it "
+                "gives up after --bridge-io-timeout, or stop the bridge with `blockctl cleanup`): " +
+                    r.status().message()};
+      }
+      return {true, "the userspace bridge of this volume is not running: " + r.status().message()};
+    }
     Status st = StatusFromReply(*r);
     if (!st.ok()) return {true, st.message()};
     if (r->value("device", "") != record.device_path) {
       return {true, "the bridge serves " + r->value("device", "") + ", not " + record.device_path};
     }
     if (!o_.host_fs->Exists(record.device_path)) return {true, record.device_path + " is gone"};
-    // Recent I/O errors only: a target restart the session survived is not
-    // a lasting condition.
+    // A lasting condition of the transport (a fenced rbd client) whatever
+    // the I/O did since.
+    if (!r->value("healthy", true)) return {true, r->value("health_message", std::string("transport unhealthy"))};
+    // A failed write may have lost data the filesystem counted on (ext4
+    // aborts its journal, xfs shuts down): abnormal until restaged.
+    if (uint64_t failed = r->value("write_errors", uint64_t{0}); failed > 0) {
+      return {true, std::to_string(failed) + " write(s) to the volume failed since it was attached (last error: " +
+                        r->value("last_error", std::string()) +
+                        "); once the storage answers again, stop the pods using it, then NodeUnstage and NodeStage "
+                        "(the filesystem is checked at stage)"};
+    }
+    // Recent read errors only: a target restart the session survived is
+    // not a lasting condition.
     if (r->value("io_errors", uint64_t{0}) > 0 && r->value("last_error_age_ms", int64_t{0}) < 60000) {
-      return {true, "I/O errors on the iSCSI session: " + r->value("last_error", std::string())};
+      const char* what =
+          r->value("transport", "") == "rbd" ? "I/O errors on the rbd image: " : "I/O errors on the iSCSI session: ";
+      return {true, what + r->value("last_error", std::string())};
     }
     return {};
   }
@@ -272,33 +296,58 @@ class UserspaceConnector final : public Connector {
     return OkStatus();
   }
 
-  StatusOr<nlohmann::json> SpawnBridge(const AttachSpec& spec, const BridgePaths& p) {
-    std::vector<std::string> argv = {o_.blockcsi_binary, "bridge",          "--volume-id",  spec.volume_id,
-                                     "--control-socket", p.control_socket,  "--mountpoint", p.mountpoint,
-                                     "--target",         spec.target_iqn,   "--lun",        std::to_string(spec.lun),
-                                     "--initiator",      spec.initiator_iqn};
-    for (const auto& portal : spec.portals) {
-      argv.push_back("--portal");
-      argv.push_back(portal);
+  // The bridge's argv and the secrets it reads from stdin (JSON; empty:
+  // none). Secrets go through a pipe, never argv: /proc/<pid>/cmdline is
+  // readable by everyone on the node.
+  StatusOr<std::vector<std::string>> BridgeArgv(const AttachSpec& spec, const BridgePaths& p,
+                                                std::string* secrets) const {
+    std::vector<std::string> argv = {o_.blockcsi_binary, "bridge",         "--volume-id",  spec.volume_id,
+                                     "--control-socket", p.control_socket, "--mountpoint", p.mountpoint};
+    nlohmann::json j = nlohmann::json::object();
+    if (spec.transport == "rbd") {
+      std::string node_id = o_.node_id;
+      if (node_id.empty()) node_id = NodeIdFromInitiatorIqn(spec.initiator_iqn).value_or("");
+      if (node_id.empty() && !spec.read_only) {
+        return InvalidArgument("volume \"" + spec.volume_id +
+                               "\": no node id to register the rbd client under (needed for fencing)");
+      }
+      argv.insert(argv.end(), {"--transport", "rbd", "--rbd-pool", spec.rbd.pool, "--rbd-image", spec.rbd.image,
+                               "--expected-serial", spec.rbd.image_id, "--ceph-user", spec.rbd.user});
+      if (!spec.rbd.monitors.empty()) argv.insert(argv.end(), {"--ceph-monitors", spec.rbd.monitors});
+      if (!o_.ceph_conf.empty()) argv.insert(argv.end(), {"--ceph-conf", o_.ceph_conf});
+      if (!node_id.empty()) argv.insert(argv.end(), {"--node-id", node_id});
+      if (!spec.rbd.key.empty()) j["ceph_key"] = spec.rbd.key;
+    } else {
+      argv.insert(argv.end(),
+                  {"--target", spec.target_iqn, "--lun", std::to_string(spec.lun), "--initiator", spec.initiator_iqn});
+      for (const auto& portal : spec.portals) {
+        argv.push_back("--portal");
+        argv.push_back(portal);
+      }
+      if (!spec.expected_serial.empty()) argv.insert(argv.end(), {"--expected-serial", spec.expected_serial});
+      if (!spec.expected_wwn.empty()) argv.insert(argv.end(), {"--expected-wwn", spec.expected_wwn});
+      if (spec.chap.enabled()) {
+        j["username"] = spec.chap.username;
+        j["password"] = spec.chap.password;
+        j["mutual_username"] = spec.chap.mutual_username;
+        j["mutual_password"] = spec.chap.mutual_password;
+      }
     }
-    if (!spec.expected_serial.empty()) argv.insert(argv.end(), {"--expected-serial", spec.expected_serial});
-    if (!spec.expected_wwn.empty()) argv.insert(argv.end(), {"--expected-wwn", spec.expected_wwn});
     if (spec.read_only) argv.push_back("--read-only");
     int io_s = static_cast<int>(std::max<int64_t>(1, o_.io_timeout.count() / 1000));
     argv.insert(argv.end(),
                 {"--io-timeout-seconds", std::to_string(io_s), "--reconnect-retries",
                  std::to_string(o_.reconnect_retries), "--sessions", std::to_string(o_.sessions_per_volume)});
-    // CHAP goes through a pipe, never argv: /proc/<pid>/cmdline is readable.
-    std::string secrets;
-    if (spec.chap.enabled()) {
+    if (!j.empty()) {
       argv.push_back("--secrets-on-stdin");
-      nlohmann::json j;
-      j["username"] = spec.chap.username;
-      j["password"] = spec.chap.password;
-      j["mutual_username"] = spec.chap.mutual_username;
-      j["mutual_password"] = spec.chap.mutual_password;
-      secrets = j.dump();
+      *secrets = j.dump();
     }
+    return argv;
+  }
+
+  StatusOr<nlohmann::json> SpawnBridge(const AttachSpec& spec, const BridgePaths& p) {
+    std::string secrets;
+    BLOCKCSI_ASSIGN_OR_RETURN(std::vector<std::string> argv, BridgeArgv(spec, p, &secrets));
 
     // stdin is a socketpair, not a pipe, so that writing the secrets to a
     // bridge that already died is EPIPE (MSG_NOSIGNAL), never SIGPIPE.

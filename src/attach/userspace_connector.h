@@ -1,6 +1,7 @@
 // The `userspace` connector: each volume gets its own bridge process
-// (`<blockcsi> bridge ...`: libiscsi session → FUSE file → loop device),
-// started detached so that it outlives the plugin. The plugin talks to it
+// (`<blockcsi> bridge ...`: libiscsi session or librbd image → FUSE file →
+// loop device), started detached so that it outlives the plugin. It serves
+// both transports of an AttachSpec ("iscsi", "rbd"); no kernel rbd/nbd. The plugin talks to it
 // over its control socket and, when the bridge is gone, cleans up what it
 // left (loop device, FUSE mount) by their names. Thread-safe for different
 // volumes.
@@ -24,6 +25,15 @@ struct UserspaceConnectorOptions {
   std::chrono::milliseconds start_timeout{std::chrono::seconds(60)};
   int reconnect_retries = 3;
   int sessions_per_volume = 1;  // iSCSI sessions each bridge opens for data
+  // Transport "rbd": this node's id, under which each bridge registers its
+  // rados client for fencing (image metadata blockcsi.client.<node_id>).
+  // Empty: taken from the spec's initiator name (InitiatorIqnForNode).
+  // (Default member initializers here and below keep designated-initializer
+  // users free of -Wmissing-field-initializers.)
+  std::string node_id{};
+  // ceph.conf for rbd volumes whose publish_context names no monitors;
+  // empty: the bridge's default (/etc/ceph/ceph.conf).
+  std::string ceph_conf{};
 };
 
 std::unique_ptr<Connector> MakeUserspaceConnector(UserspaceConnectorOptions options);

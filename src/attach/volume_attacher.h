@@ -19,7 +19,9 @@ namespace blockcsi {
 
 struct AttachRecord {
   std::string volume_id;
-  std::string connector;  // "iscsi" | "userspace" | "krbd"
+  // The connector that attached it: "iscsi" (the kernel path, also for rbd
+  // through krbd: record.transport tells which) or "userspace".
+  std::string connector;
   std::string transport;  // "iscsi" | "rbd"
   std::vector<std::string> portals;
   std::string target_iqn;

@@ -9,7 +9,15 @@ namespace blockcsi {
 bool RecordMatchesSpec(const AttachRecord& r, const AttachSpec& s) {
   return r.transport == s.transport && r.portals == s.portals && r.target_iqn == s.target_iqn && r.lun == s.lun &&
          r.expected_serial == s.expected_serial && r.expected_wwn == s.expected_wwn &&
-         r.initiator_iqn == s.initiator_iqn && r.read_only == s.read_only;
+         r.initiator_iqn == s.initiator_iqn && r.read_only == s.read_only && r.rbd_pool == s.rbd.pool &&
+         r.rbd_image == s.rbd.image && r.rbd_monitors == s.rbd.monitors && r.rbd_user == s.rbd.user;
+}
+
+// What the volume is on the storage side, for messages and logs.
+std::string DescribeSource(const std::string& transport, const std::string& target_iqn, int lun,
+                           const std::string& rbd_pool, const std::string& rbd_image) {
+  if (transport == "rbd") return "rbd image " + rbd_pool + "/" + rbd_image;
+  return target_iqn + " lun " + std::to_string(lun);
 }
 
 VolumeAttacherImpl::VolumeAttacherImpl(std::string state_dir, std::unique_ptr<Connector> connector,
@@ -83,8 +91,9 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
     if (!RecordMatchesSpec(*existing, spec) || existing->connector != connector_->name()) {
       if (existing->state == kAttachStateAttached) {
         return FailedPrecondition("volume \"" + spec.volume_id + "\" is already attached on this node as " +
-                                  existing->target_iqn + " lun " + std::to_string(existing->lun) + " through " +
-                                  existing->connector + "; detach it first");
+                                  DescribeSource(existing->transport, existing->target_iqn, existing->lun,
+                                                 existing->rbd_pool, existing->rbd_image) +
+                                  " through " + existing->connector + "; detach it first");
       }
       // A half-done attempt of another shape: undo it before starting over.
       LogWarn("cleaning up an earlier, different attach attempt", {{"volume_id", spec.volume_id}});
@@ -131,10 +140,10 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
   // on leaves a record that names what to clean up.
   BLOCKCSI_RETURN_IF_ERROR(store_.Put(record));
 
-  LogInfo("attaching volume", {{"volume_id", spec.volume_id},
-                               {"connector", connector_->name()},
-                               {"target", spec.target_iqn},
-                               {"lun", std::to_string(spec.lun)}});
+  LogInfo("attaching volume",
+          {{"volume_id", spec.volume_id},
+           {"connector", connector_->name()},
+           {"source", DescribeSource(spec.transport, spec.target_iqn, spec.lun, spec.rbd.pool, spec.rbd.image)}});
   auto connected = connector_->Connect(spec, &record);
   if (!connected.ok()) {
     KeepOrAbandon(in_use, record, connected.status());

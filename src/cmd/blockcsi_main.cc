@@ -13,7 +13,9 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/version.h"
+#include "controller/backend_config.h"
 #include "controller/backend_factory.h"
+#include "controller/call_scoping_controller.h"
 #include "controller/controller_service.h"
 #include "node/node_wiring.h"
 
@@ -73,7 +75,17 @@ int Main(int argc, char** argv) {
     backend_options.tls_key = config.tls_key;
     backend_options.tls_ca = config.tls_ca;
     backend_options.insecure = config.insecure;
-    auto backend = MakeBackend(backend_options);
+    backend_options.ceph_conf = config.ceph_conf;
+    backend_options.ceph_user = config.ceph_user;
+    backend_options.ceph_keyring = config.ceph_keyring;
+    backend_options.rbd_pool = config.rbd_pool;
+    // One backend keeps its own ids; several (--backend-config) sit behind a
+    // RoutingBackend whose ids name the backend.
+    auto backend = [&]() -> StatusOr<std::shared_ptr<VolumeBackend>> {
+      if (config.backend_config.empty()) return MakeControllerBackend(backend_options);
+      BLOCKCSI_ASSIGN_OR_RETURN(BackendConfig backend_config, LoadBackendConfig(config.backend_config));
+      return MakeRoutedBackends(backend_config);
+    }();
     if (!backend.ok()) {
       LogError("cannot start the controller service", {{"error", backend.status().ToString()}});
       std::cerr << "blockcsi: " << backend.status().message() << "\n";
@@ -86,7 +98,10 @@ int Main(int argc, char** argv) {
     // controller enforces the same number (see controller_service.h).
     ControllerOptions controller_options;
     controller_options.max_volumes_per_node = config.max_volumes_per_node;
-    owned_services.push_back(std::make_shared<ControllerService>(volume_backend, std::move(controller_options)));
+    // The scoping layer hands each call's secrets (cephx from CSI secrets)
+    // and parameters to the backend; see controller/call_scope.h.
+    owned_services.push_back(std::make_shared<CallScopingController>(
+        std::make_shared<ControllerService>(volume_backend, std::move(controller_options))));
   }
   // ---- end controller wiring ----
 
@@ -96,7 +111,11 @@ int Main(int argc, char** argv) {
     auto node = BuildNodeService({.connector = config.connector,
                                   .state_dir = config.state_dir,
                                   .node_id = config.node_id,
-                                  .max_volumes_per_node = config.max_volumes_per_node});
+                                  .max_volumes_per_node = config.max_volumes_per_node,
+                                  .bridge_io_timeout = config.bridge_io_timeout,
+                                  .ceph_conf = config.ceph_conf,
+                                  .rbd_map_options = config.rbd_map_options,
+                                  .rbd_timeout = config.rbd_timeout});
     if (!node.ok()) {
       LogError("cannot start the node service", {{"error", node.status().ToString()}});
       std::cerr << "blockcsi: " << node.status().message() << "\n";

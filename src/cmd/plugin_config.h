@@ -25,6 +25,12 @@ struct PluginConfig {
   // Node side.
   std::string connector = "iscsi";   // iscsi | userspace
   int64_t max_volumes_per_node = 0;  // 0: no limit advertised
+  // Userspace bridge: a SCSI command / RBD op that takes longer fails with
+  // EIO (and the volume's condition turns abnormal) instead of hanging.
+  std::chrono::milliseconds bridge_io_timeout{std::chrono::seconds(30)};
+  // Kernel RBD (krbd): `rbd device map --options` and the command timeout.
+  std::string rbd_map_options;
+  std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
 
   // Controller side.
   std::string backend = "local";  // local | remote | rbd
@@ -36,6 +42,14 @@ struct PluginConfig {
   std::string target_agent;
   std::string tls_cert, tls_key, tls_ca;
   bool insecure = false;
+  // --backend rbd; without ceph_user the cephx credentials come from the
+  // CSI secrets of each call (controller/rbd_secret_backend.h).
+  std::string ceph_conf;
+  std::string ceph_user;
+  std::string ceph_keyring;
+  std::string rbd_pool;
+  // Several named backends instead of the one above (controller/backend_config.h).
+  std::string backend_config;
 
   bool runs_controller() const { return mode != PluginMode::kNode; }
   bool runs_node() const { return mode != PluginMode::kController; }

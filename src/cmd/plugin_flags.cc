@@ -21,10 +21,9 @@ const char* ModeName(PluginMode mode) {
   return "all";
 }
 
-void RegisterPluginFlags(CLI::App& app, PluginConfig& c, std::string& mode_text, std::string& shutdown_grace_text,
-                         std::string& reconcile_interval_text) {
+void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
   app.add_option("--endpoint", c.endpoint, "CSI endpoint, unix:///path/to/csi.sock")->capture_default_str();
-  app.add_option("--mode", mode_text, "Services to run: controller, node or all")
+  app.add_option("--mode", texts.mode, "Services to run: controller, node or all")
       ->check(CLI::IsMember({"controller", "node", "all"}))
       ->capture_default_str();
   app.add_option("--driver-name", c.driver_name, "CSI driver name (GetPluginInfo)")->capture_default_str();
@@ -38,17 +37,29 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, std::string& mode_text,
   app.add_option("--log-level", c.log_level, "Log level: debug, info, warn, error")
       ->check(CLI::IsMember({"debug", "info", "warn", "warning", "error"}))
       ->capture_default_str();
-  app.add_option("--shutdown-grace", shutdown_grace_text, "How long in-flight RPCs may run after SIGTERM (e.g. 10s)")
+  app.add_option("--shutdown-grace", texts.shutdown_grace, "How long in-flight RPCs may run after SIGTERM (e.g. 10s)")
       ->capture_default_str();
 
   auto* node = "Node";
-  app.add_option("--connector", c.connector, "How the node attaches volumes: iscsi (kernel) or userspace")
+  app.add_option("--connector", c.connector,
+                 "How the node attaches volumes: iscsi (kernel: open-iscsi for iSCSI, krbd for RBD) or userspace "
+                 "(libiscsi / librbd behind a FUSE file and a loop device)")
       ->check(CLI::IsMember({"iscsi", "userspace"}))
       ->group(node)
       ->capture_default_str();
   app.add_option("--max-volumes-per-node", c.max_volumes_per_node,
                  "Volumes this node accepts (NodeGetInfo); 0 means no limit")
       ->check(CLI::NonNegativeNumber)
+      ->group(node)
+      ->capture_default_str();
+  app.add_option("--bridge-io-timeout", texts.bridge_io_timeout,
+                 "userspace connector: an I/O to the storage that takes longer fails (EIO) instead of hanging")
+      ->group(node)
+      ->capture_default_str();
+  app.add_option("--rbd-map-options", c.rbd_map_options,
+                 "iscsi connector, RBD volumes: extra `rbd device map --options` (e.g. queue_depth=128)")
+      ->group(node);
+  app.add_option("--rbd-timeout", texts.rbd_timeout, "iscsi connector, RBD volumes: timeout of each rbd command")
       ->group(node)
       ->capture_default_str();
 
@@ -65,7 +76,7 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, std::string& mode_text,
   app.add_option("--iqn-prefix", c.iqn_prefix, "IQN prefix of the targets we create")
       ->group(controller)
       ->capture_default_str();
-  app.add_option("--reconcile-interval", reconcile_interval_text,
+  app.add_option("--reconcile-interval", texts.reconcile_interval,
                  "How often the exports are compared with the pool (e.g. 30s)")
       ->group(controller)
       ->capture_default_str();
@@ -75,14 +86,32 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, std::string& mode_text,
   app.add_option("--tls-key", c.tls_key, "Client key for the agent (mTLS)")->group(controller);
   app.add_option("--tls-ca", c.tls_ca, "CA that signed the agent's certificate")->group(controller);
   app.add_flag("--insecure", c.insecure, "Talk to the agent without TLS (tests only)")->group(controller);
+  app.add_option("--ceph-conf", c.ceph_conf,
+                 "ceph.conf (monitors) for --backend rbd; on a node, for RBD volumes whose publish_context names "
+                 "no monitors")
+      ->group(controller);
+  app.add_option("--ceph-user", c.ceph_user,
+                 "cephx id (without \"client.\") for --backend rbd; omit it (and --ceph-keyring) to use the "
+                 "userID/userKey of each call's CSI secrets")
+      ->group(controller);
+  app.add_option("--ceph-keyring", c.ceph_keyring, "Keyring file of --ceph-user for --backend rbd")->group(controller);
+  app.add_option("--rbd-pool", c.rbd_pool, "RBD pool the volumes live in for --backend rbd")->group(controller);
+  app.add_option("--backend-config", c.backend_config,
+                 "File of several named backends, replacing --backend and its flags: sections\n"
+                 "\"[backend NAME]\" with \"key = value\" lines (kind = local|remote|rbd, the flags of that kind\n"
+                 "without \"--\", default = true on one); StorageClass parameter backend=NAME picks one.\n"
+                 "See docs/deploy.md, \"Several backends\"")
+      ->group(controller);
 }
 
 int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
   CLI::App app{"blockcsi: CSI driver for network block storage (iSCSI and Ceph RBD)", "blockcsi"};
-  std::string mode_text = ModeName(config.mode);
-  std::string shutdown_grace_text = FormatDuration(config.shutdown_grace);
-  std::string reconcile_interval_text = FormatDuration(config.reconcile_interval);
-  RegisterPluginFlags(app, config, mode_text, shutdown_grace_text, reconcile_interval_text);
+  PluginFlagTexts texts{.mode = ModeName(config.mode),
+                        .shutdown_grace = FormatDuration(config.shutdown_grace),
+                        .reconcile_interval = FormatDuration(config.reconcile_interval),
+                        .bridge_io_timeout = FormatDuration(config.bridge_io_timeout),
+                        .rbd_timeout = FormatDuration(config.rbd_timeout)};
+  RegisterPluginFlags(app, config, texts);
   bool show_version = false;
   app.add_flag("--version", show_version, "Print the version and exit");
   try {
@@ -90,15 +119,29 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);  // prints help (exit 0) or the usage error (exit non-zero)
   }
+  // --backend-config names every backend itself; a flag of the single
+  // backend next to it would be silently ignored, so it is refused.
+  if (!config.backend_config.empty()) {
+    for (const char* flag : {"--backend", "--pool", "--tgt-control-port", "--portal", "--iqn-prefix",
+                             "--reconcile-interval", "--target-agent", "--tls-cert", "--tls-key", "--tls-ca",
+                             "--insecure", "--ceph-conf", "--ceph-user", "--ceph-keyring", "--rbd-pool"}) {
+      if (app.count(flag) > 0) {
+        std::cerr << "blockcsi: " << flag << " cannot be combined with --backend-config (set it in the file)\n";
+        return 2;
+      }
+    }
+  }
   if (show_version) {
     std::cout << "blockcsi " << BuildVersion() << " (" << BuildCommit() << ")\n";
     return 0;
   }
-  config.mode = mode_text == "controller" ? PluginMode::kController
-                : mode_text == "node"     ? PluginMode::kNode
-                                          : PluginMode::kAll;
-  for (auto [text, target] : {std::pair{&shutdown_grace_text, &config.shutdown_grace},
-                              std::pair{&reconcile_interval_text, &config.reconcile_interval}}) {
+  config.mode = texts.mode == "controller" ? PluginMode::kController
+                : texts.mode == "node"     ? PluginMode::kNode
+                                           : PluginMode::kAll;
+  for (auto [text, target] : {std::pair{&texts.shutdown_grace, &config.shutdown_grace},
+                              std::pair{&texts.reconcile_interval, &config.reconcile_interval},
+                              std::pair{&texts.bridge_io_timeout, &config.bridge_io_timeout},
+                              std::pair{&texts.rbd_timeout, &config.rbd_timeout}}) {
     auto parsed = ParseDuration(*text);
     if (!parsed.ok()) {
       std::cerr << "blockcsi: " << parsed.status().message() << "\n";
@@ -112,6 +155,13 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
 Status ValidatePluginConfig(const PluginConfig& config) {
   if (config.runs_node() && config.node_id.empty()) {
     return InvalidArgument("--node-id is required when the node service runs (--mode node or all)");
+  }
+  if (config.runs_controller() && config.backend_config.empty() && config.backend == "rbd") {
+    if (config.rbd_pool.empty()) return InvalidArgument("--rbd-pool is required for --backend rbd");
+    if (config.ceph_conf.empty()) return InvalidArgument("--ceph-conf is required for --backend rbd");
+    if (!config.ceph_keyring.empty() && config.ceph_user.empty()) {
+      return InvalidArgument("--ceph-keyring needs --ceph-user");
+    }
   }
   if (config.state_dir.empty() || config.state_dir.front() != '/') {
     return InvalidArgument("--state-dir must be an absolute path");

@@ -1,6 +1,8 @@
 // The one place `blockcsi`'s flags are declared and checked.
 #pragma once
 
+#include <string>
+
 #include "cmd/plugin_config.h"
 #include "common/status.h"
 
@@ -10,9 +12,17 @@ class App;
 
 namespace blockcsi {
 
-// Declares every flag on `app`, writing into `config` when parsed.
-void RegisterPluginFlags(CLI::App& app, PluginConfig& config, std::string& mode_text, std::string& shutdown_grace_text,
-                         std::string& reconcile_interval_text);
+// Flags parsed as text first and converted after (durations, the mode).
+struct PluginFlagTexts {
+  std::string mode;
+  std::string shutdown_grace;
+  std::string reconcile_interval;
+  std::string bridge_io_timeout;
+  std::string rbd_timeout;
+};
+
+// Declares every flag on `app`, writing into `config` (and `texts`) when parsed.
+void RegisterPluginFlags(CLI::App& app, PluginConfig& config, PluginFlagTexts& texts);
 
 // Parses argv. Returns the exit code to use when the process should stop
 // right away (help, version, usage error), or -1 to go on.

@@ -1,11 +1,19 @@
 #include "controller/agent_service.h"
 
+#include "common/fault_points.h"
 #include "common/grpc_status.h"
 #include "controller/target_proto.h"
 
 namespace blockcsi {
 
 using namespace ::blockcsi::target::v1;  // NOLINT(google-build-using-namespace): the service's own messages
+
+namespace {
+// The backend's crash points are named "controller.<op>.<step>" (that is
+// where it runs with --backend local); in this process they answer to
+// "agent.<op>.<step>", so a fault test can kill the agent and not the plugin.
+constexpr std::string_view kFaultRole = "agent";
+}  // namespace
 
 grpc::Status TargetAgentService::GetInfo(Context*, const GetInfoRequest*, GetInfoResponse* out) {
   out->set_name(backend_->Name());
@@ -19,6 +27,7 @@ grpc::Status TargetAgentService::Probe(Context*, const ProbeRequest*, ProbeRespo
 }
 
 grpc::Status TargetAgentService::CreateVolume(Context*, const CreateVolumeRequest* in, Volume* out) {
+  FaultPointScope fault_scope(kFaultRole);
   CreateVolumeSpec spec;
   spec.name = in->name();
   spec.size_bytes = in->size_bytes();
@@ -31,10 +40,12 @@ grpc::Status TargetAgentService::CreateVolume(Context*, const CreateVolumeReques
 }
 
 grpc::Status TargetAgentService::DeleteVolume(Context*, const DeleteVolumeRequest* in, DeleteVolumeResponse*) {
+  FaultPointScope fault_scope(kFaultRole);
   return ToGrpcStatus(backend_->DeleteVolume(in->volume_id()));
 }
 
 grpc::Status TargetAgentService::ExpandVolume(Context*, const ExpandVolumeRequest* in, Volume* out) {
+  FaultPointScope fault_scope(kFaultRole);
   auto r = backend_->ExpandVolume(in->volume_id(), in->new_size_bytes());
   if (!r.ok()) return ToGrpcStatus(r.status());
   ToProto(*r, out);
@@ -42,6 +53,7 @@ grpc::Status TargetAgentService::ExpandVolume(Context*, const ExpandVolumeReques
 }
 
 grpc::Status TargetAgentService::GrantAccess(Context*, const GrantAccessRequest* in, Volume* out) {
+  FaultPointScope fault_scope(kFaultRole);
   AccessGrant grant;
   grant.initiator_iqn = in->initiator_iqn();
   grant.node_id = in->node_id();
@@ -55,6 +67,7 @@ grpc::Status TargetAgentService::GrantAccess(Context*, const GrantAccessRequest*
 }
 
 grpc::Status TargetAgentService::RevokeAccess(Context*, const RevokeAccessRequest* in, RevokeAccessResponse*) {
+  FaultPointScope fault_scope(kFaultRole);
   return ToGrpcStatus(backend_->RevokeAccess(in->volume_id(), in->initiator_iqn()));
 }
 
@@ -66,6 +79,7 @@ grpc::Status TargetAgentService::GetVolume(Context*, const GetVolumeRequest* in,
 }
 
 grpc::Status TargetAgentService::CheckVolume(Context*, const CheckVolumeRequest* in, CheckVolumeResponse* out) {
+  FaultPointScope fault_scope(kFaultRole);
   auto r = backend_->CheckVolume(in->volume_id());
   if (!r.ok()) return ToGrpcStatus(r.status());
   out->set_abnormal(r->abnormal);
@@ -89,6 +103,7 @@ grpc::Status TargetAgentService::GetCapacity(Context*, const GetCapacityRequest*
 }
 
 grpc::Status TargetAgentService::CreateSnapshot(Context*, const CreateSnapshotRequest* in, Snapshot* out) {
+  FaultPointScope fault_scope(kFaultRole);
   auto r = backend_->CreateSnapshot(in->source_volume_id(), in->name());
   if (!r.ok()) return ToGrpcStatus(r.status());
   ToProto(*r, out);
@@ -96,6 +111,7 @@ grpc::Status TargetAgentService::CreateSnapshot(Context*, const CreateSnapshotRe
 }
 
 grpc::Status TargetAgentService::DeleteSnapshot(Context*, const DeleteSnapshotRequest* in, DeleteSnapshotResponse*) {
+  FaultPointScope fault_scope(kFaultRole);
   return ToGrpcStatus(backend_->DeleteSnapshot(in->snapshot_id()));
 }
 

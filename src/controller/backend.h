@@ -119,6 +119,16 @@ class VolumeBackend {
   virtual Status RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) = 0;
   virtual StatusOr<VolumeRecord> GetVolume(const std::string& volume_id) = 0;
   virtual StatusOr<VolumeHealth> CheckVolume(const std::string& volume_id) = 0;
+  // CheckVolume of each id, one result per id in order: what ListVolumes
+  // reports for a page. A backend that can read its live state once for
+  // many volumes overrides it (local: one `tgtadm --op show` per page
+  // instead of one per volume).
+  virtual std::vector<StatusOr<VolumeHealth>> CheckVolumes(const std::vector<std::string>& volume_ids) {
+    std::vector<StatusOr<VolumeHealth>> out;
+    out.reserve(volume_ids.size());
+    for (const auto& id : volume_ids) out.push_back(CheckVolume(id));
+    return out;
+  }
   // Stable order; `start_token` from a previous page's next_token
   // (an unknown token → ABORTED); max_entries 0 means no limit.
   virtual StatusOr<Page<VolumeRecord>> ListVolumes(const std::string& start_token, int max_entries) = 0;

@@ -59,6 +59,17 @@ class Exporter {
   // repair made, empty when it already matched.
   virtual StatusOr<std::vector<std::string>> Apply(const DesiredExport& desired) = 0;
 
+  // Apply() of each export, one result per export in order; a failing one
+  // does not stop the rest. An exporter whose live state is costly to read
+  // (tgt: a tgtadm process whose output grows with every target) reads it
+  // once for all of them.
+  virtual std::vector<StatusOr<std::vector<std::string>>> ApplyEach(const std::vector<DesiredExport>& desired) {
+    std::vector<StatusOr<std::vector<std::string>>> out;
+    out.reserve(desired.size());
+    for (const auto& d : desired) out.push_back(Apply(d));
+    return out;
+  }
+
   // Applies every export in `desired` and removes live targets whose IQN
   // starts with `iqn_prefix` + ":" but are not in `desired`. One read of the
   // live state for all of them.

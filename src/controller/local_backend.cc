@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/fault_points.h"
 #include "common/logging.h"
 #include "controller/volume_id.h"
 
@@ -236,6 +237,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
   Status created = pool_->CreateVolume(record, source_image, &method);
   if (!created.ok()) return created.WithContext("create volume \"" + spec.name + "\"");
   BLOCKCSI_RETURN_IF_ERROR(Fault("create:committed"));
+  FaultPoint("controller.create.after-record");
   LogInfo("volume created", {{"volume", record.id},
                              {"name", record.name},
                              {"size", std::to_string(record.size_bytes)},
@@ -244,6 +246,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
                                                                           : "none"}});
   // Exported with no ACL: nobody can log in until a grant.
   BLOCKCSI_RETURN_IF_ERROR(ApplyExport(record));
+  FaultPoint("controller.create.after-export");
   return Present(record);
 }
 
@@ -258,7 +261,9 @@ Status LocalBackend::DeleteVolume(const std::string& volume_id) {
   }
   BLOCKCSI_RETURN_IF_ERROR(exporter_->Remove(record->target_iqn));
   BLOCKCSI_RETURN_IF_ERROR(Fault("delete:unexported"));
+  FaultPoint("controller.delete.after-unexport");
   BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteVolume(volume_id));
+  FaultPoint("controller.delete.after-image-removed");
   {
     std::lock_guard lock(chap_mu_);
     chap_.erase(volume_id);
@@ -329,11 +334,13 @@ StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, c
     record->grants.push_back(wanted);
     BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
     BLOCKCSI_RETURN_IF_ERROR(Fault("grant:recorded"));
+    FaultPoint("controller.publish.after-grant-record");
     LogInfo("access granted", {{"volume", volume_id},
                                {"initiator", grant.initiator_iqn},
                                {"chap", grant.chap.enabled() ? (grant.chap.mutual() ? "mutual" : "one-way") : "off"}});
   }
   BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));
+  FaultPoint("controller.publish.after-acl");
   return Present(*record);
 }
 
@@ -348,6 +355,7 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
   if (record->grants.size() != before) {
     BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
     BLOCKCSI_RETURN_IF_ERROR(Fault("revoke:recorded"));
+    FaultPoint("controller.unpublish.after-grant-removed");
   }
   {
     std::lock_guard lock(chap_mu_);
@@ -357,6 +365,7 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
   // Both run even when the grant was already gone, so a retry after a crash
   // still fences.
   BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));
+  FaultPoint("controller.unpublish.after-acl-removed");
   BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record->target_iqn, initiator_iqn));
   if (record->grants.size() != before) {
     LogInfo("access revoked", {{"volume", volume_id}, {"initiator", initiator_iqn}});
@@ -372,22 +381,67 @@ StatusOr<VolumeRecord> LocalBackend::GetVolume(const std::string& volume_id) {
 }
 
 StatusOr<VolumeHealth> LocalBackend::CheckVolume(const std::string& volume_id) {
-  if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
+  return CheckVolumes({volume_id}).front();
+}
+
+std::vector<StatusOr<VolumeHealth>> LocalBackend::CheckVolumes(const std::vector<std::string>& volume_ids) {
+  std::vector<StatusOr<VolumeHealth>> out(volume_ids.size(), VolumeHealth{});
+  // Every volume of the batch stays locked until its export is checked, so
+  // no delete or grant slips in between reading the record and applying it.
+  // Taken in id order; the only other path holding two volume locks (a
+  // clone: its source, then its new id) takes the second on an id that no
+  // list can hold yet, so this cannot deadlock with it.
+  std::vector<std::string> ids;
+  for (const auto& id : volume_ids) {
+    if (IsVolumeId(id)) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // a key's lock is not re-entrant
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
-  auto record = pool_->GetVolume(volume_id);
-  if (!record) return NotFound("volume " + volume_id + " not found");
-  struct stat st {};
-  if (::stat(pool_->ImagePath(volume_id).c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < record->size_bytes) {
-    return VolumeHealth{true, "image of volume " + volume_id + " is missing or short"};
+  std::vector<std::unique_ptr<KeyedMutex::Lock>> held;
+  for (const auto& id : ids) held.push_back(std::make_unique<KeyedMutex::Lock>(locks_.get(), id));
+
+  std::vector<DesiredExport> desired;
+  std::vector<size_t> slot;  // desired[k] is the export of volume_ids[slot[k]]
+  for (size_t i = 0; i < volume_ids.size(); ++i) {
+    const std::string& id = volume_ids[i];
+    if (!IsVolumeId(id)) {
+      out[i] = NotOurVolume(id);
+      continue;
+    }
+    auto record = pool_->GetVolume(id);
+    if (!record) {
+      out[i] = NotFound("volume " + id + " not found");
+      continue;
+    }
+    struct stat st {};
+    if (::stat(pool_->ImagePath(id).c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < record->size_bytes) {
+      out[i] = VolumeHealth{true, "image of volume " + id + " is missing or short"};
+      continue;
+    }
+    desired.push_back(DesiredFor(*record));
+    slot.push_back(i);
   }
-  auto repairs = exporter_->Apply(DesiredFor(*record));
-  if (!repairs.ok()) return VolumeHealth{true, "export of volume " + volume_id + ": " + repairs.status().message()};
-  for (const auto& line : *repairs) LogInfo("check: repaired", {{"volume", volume_id}, {"repair", line}});
-  for (const auto& line : *repairs) {
-    if (line.rfind("withheld", 0) == 0) return VolumeHealth{true, line};
+  // One read of the daemon's state for the whole batch (see Exporter::ApplyEach).
+  auto applied = exporter_->ApplyEach(desired);
+  for (size_t k = 0; k < slot.size(); ++k) {
+    const std::string& id = volume_ids[slot[k]];
+    const auto& repairs = applied[k];
+    if (!repairs.ok()) {
+      out[slot[k]] = VolumeHealth{true, "export of volume " + id + ": " + repairs.status().message()};
+      continue;
+    }
+    for (const auto& line : *repairs) LogInfo("check: repaired", {{"volume", id}, {"repair", line}});
+    VolumeHealth health{false, repairs->empty() ? "" : "export repaired: " + repairs->front()};
+    for (const auto& line : *repairs) {
+      if (line.rfind("withheld", 0) == 0) {
+        health = VolumeHealth{true, line};
+        break;
+      }
+    }
+    out[slot[k]] = health;
   }
-  return VolumeHealth{false, repairs->empty() ? "" : "export repaired: " + repairs->front()};
+  return out;
 }
 
 StatusOr<Page<VolumeRecord>> LocalBackend::ListVolumes(const std::string& start_token, int max_entries) {

@@ -62,6 +62,7 @@ class LocalBackend final : public VolumeBackend {
   Status RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) override;
   StatusOr<VolumeRecord> GetVolume(const std::string& volume_id) override;
   StatusOr<VolumeHealth> CheckVolume(const std::string& volume_id) override;
+  std::vector<StatusOr<VolumeHealth>> CheckVolumes(const std::vector<std::string>& volume_ids) override;
   StatusOr<Page<VolumeRecord>> ListVolumes(const std::string& start_token, int max_entries) override;
   StatusOr<uint64_t> AvailableBytes() override;
   StatusOr<SnapshotRecord> CreateSnapshot(const std::string& source_volume_id, const std::string& name) override;

@@ -35,8 +35,8 @@ StatusOr<VolumeParameters> ParseVolumeParameters(const std::map<std::string, std
       }
       out.chap = value == "true";
     } else if (key == storage_class::kBackend) {
-      // Reserved: accepted so that StorageClasses written for multi-backend
-      // routing keep working when it arrives; one backend for now.
+      // The routing key: with --backend-config the RoutingBackend picks the
+      // named backend (and checks the name); a single backend ignores it.
     } else if (std::find(backend_keys.begin(), backend_keys.end(), key) == backend_keys.end()) {
       return InvalidArgument("unknown parameter \"" + key +
                              "\" (accepted: fsType, mkfsOptions, chap, backend, csi.storage.k8s.io/*" +

@@ -8,7 +8,7 @@
 //                external-provisioner's name). Travels in volume_context.
 //   mkfsOptions  extra mkfs arguments; validated by the node, which runs mkfs.
 //   chap         "true" | "false": publishing then needs CHAP secrets.
-//   backend      reserved for routing volumes between backends later.
+//   backend      which configured backend serves the volume (--backend-config).
 //   + every key of the backend's SupportedParameters().
 // Keys prefixed `csi.storage.k8s.io/` are the sidecars' own (PVC/PV names
 // with --extra-create-metadata, secret references): accepted and not handed

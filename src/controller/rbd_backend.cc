@@ -491,6 +491,15 @@ StatusOr<VolumeRecord> RbdBackend::Compare(const std::string& image, rbd_image_t
   BLOCKCSI_ASSIGN_OR_RETURN(auto meta, ListMetadata(handle, Spec(image)));
   auto name = meta.find(kMetaName);
   if (name == meta.end()) return Finish(image, spec);
+  // A clone starts with its parent's metadata (rbd_clone3 copies it), name
+  // included. Image names are derived from the CO's name, so another name on
+  // a clone we were asked to make is the parent's: an unfinished create.
+  // (Finish removes the inherited name first, so a name that is still
+  // there with a source other than ours was inherited.)
+  if (name->second != spec.name && spec.source.kind != ContentSource::Kind::kNone &&
+      (meta.contains(kMetaSource) ? meta[kMetaSource] : "") != SourceString(spec.source)) {
+    return Finish(image, spec);
+  }
   if (name->second != spec.name) {
     return AlreadyExists("volume " + id + " belongs to another name (\"" + name->second + "\")");
   }
@@ -587,6 +596,26 @@ Status RbdBackend::RemoveTempSnapshot(const std::string& source_image, const std
 // with the name last (the commit mark that GetVolume and ListVolumes see).
 StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const CreateVolumeSpec& spec) {
   BLOCKCSI_ASSIGN_OR_RETURN(auto handle, Open(image));
+  if (spec.source.kind != ContentSource::Kind::kNone) {
+    // What the clone inherited from its parent is the parent's: its name
+    // (the commit mark — removed first), grants, fences, client addresses,
+    // parameters and source. Left in place, a restore of a published volume
+    // would come out published to the parent's nodes.
+    BLOCKCSI_ASSIGN_OR_RETURN(auto inherited, ListMetadata(handle.get(), Spec(image)));
+    std::vector<std::string> stale;
+    if (auto it = inherited.find(kMetaName); it != inherited.end() && it->second != spec.name)
+      stale.push_back(kMetaName);
+    for (const auto& [key, value] : inherited) {
+      bool ours_to_drop = key.starts_with(kMetaGrantPrefix) || key.starts_with(kMetaFencePrefix) ||
+                          key.starts_with(kMetaClientPrefix) || key.starts_with(kMetaParamPrefix) ||
+                          (key == kMetaSource && value != SourceString(spec.source));
+      if (ours_to_drop) stale.push_back(key);
+    }
+    for (const auto& key : stale) {
+      int r = rbd_metadata_remove(handle.get(), key.c_str());
+      if (r < 0 && r != -ENOENT) return CephError(r, "remove inherited metadata " + key + " of " + Spec(image));
+    }
+  }
   if (spec.source.kind == ContentSource::Kind::kVolume) {
     rbd_linked_image_spec_t parent{};
     rbd_snap_spec_t parent_snap{};

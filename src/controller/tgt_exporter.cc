@@ -205,6 +205,7 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
       Command unbind = Tgtadm();
       unbind.Args({"--op", "unbind", "--mode", "account", "--tid", tid, "--user", user});
       BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind CHAP account from volume " + d.volume_id, "can't find"));
+      unbound_accounts_.insert(user);
       std::erase(target->incoming_accounts, user);
       repairs.push_back("unbound CHAP account " + user + " from " + d.iqn);
     }
@@ -213,6 +214,7 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
       Command unbind = Tgtadm();
       unbind.Args({"--op", "unbind", "--mode", "account", "--tid", tid, "--user", user, "--outgoing"});
       BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind mutual CHAP from volume " + d.volume_id, "can't find"));
+      unbound_accounts_.insert(user);
       std::erase(target->outgoing_accounts, user);
       repairs.push_back("unbound mutual CHAP account " + user + " from " + d.iqn);
     }
@@ -254,6 +256,26 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
   return repairs;
 }
 
+void TgtExporter::DropUnusedAccountsLocked(const std::vector<TgtTarget>& live) {
+  std::set<std::string> candidates = unbound_accounts_;
+  for (const auto& [user, password] : account_passwords_) candidates.insert(user);
+  for (const auto& user : candidates) {
+    bool bound = std::any_of(live.begin(), live.end(), [&](const TgtTarget& t) {
+      return Contains(t.incoming_accounts, user) || Contains(t.outgoing_accounts, user);
+    });
+    if (bound) continue;
+    Command del = Tgtadm();
+    del.Args({"--op", "delete", "--mode", "account", "--user", user});
+    Status st = Run(del, "delete unused CHAP account " + user, "can't find the account");
+    if (!st.ok()) {
+      LogWarn("cannot delete an unused CHAP account", {{"user", user}, {"error", st.ToString()}});
+      continue;
+    }
+    account_passwords_.erase(user);
+    unbound_accounts_.erase(user);
+  }
+}
+
 StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desired) {
   std::lock_guard lock(mu_);
   BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
@@ -261,7 +283,40 @@ StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desir
   if (!desired.chap.empty()) {
     BLOCKCSI_ASSIGN_OR_RETURN(accounts, ShowAccounts());
   }
-  return ApplyLocked(desired, live, accounts);
+  auto result = ApplyLocked(desired, live, accounts);
+  if (result.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(live);
+  return result;
+}
+
+std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std::vector<DesiredExport>& desired) {
+  std::lock_guard lock(mu_);
+  std::vector<StatusOr<std::vector<std::string>>> out;
+  if (desired.empty()) return out;
+  // One read for the whole batch. Every change below goes through
+  // ApplyLocked, which keeps `live` in step, and mu_ keeps anyone else from
+  // changing tgtd meanwhile — as in Reconcile.
+  auto live = ShowTargets();
+  Status read = live.status();
+  std::vector<std::string> accounts;
+  bool any_chap = std::any_of(desired.begin(), desired.end(), [](const DesiredExport& d) { return !d.chap.empty(); });
+  if (read.ok() && any_chap) {
+    auto shown = ShowAccounts();
+    if (shown.ok()) {
+      accounts = std::move(shown).value();
+    } else {
+      read = shown.status();
+    }
+  }
+  out.reserve(desired.size());
+  for (const auto& d : desired) {
+    if (!read.ok()) {
+      out.push_back(read);
+      continue;
+    }
+    out.push_back(ApplyLocked(d, *live, accounts));
+  }
+  if (read.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(*live);
+  return out;
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<DesiredExport>& desired,
@@ -289,8 +344,12 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
     Command del = Tgtadm();
     del.Args({"--op", "delete", "--mode", "target", "--tid", std::to_string(t.tid), "--force"});
     BLOCKCSI_RETURN_IF_ERROR(Run(del, "remove target " + t.iqn + " that has no volume", "can't find the target"));
+    unbound_accounts_.insert(t.incoming_accounts.begin(), t.incoming_accounts.end());
+    unbound_accounts_.insert(t.outgoing_accounts.begin(), t.outgoing_accounts.end());
     repairs.push_back("removed target " + t.iqn + " that has no volume");
   }
+  std::erase_if(live, [&](const TgtTarget& t) { return t.iqn.rfind(ns, 0) == 0 && !wanted.count(t.iqn); });
+  DropUnusedAccountsLocked(live);
   if (!first_error.ok()) return first_error;
   return repairs;
 }
@@ -329,7 +388,13 @@ Status TgtExporter::Remove(const std::string& iqn) {
   if (target == nullptr) return OkStatus();
   Command del = Tgtadm();
   del.Args({"--op", "delete", "--mode", "target", "--tid", std::to_string(target->tid), "--force"});
-  return Run(del, "remove target " + iqn, "can't find the target");
+  BLOCKCSI_RETURN_IF_ERROR(Run(del, "remove target " + iqn, "can't find the target"));
+  // Deleting the target unbound its accounts: drop the ones nothing else uses.
+  unbound_accounts_.insert(target->incoming_accounts.begin(), target->incoming_accounts.end());
+  unbound_accounts_.insert(target->outgoing_accounts.begin(), target->outgoing_accounts.end());
+  std::erase_if(live, [&](const TgtTarget& t) { return t.iqn == iqn; });
+  DropUnusedAccountsLocked(live);
+  return OkStatus();
 }
 
 }  // namespace blockcsi

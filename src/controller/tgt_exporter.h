@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ class TgtExporter final : public Exporter {
   std::string Kind() const override { return "tgt"; }
   ExportedLunIdentity IdentityFor(const std::string& volume_id) const override;
   StatusOr<std::vector<std::string>> Apply(const DesiredExport& desired) override;
+  std::vector<StatusOr<std::vector<std::string>>> ApplyEach(const std::vector<DesiredExport>& desired) override;
   StatusOr<std::vector<std::string>> Reconcile(const std::vector<DesiredExport>& desired,
                                                const std::string& iqn_prefix) override;
   Status CloseSessions(const std::string& iqn, const std::string& initiator_iqn) override;
@@ -51,6 +53,11 @@ class TgtExporter final : public Exporter {
   Status EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
                        std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
   Status AddLun(int tid, const DesiredExport& desired);
+  // Deletes the accounts of ours (made by this process, or unbound by it from
+  // one of our targets) that no target binds any more, so that a CHAP secret
+  // does not outlive its last volume in tgtd's memory. Best effort (logged):
+  // the operation that freed them has already succeeded. Needs mu_.
+  void DropUnusedAccountsLocked(const std::vector<TgtTarget>& live);
 
   const std::shared_ptr<Executor> executor_;
   const int control_port_;
@@ -59,6 +66,9 @@ class TgtExporter final : public Exporter {
   // The password each tgtd account was last created with by this process;
   // memory only (never persisted, never logged).
   std::map<std::string, std::string> account_passwords_;  // guarded by mu_
+  // Accounts this process unbound from one of our targets (it may not know
+  // their password after a restart); candidates for DropUnusedAccountsLocked.
+  std::set<std::string> unbound_accounts_;  // guarded by mu_
 };
 
 }  // namespace blockcsi

@@ -83,6 +83,7 @@ class RealNodeHost final : public NodeHost {
     u.available_bytes = sv.f_bavail * frsize;
     u.used_bytes = (sv.f_blocks - sv.f_bfree) * frsize;
     u.total_inodes = sv.f_files;
+    u.read_only = (sv.f_flag & ST_RDONLY) != 0;
     u.free_inodes = sv.f_ffree;
     u.used_inodes = sv.f_files - sv.f_ffree;
     return u;

@@ -19,6 +19,9 @@ struct FsUsage {
   uint64_t total_inodes = 0;
   uint64_t free_inodes = 0;
   uint64_t used_inodes = 0;
+  // ST_RDONLY: the mount or its filesystem is read-only (a filesystem the
+  // kernel remounted read-only after I/O errors shows up here).
+  bool read_only = false;
 };
 
 enum class PathKind { kMissing, kDirectory, kBlockDevice, kFile, kOther };

@@ -1,5 +1,6 @@
 #include "node/node_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -121,6 +122,41 @@ std::map<std::string, std::string> ToMap(const google::protobuf::Map<std::string
   return {m.begin(), m.end()};
 }
 
+// One staging per volume, as the attach record names it. A stage at a
+// second path would mount the filesystem a second time (the kernel shares
+// one superblock, so both paths serve and an unstage of one leaves the
+// other), and restaging a raw block volume as a filesystem would format
+// what the pod wrote to the device. A record whose staging is gone (a
+// crash mid-unstage) is no staging: the retry may go anywhere.
+Status CheckRecordedStaging(VolumeAttacher& attacher, NodeHost& host, const std::string& volume_id,
+                            const std::string& staging_path, bool block, const std::string& fs_type,
+                            const std::vector<MountEntry>& table) {
+  auto record = attacher.Get(volume_id);
+  if (!record.ok()) return record.status().code() == StatusCode::kNotFound ? OkStatus() : record.status();
+  StagedFacts staged = StagedFacts::Of(*record);
+  if (staged.staging_path.empty()) return OkStatus();  // a stage died before recording; redoing it is safe
+  bool still_staged = staged.block() || FindMountAt(table, staged.staging_path) != nullptr;
+  if (!still_staged && !record->device_path.empty()) {
+    // The staging mount is gone but the device may still be mounted
+    // elsewhere (a publish bind): that is still this staging.
+    if (auto devnum = host.DeviceNumber(record->device_path); devnum.ok()) {
+      still_staged = std::any_of(table.begin(), table.end(), [&](const MountEntry& e) {
+        return e.major_minor == *devnum || IsBindOfDeviceNode(e, record->device_path);
+      });
+    }
+  }
+  if (!still_staged) return OkStatus();
+  if (staged.staging_path != staging_path) {
+    return FailedPrecondition("volume " + volume_id + " is already staged at " + staged.staging_path +
+                              "; NodeUnstageVolume it there before staging it at " + staging_path);
+  }
+  if (staged.block() && !block) {
+    return AlreadyExists("volume " + volume_id + " is staged at " + staging_path +
+                         " as raw block; the request asks for a " + fs_type + " filesystem");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 struct NodeService::StagePlan {
@@ -197,6 +233,8 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(plan.volume_id, "NodeStageVolume"));
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
+  BLOCKCSI_RETURN_IF_ERROR(CheckRecordedStaging(*options_.attacher, *options_.host, plan.volume_id, plan.staging_path,
+                                                plan.block, plan.fs_type, table));
   if (const MountEntry* entry = FindMountAt(table, plan.staging_path)) {
     bool already_staged = false;
     BLOCKCSI_RETURN_IF_ERROR(CheckExistingStaging(plan, *entry, &already_staged));
@@ -276,6 +314,13 @@ Status NodeService::StageMount(const StagePlan& plan, const AttachRecord& record
   std::string mount_options;
   for (const auto& f : plan.mount_flags) mount_options += (mount_options.empty() ? "" : ",") + f;
   if (plan.read_only) mount_options += mount_options.empty() ? "ro" : ",ro";
+  // A volume restored from a snapshot or cloned carries its source's XFS
+  // UUID, and XFS refuses to mount a second filesystem with a UUID already
+  // mounted: without nouuid a clone could not be staged next to its source.
+  if (plan.fs_type == "xfs" &&
+      std::find(plan.mount_flags.begin(), plan.mount_flags.end(), "nouuid") == plan.mount_flags.end()) {
+    mount_options += mount_options.empty() ? "nouuid" : ",nouuid";
+  }
   Status mounted = options_.mounter->Mount(device, plan.staging_path, plan.fs_type, mount_options);
   if (!mounted.ok()) return mounted.WithContext("volume " + plan.volume_id);
   Fault("after-mount");
@@ -390,12 +435,30 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
                               (recorded.empty() ? "" : " (it is staged at " + recorded + ")"));
   }
   bool staged_block = staged.block();
-  if (staged_block != cap.has_block()) {
-    return FailedPrecondition("volume " + volume_id + " is staged as " + (staged_block ? "raw block" : "a filesystem") +
-                              "; the request asks for " + (cap.has_block() ? "raw block" : "a filesystem"));
-  }
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
   const MountEntry* existing = FindMountAt(table, target);
+  // A capability the staging cannot serve. Already published at this target
+  // with what was staged, the spec's answer is ALREADY_EXISTS (published but
+  // incompatible); otherwise the request does not fit the volume's state.
+  std::string mismatch;
+  if (staged_block != cap.has_block()) {
+    mismatch = std::string("is staged as ") + (staged_block ? "raw block" : "a filesystem") +
+               "; the request asks for " + (cap.has_block() ? "raw block" : "a filesystem");
+  } else if (!staged_block && !cap.mount().fs_type().empty() && !staged.fs_type.empty() &&
+             cap.mount().fs_type() != staged.fs_type) {
+    mismatch = "is staged with " + staged.fs_type + "; the request asks for " + cap.mount().fs_type();
+  }
+  if (!mismatch.empty()) {
+    const MountEntry* staged_mount = FindMountAt(table, staging);
+    bool ours = existing != nullptr &&
+                (staged_block ? IsBindOfDeviceNode(*existing, record->device_path) ||
+                                    IsReadOnlyLayerOf(*options_.host, *existing, record->device_path)
+                              : staged_mount != nullptr && existing->major_minor == staged_mount->major_minor);
+    if (ours) return AlreadyExists("volume " + volume_id + " is already published at " + target + " and " + mismatch);
+    // A filesystem type that differs but fits what is staged was accepted
+    // before; keep serving it (the bind mount does not care).
+    if (staged_block != cap.has_block()) return FailedPrecondition("volume " + volume_id + " " + mismatch);
+  }
 
   if (!staged_block) {
     const MountEntry* staged = FindMountAt(table, staging);
@@ -557,6 +620,18 @@ Status NodeService::Stats(const csi::v1::NodeGetVolumeStatsRequest& req,
         inodes->set_used(static_cast<int64_t>(fs->used_inodes));
       } else {
         problems.push_back(fs.status().message());
+      }
+      // Staged writable, now read-only: ext4/xfs shut themselves down or
+      // remount read-only after write errors (a storage outage longer than
+      // the I/O timeout). The pods' writes fail until the volume is
+      // restaged, which runs the filesystem's own recovery.
+      const StagedFacts facts = StagedFacts::Of(*record);
+      if (!record->read_only && !facts.staging_path.empty()) {
+        if (auto staged = options_.host->StatFs(facts.staging_path); staged.ok() && staged->read_only) {
+          problems.push_back("the filesystem at " + facts.staging_path +
+                             " went read-only after I/O errors: stop the pods using it, then NodeUnstage and "
+                             "NodeStage again (the filesystem is checked and its journal replayed at stage)");
+        }
       }
     }
   }

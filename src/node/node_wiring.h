@@ -5,6 +5,7 @@
 // too. Called once from main.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +20,10 @@ struct NodeWiring {
   std::string state_dir;
   std::string node_id;
   int64_t max_volumes_per_node = 0;
+  std::chrono::milliseconds bridge_io_timeout{std::chrono::seconds(30)};
+  std::string ceph_conf;  // empty: the attacher's default
+  std::string rbd_map_options;
+  std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
 };
 
 StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring);

@@ -5,7 +5,6 @@
 // Needs root and tgt; skips with the reason otherwise.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +15,7 @@
 #include "attach/publish_context.h"
 #include "csi.grpc.pb.h"
 #include "integration/controller/tgt_acls.h"
+#include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -58,34 +58,25 @@ class ControllerConformanceTest : public ::testing::Test {
   void TearDown() override { StopPlugin(); }
 
   void StartPlugin(const std::vector<std::string>& extra) {
-    socket_ = dir_.Join("csi.sock");
-    log_path_ = dir_.Join("plugin.log");
-    std::vector<std::string> argv{testing::BinDir() + "/blockcsi", "--mode", "all", "--backend", "local", "--pool",
-                                  dir_.Join("pool"), "--tgt-control-port", std::to_string(tgtd_->control_port()),
-                                  "--portal", tgtd_->portal(), "--node-id", "n1", "--state-dir", dir_.Join("state"),
-                                  "--endpoint", "unix://" + socket_, "--connector", "userspace", "--log-level", "debug",
-                                  // The tests change tgtd behind the backend's back.
-                                  "--reconcile-interval", "1h"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    plugin_ = std::make_unique<testing::ChildProcess>(argv, log_path_);
-    ASSERT_TRUE(testing::WaitForSocket(socket_, 20s)) << "plugin did not come up:\n" << PluginLog();
-    auto channel = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
-    controller_ = csi::v1::Controller::NewStub(channel);
-    identity_ = csi::v1::Identity::NewStub(channel);
+    if (!plugin_) plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
+    testing::PluginOptions options;
+    options.node_id = "n1";
+    // The tests change tgtd behind the backend's back.
+    options.extra_args = {"--log-level", "debug", "--reconcile-interval", "1h"};
+    options.extra_args.insert(options.extra_args.end(), extra.begin(), extra.end());
+    std::string error;
+    ASSERT_TRUE(plugin_->Start(options, &error)) << "plugin did not come up: " << error;
   }
   void StopPlugin() {
-    if (!plugin_) return;
-    plugin_->Signal(SIGTERM);
-    if (plugin_->Wait(15s) < 0) plugin_.reset();  // SIGKILL by pid in the destructor
-    plugin_.reset();
+    if (plugin_) plugin_->Stop();
   }
-  std::string PluginLog() const { return testing::ReadFileOrEmpty(log_path_); }
+  std::string PluginLog() const { return testing::ReadFileOrEmpty(plugin_->log_path()); }
 
   template <typename Req, typename Resp, typename Method>
   grpc::Status Call(Method method, const Req& request, Resp* response) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 30s);
-    return ((*controller_).*method)(&ctx, request, response);
+    return (plugin_->controller().*method)(&ctx, request, response);
   }
 
   csi::v1::CreateVolumeRequest CreateRequest(const std::string& name, int64_t required = 8 * kMiB, int64_t limit = 0) {
@@ -165,10 +156,7 @@ class ControllerConformanceTest : public ::testing::Test {
 
   testing::TempDir dir_;
   std::unique_ptr<testing::TgtdHarness> tgtd_;
-  std::unique_ptr<testing::ChildProcess> plugin_;
-  std::string socket_, log_path_;
-  std::unique_ptr<csi::v1::Controller::Stub> controller_;
-  std::unique_ptr<csi::v1::Identity::Stub> identity_;
+  std::unique_ptr<testing::PluginUnderTest> plugin_;
 };
 
 #define EXPECT_CODE(expr, code)                               \
@@ -188,17 +176,17 @@ class ControllerConformanceTest : public ::testing::Test {
 TEST_F(ControllerConformanceTest, IdentityNamesTheDriverAdvertisesTheControllerAndIsReady) {
   grpc::ClientContext c1, c2, c3;
   csi::v1::GetPluginInfoResponse info;
-  ASSERT_TRUE(identity_->GetPluginInfo(&c1, {}, &info).ok());
+  ASSERT_TRUE(plugin_->identity().GetPluginInfo(&c1, {}, &info).ok());
   EXPECT_EQ(info.name(), "blockcsi.io");
   csi::v1::GetPluginCapabilitiesResponse caps;
-  ASSERT_TRUE(identity_->GetPluginCapabilities(&c2, {}, &caps).ok());
+  ASSERT_TRUE(plugin_->identity().GetPluginCapabilities(&c2, {}, &caps).ok());
   bool controller = false;
   for (const auto& c : caps.capabilities()) {
     controller |= c.service().type() == csi::v1::PluginCapability::Service::CONTROLLER_SERVICE;
   }
   EXPECT_TRUE(controller);
   csi::v1::ProbeResponse probe;
-  ASSERT_TRUE(identity_->Probe(&c3, {}, &probe).ok());
+  ASSERT_TRUE(plugin_->identity().Probe(&c3, {}, &probe).ok());
   EXPECT_TRUE(probe.ready().value()) << PluginLog();
 }
 
@@ -206,7 +194,7 @@ TEST_F(ControllerConformanceTest, ProbeIsNotReadyWhenTgtdIsGone) {
   tgtd_->Kill9();
   grpc::ClientContext ctx;
   csi::v1::ProbeResponse probe;
-  ASSERT_TRUE(identity_->Probe(&ctx, {}, &probe).ok());
+  ASSERT_TRUE(plugin_->identity().Probe(&ctx, {}, &probe).ok());
   EXPECT_FALSE(probe.ready().value()) << "the backend's health check must see tgtd gone";
   std::string error;
   ASSERT_TRUE(tgtd_->Restart(&error)) << error;

@@ -2,10 +2,12 @@
 // controller, attach and node layers: tgtadm output, publish_context and
 // secrets (AttachSpec), iSCSI names and portals, VPD pages (read from sysfs or
 // over iSCSI), attach records, volume and snapshot ids, StorageClass
-// parameters, mount flags and mkfs options. One FUZZ_TARGET_* per binary.
+// parameters, mount flags and mkfs options, and the kernel initiator's sysfs
+// tree (read through an in-memory Filesystem). One FUZZ_TARGET_* per binary.
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -14,6 +16,7 @@
 #include "attach/attach_record_store.h"
 #include "attach/attach_spec.h"
 #include "attach/iscsi_names.h"
+#include "attach/iscsi_sysfs.h"
 #include "attach/lun_identity.h"
 #include "controller/parameters.h"
 #include "controller/tgtadm_parser.h"
@@ -47,6 +50,68 @@ std::vector<std::string> Words(std::string_view text) {
   return out;
 }
 
+// A sysfs tree from text: "path\tcontents" makes a file, "path -> target"
+// a symlink; directories exist because something is below them. Contents use
+// "\\n" for newlines so one line can hold a multi-line attribute.
+class TextFilesystem final : public blockcsi::Filesystem {
+ public:
+  explicit TextFilesystem(std::string_view text) {
+    std::istringstream lines{std::string(text)};
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (auto arrow = line.find(" -> "); arrow != std::string::npos) {
+        Add(line.substr(0, arrow));
+        links_[line.substr(0, arrow)] = line.substr(arrow + 4);
+      } else if (auto tab = line.find('\t'); tab != std::string::npos) {
+        std::string contents = line.substr(tab + 1);
+        for (size_t at; (at = contents.find("\\n")) != std::string::npos;) contents.replace(at, 2, "\n");
+        Add(line.substr(0, tab));
+        files_[line.substr(0, tab)] = contents;
+      }
+    }
+  }
+  blockcsi::StatusOr<std::string> ReadFile(const std::string& path) const override {
+    auto it = files_.find(path);
+    if (it == files_.end()) return blockcsi::NotFound(path);
+    return it->second;
+  }
+  blockcsi::Status WriteFile(const std::string& path, const std::string&) const override {
+    return files_.count(path) ? blockcsi::OkStatus() : blockcsi::NotFound(path);
+  }
+  blockcsi::StatusOr<std::vector<std::string>> ListDir(const std::string& path) const override {
+    auto it = dirs_.find(path);
+    if (it == dirs_.end()) return blockcsi::NotFound(path);
+    return std::vector<std::string>(it->second.begin(), it->second.end());
+  }
+  blockcsi::StatusOr<std::string> ReadLink(const std::string& path) const override {
+    auto it = links_.find(path);
+    if (it == links_.end()) return blockcsi::InvalidArgument(path);
+    return it->second;
+  }
+  bool Exists(const std::string& path) const override {
+    return files_.count(path) || dirs_.count(path) || links_.count(path);
+  }
+  std::string Resolve(const std::string& path) const override { return path; }
+
+ private:
+  void Add(const std::string& path) {
+    // Bounded, and only what a kernel can show: absolute, no empty, "." or
+    // ".." component (ListDir never returns those).
+    if (path.size() > 256 || path.empty() || path[0] != '/' || path.back() == '/') return;
+    if (path.find("//") != std::string::npos || path.find("/./") != std::string::npos ||
+        path.find("/../") != std::string::npos || path.ends_with("/.") || path.ends_with("/..")) {
+      return;
+    }
+    for (size_t slash = path.rfind('/'); slash != std::string::npos && slash > 0; slash = path.rfind('/', slash - 1)) {
+      dirs_[path.substr(0, slash)].insert(path.substr(slash + 1, path.find('/', slash + 1) - slash - 1));
+    }
+    dirs_["/"].insert(path.substr(1, path.find('/', 1) - 1));
+  }
+  std::map<std::string, std::string> files_;
+  std::map<std::string, std::string> links_;
+  std::map<std::string, std::set<std::string>> dirs_;
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -71,9 +136,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       in_context |= k.find(secret) != std::string::npos || v.find(secret) != std::string::npos;
     FUZZ_CHECK(in_context || spec.status().message().find(secret) == std::string::npos);
   }
-  if (spec.ok()) {
+  if (spec.ok() && spec->transport == "iscsi") {
     FUZZ_CHECK(!spec->portals.empty());
     FUZZ_CHECK(blockcsi::ValidateIscsiName(spec->target_iqn).ok());
+  }
+  if (spec.ok() && spec->transport == "rbd") {
+    // The image id is the identity the node verifies; never attach without it.
+    FUZZ_CHECK(!spec->rbd.image_id.empty() && spec->expected_serial == spec->rbd.image_id);
+    FUZZ_CHECK(!spec->rbd.pool.empty() && !spec->rbd.image.empty() && !spec->rbd.user.empty());
+  }
+  {
+    // The cephx key is a secret too.
+    std::map<std::string, std::string> rbd_secrets{{"userID", "u"}, {"userKey", secret}};
+    auto rbd = blockcsi::ParseAttachSpec("vol-fuzz", context, rbd_secrets, "iqn.2026-11.io.blockcsi:node:n1");
+    if (!rbd.ok() && secret.size() >= 12 && secret.find_first_of(" ,=:") == std::string::npos) {
+      bool in_context = false;
+      for (const auto& [k, v] : context)
+        in_context |= k.find(secret) != std::string::npos || v.find(secret) != std::string::npos;
+      FUZZ_CHECK(in_context || rbd.status().message().find(secret) == std::string::npos);
+    }
   }
 #elif defined(FUZZ_TARGET_ISCSI_NAMES)
   auto portal = blockcsi::ParsePortal(input);
@@ -107,6 +188,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(name.find('/') == std::string::npos && name != "." && name != "..");
   auto back = blockcsi::UnescapeVolumeIdFromFile(name);
   FUZZ_CHECK(back.ok() && *back == input);
+#elif defined(FUZZ_TARGET_SYSFS)
+  // The walk the kernel connector does after a login, over an arbitrary
+  // tree. First line: "<target iqn> <portal>" to look for.
+  auto newline = input.find('\n');
+  std::vector<std::string> wanted = Words(input.substr(0, newline == std::string_view::npos ? 0 : newline));
+  std::string target = wanted.size() > 0 ? wanted[0] : "iqn.2026-11.io.blockcsi:vol-1";
+  auto portal = blockcsi::ParsePortal(wanted.size() > 1 ? wanted[1] : "127.0.0.1:3260");
+  if (!portal.ok()) return 0;
+  TextFilesystem fs(input);
+  for (const char* iface : {"", "blockcsi"}) {
+    auto session = blockcsi::FindIscsiSession(fs, target, *portal, iface);
+    if (!session) continue;
+    FUZZ_CHECK(!session->sid.empty());
+    for (int lun : {0, 1}) {
+      for (const auto& dir : blockcsi::ScsiDevicesOfLun(fs, *session, lun)) {
+        auto name = blockcsi::BlockNameOfScsiDevice(fs, dir);
+        if (!name.ok()) continue;
+        // A block name from sysfs is used in /dev paths: never a path itself.
+        FUZZ_CHECK(name->find('/') == std::string::npos && *name != "." && *name != "..");
+        (void)blockcsi::BlockDeviceSize(fs, *name);
+        (void)blockcsi::ReadSysfsIdentity(fs, *name);
+        if (auto dm = blockcsi::MultipathHolder(fs, *name)) {
+          (void)blockcsi::MultipathSlaves(fs, *dm);
+          (void)blockcsi::DmName(fs, *dm);
+        }
+      }
+      (void)blockcsi::OtherLunDevices(fs, *session, lun);
+    }
+  }
 #elif defined(FUZZ_TARGET_VOLUME_ID)
   bool volume_ok = blockcsi::ValidateVolumeId(input).ok();
   FUZZ_CHECK(volume_ok == blockcsi::IsVolumeId(input));

@@ -51,7 +51,12 @@ class PluginUnderTest {
 
   // Starts and waits (20 s) for the socket; false with the log in `error`.
   bool Start(const PluginOptions& options, std::string* error);
-  // SIGTERM, then SIGKILL after `grace`; no-op when not running.
+  // SIGTERM, then SIGKILL after `grace`; no-op when not running. Closes
+  // the stubs' connection first (an idle C++ client answers the server's
+  // GOAWAY ping only every 5 s, which would stall the plugin's shutdown);
+  // the stubs stay usable and reconnect after the next Start(). Stop() and
+  // Start() replace the stubs: take identity()/controller()/node() afresh
+  // after either, never keep a reference across them.
   void Stop(std::chrono::milliseconds grace = std::chrono::seconds(15));
   void Kill9();
   // For a start with fault_point: true when the plugin died by SIGKILL.
@@ -73,6 +78,7 @@ class PluginUnderTest {
   std::string LogTail(size_t bytes = 3000) const;
 
  private:
+  void MakeStubs();
   std::string dir_;
   const TgtdHarness* tgtd_;
   std::unique_ptr<ChildProcess> process_;
@@ -85,6 +91,12 @@ class PluginUnderTest {
 // device whose backing file is under `dir`, and SIGKILLs every process
 // (other than this one) whose command line names `dir`. Idempotent.
 void CleanUpUnder(const std::string& dir);
+// What CleanUpUnder() looks for, for tests that assert a node is clean:
+// mount targets under `dir` (deepest first), loop devices backed by a file
+// under `dir`, and pids (other than ours) whose command line names `dir`.
+std::vector<std::string> MountsUnder(const std::string& dir);
+std::vector<std::string> LoopDevicesUnder(const std::string& dir);
+std::vector<pid_t> ProcessesNaming(const std::string& dir);
 
 // CSI request helpers, shared by the conformance, e2e and fault suites.
 csi::v1::VolumeCapability MountCapability(

@@ -31,7 +31,9 @@ int FreeTcpPort() {
   return port;
 }
 
-std::unique_ptr<TgtdHarness> TgtdHarness::Start(std::string* error) {
+std::unique_ptr<TgtdHarness> TgtdHarness::Start(std::string* error) { return Start(TgtdOptions{}, error); }
+
+std::unique_ptr<TgtdHarness> TgtdHarness::Start(const TgtdOptions& options, std::string* error) {
   if (::geteuid() != 0) {
     *error = "requires root (tgtd)";
     return nullptr;
@@ -41,7 +43,9 @@ std::unique_ptr<TgtdHarness> TgtdHarness::Start(std::string* error) {
     return nullptr;
   }
   std::unique_ptr<TgtdHarness> h(new TgtdHarness());
-  h->port_ = FreeTcpPort();
+  h->address_ = options.address;
+  h->command_prefix_ = options.command_prefix;
+  h->port_ = options.port != 0 ? options.port : FreeTcpPort();
   // tgtd's control "port" names an abstract unix socket; any small number
   // unlikely to be in use by another test will do.
   std::random_device rd;
@@ -52,6 +56,13 @@ std::unique_ptr<TgtdHarness> TgtdHarness::Start(std::string* error) {
 }
 
 bool TgtdHarness::Launch(std::string* error) {
+  // Everything the child needs is built before fork: no allocation after it.
+  std::vector<std::string> args = command_prefix_;
+  args.insert(args.end(), {"/usr/sbin/tgtd", "-f", "-C", std::to_string(control_port_), "--iscsi",
+                           "portal=" + address_ + ":" + std::to_string(port_)});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_ = ::fork();
   if (pid_ < 0) {
     *error = "fork failed";
@@ -66,9 +77,7 @@ bool TgtdHarness::Launch(std::string* error) {
       ::dup2(fileno(log), STDOUT_FILENO);
       ::dup2(fileno(log), STDERR_FILENO);
     }
-    std::string cp = std::to_string(control_port_);
-    std::string portal = "portal=127.0.0.1:" + std::to_string(port_);
-    ::execl("/usr/sbin/tgtd", "tgtd", "-f", "-C", cp.c_str(), "--iscsi", portal.c_str(), static_cast<char*>(nullptr));
+    ::execvp(argv[0], argv.data());
     ::_exit(127);
   }
   for (int i = 0; i < 200; ++i) {
@@ -90,7 +99,10 @@ bool TgtdHarness::Launch(std::string* error) {
 
 std::string TgtdHarness::Tgtadm(const std::vector<std::string>& args, int* exit_code) const {
   auto exec = MakeProcessExecutor();
-  Command cmd("tgtadm");
+  Command cmd(command_prefix_.empty() ? std::string("tgtadm") : command_prefix_.front());
+  if (!command_prefix_.empty()) {
+    cmd.Args(std::vector<std::string>(command_prefix_.begin() + 1, command_prefix_.end())).Arg("tgtadm");
+  }
   cmd.Arg("-C")
       .Arg(std::to_string(control_port_))
       .Arg("--lld")

@@ -1,11 +1,15 @@
 // csi-call: a tiny CSI client for scripts (hack/demo.sh) and debugging.
-//   csi-call --endpoint unix:///run/csi.sock [--timeout 60] <Method> ['<json request>']
+//   csi-call --endpoint unix:///run/csi.sock [--timeout 60] [--secret-env KEY=VAR]... <Method> ['<json request>']
+// --secret-env sets the request's secrets[KEY] to the value of the
+// environment variable VAR, so that a secret (a cephx key, a CHAP password)
+// stays out of argv, where every user of the machine could read it.
 // Prints the response as JSON on stdout; on error prints "csi-call: <Method>:
 // <CODE>: <message>" on stderr and exits 1 (2 for usage errors).
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -22,7 +26,24 @@ using google::protobuf::util::JsonPrintOptions;
 struct CallOptions {
   std::shared_ptr<grpc::Channel> channel;
   std::chrono::seconds timeout{60};
+  std::map<std::string, std::string> secrets;  // from --secret-env; never printed
 };
+
+// Adds `secrets` to the request's `secrets` map (every CSI request that
+// takes secrets names the field so); false when the request has none.
+bool AddSecrets(const std::map<std::string, std::string>& secrets, google::protobuf::Message* request) {
+  if (secrets.empty()) return true;
+  const auto* field = request->GetDescriptor()->FindFieldByName("secrets");
+  if (field == nullptr || !field->is_map()) return false;
+  const auto* reflection = request->GetReflection();
+  for (const auto& [key, value] : secrets) {
+    google::protobuf::Message* entry = reflection->AddMessage(request, field);
+    const auto* entry_desc = entry->GetDescriptor();
+    entry->GetReflection()->SetString(entry, entry_desc->FindFieldByName("key"), key);
+    entry->GetReflection()->SetString(entry, entry_desc->FindFieldByName("value"), value);
+  }
+  return true;
+}
 
 using Handler = std::function<int(const CallOptions&, const std::string& method, const std::string& json)>;
 
@@ -35,6 +56,10 @@ Handler Method(grpc::Status (Service::Stub::*call)(grpc::ClientContext*, const R
     parse.ignore_unknown_fields = false;
     if (auto st = google::protobuf::util::JsonStringToMessage(json.empty() ? "{}" : json, &request, parse); !st.ok()) {
       std::cerr << "csi-call: " << method << ": bad request JSON: " << st.ToString() << "\n";
+      return 2;
+    }
+    if (!AddSecrets(options.secrets, &request)) {
+      std::cerr << "csi-call: " << method << ": this request takes no secrets (--secret-env)\n";
       return 2;
     }
     auto stub = Service::NewStub(options.channel);
@@ -95,7 +120,8 @@ std::map<std::string, Handler> Methods() {
 }
 
 int Usage(const std::map<std::string, Handler>& methods) {
-  std::cerr << "usage: csi-call --endpoint unix:///path/csi.sock [--timeout SECONDS] <Method> ['<json request>']\n"
+  std::cerr << "usage: csi-call --endpoint unix:///path/csi.sock [--timeout SECONDS] [--secret-env KEY=VAR]... "
+               "<Method> ['<json request>']\n"
                "methods:";
   for (const auto& [name, handler] : methods) std::cerr << " " << name;
   std::cerr << "\n";
@@ -119,6 +145,15 @@ int main(int argc, char** argv) {
       } catch (...) {
         return Usage(methods);
       }
+    } else if (arg == "--secret-env" && i + 1 < argc) {
+      std::string spec = argv[++i];
+      size_t eq = spec.find('=');
+      const char* value = eq == std::string::npos ? nullptr : std::getenv(spec.substr(eq + 1).c_str());
+      if (eq == 0 || value == nullptr) {
+        std::cerr << "csi-call: --secret-env " << spec << ": want KEY=VAR with VAR set in the environment\n";
+        return 2;
+      }
+      options.secrets[spec.substr(0, eq)] = value;
     } else if (arg == "-h" || arg == "--help") {
       Usage(methods);
       return 0;

@@ -6,20 +6,16 @@
 // a retried NodeStage succeeds. Needs root, tgtd and FUSE.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/executor.h"
-#include "common/mounter.h"
 #include "csi.grpc.pb.h"
+#include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -48,117 +44,54 @@ class BlockctlNodeTest : public ::testing::Test {
     std::string error;
     tgtd_ = testing::TgtdHarness::Start(&error);
     if (!tgtd_) GTEST_SKIP() << "cannot start tgtd: " << error;
+    plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
     ASSERT_TRUE(StartPlugin(""));
   }
 
   void TearDown() override {
     if (!testing::IsRoot()) return;
-    StopPlugin();
+    if (plugin_) plugin_->Stop();
     // Whatever is left under our directory: mounts, loop devices, bridges.
-    auto exec = MakeProcessExecutor();
-    for (int pid : ProcessesUnderDir()) ::kill(pid, SIGKILL);
-    std::vector<std::string> targets = MountsUnderDir();
-    for (auto it = targets.rbegin(); it != targets.rend(); ++it) {
-      if (::umount2(it->c_str(), 0) != 0) ::umount2(it->c_str(), MNT_DETACH);
-    }
-    for (const auto& loop : LoopsUnderDir()) (void)exec->Run(Command("losetup").Arg("-d").Arg(loop));
+    testing::CleanUpUnder(dir_.path());
   }
 
-  std::vector<std::string> MountsUnderDir() {
-    std::vector<std::string> out;
-    for (const auto& e : ParseMountInfo(testing::ReadFileOrEmpty("/proc/self/mountinfo"))) {
-      if (e.target.rfind(dir_.path(), 0) == 0) out.push_back(e.target);
-    }
-    return out;
-  }
-
-  std::vector<std::string> LoopsUnderDir() {
-    std::vector<std::string> out;
-    auto r = MakeProcessExecutor()->Run(Command("losetup").Arg("-l").Arg("-n").Arg("-O").Arg("NAME,BACK-FILE"));
-    if (!r.ok()) return out;
-    std::istringstream lines(r->stdout_text);
-    std::string name, file;
-    while (lines >> name >> file) {
-      if (file.rfind(dir_.path(), 0) == 0) out.push_back(name);
-    }
-    return out;
-  }
-
-  std::vector<int> ProcessesUnderDir() {
-    std::vector<int> out;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      std::string pid = entry.path().filename();
-      if (pid.empty() || !std::all_of(pid.begin(), pid.end(), ::isdigit)) continue;
-      std::string cmdline = testing::ReadFileOrEmpty(entry.path() / "cmdline");
-      if (cmdline.find(dir_.path() + "/") != std::string::npos && std::stoi(pid) != ::getpid()) {
-        out.push_back(std::stoi(pid));
-      }
-    }
-    return out;
-  }
+  std::vector<std::string> MountsUnderDir() { return testing::MountsUnder(dir_.path()); }
+  std::vector<std::string> LoopsUnderDir() { return testing::LoopDevicesUnder(dir_.path()); }
+  std::vector<pid_t> ProcessesUnderDir() { return testing::ProcessesNaming(dir_.path()); }
 
   bool StartPlugin(const std::string& fault_point) {
-    // A socket left by a killed plugin must not pass for the new one's.
-    std::filesystem::remove(Socket());
-    if (!fault_point.empty()) ::setenv("BLOCKCSI_FAULT_POINT", fault_point.c_str(), 1);
-    plugin_ = std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{testing::BinDir() + "/blockcsi", "--mode", "all", "--backend", "local", "--connector",
-                                 "userspace", "--endpoint", "unix://" + Socket(), "--node-id", "n1", "--state-dir",
-                                 StateDir(), "--pool", dir_.Join("pool"), "--tgt-control-port",
-                                 std::to_string(tgtd_->control_port()), "--portal", tgtd_->portal()},
-        dir_.Join("plugin.log"));
-    ::unsetenv("BLOCKCSI_FAULT_POINT");
-    if (!testing::WaitForSocket(Socket(), 20s)) {
-      ADD_FAILURE() << "plugin did not start:\n" << testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
+    testing::PluginOptions options;
+    options.node_id = "n1";
+    options.fault_point = fault_point;
+    std::string error;
+    if (!plugin_->Start(options, &error)) {
+      ADD_FAILURE() << "plugin did not start: " << error;
       return false;
     }
-    auto channel = grpc::CreateChannel("unix:" + Socket(), grpc::InsecureChannelCredentials());
-    controller_ = csi::v1::Controller::NewStub(channel);
-    node_ = csi::v1::Node::NewStub(channel);
     return true;
   }
 
-  void StopPlugin() {
-    if (!plugin_) return;
-    plugin_->Signal(SIGTERM);
-    if (plugin_->Wait(15s) < 0) plugin_->Signal(SIGKILL);
-    plugin_.reset();
-  }
+  void StopPlugin() { plugin_->Stop(); }
 
-  bool PluginKilledItself() {
-    int code = plugin_->Wait(30s);
-    plugin_.reset();
-    return code == 128 + SIGKILL;
-  }
+  bool PluginKilledItself() { return plugin_->WaitKilledByFaultPoint(); }
 
   CliResult Blockctl(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--state-dir", StateDir(), "--endpoint", "unix://" + Socket()});
+    args.insert(args.begin(), {"--state-dir", StateDir(), "--endpoint", "unix://" + plugin_->socket()});
     auto r = MakeProcessExecutor()->Run(Command(testing::BinDir() + "/blockctl").Args(args).Timeout(120s));
     if (!r.ok()) return {-1, "", r.status().ToString()};
     return {r->exit_code, r->stdout_text, r->stderr_text};
   }
 
-  std::string Socket() { return dir_.Join("csi.sock"); }
-  std::string StateDir() { return dir_.Join("state"); }
-  std::string Staging(const std::string& id) { return dir_.Join("staging/" + id); }
-  std::string Target(const std::string& id) { return dir_.Join("pods/" + id + "/mount"); }
-  std::string LogTail() {
-    std::string log = testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
-    return log.size() > 3000 ? "...\n" + log.substr(log.size() - 3000) : log;
-  }
+  std::string StateDir() { return plugin_->state_dir(); }
+  std::string Staging(const std::string& id) { return plugin_->staging_path(id); }
+  std::string Target(const std::string& id) { return plugin_->target_path(id); }
+  std::string LogTail() { return plugin_->LogTail(); }
 
-  static csi::v1::VolumeCapability Capability(const std::string& fs) {
-    csi::v1::VolumeCapability cap;
-    cap.mutable_access_mode()->set_mode(csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
-    cap.mutable_mount()->set_fs_type(fs);
-    return cap;
-  }
+  static csi::v1::VolumeCapability Capability(const std::string& fs) { return testing::MountCapability(fs); }
 
   template <typename Call>
   static grpc::Status WithContext(Call call) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 120s);
-    return call(&ctx);
+    return call(testing::Deadline().get());
   }
 
   Volume Create(const std::string& name) {
@@ -167,7 +100,7 @@ class BlockctlNodeTest : public ::testing::Test {
     req.mutable_capacity_range()->set_required_bytes(64LL << 20);
     *req.add_volume_capabilities() = Capability("ext4");
     csi::v1::CreateVolumeResponse resp;
-    grpc::Status st = WithContext([&](auto* c) { return controller_->CreateVolume(c, req, &resp); });
+    grpc::Status st = WithContext([&](auto* c) { return plugin_->controller().CreateVolume(c, req, &resp); });
     EXPECT_TRUE(st.ok()) << "CreateVolume " << name << ": " << st.error_message() << "\n" << LogTail();
     Volume v;
     v.id = resp.volume().volume_id();
@@ -177,7 +110,7 @@ class BlockctlNodeTest : public ::testing::Test {
     pub.set_node_id("n1");
     *pub.mutable_volume_capability() = Capability("ext4");
     csi::v1::ControllerPublishVolumeResponse presp;
-    st = WithContext([&](auto* c) { return controller_->ControllerPublishVolume(c, pub, &presp); });
+    st = WithContext([&](auto* c) { return plugin_->controller().ControllerPublishVolume(c, pub, &presp); });
     EXPECT_TRUE(st.ok()) << "ControllerPublishVolume " << name << ": " << st.error_message();
     v.publish_context = {presp.publish_context().begin(), presp.publish_context().end()};
     return v;
@@ -188,11 +121,12 @@ class BlockctlNodeTest : public ::testing::Test {
     unpub.set_volume_id(v.id);
     unpub.set_node_id("n1");
     csi::v1::ControllerUnpublishVolumeResponse uresp;
-    EXPECT_TRUE(WithContext([&](auto* c) { return controller_->ControllerUnpublishVolume(c, unpub, &uresp); }).ok());
+    EXPECT_TRUE(
+        WithContext([&](auto* c) { return plugin_->controller().ControllerUnpublishVolume(c, unpub, &uresp); }).ok());
     csi::v1::DeleteVolumeRequest del;
     del.set_volume_id(v.id);
     csi::v1::DeleteVolumeResponse dresp;
-    EXPECT_TRUE(WithContext([&](auto* c) { return controller_->DeleteVolume(c, del, &dresp); }).ok());
+    EXPECT_TRUE(WithContext([&](auto* c) { return plugin_->controller().DeleteVolume(c, del, &dresp); }).ok());
   }
 
   grpc::Status Stage(const Volume& v) {
@@ -204,7 +138,7 @@ class BlockctlNodeTest : public ::testing::Test {
     for (const auto& [k, val] : v.context) (*req.mutable_volume_context())[k] = val;
     std::filesystem::create_directories(Staging(v.id));
     csi::v1::NodeStageVolumeResponse resp;
-    return WithContext([&](auto* c) { return node_->NodeStageVolume(c, req, &resp); });
+    return WithContext([&](auto* c) { return plugin_->node().NodeStageVolume(c, req, &resp); });
   }
 
   grpc::Status Publish(const Volume& v) {
@@ -215,7 +149,7 @@ class BlockctlNodeTest : public ::testing::Test {
     *req.mutable_volume_capability() = Capability("ext4");
     for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
     csi::v1::NodePublishVolumeResponse resp;
-    return WithContext([&](auto* c) { return node_->NodePublishVolume(c, req, &resp); });
+    return WithContext([&](auto* c) { return plugin_->node().NodePublishVolume(c, req, &resp); });
   }
 
   grpc::Status Unpublish(const Volume& v) {
@@ -223,7 +157,7 @@ class BlockctlNodeTest : public ::testing::Test {
     req.set_volume_id(v.id);
     req.set_target_path(Target(v.id));
     csi::v1::NodeUnpublishVolumeResponse resp;
-    return WithContext([&](auto* c) { return node_->NodeUnpublishVolume(c, req, &resp); });
+    return WithContext([&](auto* c) { return plugin_->node().NodeUnpublishVolume(c, req, &resp); });
   }
 
   grpc::Status Unstage(const Volume& v) {
@@ -231,14 +165,12 @@ class BlockctlNodeTest : public ::testing::Test {
     req.set_volume_id(v.id);
     req.set_staging_target_path(Staging(v.id));
     csi::v1::NodeUnstageVolumeResponse resp;
-    return WithContext([&](auto* c) { return node_->NodeUnstageVolume(c, req, &resp); });
+    return WithContext([&](auto* c) { return plugin_->node().NodeUnstageVolume(c, req, &resp); });
   }
 
   testing::TempDir dir_;
   std::unique_ptr<testing::TgtdHarness> tgtd_;
-  std::unique_ptr<testing::ChildProcess> plugin_;
-  std::unique_ptr<csi::v1::Controller::Stub> controller_;
-  std::unique_ptr<csi::v1::Node::Stub> node_;
+  std::unique_ptr<testing::PluginUnderTest> plugin_;
 };
 
 TEST_F(BlockctlNodeTest, VolumesAndStatusShowAStagedAndPublishedVolume) {

@@ -8,12 +8,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -23,8 +21,8 @@
 
 #include "common/block_probe.h"
 #include "common/executor.h"
-#include "common/mounter.h"
 #include "csi.grpc.pb.h"
+#include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -52,108 +50,50 @@ class PluginE2ETest : public ::testing::Test {
     std::string error;
     tgtd_ = testing::TgtdHarness::Start(&error);
     if (!tgtd_) GTEST_SKIP() << "cannot start tgtd: " << error;
+    plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
     ASSERT_TRUE(StartPlugin(""));
   }
 
   void TearDown() override {
     if (!testing::IsRoot()) return;
-    StopPlugin();
+    if (plugin_) plugin_->Stop();
     // Everything the plugin left under our directory: mounts (publishes,
     // staging, FUSE bridge files), loop devices on bridge files, bridges.
-    auto table = ParseMountInfo(testing::ReadFileOrEmpty("/proc/self/mountinfo"));
-    std::vector<std::string> targets;
-    for (const auto& e : table) {
-      if (e.target.rfind(dir_.path(), 0) == 0) targets.push_back(e.target);
-    }
-    auto exec = MakeProcessExecutor();
-    for (auto it = targets.rbegin(); it != targets.rend(); ++it) {
-      if (::umount2(it->c_str(), 0) != 0) ::umount2(it->c_str(), MNT_DETACH);
-    }
-    if (auto r = exec->Run(Command("losetup").Arg("-l").Arg("-n").Arg("-O").Arg("NAME,BACK-FILE")); r.ok()) {
-      std::istringstream lines(r->stdout_text);
-      std::string name, file;
-      while (lines >> name >> file) {
-        if (file.rfind(dir_.path(), 0) == 0) (void)exec->Run(Command("losetup").Arg("-d").Arg(name));
-      }
-    }
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      std::string pid = entry.path().filename();
-      if (pid.empty() || !std::all_of(pid.begin(), pid.end(), ::isdigit)) continue;
-      std::string cmdline = testing::ReadFileOrEmpty(entry.path() / "cmdline");
-      if (cmdline.find(dir_.path() + "/") != std::string::npos && std::stoi(pid) != ::getpid()) {
-        ::kill(std::stoi(pid), SIGKILL);
-      }
-    }
-    for (auto it = targets.rbegin(); it != targets.rend(); ++it) ::umount2(it->c_str(), MNT_DETACH);
+    testing::CleanUpUnder(dir_.path());
   }
 
   // Starts the plugin; with `fault_point` set it will kill itself there.
   bool StartPlugin(const std::string& fault_point) {
-    if (!fault_point.empty()) ::setenv("BLOCKCSI_FAULT_POINT", fault_point.c_str(), 1);
-    plugin_ = std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{testing::BinDir() + "/blockcsi", "--mode", "all", "--backend", "local", "--connector",
-                                 "userspace", "--endpoint", "unix://" + Socket(), "--node-id", "e2e-node",
-                                 "--state-dir", dir_.Join("state"), "--pool", dir_.Join("pool"), "--tgt-control-port",
-                                 std::to_string(tgtd_->control_port()), "--portal", tgtd_->portal()},
-        dir_.Join("plugin.log"));
-    ::unsetenv("BLOCKCSI_FAULT_POINT");
-    std::filesystem::remove(Socket());
-    if (!testing::WaitForSocket(Socket(), 20s)) {
-      ADD_FAILURE() << "plugin did not start:\n" << testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
+    testing::PluginOptions options;
+    options.node_id = "e2e-node";
+    options.fault_point = fault_point;
+    std::string error;
+    if (!plugin_->Start(options, &error)) {
+      ADD_FAILURE() << "plugin did not start: " << error;
       return false;
     }
-    auto channel = grpc::CreateChannel("unix:" + Socket(), grpc::InsecureChannelCredentials());
-    controller_ = csi::v1::Controller::NewStub(channel);
-    node_ = csi::v1::Node::NewStub(channel);
     return true;
   }
 
-  void StopPlugin() {
-    if (!plugin_) return;
-    plugin_->Signal(SIGTERM);
-    if (plugin_->Wait(15s) < 0) plugin_->Signal(SIGKILL);
-    plugin_.reset();
-  }
+  void StopPlugin() { plugin_->Stop(); }
 
   // Waits for the plugin to die by its own fault point; true when it did.
-  bool PluginKilledItself() {
-    int code = plugin_->Wait(30s);
-    plugin_.reset();
-    return code == 128 + SIGKILL;
-  }
+  bool PluginKilledItself() { return plugin_->WaitKilledByFaultPoint(); }
 
-  ::testing::AssertionResult GrpcOk(const grpc::Status& st) {
-    if (st.ok()) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "code " << st.error_code() << ": " << st.error_message() << "\n"
-                                         << LogTail();
-  }
+  ::testing::AssertionResult GrpcOk(const grpc::Status& st) { return testing::GrpcOk(st, plugin_->LogTail()); }
+  std::string Log() { return testing::ReadFileOrEmpty(plugin_->log_path()); }
 
-  std::string LogTail() {
-    std::string log = testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
-    return log.size() > 3000 ? "...\n" + log.substr(log.size() - 3000) : log;
-  }
+  csi::v1::Controller::Stub& Controller() { return plugin_->controller(); }
+  csi::v1::Node::Stub& Node() { return plugin_->node(); }
+  std::string Staging(const std::string& id) { return plugin_->staging_path(id); }
+  std::string Target(const std::string& id) { return plugin_->target_path(id); }
+  std::string Image(const std::string& id) { return plugin_->pool_dir() + "/images/" + id + ".img"; }
 
-  std::string Socket() { return dir_.Join("csi.sock"); }
-  std::string Staging(const std::string& id) { return dir_.Join("staging/" + id); }
-  std::string Target(const std::string& id) { return dir_.Join("pods/" + id + "/mount"); }
-  std::string Image(const std::string& id) { return dir_.Join("pool/images/" + id + ".img"); }
-
-  static csi::v1::VolumeCapability Capability(const std::string& fs) {
-    csi::v1::VolumeCapability cap;
-    cap.mutable_access_mode()->set_mode(AccessMode::SINGLE_NODE_WRITER);
-    if (fs == "block") {
-      cap.mutable_block();
-    } else {
-      cap.mutable_mount()->set_fs_type(fs);
-    }
-    return cap;
-  }
+  static csi::v1::VolumeCapability Capability(const std::string& fs) { return testing::CapabilityFor(fs); }
 
   template <typename Call>
   static grpc::Status WithContext(Call call) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 120s);
-    return call(&ctx);
+    return call(testing::Deadline().get());
   }
 
   Volume Create(const std::string& name, const std::string& fs, int64_t bytes = 512LL << 20) {
@@ -162,7 +102,7 @@ class PluginE2ETest : public ::testing::Test {
     req.mutable_capacity_range()->set_required_bytes(bytes);
     *req.add_volume_capabilities() = Capability(fs);
     csi::v1::CreateVolumeResponse resp;
-    grpc::Status st = WithContext([&](auto* c) { return controller_->CreateVolume(c, req, &resp); });
+    grpc::Status st = WithContext([&](auto* c) { return Controller().CreateVolume(c, req, &resp); });
     EXPECT_TRUE(st.ok()) << "CreateVolume " << name << ": " << st.error_message();
     Volume v;
     v.id = resp.volume().volume_id();
@@ -172,7 +112,7 @@ class PluginE2ETest : public ::testing::Test {
     pub.set_node_id("e2e-node");
     *pub.mutable_volume_capability() = Capability(fs);
     csi::v1::ControllerPublishVolumeResponse presp;
-    st = WithContext([&](auto* c) { return controller_->ControllerPublishVolume(c, pub, &presp); });
+    st = WithContext([&](auto* c) { return Controller().ControllerPublishVolume(c, pub, &presp); });
     EXPECT_TRUE(st.ok()) << "ControllerPublishVolume " << name << ": " << st.error_message();
     v.publish_context = {presp.publish_context().begin(), presp.publish_context().end()};
     return v;
@@ -183,12 +123,12 @@ class PluginE2ETest : public ::testing::Test {
     unpub.set_volume_id(v.id);
     unpub.set_node_id("e2e-node");
     csi::v1::ControllerUnpublishVolumeResponse uresp;
-    grpc::Status st = WithContext([&](auto* c) { return controller_->ControllerUnpublishVolume(c, unpub, &uresp); });
+    grpc::Status st = WithContext([&](auto* c) { return Controller().ControllerUnpublishVolume(c, unpub, &uresp); });
     EXPECT_TRUE(st.ok()) << st.error_message();
     csi::v1::DeleteVolumeRequest del;
     del.set_volume_id(v.id);
     csi::v1::DeleteVolumeResponse dresp;
-    st = WithContext([&](auto* c) { return controller_->DeleteVolume(c, del, &dresp); });
+    st = WithContext([&](auto* c) { return Controller().DeleteVolume(c, del, &dresp); });
     EXPECT_TRUE(st.ok()) << st.error_message();
   }
 
@@ -201,7 +141,7 @@ class PluginE2ETest : public ::testing::Test {
     for (const auto& [k, val] : v.context) (*req.mutable_volume_context())[k] = val;
     std::filesystem::create_directories(Staging(v.id));
     csi::v1::NodeStageVolumeResponse resp;
-    return WithContext([&](auto* c) { return node_->NodeStageVolume(c, req, &resp); });
+    return WithContext([&](auto* c) { return Node().NodeStageVolume(c, req, &resp); });
   }
 
   grpc::Status Publish(const Volume& v, const std::string& fs, bool readonly = false) {
@@ -213,7 +153,7 @@ class PluginE2ETest : public ::testing::Test {
     *req.mutable_volume_capability() = Capability(fs);
     for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
     csi::v1::NodePublishVolumeResponse resp;
-    return WithContext([&](auto* c) { return node_->NodePublishVolume(c, req, &resp); });
+    return WithContext([&](auto* c) { return Node().NodePublishVolume(c, req, &resp); });
   }
 
   grpc::Status Unpublish(const Volume& v) {
@@ -221,7 +161,7 @@ class PluginE2ETest : public ::testing::Test {
     req.set_volume_id(v.id);
     req.set_target_path(Target(v.id));
     csi::v1::NodeUnpublishVolumeResponse resp;
-    return WithContext([&](auto* c) { return node_->NodeUnpublishVolume(c, req, &resp); });
+    return WithContext([&](auto* c) { return Node().NodeUnpublishVolume(c, req, &resp); });
   }
 
   grpc::Status Unstage(const Volume& v) {
@@ -229,7 +169,7 @@ class PluginE2ETest : public ::testing::Test {
     req.set_volume_id(v.id);
     req.set_staging_target_path(Staging(v.id));
     csi::v1::NodeUnstageVolumeResponse resp;
-    return WithContext([&](auto* c) { return node_->NodeUnstageVolume(c, req, &resp); });
+    return WithContext([&](auto* c) { return Node().NodeUnstageVolume(c, req, &resp); });
   }
 
   csi::v1::NodeGetVolumeStatsResponse Stats(const Volume& v, const std::string& path) {
@@ -237,7 +177,7 @@ class PluginE2ETest : public ::testing::Test {
     req.set_volume_id(v.id);
     req.set_volume_path(path);
     csi::v1::NodeGetVolumeStatsResponse resp;
-    grpc::Status st = WithContext([&](auto* c) { return node_->NodeGetVolumeStats(c, req, &resp); });
+    grpc::Status st = WithContext([&](auto* c) { return Node().NodeGetVolumeStats(c, req, &resp); });
     EXPECT_TRUE(st.ok()) << st.error_message();
     return resp;
   }
@@ -250,7 +190,7 @@ class PluginE2ETest : public ::testing::Test {
   }
 
   int FormatsLogged(const Volume& v) {
-    std::istringstream log(testing::ReadFileOrEmpty(dir_.Join("plugin.log")));
+    std::istringstream log(Log());
     std::string line;
     int n = 0;
     while (std::getline(log, line)) {
@@ -274,9 +214,7 @@ class PluginE2ETest : public ::testing::Test {
 
   testing::TempDir dir_;
   std::unique_ptr<testing::TgtdHarness> tgtd_;
-  std::unique_ptr<testing::ChildProcess> plugin_;
-  std::unique_ptr<csi::v1::Controller::Stub> controller_;
-  std::unique_ptr<csi::v1::Node::Stub> node_;
+  std::unique_ptr<testing::PluginUnderTest> plugin_;
 };
 
 class PluginLifecycleTest : public PluginE2ETest, public ::testing::WithParamInterface<std::string> {};
@@ -286,7 +224,7 @@ TEST_P(PluginLifecycleTest, FullLifecycleKeepsDataAcrossRestage) {
   Volume v = Create("life-" + fs, fs);
   ASSERT_FALSE(v.id.empty());
   grpc::Status st = Stage(v, fs);
-  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << Log();
   ASSERT_GRPC_OK(Stage(v, fs)) << "NodeStage must be idempotent";
   ASSERT_TRUE((st = Publish(v, fs)).ok()) << st.error_message();
   ASSERT_GRPC_OK(Publish(v, fs)) << "NodePublish must be idempotent";
@@ -358,7 +296,7 @@ TEST_F(PluginE2ETest, XfsOnlineGrowIsVisibleInStats) {
   cexp.set_volume_id(v.id);
   cexp.mutable_capacity_range()->set_required_bytes(1LL << 30);
   csi::v1::ControllerExpandVolumeResponse cresp;
-  grpc::Status st = WithContext([&](auto* c) { return controller_->ControllerExpandVolume(c, cexp, &cresp); });
+  grpc::Status st = WithContext([&](auto* c) { return Controller().ControllerExpandVolume(c, cexp, &cresp); });
   ASSERT_TRUE(st.ok()) << st.error_message();
 
   csi::v1::NodeExpandVolumeRequest nexp;
@@ -366,8 +304,8 @@ TEST_F(PluginE2ETest, XfsOnlineGrowIsVisibleInStats) {
   nexp.set_volume_path(Target(v.id));
   nexp.mutable_capacity_range()->set_required_bytes(1LL << 30);
   csi::v1::NodeExpandVolumeResponse nresp;
-  st = WithContext([&](auto* c) { return node_->NodeExpandVolume(c, nexp, &nresp); });
-  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
+  st = WithContext([&](auto* c) { return Node().NodeExpandVolume(c, nexp, &nresp); });
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << Log();
   EXPECT_GE(nresp.capacity_bytes(), 1LL << 30);
   auto after = Stats(v, Target(v.id));
   EXPECT_GT(after.usage(0).total(), before.usage(0).total() + (512LL << 20));
@@ -396,11 +334,11 @@ TEST_F(PluginE2ETest, KillBetweenAttachAndMkfsThenRetryFormatsOnce) {
   StopPlugin();
   ASSERT_TRUE(StartPlugin("after-attach"));
   EXPECT_FALSE(Stage(v, "ext4").ok());
-  ASSERT_TRUE(PluginKilledItself()) << testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
+  ASSERT_TRUE(PluginKilledItself()) << Log();
   EXPECT_EQ(Uuid(v), "") << "killed before mkfs: still blank";
   ASSERT_TRUE(StartPlugin(""));
   grpc::Status st = Stage(v, "ext4");
-  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << Log();
   EXPECT_FALSE(Uuid(v).empty());
   EXPECT_EQ(FormatsLogged(v), 1);
   ASSERT_GRPC_OK(Unstage(v));
@@ -412,12 +350,12 @@ TEST_F(PluginE2ETest, KillBetweenMkfsAndMountThenRetryNeverReformats) {
   StopPlugin();
   ASSERT_TRUE(StartPlugin("after-mkfs"));
   EXPECT_FALSE(Stage(v, "xfs").ok());
-  ASSERT_TRUE(PluginKilledItself()) << testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
+  ASSERT_TRUE(PluginKilledItself()) << Log();
   std::string uuid = Uuid(v);
   ASSERT_FALSE(uuid.empty());
   ASSERT_TRUE(StartPlugin(""));
   grpc::Status st = Stage(v, "xfs");
-  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << testing::ReadFileOrEmpty(dir_.Join("plugin.log"));
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << Log();
   EXPECT_EQ(Uuid(v), uuid);
   EXPECT_EQ(FormatsLogged(v), 1) << "one format in the whole log: the killed run's";
 
@@ -466,7 +404,7 @@ TEST_F(PluginE2ETest, ConditionTurnsAbnormalWhenTheBridgeDies) {
   ASSERT_GRPC_OK(Publish(v, "ext4"));
   EXPECT_FALSE(Stats(v, Target(v.id)).volume_condition().abnormal());
   // The attach record names the bridge's pid (connector_state.bridge_pid).
-  std::string record = testing::ReadFileOrEmpty(dir_.Join("state/attachments/" + v.id + ".json"));
+  std::string record = testing::ReadFileOrEmpty(plugin_->state_dir() + "/attachments/" + v.id + ".json");
   size_t at = record.find("\"bridge_pid\"");
   ASSERT_NE(at, std::string::npos) << record;
   at = record.find_first_of("0123456789", at);

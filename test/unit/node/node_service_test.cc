@@ -681,6 +681,17 @@ TEST_F(NodeServiceTest, StatsConditionAbnormalWhenDeviceIsGone) {
   EXPECT_NE(resp.volume_condition().message().find("/dev/fake1 is gone"), std::string::npos);
 }
 
+TEST_F(NodeServiceTest, StatsConditionAbnormalWhenTheFilesystemWentReadOnly) {
+  Device("vol1", "/dev/fake1");
+  ASSERT_TRUE(node_->Stage(StageRequest("vol1")).ok());
+  host_->usage.read_only = true;  // what statvfs says after errors=remount-ro
+  csi::v1::NodeGetVolumeStatsResponse resp;
+  ASSERT_TRUE(node_->Stats(StatsRequest("vol1", kStaging), &resp).ok());
+  EXPECT_TRUE(resp.volume_condition().abnormal());
+  EXPECT_NE(resp.volume_condition().message().find("went read-only after I/O errors"), std::string::npos)
+      << resp.volume_condition().message();
+}
+
 TEST_F(NodeServiceTest, StatsConditionCarriesTheAttachersVerdict) {
   Device("vol1", "/dev/fake1");
   ASSERT_TRUE(node_->Stage(StageRequest("vol1")).ok());

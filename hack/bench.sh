@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# Runs the benchmarks of issue #7 and writes docs/performance.md (or --out).
+# Every figure is a ratio to a baseline measured in the same run; nothing is
+# asserted (CI does not run this). Needs root, tgt, FUSE and loop devices;
+# fio is used when installed (hack/install-deps.sh installs it).
+#
+#   hack/bench.sh [--out FILE] [--build-dir DIR] [--no-build] [--quick]
+#
+# Each benchmark program starts its own tgtd on free private ports and stops
+# it by pid. Everything they make lives under one private directory
+# ($TMPDIR for them); on exit, also after Ctrl-C or a crash, this script
+# kills the program it started and that program's children by pid, then
+# removes whatever is left under that directory: mounts, loop devices,
+# processes naming it, files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+invocation="hack/bench.sh${*:+ $*}"
+
+out="docs/performance.md"
+build_dir="${BUILD_DIR:-build}"
+do_build=1
+quick=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --build-dir) build_dir="$2"; shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    --quick) quick=1; shift ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bench.sh: needs root (tgtd, FUSE, loop devices, mount)" >&2
+  exit 2
+fi
+for tool in tgtd tgtadm losetup mkfs.ext4; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "bench.sh: $tool is missing (hack/install-deps.sh)" >&2; exit 2; }
+done
+
+if [ "$quick" -eq 1 ]; then
+  lifecycle_args=(--runs 3 --storm 8 --size-mib 64)
+  attach_args=(64 1)
+  datapath_args=(--size-mib 64 --ops 300 --rounds 1 --fio-seconds 3)
+  scale_args=(--volumes 100 --page 50 --samples 5)
+else
+  lifecycle_args=(--runs 20 --storm "32,64" --size-mib 64)
+  attach_args=(256 3)
+  datapath_args=(--size-mib 256 --ops 2000 --rounds 5 --fio-seconds 5)
+  scale_args=(--volumes 1000 --page 100 --samples 20)
+fi
+
+if [ "$do_build" -eq 1 ]; then
+  if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+    cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+  fi
+  # Only what the benchmarks run; the machine may be shared.
+  cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi attach_tool attach_bench lifecycle_bench \
+    datapath_bench controller_scale_bench
+fi
+
+workdir=$(mktemp -d /tmp/blockcsi-bench-XXXXXX)
+bench_pid=""
+
+cleanup() {
+  local pid children p cmd m
+  if [ -n "$bench_pid" ] && kill -0 "$bench_pid" 2>/dev/null; then
+    children=$(pgrep -P "$bench_pid" || true)  # its tgtd and plugin, by parent pid
+    kill -KILL "$bench_pid" 2>/dev/null || true
+    for pid in $children; do kill -KILL "$pid" 2>/dev/null || true; done
+  fi
+  # Filesystems under the work dir, deepest first, then their loop devices.
+  while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done < <(awk -v d="$workdir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+  while read -r m; do
+    losetup -d "$m" 2>/dev/null || true
+  done < <(losetup -l -n -O NAME,BACK-FILE | awk -v d="$workdir/" 'index($2, d) == 1 { print $1 }')
+  # Bridges or anything else started on a file under the work dir.
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [ "$pid" = "$$" ] && continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline" || true)
+    if [[ "$cmd" == *"$workdir/"* ]]; then kill -KILL "$pid" 2>/dev/null || true; fi
+  done
+  while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done < <(awk -v d="$workdir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+rows="$workdir/rows.tsv"
+: >"$rows"
+failed_steps=()
+
+# run <item> <program> [args...]: runs one benchmark with its output shown
+# and logged; its RESULT lines become rows of item <item>.
+run() {
+  local item="$1" status=0
+  shift
+  local log
+  log="$workdir/$(basename "$1").log"
+  local shown="${*/#$repo\//}"
+  echo "== $shown" >&2
+  TMPDIR="$workdir" "$@" >"$log" 2>&1 &
+  bench_pid=$!
+  tail -n +1 --pid="$bench_pid" -f "$log" | grep -v '^RESULT' || true
+  wait "$bench_pid" || status=$?
+  bench_pid=""
+  if [ "$status" -ne 0 ]; then
+    failed_steps+=("$shown (exit $status)")
+  fi
+  grep '^RESULT' "$log" | while IFS=$'\t' read -r _ figure measured baseline ratio; do
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$item" "$figure" "$measured" "$baseline" "$ratio" "$shown"
+  done >>"$rows" || true
+}
+
+bin="$repo/$build_dir"
+run 1-3 "$bin/bench/lifecycle_bench" "${lifecycle_args[@]}"
+
+# Sequential 1 MiB: attach_bench, the userspace connector's own measurement
+# (its bridge is attach_tool, which runs the same bridge code as blockcsi).
+attach_cmd=("$bin/tests/attach_bench" "${attach_args[@]}")
+run 4 "${attach_cmd[@]}"
+attach_log="$workdir/attach_bench.log"
+attach_shown="${attach_cmd[*]/#$repo\//}"
+awk -v cmd="$attach_shown" '
+  /^raw libiscsi/ { rw = $(NF - 1); rr = $NF }
+  /^loop device/ { lw = $(NF - 1); lr = $NF }
+  /^attach latency ms/ { al = $5 }
+  /^detach latency ms/ { dl = $5 }
+  END {
+    if (rw > 0 && rr > 0) {
+      printf "4\t1 MiB sequential write, loop device (O_DIRECT)\t%s MiB/s\t%s MiB/s (raw libiscsi)\t%.2f\t%s\n", lw, rw, lw / rw, cmd
+      printf "4\t1 MiB sequential read, loop device (O_DIRECT)\t%s MiB/s\t%s MiB/s (raw libiscsi)\t%.2f\t%s\n", lr, rr, lr / rr, cmd
+      printf "4\tAttach (bridge + FUSE + loop), median\t%s ms\t-\t-\t%s\n", al, cmd
+      printf "4\tDetach, median\t%s ms\t-\t-\t%s\n", dl, cmd
+    }
+  }' "$attach_log" >>"$rows"
+
+run 4 "$bin/bench/datapath_bench" "${datapath_args[@]}"
+run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}"
+
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- the report ------------------------------------------------------------
+cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+cores=$(nproc)
+ram=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+kernel=$(uname -sr)
+when=$(date -u '+%Y-%m-%d %H:%M UTC')
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  commit="$commit + uncommitted changes"
+fi
+fio_version=$(fio --version 2>/dev/null || echo "not installed")
+tgt_version=$(dpkg-query -W -f='${Version}' tgt 2>/dev/null || echo unknown)
+
+table() {
+  local title="$1" items="$2"
+  echo
+  echo "### $title"
+  echo
+  echo "| Figure | Measured | Baseline (same run) | Ratio | Command |"
+  echo "|---|---|---|---|---|"
+  awk -F'\t' -v items="$items" '
+    BEGIN { n = split(items, want, ",") }
+    { for (i = 1; i <= n; ++i) if ($1 == want[i]) printf "| %s | %s | %s | %s | `%s` |\n", $2, $3, $4, $5, $6 }' "$rows"
+}
+
+{
+  cat <<'EOF'
+# Performance
+
+Figures from `hack/bench.sh` (issue #7). Each one is set against a baseline
+measured **in the same run on the same machine**, so the ratio is the figure
+to compare across machines; the absolute numbers depend on the host. CI does
+not run this and nothing here is asserted. Re-run with `sudo hack/bench.sh`
+(rewrites this file; `--out FILE` writes elsewhere, `--quick` is a smoke run).
+
+What is measured (sources under `test/bench/` and `test/integration/attach/attach_bench_main.cc`):
+
+1. **Lifecycle, per CSI step** — the real `blockcsi --mode all` (local backend,
+   userspace connector) on a private tgtd, driven over its CSI socket, against
+   the same work as bare commands on the same tgtd: `truncate` + `tgtadm`
+   (create), `tgtadm bind` (publish), libiscsi login + `losetup` + `mkfs.ext4`
+   + `mount` (stage), `mount --bind` (node publish), and their reverses. There
+   is no kernel iSCSI initiator on this host, so the bare stage logs in with
+   libiscsi but puts its loop device on the image file: the stage ratio
+   includes everything the bridge (libiscsi session → FUSE file → loop
+   device) adds. Medians; the two sides are interleaved.
+2. **Attach storm** — N volumes created and published first, then N
+   `NodeStageVolume` calls at once (one thread each), wall time against N bare
+   stages one after another. Failures are counted (expected 0).
+3. **Plugin RSS** (`VmRSS` of the plugin process) idle after start-up, with
+   the storm staged, and after everything was unstaged; the bridges (one
+   process per staged volume) are reported apart.
+4. **Data path** — through the loop device of a userspace-connector attach
+   against raw libiscsi on the same LUN, one command in flight: 1 MiB
+   sequential (`attach_bench`) and 4 KiB random (`datapath_bench`, same
+   offsets both sides, rounds interleaved). Debian's fio has no libiscsi
+   engine, so fio runs only on the loop device (psync, direct, QD1) as a
+   cross-check of our own tool, set against our raw libiscsi figure for the
+   same pattern measured just before and just after each fio job.
+5. **Controller at 1,000 volumes** — in-process controller over gRPC on the
+   real local backend: `CreateVolume` at 1,000 volumes against an empty
+   pool; a `ListVolumes` page against one `tgtadm --op show` at that size
+   (the floor for a page that checks each export), with the `tgtadm` runs
+   counted. A page's health checks are made once per page
+   (`VolumeBackend::CheckVolumes`, one tgtd read for the page); the
+   pre-batching path, one `CheckVolume` and one `tgtadm --op show` per
+   volume, is measured on the same ids for comparison.
+
+On a shared or small machine the absolute figures move with the load from
+other work (the load average is in the machine table); ratios of figures
+taken close together in time move much less, which is why each baseline is
+measured next to what it is compared with.
+EOF
+  echo
+  echo "## Machine"
+  echo
+  echo "| | |"
+  echo "|---|---|"
+  echo "| Produced by | \`$invocation\` (each row names the program it came from) |"
+  echo "| CPU | $cpu |"
+  echo "| Cores | $cores |"
+  echo "| RAM | $ram |"
+  echo "| Kernel | $kernel |"
+  echo "| Date | $when |"
+  echo "| Commit | $commit |"
+  echo "| tgt / fio | $tgt_version / $fio_version |"
+  echo "| Load average (1/5/15 min) | before: $load_before; after: $load_after |"
+  echo
+  echo "## Results"
+  table "1. Lifecycle latency per step" "1-3" | awk -F'|' 'NR <= 5 || $2 !~ /Storm|RSS/'
+  table "2-3. Attach storm and plugin RSS" "1-3" | awk -F'|' 'NR <= 5 || $2 ~ /Storm|RSS/'
+  table "4. Userspace data path" "4"
+  table "5. Controller at scale" "5"
+  if [ "${#failed_steps[@]}" -gt 0 ]; then
+    echo
+    echo "**Benchmarks that reported errors in this run:**"
+    for s in "${failed_steps[@]}"; do echo "- \`$s\`"; done
+  fi
+} >"$workdir/performance.md"
+
+mkdir -p "$(dirname "$out")"
+cp "$workdir/performance.md" "$out"
+echo >&2
+column -t -s $'\t' "$rows" >&2 || cat "$rows" >&2
+echo "bench.sh: wrote $out" >&2
+if [ "${#failed_steps[@]}" -gt 0 ]; then
+  exit 1
+fi

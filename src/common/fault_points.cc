@@ -1,0 +1,55 @@
+#include "common/fault_points.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "common/logging.h"
+
+namespace blockcsi {
+namespace {
+
+// The innermost FaultPointScope's role on this thread; empty for none.
+thread_local std::string_view current_scope;
+
+}  // namespace
+
+bool FaultPointListed(std::string_view spec, std::string_view name) {
+  while (!spec.empty()) {
+    size_t comma = spec.find(',');
+    std::string_view item = spec.substr(0, comma);
+    if (!item.empty() && item == name) return true;
+    if (comma == std::string_view::npos) break;
+    spec.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+std::string ScopedFaultPointName(std::string_view scope, std::string_view name) {
+  size_t dot = name.find('.');
+  if (scope.empty() || dot == std::string_view::npos) return std::string(name);
+  return std::string(scope) + std::string(name.substr(dot));
+}
+
+std::string ArmedFaultPointName(std::string_view name) { return ScopedFaultPointName(current_scope, name); }
+
+FaultPointScope::FaultPointScope(std::string_view role) : previous_(current_scope) { current_scope = role; }
+
+FaultPointScope::~FaultPointScope() { current_scope = previous_; }
+
+void FaultPoint(std::string_view name) {
+  // Read once: the variable is set by the test that starts the process.
+  static const std::string spec = [] {
+    const char* v = std::getenv(kFaultPointEnv);
+    return std::string(v == nullptr ? "" : v);
+  }();
+  if (spec.empty()) return;
+  std::string armed = ArmedFaultPointName(name);
+  if (!FaultPointListed(spec, armed)) return;
+  LogError("fault point reached: killing the process", {{"fault_point", armed}});
+  ::raise(SIGKILL);
+  ::_exit(137);  // not reached; SIGKILL cannot be caught
+}
+
+}  // namespace blockcsi

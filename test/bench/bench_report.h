@@ -1,0 +1,64 @@
+// What the benchmark programs under test/bench share: timing, medians and
+// one output format. Every figure is printed as a machine-readable line
+//   RESULT<TAB>figure<TAB>measured<TAB>baseline<TAB>ratio
+// (hack/bench.sh turns those into docs/performance.md) after a human line.
+// Nothing here asserts: these are figures, not tests. Not thread-safe.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace blockcsi::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+inline double P90(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, v.size() * 9 / 10)];
+}
+
+inline std::string Format(double value, const char* unit) {
+  char buf[64];
+  if (value >= 100) {
+    std::snprintf(buf, sizeof buf, "%.0f %s", value, unit);
+  } else if (value >= 10) {
+    std::snprintf(buf, sizeof buf, "%.1f %s", value, unit);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f %s", value, unit);
+  }
+  return buf;
+}
+
+// One row: `measured` against `baseline` (same unit), ratio measured/baseline.
+inline void Report(const std::string& figure, double measured, double baseline, const char* unit,
+                   const std::string& baseline_label = "") {
+  std::string base = Format(baseline, unit);
+  if (!baseline_label.empty()) base += " (" + baseline_label + ")";
+  double ratio = baseline > 0 ? measured / baseline : 0;
+  std::printf("  %-58s %14s  vs %-34s ratio %.2f\n", figure.c_str(), Format(measured, unit).c_str(), base.c_str(),
+              ratio);
+  std::printf("RESULT\t%s\t%s\t%s\t%.2f\n", figure.c_str(), Format(measured, unit).c_str(), base.c_str(), ratio);
+  std::fflush(stdout);
+}
+
+// A figure that has no baseline of its own (a count, e.g. errors).
+inline void ReportCount(const std::string& figure, long value) {
+  std::printf("  %-58s %14ld\n", figure.c_str(), value);
+  std::printf("RESULT\t%s\t%ld\t-\t-\n", figure.c_str(), value);
+  std::fflush(stdout);
+}
+
+}  // namespace blockcsi::bench

@@ -1,0 +1,226 @@
+// controller_scale_bench: the controller (CSI over gRPC on a unix socket)
+// on the real local backend and a real tgtd, as the pool grows to N volumes
+// (default 1,000). In one run:
+//   CreateVolume latency at N volumes against the same on an empty pool;
+//   ListVolumes latency per page (and for the whole list) against one
+//   `tgtadm --op show --mode target` at that size — the floor of a page that
+//   checks each volume's export — with the tgtadm processes it ran counted;
+//   the page's checks done the pre-batching way (one CheckVolume per
+//   volume, one tgtadm show each) against CheckVolumes (one per page).
+// Asserts nothing. Needs root and tgt.
+//   controller_scale_bench [--volumes 1000] [--page 100] [--samples 20]
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+
+#include "bench/bench_report.h"
+#include "common/executor.h"
+#include "common/logging.h"
+#include "controller/controller_service.h"
+#include "controller/local_backend.h"
+#include "controller/tgt_exporter.h"
+#include "csi.grpc.pb.h"
+#include "support/test_util.h"
+#include "support/tgtd_harness.h"
+
+namespace blockcsi::bench {
+namespace {
+
+// Counts the tgtadm processes the backend runs (a figure of the report).
+class CountingExecutor final : public Executor {
+ public:
+  explicit CountingExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
+  StatusOr<CommandResult> Run(const Command& command) override {
+    if (!command.args().empty() && command.args().front().value == "tgtadm") ++tgtadm_;
+    return inner_->Run(command);
+  }
+  long tgtadm() const { return tgtadm_.load(); }
+
+ private:
+  std::unique_ptr<Executor> inner_;
+  std::atomic<long> tgtadm_{0};
+};
+
+int Main(int argc, char** argv) {
+  int volumes = 1000, page = 100, samples = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--volumes") {
+      volumes = std::atoi(argv[i + 1]);
+    } else if (flag == "--page") {
+      page = std::atoi(argv[i + 1]);
+    } else if (flag == "--samples") {
+      samples = std::atoi(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "usage: controller_scale_bench [--volumes N] [--page P] [--samples S]\n");
+      return 2;
+    }
+  }
+  InitLogging("controller_scale_bench", LogFormat::kText, LogLevel::kWarn);
+  std::string error;
+  auto tgtd = testing::TgtdHarness::Start(&error);
+  if (!tgtd) {
+    std::fprintf(stderr, "controller_scale_bench: %s\n", error.c_str());
+    return 2;
+  }
+  testing::TempDir dir;
+  auto counting = std::make_shared<CountingExecutor>(MakeProcessExecutor());
+  auto exporter = std::make_shared<TgtExporter>(counting, tgtd->control_port());
+  LocalBackendOptions options;
+  options.portals = {tgtd->portal()};
+  options.reconcile_interval = std::chrono::hours(1);  // no pass during the measurement
+  auto opened = LocalBackend::Open(dir.Join("pool"), exporter, options);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "controller_scale_bench: %s\n", opened.status().ToString().c_str());
+    return 1;
+  }
+  std::shared_ptr<LocalBackend> backend = *opened;
+  ControllerService service(backend, {});
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + dir.Join("csi.sock"), grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  auto stub = csi::v1::Controller::NewStub(
+      grpc::CreateChannel("unix:" + dir.Join("csi.sock"), grpc::InsecureChannelCredentials()));
+
+  int failures = 0, created = 0;
+  auto create = [&]() {
+    csi::v1::CreateVolumeRequest r;
+    r.set_name("scale-" + std::to_string(created++));
+    r.mutable_capacity_range()->set_required_bytes(1 << 20);
+    auto* cap = r.add_volume_capabilities();
+    cap->mutable_mount()->set_fs_type("ext4");
+    cap->mutable_access_mode()->set_mode(csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+    csi::v1::CreateVolumeResponse resp;
+    grpc::ClientContext ctx;
+    auto t0 = Clock::now();
+    if (!stub->CreateVolume(&ctx, r, &resp).ok()) ++failures;
+    return Ms(Clock::now() - t0);
+  };
+  auto list_page = [&](const std::string& token, int max_entries, std::string* next, long* tgtadm_calls) {
+    csi::v1::ListVolumesRequest r;
+    r.set_max_entries(max_entries);
+    r.set_starting_token(token);
+    csi::v1::ListVolumesResponse resp;
+    grpc::ClientContext ctx;
+    long before = counting->tgtadm();
+    auto t0 = Clock::now();
+    grpc::Status st = stub->ListVolumes(&ctx, r, &resp);
+    double ms = Ms(Clock::now() - t0);
+    *tgtadm_calls = counting->tgtadm() - before;
+    if (!st.ok()) ++failures;
+    for (const auto& e : resp.entries()) {
+      if (e.status().volume_condition().abnormal()) ++failures;  // nothing here should be
+    }
+    *next = resp.next_token();
+    return ms;
+  };
+  auto show_targets = [&]() {
+    auto t0 = Clock::now();
+    (void)tgtd->ShowTargets();
+    return Ms(Clock::now() - t0);
+  };
+  struct AtSize {
+    double create = 0, page = 0, full = 0, show = 0;
+    long page_calls = 0, full_calls = 0;
+  };
+  auto measure = [&](int size) {
+    AtSize a;
+    std::vector<double> creates, pages, fulls, shows;
+    for (int i = 0; i < samples; ++i) creates.push_back(create());
+    // Pages of the listing as it stands (size + samples volumes), twice over.
+    std::vector<long> page_calls;
+    for (int pass = 0; pass < 2; ++pass) {
+      std::string token;
+      do {
+        long calls = 0;
+        pages.push_back(list_page(token, page, &token, &calls));
+        page_calls.push_back(calls);
+        shows.push_back(show_targets());  // the baseline, under the same load
+      } while (!token.empty());
+    }
+    std::string none;
+    for (int i = 0; i < 3; ++i) {
+      long calls = 0;
+      fulls.push_back(list_page("", 0, &none, &calls));
+      a.full_calls = calls;
+    }
+    a.create = Median(creates);
+    a.page = Median(pages);
+    a.full = Median(fulls);
+    a.show = Median(shows);
+    a.page_calls = *std::max_element(page_calls.begin(), page_calls.end());
+    std::printf(
+        "  at %d volumes: CreateVolume median %.1f ms, ListVolumes page of %d median %.1f ms (%ld tgtadm), "
+        "full list %.1f ms (%ld tgtadm), tgtadm show %.1f ms\n",
+        size + samples, a.create, page, a.page, a.page_calls, a.full, a.full_calls, a.show);
+    std::fflush(stdout);
+    return a;
+  };
+
+  std::printf("Controller at scale (real local backend, tgtd %s)\n", tgtd->portal().c_str());
+  AtSize empty = measure(0);
+  std::printf("  filling the pool to %d volumes...\n", volumes);
+  std::fflush(stdout);
+  auto fill0 = Clock::now();
+  while (created < volumes) create();
+  double fill_s = Ms(Clock::now() - fill0) / 1000;
+  std::printf("  filled in %.0f s\n", fill_s);
+  AtSize full = measure(volumes);
+
+  // The checks of one page, the old way and the batched way, same ids.
+  auto listed = backend->ListVolumes("", page);
+  std::vector<double> one_by_one, batched;
+  long one_by_one_calls = 0, batched_calls = 0;
+  if (listed.ok()) {
+    std::vector<std::string> ids;
+    for (const auto& r : listed->items) ids.push_back(r.id);
+    for (int i = 0; i < 3; ++i) {
+      long before = counting->tgtadm();
+      auto t0 = Clock::now();
+      for (const auto& id : ids) {
+        auto h = backend->CheckVolume(id);
+        if (!h.ok() || h->abnormal) ++failures;
+      }
+      one_by_one.push_back(Ms(Clock::now() - t0));
+      one_by_one_calls = counting->tgtadm() - before;
+      before = counting->tgtadm();
+      t0 = Clock::now();
+      for (const auto& h : backend->CheckVolumes(ids)) {
+        if (!h.ok() || h->abnormal) ++failures;
+      }
+      batched.push_back(Ms(Clock::now() - t0));
+      batched_calls = counting->tgtadm() - before;
+    }
+  } else {
+    ++failures;
+  }
+
+  std::string n = std::to_string(volumes);
+  std::string p = std::to_string(page);
+  Report("CreateVolume at " + n + " volumes", full.create, empty.create, "ms", "empty pool");
+  Report("ListVolumes page of " + p + " at " + n + " volumes", full.page, full.show, "ms", "1 tgtadm show");
+  Report("ListVolumes whole list at " + n + " volumes", full.full, full.show, "ms", "1 tgtadm show");
+  Report("ListVolumes page of " + p + " at " + n + " vs near-empty", full.page, empty.page, "ms",
+         std::to_string(samples) + " volumes");
+  ReportCount("tgtadm runs per ListVolumes page of " + p, full.page_calls);
+  ReportCount("tgtadm runs per whole ListVolumes of " + n, full.full_calls);
+  Report("Page checks batched (CheckVolumes x" + p + ")", Median(batched), Median(one_by_one), "ms",
+         "CheckVolume x" + p + ", pre-fix path");
+  ReportCount("tgtadm runs: CheckVolumes x" + p, batched_calls);
+  ReportCount("tgtadm runs: CheckVolume x" + p + " (pre-fix)", one_by_one_calls);
+  ReportCount("Controller scale failures", failures);
+
+  server->Shutdown();
+  // No DeleteVolume x N: the harness deletes every target when it stops
+  // tgtd and the pool goes with the temp dir, both destroyed after the
+  // server, the service and the backend.
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace blockcsi::bench
+
+int main(int argc, char** argv) { return blockcsi::bench::Main(argc, argv); }

@@ -1,0 +1,289 @@
+// datapath_bench: 4 KiB random reads and writes (one in flight) through the
+// userspace connector's loop device (the real `blockcsi bridge`: libiscsi
+// session → FUSE file → loop device, O_DIRECT) against raw libiscsi
+// READ(16)/WRITE(16) on the same LUN of a throw-away tgtd, same offsets,
+// rounds interleaved. Sequential 1 MiB is attach_bench's (same setup).
+// When fio is installed it also runs fio on the same loop device (psync,
+// direct, QD1; sequential 1 MiB and random 4 KiB) as a cross-check of our
+// own loop figures, set against our raw libiscsi figures (Debian's fio has
+// no libiscsi engine). Needs root and FUSE.
+//   datapath_bench [--size-mib 256] [--ops 2000] [--rounds 3] [--fio-seconds 10]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "attach/attach_spec.h"
+#include "attach/attacher_factory.h"
+#include "attach/initiator.h"
+#include "attach/libiscsi_session.h"
+#include "attach/publish_context.h"
+#include "bench/bench_report.h"
+#include "common/executor.h"
+#include "common/logging.h"
+#include "support/plugin_under_test.h"
+#include "support/test_util.h"
+#include "support/tgtd_harness.h"
+
+namespace blockcsi::bench {
+namespace {
+
+constexpr size_t kBlock = 4096;
+constexpr size_t kMiB = 1024 * 1024;
+
+struct Figures {
+  double iops = 0;
+  double median_us = 0;
+};
+
+// `ops` operations at the given 4 KiB-aligned byte offsets; `io` does one.
+template <typename Io>
+bool Measure(const std::vector<uint64_t>& offsets, Io io, Figures* out) {
+  std::vector<double> lat;
+  lat.reserve(offsets.size());
+  auto start = Clock::now();
+  for (uint64_t off : offsets) {
+    auto t0 = Clock::now();
+    if (!io(off)) return false;
+    lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  out->iops = static_cast<double>(offsets.size()) / seconds;
+  out->median_us = Median(lat);
+  return true;
+}
+
+// fio on `device`; returns IOPS and MiB/s of the job's read or write side.
+bool Fio(const std::string& device, const std::string& rw, const std::string& bs, int seconds, double* iops,
+         double* mibps) {
+  auto exec = MakeProcessExecutor();
+  Command c("fio");
+  c.Args({"--name=bench", "--filename=" + device, "--direct=1", "--ioengine=psync", "--iodepth=1", "--rw=" + rw,
+          "--bs=" + bs, "--runtime=" + std::to_string(seconds), "--time_based", "--output-format=json"})
+      .Timeout(std::chrono::seconds(seconds + 60));
+  auto r = RunChecked(*exec, c);
+  if (!r.ok()) {
+    std::fprintf(stderr, "datapath_bench: fio: %s\n", r.status().ToString().c_str());
+    return false;
+  }
+  auto doc = nlohmann::json::parse(r->stdout_text, nullptr, false);
+  if (doc.is_discarded() || !doc.contains("jobs") || doc["jobs"].empty()) return false;
+  const auto& side = doc["jobs"][0][rw.find("write") != std::string::npos ? "write" : "read"];
+  *iops = side.value("iops", 0.0);
+  *mibps = side.value("bw_bytes", 0.0) / kMiB;
+  return true;
+}
+
+int Main(int argc, char** argv) {
+  uint64_t mib = 256;
+  int ops = 2000, rounds = 3, fio_seconds = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--size-mib") {
+      mib = std::strtoull(argv[i + 1], nullptr, 10);
+    } else if (flag == "--ops") {
+      ops = std::atoi(argv[i + 1]);
+    } else if (flag == "--rounds") {
+      rounds = std::atoi(argv[i + 1]);
+    } else if (flag == "--fio-seconds") {
+      fio_seconds = std::atoi(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "usage: datapath_bench [--size-mib M] [--ops N] [--rounds R] [--fio-seconds S]\n");
+      return 2;
+    }
+  }
+  InitLogging("datapath_bench", LogFormat::kText, LogLevel::kWarn);
+  if (!testing::IsRoot() || ::access("/dev/fuse", R_OK | W_OK) != 0) {
+    std::fprintf(stderr, "datapath_bench: needs root and /dev/fuse\n");
+    return 2;
+  }
+  std::string error;
+  auto tgtd = testing::TgtdHarness::Start(&error);
+  if (!tgtd) {
+    std::fprintf(stderr, "datapath_bench: %s\n", error.c_str());
+    return 2;
+  }
+  testing::TempDir tmp;
+  // A fully written image, so that reads hit data and not holes.
+  std::string backing = tmp.Join("lun.img");
+  uint64_t size = mib * kMiB;
+  {
+    int fd = ::open(backing.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0) return 1;
+    std::vector<char> chunk(kMiB);
+    for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>(i * 131 + 17);
+    for (uint64_t off = 0; off < size; off += kMiB) {
+      if (::pwrite(fd, chunk.data(), kMiB, static_cast<off_t>(off)) != static_cast<ssize_t>(kMiB)) return 1;
+    }
+    ::fsync(fd);
+    ::close(fd);
+  }
+  const std::string iqn = "iqn.2026-11.io.blockcsi.bench:data";
+  const std::string node = "bench";
+  int code = 0, failed = 0;
+  auto tgtadm = [&](const std::vector<std::string>& args) {
+    tgtd->Tgtadm(args, &code);
+    failed += code != 0;
+  };
+  tgtadm({"--op", "new", "--mode", "target", "--tid", "1", "-T", iqn});
+  tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "-b", backing});
+  tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "--params",
+          "scsi_sn=benchdata,scsi_id=60000000000000000000000000bec4ab"});
+  tgtadm({"--op", "bind", "--mode", "target", "--tid", "1", "--initiator-name", InitiatorIqnForNode(node)});
+  // The raw session logs in under a name of its own, so that tgtd never
+  // takes it for the bridge's session (same name and ISID = reinstatement).
+  tgtadm({"--op", "bind", "--mode", "target", "--tid", "1", "--initiator-name", InitiatorIqnForNode("bench-raw")});
+  if (failed != 0) {
+    std::fprintf(stderr, "datapath_bench: tgtadm setup failed\n");
+    return 1;
+  }
+
+  AttacherOptions ao;
+  ao.connector = "userspace";
+  ao.state_dir = tmp.Join("state");
+  ao.node_id = node;
+  ao.blockcsi_binary = testing::BinDir() + "/blockcsi";
+  auto attacher = MakeVolumeAttacher(ao);
+  if (!attacher.ok()) {
+    std::fprintf(stderr, "datapath_bench: %s\n", attacher.status().ToString().c_str());
+    return 1;
+  }
+  auto spec = ParseAttachSpec("bench-data",
+                              {{publish_context::kPortals, tgtd->portal()},
+                               {publish_context::kTargetIqn, iqn},
+                               {publish_context::kLun, "1"},
+                               {publish_context::kSerial, "benchdata"}},
+                              {}, InitiatorIqnForNode(node));
+  if (!spec.ok()) return 1;
+  auto record = (*attacher)->Attach(*spec);
+  if (!record.ok()) {
+    std::fprintf(stderr, "datapath_bench: attach: %s\n", record.status().ToString().c_str());
+    return 1;
+  }
+  const std::string device = record->device_path;
+  int rc = 0;
+  {
+    LibIscsiOptions o;
+    o.portals = {tgtd->portal()};
+    o.target_iqn = iqn;
+    o.lun = 1;
+    o.initiator_iqn = InitiatorIqnForNode("bench-raw");
+    auto session = LibIscsiSession::Connect(o);
+    int dev = ::open(device.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+    void* buf = nullptr;
+    if (!session.ok() || dev < 0 || ::posix_memalign(&buf, kBlock, kMiB) != 0) {
+      std::fprintf(stderr, "datapath_bench: cannot open both paths\n");
+      rc = 1;
+    } else {
+      std::memset(buf, 0x5a, kMiB);
+      uint32_t bs = (*session)->block_size();
+      std::vector<double> raw_r, raw_w, loop_r, loop_w, raw_r_us, raw_w_us, loop_r_us, loop_w_us;
+      std::mt19937_64 rng(7);
+      for (int round = 0; round < rounds && rc == 0; ++round) {
+        std::vector<uint64_t> offsets(ops);
+        for (auto& off : offsets) off = (rng() % (size / kBlock)) * kBlock;
+        Figures f;
+        auto raw_read = [&](uint64_t off) { return (*session)->Read(off / bs, kBlock / bs, buf).ok(); };
+        auto raw_write = [&](uint64_t off) { return (*session)->Write(off / bs, kBlock / bs, buf).ok(); };
+        auto loop_read = [&](uint64_t off) {
+          return ::pread(dev, buf, kBlock, static_cast<off_t>(off)) == static_cast<ssize_t>(kBlock);
+        };
+        auto loop_write = [&](uint64_t off) {
+          return ::pwrite(dev, buf, kBlock, static_cast<off_t>(off)) == static_cast<ssize_t>(kBlock);
+        };
+        bool ok = Measure(offsets, raw_read, &f);
+        raw_r.push_back(f.iops);
+        raw_r_us.push_back(f.median_us);
+        ok = ok && Measure(offsets, loop_read, &f);
+        loop_r.push_back(f.iops);
+        loop_r_us.push_back(f.median_us);
+        ok = ok && Measure(offsets, raw_write, &f);
+        raw_w.push_back(f.iops);
+        raw_w_us.push_back(f.median_us);
+        ok = ok && Measure(offsets, loop_write, &f);
+        loop_w.push_back(f.iops);
+        loop_w_us.push_back(f.median_us);
+        if (!ok) {
+          std::fprintf(stderr, "datapath_bench: an I/O failed in round %d\n", round);
+          rc = 1;
+        }
+      }
+      if (rc == 0) {
+        std::printf("4 KiB random, QD1, %d ops x %d rounds on a %s LUN (own tool both sides)\n", ops, rounds,
+                    Format(static_cast<double>(mib), "MiB").c_str());
+        Report("4 KiB random read IOPS, loop device (O_DIRECT)", Median(loop_r), Median(raw_r), "IOPS", "raw libiscsi");
+        Report("4 KiB random write IOPS, loop device (O_DIRECT)", Median(loop_w), Median(raw_w), "IOPS",
+               "raw libiscsi");
+        Report("4 KiB random read median latency, loop device", Median(loop_r_us), Median(raw_r_us), "us",
+               "raw libiscsi");
+        Report("4 KiB random write median latency, loop device", Median(loop_w_us), Median(raw_w_us), "us",
+               "raw libiscsi");
+        if (::access("/usr/bin/fio", X_OK) == 0) {
+          ::close(dev);
+          dev = -1;
+          std::printf(
+              "fio %ds per job on the same loop device (psync, direct, QD1); baseline: raw libiscsi "
+              "(own tool) just before and just after each job, averaged\n",
+              fio_seconds);
+          // Raw figure for one fio job's pattern: ops/s (MiB/s for 1 MiB ops).
+          auto raw_for = [&](bool random, bool write) {
+            std::vector<uint64_t> offsets;
+            if (random) {
+              for (int i = 0; i < ops; ++i) offsets.push_back((rng() % (size / kBlock)) * kBlock);
+            } else {
+              for (uint64_t off = 0; off < size; off += kMiB) offsets.push_back(off);
+            }
+            uint32_t blocks = static_cast<uint32_t>((random ? kBlock : kMiB) / bs);
+            Figures f;
+            bool ok = Measure(
+                offsets,
+                [&](uint64_t off) {
+                  return write ? (*session)->Write(off / bs, blocks, buf).ok()
+                               : (*session)->Read(off / bs, blocks, buf).ok();
+                },
+                &f);
+            return ok ? f.iops : 0.0;
+          };
+          struct Job {
+            const char* figure;
+            const char* rw;
+            const char* bs;
+            bool random, write;
+            const char* unit;
+          };
+          const Job jobs[] = {{"fio 4 KiB randread IOPS, loop device", "randread", "4k", true, false, "IOPS"},
+                              {"fio 4 KiB randwrite IOPS, loop device", "randwrite", "4k", true, true, "IOPS"},
+                              {"fio 1 MiB sequential read, loop device", "read", "1m", false, false, "MiB/s"},
+                              {"fio 1 MiB sequential write, loop device", "write", "1m", false, true, "MiB/s"}};
+          for (const auto& job : jobs) {
+            double before = raw_for(job.random, job.write);
+            double iops = 0, mibps = 0;
+            bool ran = Fio(device, job.rw, job.bs, fio_seconds, &iops, &mibps);
+            double after = raw_for(job.random, job.write);
+            if (ran && before > 0 && after > 0) {
+              Report(job.figure, job.random ? iops : mibps, (before + after) / 2, job.unit, "raw libiscsi, own tool");
+            }
+          }
+        } else {
+          std::printf("fio not installed: no fio rows (hack/install-deps.sh installs it)\n");
+        }
+      }
+    }
+    if (dev >= 0) ::close(dev);
+    std::free(buf);
+  }
+  if (auto st = (*attacher)->Detach("bench-data"); !st.ok()) {
+    std::fprintf(stderr, "datapath_bench: detach: %s\n", st.ToString().c_str());
+    rc = 1;
+  }
+  testing::CleanUpUnder(tmp.path());  // what a failure may have left: loop device, FUSE mount, bridge
+  return rc;
+}
+
+}  // namespace
+}  // namespace blockcsi::bench
+
+int main(int argc, char** argv) { return blockcsi::bench::Main(argc, argv); }

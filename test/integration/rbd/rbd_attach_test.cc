@@ -1,0 +1,907 @@
+// The userspace connector's RBD transport for real: a single-node Ceph
+// (hack/ceph-cluster.sh, or the one ctest's rbd_cluster fixture started),
+// volumes made and published by the real RbdBackend, and attachments made by
+// MakeVolumeAttacher(connector "userspace") running <build>/bin/blockcsi as
+// the bridge (librbd → FUSE → loop device). Needs root, the ceph packages,
+// /dev/fuse and loop devices; skipped with the reason otherwise.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attach/attacher_factory.h"
+#include "attach/bridge_protocol.h"
+#include "attach/initiator.h"
+#include "attach/publish_context.h"
+#include "attach/userspace_connector.h"
+#include "common/atomic_file.h"
+#include "common/executor.h"
+#include "common/filesystem.h"
+#include "common/mounter.h"
+#include "controller/rbd_backend.h"
+#include "support/test_util.h"
+
+namespace blockcsi {
+namespace {
+
+using ::blockcsi::testing::BinDir;
+using ::blockcsi::testing::ChildProcess;
+using ::blockcsi::testing::IsRoot;
+using ::blockcsi::testing::ReadFileOrEmpty;
+using ::blockcsi::testing::TempDir;
+
+constexpr uint64_t kMiB = 1ULL << 20;
+
+std::string Script() { return std::string(BLOCKCSI_SOURCE_DIR) + "/hack/ceph-cluster.sh"; }
+
+// KEY=VALUE lines of the script's output; daemon chatter is ignored.
+std::map<std::string, std::string> ParseEnv(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    std::string key = line.substr(0, eq);
+    if (!std::all_of(key.begin(), key.end(), [](char c) { return std::isupper(c) || c == '_'; })) continue;
+    out[key] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+int RunScript(const std::vector<std::string>& args, const std::string& log, std::string* output) {
+  std::filesystem::remove(log);
+  std::vector<std::string> argv = {"/bin/bash", Script()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ChildProcess child(argv, log);
+  int code = child.Wait(std::chrono::minutes(6));
+  *output = ReadFileOrEmpty(log);
+  return code;
+}
+
+int RunProgram(const std::vector<std::string>& argv, std::string* output = nullptr) {
+  auto exec = MakeProcessExecutor();
+  Command cmd(argv[0]);
+  for (size_t i = 1; i < argv.size(); ++i) cmd.Arg(argv[i]);
+  cmd.Timeout(std::chrono::seconds(300));
+  auto r = exec->Run(cmd);
+  if (!r.ok()) {
+    if (output != nullptr) *output = r.status().ToString();
+    return -1;
+  }
+  if (output != nullptr) *output = r->stdout_text + r->stderr_text;
+  return r->exit_code;
+}
+
+std::string KeyFromKeyring(const std::string& path) {
+  std::istringstream in(ReadFileOrEmpty(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t pos = line.find("key = ");
+    if (pos != std::string::npos) return line.substr(pos + 6);
+  }
+  return "";
+}
+
+std::string Pattern(size_t len, char seed) {
+  std::string out(len, '\0');
+  for (size_t i = 0; i < len; ++i) out[i] = static_cast<char>(seed + (i * 7 + i / 4096) % 23);
+  return out;
+}
+
+// O_DIRECT write + fsync through the device; 0 or the errno of the failure.
+int WriteDirect(const std::string& device, uint64_t offset, const std::string& data) {
+  int fd = ::open(device.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) return errno;
+  void* buf = nullptr;
+  if (::posix_memalign(&buf, 4096, data.size()) != 0) {
+    ::close(fd);
+    return ENOMEM;
+  }
+  std::memcpy(buf, data.data(), data.size());
+  int err = 0;
+  ssize_t n = ::pwrite(fd, buf, data.size(), static_cast<off_t>(offset));
+  if (n < 0) {
+    err = errno;
+  } else if (static_cast<size_t>(n) != data.size()) {
+    err = EIO;
+  } else if (::fsync(fd) != 0) {
+    err = errno;
+  }
+  std::free(buf);
+  ::close(fd);
+  return err;
+}
+
+std::string ReadDirect(const std::string& device, uint64_t offset, size_t len) {
+  int fd = ::open(device.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) return "<open failed>";
+  void* buf = nullptr;
+  if (::posix_memalign(&buf, 4096, len) != 0) {
+    ::close(fd);
+    return "<no memory>";
+  }
+  ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(offset));
+  std::string out = n > 0 ? std::string(static_cast<char*>(buf), static_cast<size_t>(n))
+                          : "<read error " + std::string(std::strerror(errno)) + ">";
+  std::free(buf);
+  ::close(fd);
+  return out;
+}
+
+// An admin's librados view of an image, to check what the node left on it.
+class Admin {
+ public:
+  Admin(const std::string& conf, const std::string& keyring, const std::string& pool) {
+    if (rados_create2(&cluster_, "ceph", "client.admin", 0) < 0) return;
+    rados_conf_read_file(cluster_, conf.c_str());
+    rados_conf_set(cluster_, "keyring", keyring.c_str());
+    rados_conf_set(cluster_, "rados_osd_op_timeout", "20");
+    rados_conf_set(cluster_, "rados_mon_op_timeout", "20");
+    if (rados_connect(cluster_) == 0) ok_ = rados_ioctx_create(cluster_, pool.c_str(), &io_) == 0;
+  }
+  ~Admin() {
+    if (io_ != nullptr) rados_ioctx_destroy(io_);
+    if (cluster_ != nullptr) rados_shutdown(cluster_);
+  }
+  Admin(const Admin&) = delete;
+  Admin& operator=(const Admin&) = delete;
+  bool ok() const { return ok_; }
+
+  // "" when the key is absent.
+  std::string Metadata(const std::string& image, const std::string& key) {
+    rbd_image_t h = nullptr;
+    if (rbd_open_read_only(io_, image.c_str(), &h, nullptr) < 0) return "<open failed>";
+    char value[4096] = {};
+    size_t len = sizeof value;
+    int r = rbd_metadata_get(h, key.c_str(), value, &len);
+    rbd_close(h);
+    return r < 0 ? "" : std::string(value);
+  }
+  // Addresses of the clients holding a lock on the image (the exclusive
+  // lock is a managed lock, listed like any other).
+  std::vector<std::string> LockOwners(const std::string& image) {
+    std::vector<std::string> out;
+    rbd_image_t h = nullptr;
+    if (rbd_open_read_only(io_, image.c_str(), &h, nullptr) < 0) return {"<open failed>"};
+    std::string tag(4096, '\0'), clients(4096, '\0'), cookies(4096, '\0'), addrs(4096, '\0');
+    size_t tag_len = tag.size(), clients_len = clients.size(), cookies_len = cookies.size(), addrs_len = addrs.size();
+    int exclusive = 0;
+    ssize_t n = rbd_list_lockers(h, &exclusive, tag.data(), &tag_len, clients.data(), &clients_len, cookies.data(),
+                                 &cookies_len, addrs.data(), &addrs_len);
+    rbd_close(h);
+    if (n < 0) return {"<list lockers failed: " + std::to_string(n) + ">"};
+    size_t start = 0;
+    for (ssize_t i = 0; i < n && start < addrs_len; ++i) {
+      std::string addr(addrs.data() + start);
+      out.push_back(addr);
+      start += addr.size() + 1;
+    }
+    return out;
+  }
+  std::vector<std::string> Watchers(const std::string& image) {
+    std::vector<std::string> out;
+    rbd_image_t h = nullptr;
+    if (rbd_open_read_only(io_, image.c_str(), &h, nullptr) < 0) return {"<open failed>"};
+    rbd_image_watcher_t w[16];
+    size_t n = 16;
+    if (rbd_watchers_list(h, w, &n) == 0) {
+      for (size_t i = 0; i < n; ++i) out.emplace_back(w[i].addr);
+      rbd_watchers_list_cleanup(w, n);
+    }
+    rbd_close(h);
+    return out;
+  }
+
+ private:
+  rados_t cluster_ = nullptr;
+  rados_ioctx_t io_ = nullptr;
+  bool ok_ = false;
+};
+
+// One "node": its own state dir and attacher (= its own bridges).
+struct Node {
+  std::string id;
+  std::unique_ptr<TempDir> dir;
+  std::string state_dir;
+  std::unique_ptr<VolumeAttacher> attacher;
+};
+
+class RbdAttachTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!IsRoot()) {
+      skip_ = "needs root (Ceph daemons, FUSE mounts, loop devices)";
+      return;
+    }
+    for (const char* bin : {"/usr/bin/ceph-mon", "/usr/bin/ceph-osd", "/usr/bin/ceph-mgr", "/usr/bin/rbd"}) {
+      if (!std::filesystem::exists(bin)) {
+        skip_ = std::string("ceph packages missing (") + bin + "; hack/install-deps.sh)";
+        return;
+      }
+    }
+    if (!std::filesystem::exists("/dev/fuse")) {
+      skip_ = "needs /dev/fuse";
+      return;
+    }
+    if (!std::filesystem::exists("/dev/loop-control")) {
+      skip_ = "needs loop devices (/dev/loop-control)";
+      return;
+    }
+    std::string output;
+    tmp_ = new TempDir();
+    if (const char* shared = std::getenv("BLOCKCSI_CEPH_DIR"); shared != nullptr && *shared != '\0') {
+      if (RunScript({"env", shared}, tmp_->Join("env.log"), &output) == 0) {
+        env_ = ParseEnv(output);
+        return;
+      }
+    }
+    cluster_dir_ = tmp_->Join("ceph");
+    StartReaper();
+    int code = RunScript({"start", cluster_dir_}, tmp_->Join("start.log"), &output);
+    if (code != 0) {
+      setup_error_ = "hack/ceph-cluster.sh start failed (" + std::to_string(code) + "):\n" + output;
+      return;
+    }
+    env_ = ParseEnv(output);
+  }
+
+  static void TearDownTestSuite() {
+    if (!cluster_dir_.empty()) {
+      std::string output;
+      int code = RunScript({"stop", cluster_dir_}, tmp_->Join("stop.log"), &output);
+      EXPECT_EQ(code, 0) << output;
+      cluster_dir_.clear();
+    }
+    if (reaper_ > 0) {
+      ::kill(reaper_, SIGKILL);
+      ::waitpid(reaper_, nullptr, 0);
+      reaper_ = -1;
+    }
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+
+  // Stops a cluster this process started if it dies without
+  // TearDownTestSuite: a process waiting for EOF on a pipe only we hold.
+  static void StartReaper() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    const std::string script = Script();
+    const std::string dir = cluster_dir_;
+    const std::string tmp = tmp_->path();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[1]);
+      ::setsid();
+      char c;
+      while (::read(fds[0], &c, 1) > 0) {
+      }
+      ::execl("/bin/bash", "bash", "-c", R"("$0" stop "$1"; rm -rf "$2")", script.c_str(), dir.c_str(), tmp.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(fds[0]);
+    reaper_ = pid;
+  }
+
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
+    ASSERT_TRUE(env_.contains("CEPH_CONF")) << "no CEPH_CONF from hack/ceph-cluster.sh";
+    binary_ = BinDir() + "/blockcsi";
+    ASSERT_TRUE(std::filesystem::exists(binary_)) << binary_ << " not built";
+    RbdBackendOptions o;
+    o.ceph_conf = env_["CEPH_CONF"];
+    o.ceph_user = env_["BLOCKCSI_CEPH_USER"];
+    o.keyring = env_["BLOCKCSI_CEPH_KEYRING"];
+    o.pool = env_["RBD_POOL"];
+    auto backend = MakeRbdBackend(o);
+    ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+    backend_ = *backend;
+    key_ = KeyFromKeyring(env_["BLOCKCSI_CEPH_KEYRING"]);
+    ASSERT_FALSE(key_.empty()) << "no key in " << env_["BLOCKCSI_CEPH_KEYRING"];
+    admin_ = std::make_unique<Admin>(env_["CEPH_CONF"], env_["CEPH_KEYRING"], env_["RBD_POOL"]);
+    ASSERT_TRUE(admin_->ok()) << "admin client cannot connect";
+  }
+
+  void TearDown() override {
+    // Detach what the test left attached, then remove anything that
+    // survived that (a failed test): bridges by pid, loop devices and mounts
+    // by name, all under this test's state dirs only.
+    for (auto& node : nodes_) {
+      if (!node->attacher) continue;
+      auto records = node->attacher->List();
+      if (records.ok()) {
+        for (const auto& r : *records) {
+          Status st = node->attacher->Detach(r.volume_id);
+          EXPECT_TRUE(st.ok()) << "detach in teardown: " << st.ToString();
+        }
+      }
+    }
+    for (auto& node : nodes_) CleanUp(*node);
+    for (auto& node : nodes_) ExpectNothingLeft(*node);
+    if (backend_ != nullptr) {
+      for (auto it = volumes_.rbegin(); it != volumes_.rend(); ++it) {
+        auto record = backend_->GetVolume(*it);
+        if (record.ok()) {
+          for (const auto& g : record->grants) (void)backend_->RevokeAccess(*it, g.initiator_iqn);
+        }
+        Status st = backend_->DeleteVolume(*it);
+        EXPECT_TRUE(st.ok()) << st.ToString();
+      }
+    }
+    nodes_.clear();
+  }
+
+  static std::vector<int> BridgePids(const Node& node) {
+    std::vector<int> out;
+    auto fs = MakeRootedFilesystem("");
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(node.state_dir + "/bridges", ec)) {
+      for (int pid : FindBridgePids(*fs, e.path().string() + "/ctl.sock")) out.push_back(pid);
+    }
+    return out;
+  }
+  static std::vector<std::string> LoopDevices(const Node& node) {
+    std::vector<std::string> out;
+    auto fs = MakeRootedFilesystem("");
+    auto names = fs->ListDir("/sys/block");
+    if (!names.ok()) return out;
+    for (const auto& n : *names) {
+      auto backing = ReadTrimmed(*fs, "/sys/block/" + n + "/loop/backing_file");
+      if (backing.ok() && backing->starts_with(node.state_dir)) out.push_back("/dev/" + n);
+    }
+    return out;
+  }
+  static std::vector<std::string> Mounts(const Node& node) {
+    std::vector<std::string> out;
+    auto text = ReadFileToString("/proc/self/mountinfo");
+    if (!text.ok()) return out;
+    for (const auto& e : ParseMountInfo(*text)) {
+      if (e.target.starts_with(node.state_dir)) out.push_back(e.target);
+    }
+    std::reverse(out.begin(), out.end());
+    return out;
+  }
+  static void CleanUp(const Node& node) {
+    for (int pid : BridgePids(node)) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, WNOHANG);
+    }
+    for (const auto& loop : LoopDevices(node)) RunProgram({"losetup", "-d", loop});
+    for (const auto& m : Mounts(node)) ::umount2(m.c_str(), MNT_DETACH);
+  }
+  static void ExpectNothingLeft(const Node& node) {
+    EXPECT_TRUE(BridgePids(node).empty()) << node.id << ": bridge processes left";
+    EXPECT_TRUE(LoopDevices(node).empty()) << node.id << ": loop devices left";
+    EXPECT_TRUE(Mounts(node).empty()) << node.id << ": FUSE mounts left";
+  }
+
+  Node& NewNode(const std::string& id, std::chrono::milliseconds io_timeout = std::chrono::seconds(30)) {
+    auto node = std::make_unique<Node>();
+    node->id = id;
+    node->dir = std::make_unique<TempDir>();
+    node->state_dir = node->dir->Join("state");
+    AttacherOptions o;
+    o.connector = "userspace";
+    o.state_dir = node->state_dir;
+    o.node_id = id;
+    o.blockcsi_binary = binary_;
+    o.bridge_io_timeout = io_timeout;
+    auto attacher = MakeVolumeAttacher(o);
+    EXPECT_TRUE(attacher.ok()) << attacher.status().ToString();
+    if (attacher.ok()) node->attacher = std::move(*attacher);
+    nodes_.push_back(std::move(node));
+    return *nodes_.back();
+  }
+
+  std::string Unique(const std::string& what) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    return std::string(info->name()) + "-" + what + "-" + std::to_string(::getpid());
+  }
+
+  StatusOr<VolumeRecord> Create(const std::string& what, uint64_t size) {
+    CreateVolumeSpec spec;
+    spec.name = Unique(what);
+    spec.size_bytes = size;
+    spec.parameters = {{"fsType", "ext4"}};
+    auto record = backend_->CreateVolume(spec);
+    if (record.ok()) volumes_.push_back(record->id);
+    return record;
+  }
+
+  // GrantAccess for `node`; its transport_params are the publish_context.
+  std::map<std::string, std::string> Publish(const std::string& volume_id, const std::string& node,
+                                             const std::string& capability = "SINGLE_NODE_WRITER/block") {
+    AccessGrant grant;
+    grant.node_id = node;
+    grant.initiator_iqn = InitiatorIqnForNode(node);
+    grant.capability = capability;
+    auto record = backend_->GrantAccess(volume_id, grant);
+    EXPECT_TRUE(record.ok()) << record.status().ToString();
+    if (!record.ok()) return {};
+    auto context = record->transport_params;
+    context[publish_context::kTransport] = record->transport;
+    return context;
+  }
+
+  std::map<std::string, std::string> Secrets() const {
+    return {{secret_keys::kCephUserId, env_.at("BLOCKCSI_CEPH_USER")}, {secret_keys::kCephUserKey, key_}};
+  }
+
+  AttachSpec SpecFor(const std::string& volume_id, const std::map<std::string, std::string>& context,
+                     const std::string& node, std::map<std::string, std::string> secrets = {}) {
+    if (secrets.empty()) secrets = Secrets();
+    auto spec = ParseAttachSpec(volume_id, context, secrets, InitiatorIqnForNode(node));
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    return spec.ok() ? *spec : AttachSpec{};
+  }
+
+  static uint64_t DeviceSize(const std::string& device) {
+    std::string out;
+    if (RunProgram({"blockdev", "--getsize64", device}, &out) != 0) return 0;
+    return std::stoull(out);
+  }
+
+  static std::string ImageOf(const std::map<std::string, std::string>& context) {
+    return context.at(publish_context::kRbdImage);
+  }
+
+  static inline std::string skip_;
+  static inline std::string setup_error_;
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string cluster_dir_;
+  static inline std::map<std::string, std::string> env_;
+  static inline pid_t reaper_ = -1;
+
+  std::string binary_;
+  std::shared_ptr<VolumeBackend> backend_;
+  std::unique_ptr<Admin> admin_;
+  std::string key_;
+  std::vector<std::string> volumes_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+TEST_F(RbdAttachTest, AttachWriteReadDetachReattachKeepsTheBytes) {
+  auto volume = Create("vol", 64 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context = Publish(volume->id, "node-a");
+  Node& node = NewNode("node-a");
+  ASSERT_TRUE(node.attacher);
+
+  auto record = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(record->state, "attached");
+  EXPECT_EQ(record->transport, "rbd");
+  EXPECT_EQ(record->connector, "userspace");
+  EXPECT_EQ(record->expected_serial, context.at(publish_context::kRbdImageId));
+  EXPECT_TRUE(record->device_path.starts_with("/dev/loop")) << record->device_path;
+  EXPECT_EQ(record->size_bytes, 64 * kMiB);
+  EXPECT_EQ(DeviceSize(record->device_path), 64 * kMiB);
+  EXPECT_FALSE(node.attacher->Check(volume->id).abnormal) << node.attacher->Check(volume->id).message;
+
+  // The bridge registered its rados client for fencing, and that client is
+  // the one watching (and locking) the image.
+  std::string client = admin_->Metadata(ImageOf(context), "blockcsi.client.node-a");
+  ASSERT_FALSE(client.empty()) << "no blockcsi.client.node-a metadata";
+  auto watchers = admin_->Watchers(ImageOf(context));
+  EXPECT_NE(std::find(watchers.begin(), watchers.end(), client), watchers.end()) << client;
+  EXPECT_EQ(admin_->LockOwners(ImageOf(context)), std::vector<std::string>{client});
+
+  std::string data = Pattern(kMiB + 8192, 'a');
+  ASSERT_EQ(WriteDirect(record->device_path, 3 * kMiB, data), 0);
+  EXPECT_EQ(ReadDirect(record->device_path, 3 * kMiB, data.size()), data);
+  // An unaligned reader of the FUSE file sees the same bytes.
+  std::string lun_file = record->connector_state.at("mountpoint") + "/lun";
+  EXPECT_EQ(ReadFileOrEmpty(lun_file).substr(3 * kMiB + 5, 100), data.substr(5, 100));
+
+  ASSERT_TRUE(node.attacher->Detach(volume->id).ok());
+  ExpectNothingLeft(node);
+  EXPECT_EQ(node.attacher->Get(volume->id).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(admin_->Metadata(ImageOf(context), "blockcsi.client.node-a").empty()) << "registration left";
+  EXPECT_TRUE(admin_->LockOwners(ImageOf(context)).empty()) << "exclusive lock still held";
+
+  auto again = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ReadDirect(again->device_path, 3 * kMiB, data.size()), data);
+  ASSERT_TRUE(node.attacher->Detach(volume->id).ok());
+  ExpectNothingLeft(node);
+}
+
+TEST_F(RbdAttachTest, WrongImageIdIsRefusedAndLeavesNothing) {
+  auto volume = Create("vol", 16 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context = Publish(volume->id, "node-a");
+  const std::string real_id = context.at(publish_context::kRbdImageId);
+  context[publish_context::kRbdImageId] = "0badc0ffee00";
+  Node& node = NewNode("node-a");
+  ASSERT_TRUE(node.attacher);
+
+  auto record = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
+  ASSERT_FALSE(record.ok());
+  EXPECT_EQ(record.status().code(), StatusCode::kFailedPrecondition) << record.status().ToString();
+  EXPECT_NE(record.status().message().find(volume->id), std::string::npos) << record.status().message();
+  EXPECT_NE(record.status().message().find(real_id), std::string::npos) << record.status().message();
+  EXPECT_NE(record.status().message().find("0badc0ffee00"), std::string::npos) << record.status().message();
+  EXPECT_EQ(node.attacher->Get(volume->id).status().code(), StatusCode::kNotFound) << "record left";
+  ExpectNothingLeft(node);
+  // The wrong image was never locked nor registered on.
+  EXPECT_TRUE(admin_->LockOwners(ImageOf(context)).empty());
+  EXPECT_TRUE(admin_->Metadata(ImageOf(context), "blockcsi.client.node-a").empty());
+}
+
+TEST_F(RbdAttachTest, KeyIsNeverInArgvRecordRepliesOrLogs) {
+  auto volume = Create("vol", 16 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context = Publish(volume->id, "node-a");
+  Node& node = NewNode("node-a");
+  ASSERT_TRUE(node.attacher);
+
+  // Everything this process and its bridges log goes to stderr: capture it.
+  const std::string log_path = node.dir->Join("stderr.log");
+  int saved = ::dup(STDERR_FILENO);
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(log_fd, 0);
+  ::dup2(log_fd, STDERR_FILENO);
+  ::close(log_fd);
+  auto record = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
+  auto check = node.attacher->Check(volume->id);
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_FALSE(check.abnormal) << check.message;
+
+  int pid = std::stoi(record->connector_state.at("bridge_pid"));
+  std::string cmdline = ReadFileOrEmpty("/proc/" + std::to_string(pid) + "/cmdline");
+  ASSERT_NE(cmdline.find("bridge"), std::string::npos) << "pid " << pid << " is not the bridge";
+  EXPECT_NE(cmdline.find(context.at(publish_context::kRbdImage)), std::string::npos);
+  EXPECT_EQ(cmdline.find(key_), std::string::npos) << "cephx key in the bridge's argv";
+
+  std::error_code ec;
+  int files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(node.state_dir + "/attachments", ec)) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    EXPECT_EQ(ReadFileOrEmpty(e.path().string()).find(key_), std::string::npos) << "key in " << e.path();
+  }
+  EXPECT_GT(files, 0) << "no record file";
+
+  auto reply = CallBridge(record->connector_state.at("control_socket"), {{"op", "status"}}, std::chrono::seconds(10));
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->dump().find(key_), std::string::npos) << "key in the status reply";
+
+  std::string log = ReadFileOrEmpty(log_path);
+  EXPECT_NE(log.find("bridge opened rbd image"), std::string::npos) << "the bridge's log was not captured:\n" << log;
+  EXPECT_EQ(log.find(key_), std::string::npos) << "cephx key in the log";
+}
+
+TEST_F(RbdAttachTest, ResizeThenRescanGrowsTheLoopDevice) {
+  auto volume = Create("vol", 32 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context = Publish(volume->id, "node-a");
+  Node& node = NewNode("node-a");
+  ASSERT_TRUE(node.attacher);
+  auto record = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(DeviceSize(record->device_path), 32 * kMiB);
+  // Past the old end: nothing there yet.
+  EXPECT_NE(WriteDirect(record->device_path, 40 * kMiB, Pattern(4096, 'z')), 0);
+
+  auto grown = backend_->ExpandVolume(volume->id, 64 * kMiB);
+  ASSERT_TRUE(grown.ok()) << grown.status().ToString();
+  auto size = node.attacher->Rescan(volume->id);
+  ASSERT_TRUE(size.ok()) << size.status().ToString();
+  EXPECT_EQ(*size, 64 * kMiB);
+  EXPECT_EQ(DeviceSize(record->device_path), 64 * kMiB);
+  auto after = node.attacher->Get(volume->id);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->size_bytes, 64 * kMiB);
+
+  std::string data = Pattern(kMiB, 'g');
+  ASSERT_EQ(WriteDirect(record->device_path, 60 * kMiB, data), 0);
+  EXPECT_EQ(ReadDirect(record->device_path, 60 * kMiB, data.size()), data);
+}
+
+TEST_F(RbdAttachTest, FencedNodeGetsIoErrorsAndAnotherNodeTakesOver) {
+  auto volume = Create("vol", 32 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context_a = Publish(volume->id, "node-a");
+  Node& a = NewNode("node-a");
+  ASSERT_TRUE(a.attacher);
+  auto record_a = a.attacher->Attach(SpecFor(volume->id, context_a, "node-a"));
+  ASSERT_TRUE(record_a.ok()) << record_a.status().ToString();
+  std::string before = Pattern(kMiB, 'f');
+  ASSERT_EQ(WriteDirect(record_a->device_path, 2 * kMiB, before), 0);
+
+  // The controller takes the volume away from node-a: its client is
+  // blocklisted and its lock broken.
+  ASSERT_TRUE(backend_->RevokeAccess(volume->id, InitiatorIqnForNode("node-a")).ok());
+  // The OSDs learn of the blocklist from the next osdmap; keep writing until
+  // they refuse (bounded, not a timing assertion).
+  int err = 0;
+  for (int i = 0; i < 60 && err == 0; ++i) {
+    err = WriteDirect(record_a->device_path, 8 * kMiB, Pattern(64 * 1024, 'x'));
+    if (err == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(err, EIO) << std::strerror(err);
+  AttachHealth health = a.attacher->Check(volume->id);
+  EXPECT_TRUE(health.abnormal);
+  EXPECT_NE(health.message.find("blocklisted (fenced)"), std::string::npos) << health.message;
+
+  // Node-b, published now, attaches with a client of its own and sees what
+  // node-a wrote before the fence.
+  auto context_b = Publish(volume->id, "node-b");
+  Node& b = NewNode("node-b");
+  ASSERT_TRUE(b.attacher);
+  auto record_b = b.attacher->Attach(SpecFor(volume->id, context_b, "node-b"));
+  ASSERT_TRUE(record_b.ok()) << record_b.status().ToString();
+  EXPECT_EQ(ReadDirect(record_b->device_path, 2 * kMiB, before.size()), before);
+  EXPECT_EQ(WriteDirect(record_b->device_path, 8 * kMiB, Pattern(64 * 1024, 'y')), 0);
+  EXPECT_FALSE(b.attacher->Check(volume->id).abnormal) << b.attacher->Check(volume->id).message;
+
+  // The fenced attachment still detaches cleanly (NodeUnstage on node-a).
+  EXPECT_TRUE(a.attacher->Detach(volume->id).ok());
+  ExpectNothingLeft(a);
+  EXPECT_TRUE(b.attacher->Detach(volume->id).ok());
+  ExpectNothingLeft(b);
+}
+
+TEST_F(RbdAttachTest, IdleFencedAttachmentIsReportedAndReplacedOnReattach) {
+  auto volume = Create("vol", 16 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context = Publish(volume->id, "node-a");
+  Node& node = NewNode("node-a");
+  ASSERT_TRUE(node.attacher);
+  auto first = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::string data = Pattern(64 * 1024, 'i');
+  ASSERT_EQ(WriteDirect(first->device_path, 0, data), 0);
+
+  ASSERT_TRUE(backend_->RevokeAccess(volume->id, InitiatorIqnForNode("node-a")).ok());
+  // No I/O at all: the bridge's own probe must notice the fence (bounded wait).
+  AttachHealth health;
+  for (int i = 0; i < 120 && !health.abnormal; ++i) {
+    health = node.attacher->Check(volume->id);
+    if (!health.abnormal) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_TRUE(health.abnormal) << "an idle fenced attachment still looks healthy";
+  EXPECT_NE(health.message.find("blocklisted (fenced)"), std::string::npos) << health.message;
+
+  // Published to the same node again (a new VolumeAttachment): the retry
+  // replaces the fenced bridge with a fresh client instead of reusing it.
+  auto again_context = Publish(volume->id, "node-a");
+  auto second = node.attacher->Attach(SpecFor(volume->id, again_context, "node-a"));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_NE(second->connector_state.at("bridge_pid"), first->connector_state.at("bridge_pid"));
+  EXPECT_FALSE(node.attacher->Check(volume->id).abnormal) << node.attacher->Check(volume->id).message;
+  EXPECT_EQ(ReadDirect(second->device_path, 0, data.size()), data);
+  EXPECT_EQ(WriteDirect(second->device_path, kMiB, data), 0);
+}
+
+TEST_F(RbdAttachTest, SecondWriterIsRefusedWhileTheFirstHoldsTheLock) {
+  auto volume = Create("vol", 16 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  // Published to both (a multi-writer capability, so the backend allows it):
+  // the exclusive lock alone must keep the second writer out.
+  auto context_a = Publish(volume->id, "node-a", "MULTI_NODE_MULTI_WRITER/block");
+  auto context_b = Publish(volume->id, "node-b", "MULTI_NODE_MULTI_WRITER/block");
+  Node& a = NewNode("node-a");
+  Node& b = NewNode("node-b");
+  ASSERT_TRUE(a.attacher && b.attacher);
+  auto record_a = a.attacher->Attach(SpecFor(volume->id, context_a, "node-a"));
+  ASSERT_TRUE(record_a.ok()) << record_a.status().ToString();
+  std::string holder = admin_->Metadata(ImageOf(context_a), "blockcsi.client.node-a");
+
+  auto record_b = b.attacher->Attach(SpecFor(volume->id, context_b, "node-b"));
+  ASSERT_FALSE(record_b.ok()) << "two writers hold " << volume->id;
+  EXPECT_TRUE(record_b.status().code() == StatusCode::kFailedPrecondition ||
+              record_b.status().code() == StatusCode::kUnavailable)
+      << record_b.status().ToString();
+  EXPECT_NE(record_b.status().message().find(volume->id), std::string::npos) << record_b.status().message();
+  EXPECT_NE(record_b.status().message().find("locked"), std::string::npos) << record_b.status().message();
+  if (!holder.empty()) {
+    EXPECT_NE(record_b.status().message().find(holder), std::string::npos) << record_b.status().message();
+  }
+  EXPECT_EQ(b.attacher->Get(volume->id).status().code(), StatusCode::kNotFound);
+  ExpectNothingLeft(b);
+  EXPECT_TRUE(admin_->Metadata(ImageOf(context_a), "blockcsi.client.node-b").empty());
+
+  // The first writer is untouched.
+  EXPECT_EQ(WriteDirect(record_a->device_path, 0, Pattern(4096, 'q')), 0);
+  EXPECT_FALSE(a.attacher->Check(volume->id).abnormal);
+  EXPECT_EQ(admin_->LockOwners(ImageOf(context_a)), std::vector<std::string>{holder});
+}
+
+TEST_F(RbdAttachTest, ReadOnlyAttachmentReadsButNeverWritesOrLocks) {
+  auto volume = Create("vol", 16 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context = Publish(volume->id, "node-a");
+  Node& writer = NewNode("node-a");
+  ASSERT_TRUE(writer.attacher);
+  auto record = writer.attacher->Attach(SpecFor(volume->id, context, "node-a"));
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  std::string data = Pattern(64 * 1024, 'r');
+  ASSERT_EQ(WriteDirect(record->device_path, kMiB, data), 0);
+  ASSERT_TRUE(writer.attacher->Detach(volume->id).ok());
+  ASSERT_TRUE(backend_->RevokeAccess(volume->id, InitiatorIqnForNode("node-a")).ok());
+
+  AccessGrant grant;
+  grant.node_id = "node-b";
+  grant.initiator_iqn = InitiatorIqnForNode("node-b");
+  grant.capability = "SINGLE_NODE_READER_ONLY/block";
+  grant.read_only = true;
+  auto published = backend_->GrantAccess(volume->id, grant);
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  auto ro_context = published->transport_params;
+  ro_context[publish_context::kTransport] = "rbd";
+  ro_context[publish_context::kReadOnly] = "true";
+  Node& reader = NewNode("node-b");
+  ASSERT_TRUE(reader.attacher);
+  auto ro = reader.attacher->Attach(SpecFor(volume->id, ro_context, "node-b"));
+  ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+  EXPECT_TRUE(ro->read_only);
+  EXPECT_EQ(ReadDirect(ro->device_path, kMiB, data.size()), data);
+  EXPECT_NE(WriteDirect(ro->device_path, kMiB, Pattern(4096, 'w')), 0) << "a read-only attachment wrote";
+  EXPECT_EQ(ReadDirect(ro->device_path, kMiB, data.size()), data);
+  EXPECT_TRUE(admin_->LockOwners(ImageOf(ro_context)).empty()) << "a reader took the exclusive lock";
+  EXPECT_FALSE(reader.attacher->Check(volume->id).abnormal) << reader.attacher->Check(volume->id).message;
+  ASSERT_TRUE(reader.attacher->Detach(volume->id).ok());
+  ExpectNothingLeft(reader);
+}
+
+TEST_F(RbdAttachTest, ErrorsCarryTheirCodeAndNameTheVolume) {
+  auto volume = Create("vol", 16 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context = Publish(volume->id, "node-a");
+  Node& node = NewNode("node-a", std::chrono::seconds(3));
+  ASSERT_TRUE(node.attacher);
+  auto expect = [&](const AttachSpec& spec, StatusCode code, const std::string& what) {
+    auto record = node.attacher->Attach(spec);
+    ASSERT_FALSE(record.ok()) << what;
+    EXPECT_EQ(record.status().code(), code) << what << ": " << record.status().ToString();
+    EXPECT_NE(record.status().message().find(spec.volume_id), std::string::npos) << record.status().message();
+    EXPECT_EQ(record.status().message().find(key_), std::string::npos) << "key in the error";
+    EXPECT_EQ(node.attacher->Get(spec.volume_id).status().code(), StatusCode::kNotFound) << what;
+    ExpectNothingLeft(node);
+  };
+
+  // Nobody listens there: the cluster cannot be reached.
+  auto unreachable = context;
+  unreachable[publish_context::kCephMonitors] = "127.0.0.1:1";
+  expect(SpecFor(volume->id, unreachable, "node-a"), StatusCode::kUnavailable, "unreachable monitors");
+
+  // A well-formed key that is not the user's: cephx says no.
+  std::string wrong = key_;
+  ASSERT_GT(wrong.size(), 30u);
+  wrong[25] = wrong[25] == 'A' ? 'B' : 'A';
+  expect(SpecFor(volume->id, context, "node-a",
+                 {{secret_keys::kCephUserId, env_.at("BLOCKCSI_CEPH_USER")}, {secret_keys::kCephUserKey, wrong}}),
+         StatusCode::kPermissionDenied, "wrong key");
+
+  // The image was deleted after it was published.
+  ASSERT_TRUE(backend_->RevokeAccess(volume->id, InitiatorIqnForNode("node-a")).ok());
+  ASSERT_TRUE(backend_->DeleteVolume(volume->id).ok());
+  expect(SpecFor(volume->id, context, "node-a"), StatusCode::kNotFound, "deleted image");
+}
+
+// publish_context without monitors: the bridge finds the cluster (and,
+// without a key, the keyring) through the node's ceph.conf (--ceph-conf).
+// The bridge is run directly here, as the connector would run it.
+TEST_F(RbdAttachTest, BridgeWithoutMonitorsUsesTheNodesCephConf) {
+  auto volume = Create("vol", 16 * kMiB);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context = Publish(volume->id, "node-a");
+  auto node = std::make_unique<Node>();
+  node->id = "node-a";
+  node->dir = std::make_unique<TempDir>();
+  node->state_dir = node->dir->Join("state");
+  nodes_.push_back(std::move(node));
+  const Node& n = *nodes_.back();
+  BridgePaths p = BridgePathsFor(n.state_dir, volume->id);
+  ASSERT_TRUE(MakeDirectories(p.dir, 0700).ok());
+
+  ChildProcess bridge({binary_,        "bridge",         "--transport",       "rbd",
+                       "--volume-id",  volume->id,       "--control-socket",  p.control_socket,
+                       "--mountpoint", p.mountpoint,     "--rbd-pool",        env_["RBD_POOL"],
+                       "--rbd-image",  ImageOf(context), "--expected-serial", context.at(publish_context::kRbdImageId),
+                       "--ceph-user",  "admin",          "--ceph-conf",       env_["CEPH_CONF"],
+                       "--node-id",    "node-a"},
+                      n.dir->Join("bridge.log"));
+  ASSERT_TRUE(::blockcsi::testing::WaitForSocket(p.control_socket, std::chrono::seconds(60)))
+      << ReadFileOrEmpty(n.dir->Join("bridge.log"));
+  auto status = CallBridge(p.control_socket, {{"op", "status"}, {"refresh_identity", true}}, std::chrono::seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  ASSERT_TRUE(StatusFromReply(*status).ok()) << status->dump();
+  EXPECT_EQ(status->value("transport", ""), "rbd");
+  EXPECT_EQ(status->value("serial", ""), context.at(publish_context::kRbdImageId));
+  EXPECT_TRUE(status->value("healthy", false));
+  std::string device = status->value("device", "");
+  ASSERT_TRUE(device.starts_with("/dev/loop")) << status->dump();
+  std::string data = Pattern(64 * 1024, 'c');
+  EXPECT_EQ(WriteDirect(device, 0, data), 0);
+  EXPECT_EQ(ReadDirect(device, 0, data.size()), data);
+
+  auto down = CallBridge(p.control_socket, {{"op", "shutdown"}}, std::chrono::seconds(60));
+  ASSERT_TRUE(down.ok()) << down.status().ToString();
+  EXPECT_TRUE(StatusFromReply(*down).ok()) << down->dump();
+  EXPECT_EQ(bridge.Wait(std::chrono::seconds(60)), 0);
+  ExpectNothingLeft(n);
+}
+
+// Not an assertion: the closing note's figures. Sequential 1 MiB direct I/O
+// through the loop device (queue depth 1, as dd does) next to `rbd bench`
+// on the same cluster.
+TEST_F(RbdAttachTest, ThroughputReport) {
+  constexpr uint64_t kTotal = 64 * kMiB;
+  auto volume = Create("bench", 2 * kTotal);
+  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+  auto context = Publish(volume->id, "node-a");
+  Node& node = NewNode("node-a");
+  ASSERT_TRUE(node.attacher);
+  auto record = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+
+  auto mib_per_s = [&](const std::vector<std::string>& argv, std::string* out) {
+    auto start = std::chrono::steady_clock::now();
+    int code = RunProgram(argv, out);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(code, 0) << *out;
+    return code == 0 && s > 0 ? static_cast<double>(kTotal) / kMiB / s : 0.0;
+  };
+  std::string out;
+  double loop_write = mib_per_s(
+      {"dd", "if=/dev/zero", "of=" + record->device_path, "bs=1M", "count=64", "oflag=direct", "conv=fsync"}, &out);
+  std::string dd_write = out.substr(out.rfind("copied") == std::string::npos ? 0 : out.rfind("copied"));
+  double loop_read =
+      mib_per_s({"dd", "if=" + record->device_path, "of=/dev/null", "bs=1M", "count=64", "iflag=direct"}, &out);
+  std::string dd_read = out.substr(out.rfind("copied") == std::string::npos ? 0 : out.rfind("copied"));
+  ASSERT_TRUE(node.attacher->Detach(volume->id).ok());  // rbd bench needs the lock
+
+  const std::string spec = env_["RBD_POOL"] + "/" + ImageOf(context);
+  auto bench = [&](const std::string& type, const std::string& threads) {
+    std::string text;
+    double v = mib_per_s({"rbd", "-c", env_["CEPH_CONF"], "--id", env_["BLOCKCSI_CEPH_USER"], "--keyring",
+                          env_["BLOCKCSI_CEPH_KEYRING"], "bench", "--io-type", type, "--io-size", "1M", "--io-total",
+                          "64M", "--io-pattern", "seq", "--io-threads", threads, spec},
+                         &text);
+    size_t at = text.rfind("elapsed:");
+    std::string summary = at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+    return std::make_pair(v, summary);
+  };
+  auto bench_write16 = bench("write", "16");
+  auto bench_read16 = bench("read", "16");
+  auto bench_write1 = bench("write", "1");
+  auto bench_read1 = bench("read", "1");
+  std::printf(
+      "RBD throughput, 64 MiB in 1 MiB blocks (MiB/s, wall clock incl. process start):\n"
+      "  loop device (userspace bridge, dd direct, qd 1):  write %.1f  read %.1f\n"
+      "  rbd bench, 16 threads (its default):              write %.1f  read %.1f\n"
+      "  rbd bench, 1 thread:                              write %.1f  read %.1f\n"
+      "  dd's own figures: write [%s] read [%s]\n"
+      "  rbd bench summaries: write16 [%s] read16 [%s] write1 [%s] read1 [%s]\n",
+      loop_write, loop_read, bench_write16.first, bench_read16.first, bench_write1.first, bench_read1.first,
+      dd_write.substr(0, dd_write.find('\n')).c_str(), dd_read.substr(0, dd_read.find('\n')).c_str(),
+      bench_write16.second.c_str(), bench_read16.second.c_str(), bench_write1.second.c_str(),
+      bench_read1.second.c_str());
+}
+
+}  // namespace
+}  // namespace blockcsi
