@@ -27,6 +27,7 @@
 
 #include "attach/publish_context.h"
 #include "csi.grpc.pb.h"
+#include "support/ceph_test_cluster.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -49,43 +50,6 @@ csi::v1::VolumeCapability MountCap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
   return cap;
 }
 
-std::string Script() { return std::string(BLOCKCSI_SOURCE_DIR) + "/hack/ceph-cluster.sh"; }
-
-// Runs hack/ceph-cluster.sh with `args`; its stdout and stderr into *output
-// (ParseEnv picks the KEY=VALUE lines out of the progress chatter).
-int RunScript(const std::vector<std::string>& args, const std::string& log, std::string* output) {
-  std::vector<std::string> argv{"/bin/bash", Script()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  testing::ChildProcess child(argv, log);
-  int code = child.Wait(400s);
-  *output = testing::ReadFileOrEmpty(log);
-  return code;
-}
-
-std::map<std::string, std::string> ParseEnv(const std::string& text) {
-  std::map<std::string, std::string> env;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    size_t eq = line.find('=');
-    if (eq == std::string::npos || eq == 0) continue;
-    std::string key = line.substr(0, eq);
-    if (std::all_of(key.begin(), key.end(), [](char c) { return (c >= 'A' && c <= 'Z') || c == '_'; })) {
-      env[key] = line.substr(eq + 1);
-    }
-  }
-  return env;
-}
-
-// The base64 cephx key of a keyring file ("key = AQ...==").
-std::string KeyOf(const std::string& keyring) {
-  std::istringstream in(testing::ReadFileOrEmpty(keyring));
-  for (std::string line; std::getline(in, line);) {
-    size_t k = line.find("key = ");
-    if (k != std::string::npos) return line.substr(k + 6);
-  }
-  return "";
-}
-
 class RbdControllerConformanceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -97,30 +61,10 @@ class RbdControllerConformanceTest : public ::testing::Test {
       skip_ = "ceph packages missing (hack/install-deps.sh)";
       return;
     }
-    tmp_ = new testing::TempDir();
-    std::string output;
-    if (const char* shared = std::getenv("BLOCKCSI_CEPH_DIR"); shared != nullptr && *shared != '\0') {
-      if (RunScript({"env", shared}, tmp_->Join("env.log"), &output) == 0) {
-        env_ = ParseEnv(output);
-        return;
-      }
-    }
-    own_cluster_ = tmp_->Join("ceph");
-    if (int code = RunScript({"start", own_cluster_}, tmp_->Join("start.log"), &output); code != 0) {
-      setup_error_ = "hack/ceph-cluster.sh start failed (" + std::to_string(code) + "):\n" + output;
-      return;
-    }
-    env_ = ParseEnv(output);
+    cluster_ = testing::CephTestCluster::Acquire(&setup_error_);
+    if (cluster_) env_ = cluster_->env();
   }
-  static void TearDownTestSuite() {
-    if (!own_cluster_.empty()) {
-      std::string output;
-      EXPECT_EQ(RunScript({"stop", own_cluster_}, tmp_->Join("stop.log"), &output), 0) << output;
-      own_cluster_.clear();
-    }
-    delete tmp_;
-    tmp_ = nullptr;
-  }
+  static void TearDownTestSuite() { cluster_.reset(); }
 
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
@@ -291,9 +235,9 @@ class RbdControllerConformanceTest : public ::testing::Test {
     return value;
   }
 
-  static inline std::string skip_, setup_error_, own_cluster_;
+  static inline std::string skip_, setup_error_;
+  static inline std::unique_ptr<testing::CephTestCluster> cluster_;
   static inline std::map<std::string, std::string> env_;
-  static inline testing::TempDir* tmp_ = nullptr;
 
   testing::TempDir dir_;
   std::unique_ptr<testing::ChildProcess> plugin_;
@@ -374,7 +318,7 @@ TEST_F(RbdControllerConformanceTest, PublishContextDescribesTheImageAndNeverCarr
   EXPECT_FALSE(ctx.at(publish_context::kRbdImageId).empty());
   EXPECT_NE(ctx.at(publish_context::kCephMonitors).find("127.0.0.1"), std::string::npos);
   EXPECT_EQ(ctx.at(publish_context::kCephUser), env_.at("BLOCKCSI_CEPH_USER"));
-  const std::string key = KeyOf(env_.at("BLOCKCSI_CEPH_KEYRING"));
+  const std::string key = testing::KeyFromKeyring(env_.at("BLOCKCSI_CEPH_KEYRING"));
   ASSERT_FALSE(key.empty());
   for (const auto& [k, v] : ctx) {
     EXPECT_EQ(v.find(key), std::string::npos) << k;
@@ -566,7 +510,7 @@ TEST_F(RbdControllerConformanceTest, CephxCredentialsFromCsiSecrets) {
   // Without a secret there is nobody to connect as.
   csi::v1::CreateVolumeResponse resp;
   EXPECT_CODE(Create(CreateRequest(Unique("nosecret")), &resp), FAILED_PRECONDITION);
-  const std::string key = KeyOf(env_.at("BLOCKCSI_CEPH_KEYRING"));
+  const std::string key = testing::KeyFromKeyring(env_.at("BLOCKCSI_CEPH_KEYRING"));
   ASSERT_FALSE(key.empty());
   // Half a secret is named, never echoed.
   secrets_ = {{"userID", env_.at("BLOCKCSI_CEPH_USER")}};

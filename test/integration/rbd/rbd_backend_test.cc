@@ -27,6 +27,7 @@
 
 #include "attach/initiator.h"
 #include "common/logging.h"
+#include "support/ceph_test_cluster.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -38,45 +39,6 @@ using ::blockcsi::testing::ReadFileOrEmpty;
 using ::blockcsi::testing::TempDir;
 
 constexpr uint64_t kMiB = 1ULL << 20;
-
-std::string Script() { return std::string(BLOCKCSI_SOURCE_DIR) + "/hack/ceph-cluster.sh"; }
-
-// KEY=VALUE lines of the script's output; daemon chatter is ignored.
-std::map<std::string, std::string> ParseEnv(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t eq = line.find('=');
-    if (eq == std::string::npos || eq == 0) continue;
-    std::string key = line.substr(0, eq);
-    if (!std::all_of(key.begin(), key.end(), [](char c) { return std::isupper(c) || c == '_'; })) continue;
-    out[key] = line.substr(eq + 1);
-  }
-  return out;
-}
-
-// Runs the script; returns its exit code, output in *output.
-int RunScript(const std::vector<std::string>& args, const std::string& log, std::string* output) {
-  std::filesystem::remove(log);
-  std::vector<std::string> argv = {"/bin/bash", Script()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  ChildProcess child(argv, log);
-  int code = child.Wait(std::chrono::minutes(6));
-  *output = ReadFileOrEmpty(log);
-  return code;
-}
-
-// The key from a keyring file ("key = AQ..."): the secret the tests look for.
-std::string KeyFromKeyring(const std::string& path) {
-  std::istringstream in(ReadFileOrEmpty(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t pos = line.find("key = ");
-    if (pos != std::string::npos) return line.substr(pos + 6);
-  }
-  return "";
-}
 
 // A librados client of the test's own: a "node" (or an admin's view).
 class Client {
@@ -193,68 +155,11 @@ class RbdBackendTest : public ::testing::Test {
       skip_ = "ceph packages missing (ceph-mon ceph-mgr ceph-osd ceph-common; hack/install-deps.sh)";
       return;
     }
-    std::string output;
-    tmp_ = new TempDir();
-    // A cluster the ctest fixture started is shared by every test process.
-    if (const char* shared = std::getenv("BLOCKCSI_CEPH_DIR"); shared != nullptr && *shared != '\0') {
-      if (RunScript({"env", shared}, tmp_->Join("env.log"), &output) == 0) {
-        env_ = ParseEnv(output);
-        return;
-      }
-    }
-    cluster_dir_ = tmp_->Join("ceph");
-    StartReaper();
-    int code = RunScript({"start", cluster_dir_}, tmp_->Join("start.log"), &output);
-    if (code != 0) {
-      setup_error_ = "hack/ceph-cluster.sh start failed (" + std::to_string(code) + "):\n" + output;
-      return;
-    }
-    env_ = ParseEnv(output);
+    cluster_ = testing::CephTestCluster::Acquire(&setup_error_);
+    if (cluster_) env_ = cluster_->env();
   }
 
-  static void TearDownTestSuite() {
-    if (!cluster_dir_.empty()) {
-      std::string output;
-      int code = RunScript({"stop", cluster_dir_}, tmp_->Join("stop.log"), &output);
-      EXPECT_EQ(code, 0) << output;
-      EXPECT_FALSE(std::filesystem::exists(cluster_dir_)) << "cluster directory left behind";
-      cluster_dir_.clear();
-    }
-    if (reaper_ > 0) {
-      ::kill(reaper_, SIGKILL);
-      ::waitpid(reaper_, nullptr, 0);
-      reaper_ = -1;
-    }
-    delete tmp_;
-    tmp_ = nullptr;
-  }
-
-  // Stops the cluster if this process dies without TearDownTestSuite (a
-  // crash, an abort): a separate process waiting on a pipe only we hold.
-  static void StartReaper() {
-    // Close-on-exec, so that neither the script nor the daemons it starts
-    // hold the write end open: EOF must mean "the test process is gone".
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return;
-    const std::string script = Script();
-    const std::string dir = cluster_dir_;
-    const std::string tmp = tmp_->path();
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(fds[1]);
-      ::setsid();
-      char c;
-      while (::read(fds[0], &c, 1) > 0) {
-      }
-      // Also the temp dir around the cluster: its TempDir never ran its destructor.
-      ::execl("/bin/bash", "bash", "-c", R"("$0" stop "$1"; rm -rf "$2")", script.c_str(), dir.c_str(), tmp.c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(fds[0]);
-    reaper_pipe_ = fds[1];
-    reaper_ = pid;
-  }
+  static void TearDownTestSuite() { cluster_.reset(); }
 
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
@@ -314,11 +219,8 @@ class RbdBackendTest : public ::testing::Test {
 
   static inline std::string skip_;
   static inline std::string setup_error_;
-  static inline TempDir* tmp_ = nullptr;
-  static inline std::string cluster_dir_;  // set when this process owns the cluster
+  static inline std::unique_ptr<testing::CephTestCluster> cluster_;
   static inline std::map<std::string, std::string> env_;
-  static inline pid_t reaper_ = -1;
-  static inline int reaper_pipe_ = -1;
 
   RbdBackendOptions options_;
   std::shared_ptr<VolumeBackend> backend_;
@@ -722,7 +624,7 @@ TEST_F(RbdBackendTest, BadOptionsAreRefused) {
 }
 
 TEST_F(RbdBackendTest, KeyFromSecretsWorksAndIsNeverLoggedOrReturned) {
-  const std::string key = KeyFromKeyring(options_.keyring);
+  const std::string key = testing::KeyFromKeyring(options_.keyring);
   ASSERT_FALSE(key.empty());
   std::string logs;
   SetLogCaptureForTest(&logs);

@@ -35,6 +35,7 @@
 #include "common/executor.h"
 #include "controller/rbd_backend.h"
 #include "csi.grpc.pb.h"
+#include "support/ceph_test_cluster.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 
@@ -52,33 +53,6 @@ constexpr int64_t kMiB = 1LL << 20;
 #define ASSERT_GRPC_OK(expr) ASSERT_TRUE(GrpcOk(expr)) << #expr
 #define EXPECT_GRPC_OK(expr) EXPECT_TRUE(GrpcOk(expr)) << #expr
 
-std::string Script() { return std::string(BLOCKCSI_SOURCE_DIR) + "/hack/ceph-cluster.sh"; }
-
-// KEY=VALUE lines of the script's output; daemon chatter is ignored.
-std::map<std::string, std::string> ParseEnv(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t eq = line.find('=');
-    if (eq == std::string::npos || eq == 0) continue;
-    std::string key = line.substr(0, eq);
-    if (!std::all_of(key.begin(), key.end(), [](char c) { return std::isupper(c) || c == '_'; })) continue;
-    out[key] = line.substr(eq + 1);
-  }
-  return out;
-}
-
-int RunScript(const std::vector<std::string>& args, const std::string& log, std::string* output) {
-  std::filesystem::remove(log);
-  std::vector<std::string> argv = {"/bin/bash", Script()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  ChildProcess child(argv, log);
-  int code = child.Wait(std::chrono::minutes(6));
-  *output = ReadFileOrEmpty(log);
-  return code;
-}
-
 // Exit code (or -1 when it could not run); stdout+stderr into `output`.
 int RunProgram(const std::vector<std::string>& argv, std::string* output = nullptr) {
   Command cmd(argv[0]);
@@ -91,16 +65,6 @@ int RunProgram(const std::vector<std::string>& argv, std::string* output = nullp
   }
   if (output != nullptr) *output = r->stdout_text + r->stderr_text;
   return r->exit_code;
-}
-
-std::string KeyFromKeyring(const std::string& path) {
-  std::istringstream in(ReadFileOrEmpty(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t pos = line.find("key = ");
-    if (pos != std::string::npos) return line.substr(pos + 6);
-  }
-  return "";
 }
 
 std::string Pattern(size_t len, char seed) {
@@ -193,68 +157,17 @@ class RbdPluginTest : public ::testing::Test {
       skip_ = "needs loop devices (/dev/loop-control)";
       return;
     }
-    std::string output;
-    tmp_ = new TempDir();
-    if (const char* shared = std::getenv("BLOCKCSI_CEPH_DIR"); shared != nullptr && *shared != '\0') {
-      if (RunScript({"env", shared}, tmp_->Join("env.log"), &output) == 0) {
-        env_ = ParseEnv(output);
-        return;
-      }
-    }
-    cluster_dir_ = tmp_->Join("ceph");
-    StartReaper();
-    int code = RunScript({"start", cluster_dir_}, tmp_->Join("start.log"), &output);
-    if (code != 0) {
-      setup_error_ = "hack/ceph-cluster.sh start failed (" + std::to_string(code) + "):\n" + output;
-      return;
-    }
-    env_ = ParseEnv(output);
+    cluster_ = testing::CephTestCluster::Acquire(&setup_error_);
+    if (cluster_) env_ = cluster_->env();
   }
 
-  static void TearDownTestSuite() {
-    if (!cluster_dir_.empty()) {
-      std::string output;
-      int code = RunScript({"stop", cluster_dir_}, tmp_->Join("stop.log"), &output);
-      EXPECT_EQ(code, 0) << output;
-      cluster_dir_.clear();
-    }
-    if (reaper_ > 0) {
-      ::kill(reaper_, SIGKILL);
-      ::waitpid(reaper_, nullptr, 0);
-      reaper_ = -1;
-    }
-    delete tmp_;
-    tmp_ = nullptr;
-  }
-
-  // Stops a cluster this process started should it die before
-  // TearDownTestSuite: a process waiting for EOF on a pipe only we hold.
-  static void StartReaper() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return;
-    const std::string script = Script();
-    const std::string dir = cluster_dir_;
-    const std::string tmp = tmp_->path();
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(fds[1]);
-      ::setsid();
-      char c;
-      while (::read(fds[0], &c, 1) > 0) {
-      }
-      ::execl("/bin/bash", "bash", "-c", R"("$0" stop "$1"; rm -rf "$2")", script.c_str(), dir.c_str(), tmp.c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(fds[0]);
-    reaper_ = pid;
-  }
+  static void TearDownTestSuite() { cluster_.reset(); }
 
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
     ASSERT_TRUE(setup_error_.empty()) << setup_error_;
     ASSERT_TRUE(env_.contains("CEPH_CONF")) << "no CEPH_CONF from hack/ceph-cluster.sh";
-    key_ = KeyFromKeyring(env_["BLOCKCSI_CEPH_KEYRING"]);
+    key_ = testing::KeyFromKeyring(env_["BLOCKCSI_CEPH_KEYRING"]);
     ASSERT_FALSE(key_.empty()) << "no key in " << env_["BLOCKCSI_CEPH_KEYRING"];
     // In-process backend with the same user: only to remove, after a failed
     // test, what the plugin could not (the plugin is stopped by then).
@@ -550,10 +463,8 @@ class RbdPluginTest : public ::testing::Test {
 
   static inline std::string skip_;
   static inline std::string setup_error_;
-  static inline TempDir* tmp_ = nullptr;
-  static inline std::string cluster_dir_;
+  static inline std::unique_ptr<testing::CephTestCluster> cluster_;
   static inline std::map<std::string, std::string> env_;
-  static inline pid_t reaper_ = -1;
 
   TempDir dir_;
   std::string key_;
