@@ -625,8 +625,11 @@ Status NodeService::Stats(const csi::v1::NodeGetVolumeStatsRequest& req,
       // remount read-only after write errors (a storage outage longer than
       // the I/O timeout). The pods' writes fail until the volume is
       // restaged, which runs the filesystem's own recovery.
+      // (Only when the staging mount itself is read-write: a read-only
+      // mount option asked for in the StorageClass is not a failure.)
       const StagedFacts facts = StagedFacts::Of(*record);
-      if (!record->read_only && !facts.staging_path.empty()) {
+      const MountEntry* staging_mount = facts.staging_path.empty() ? nullptr : FindMountAt(table, facts.staging_path);
+      if (!record->read_only && staging_mount != nullptr && !staging_mount->read_only()) {
         if (auto staged = options_.host->StatFs(facts.staging_path); staged.ok() && staged->read_only) {
           problems.push_back("the filesystem at " + facts.staging_path +
                              " went read-only after I/O errors: stop the pods using it, then NodeUnstage and "
