@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git ninja-build ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
   libmount-dev libblkid-dev libiscsi-dev libiscsi-bin libfuse3-dev fuse3

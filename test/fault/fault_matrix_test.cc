@@ -172,8 +172,9 @@ class MatrixReport : public ::testing::Environment {
     if (Matrix().empty()) return;
     std::string table = FormatMatrix();
     std::cout << "\nKILL -9 MATRIX (issue #7)\n" << table << std::flush;
-    std::ofstream(BLOCKCSI_FAULT_MATRIX_PATH) << table;
-    std::cout << "(also in " << BLOCKCSI_FAULT_MATRIX_PATH << ")\n";
+    const std::string matrix_path = testing::BuildDir() + "/fault-matrix.txt";
+    std::ofstream(matrix_path) << table;
+    std::cout << "(also in " << matrix_path << ")\n";
   }
 };
 

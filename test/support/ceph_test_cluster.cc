@@ -13,10 +13,12 @@
 #include <sstream>
 #include <vector>
 
+#include "support/test_util.h"
+
 namespace blockcsi::testing {
 namespace {
 
-std::string Script() { return std::string(BLOCKCSI_SOURCE_DIR) + "/hack/ceph-cluster.sh"; }
+std::string Script() { return SourceDir() + "/hack/ceph-cluster.sh"; }
 
 // Runs hack/ceph-cluster.sh; its output (stdout and stderr) in *output.
 int RunScript(const std::vector<std::string>& args, const std::string& log, std::string* output) {

@@ -108,8 +108,6 @@ std::string ReadFileOrEmpty(const std::string& path) {
   return ss.str();
 }
 
-std::string BinDir() { return BLOCKCSI_BIN_DIR; }
-std::string TestDataPath(const std::string& name) { return std::string(BLOCKCSI_TESTDATA_DIR) + "/" + name; }
 bool IsRoot() { return ::geteuid() == 0; }
 
 }  // namespace blockcsi::testing

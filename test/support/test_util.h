@@ -51,8 +51,13 @@ bool WaitForSocket(const std::string& path, std::chrono::milliseconds timeout);
 
 std::string ReadFileOrEmpty(const std::string& path);
 
+// Where this build and its sources are (generated: build_paths.cc.in).
+std::string SourceDir();
+std::string BuildDir();
 // The program directory of this build (build/bin).
 std::string BinDir();
+// Test binaries and test-only programs (build/tests).
+std::string TestsDir();
 std::string TestDataPath(const std::string& name);
 
 // Skip helpers: "requires root" etc., printed as the skip reason.

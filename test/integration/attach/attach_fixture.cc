@@ -124,7 +124,7 @@ StatusOr<std::unique_ptr<VolumeAttacher>> AttachIntegrationTest::NewAttacher(int
   o.connector = "userspace";
   o.state_dir = state_dir_;
   o.node_id = kNodeId;
-  o.blockcsi_binary = binary.empty() ? ATTACH_TOOL_PATH : binary;
+  o.blockcsi_binary = binary.empty() ? AttachToolPath() : binary;
   o.bridge_io_timeout = std::chrono::seconds(5);
   o.bridge_sessions = bridge_sessions;
   return MakeVolumeAttacher(o);

@@ -18,6 +18,9 @@
 
 namespace blockcsi::testing {
 
+// The test-only attach_tool program (attach_tool_main.cc) of this build.
+inline std::string AttachToolPath() { return TestsDir() + "/attach_tool"; }
+
 inline constexpr char kNodeId[] = "node-a";
 
 struct TestTarget {

@@ -249,7 +249,7 @@ TEST_F(AttachIntegrationTest, PluginKill9KeepsTheMountedVolumeWorking) {
   TestTarget t = MakeTarget("survive", 64 * kMiB);
   std::string log = tmp_->Join("plugin.log");
   auto plugin = std::make_unique<ChildProcess>(
-      std::vector<std::string>{ATTACH_TOOL_PATH, "attach",   "--state-dir", state_dir_,  "--node-id",
+      std::vector<std::string>{AttachToolPath(), "attach",   "--state-dir", state_dir_,  "--node-id",
                                kNodeId,          "--volume", "vol-a",       "--portals", tgtd_->portal(),
                                "--target",       t.iqn,      "--lun",       "1",         "--serial",
                                t.serial,         "--wwn",    t.wwn,         "--hold",    "true"},
@@ -301,7 +301,7 @@ TEST_F(AttachIntegrationTest, PluginKill9KeepsTheMountedVolumeWorking) {
 TEST_F(AttachIntegrationTest, CrashBetweenLoginAndRecordUpdateIsCleanedByDetach) {
   TestTarget t = MakeTarget("crash", 32 * kMiB);
   std::string log = tmp_->Join("plugin.log");
-  ChildProcess plugin({ATTACH_TOOL_PATH, "attach",    "--state-dir",   state_dir_, "--node-id",  kNodeId,    "--volume",
+  ChildProcess plugin({AttachToolPath(), "attach",    "--state-dir",   state_dir_, "--node-id",  kNodeId,    "--volume",
                        "vol-a",          "--portals", tgtd_->portal(), "--target", t.iqn,        "--lun",    "1",
                        "--serial",       t.serial,    "--wwn",         t.wwn,      "--crash-at", "connected"},
                       log);
@@ -326,7 +326,7 @@ TEST_F(AttachIntegrationTest, CrashBetweenLoginAndRecordUpdateIsCleanedByDetach)
 
 TEST_F(AttachIntegrationTest, RetryAfterCrashReusesTheBridge) {
   TestTarget t = MakeTarget("retry", 32 * kMiB);
-  ChildProcess plugin({ATTACH_TOOL_PATH, "attach",    "--state-dir",   state_dir_, "--node-id",  kNodeId,    "--volume",
+  ChildProcess plugin({AttachToolPath(), "attach",    "--state-dir",   state_dir_, "--node-id",  kNodeId,    "--volume",
                        "vol-a",          "--portals", tgtd_->portal(), "--target", t.iqn,        "--lun",    "1",
                        "--serial",       t.serial,    "--wwn",         t.wwn,      "--crash-at", "connected"});
   EXPECT_EQ(plugin.Wait(std::chrono::seconds(60)), 128 + SIGKILL);
