@@ -2,6 +2,7 @@
 # Configures and builds into build/ (or $BUILD_DIR), using every core.
 #   hack/build.sh [CMAKE_ARGS...]            everything (programs first, then tests)
 #   BUILD_TARGETS="blockcsi csi-call" hack/build.sh   only those targets
+#   BLOCKCSI_CONFIGURE_ONLY=1 hack/build.sh            configure, do not build
 # Speed (issue #25): Ninja when installed; ccache when installed, with its cache
 # outside the clone ($BLOCKCSI_CCACHE_DIR, default /var/cache/blockcsi/ccache for
 # root) and base_dir at the clone, so every fresh clone on this machine shares one
@@ -30,9 +31,15 @@ else
   configure+=(-UCMAKE_CXX_COMPILER_LAUNCHER -UCMAKE_C_COMPILER_LAUNCHER)
 fi
 cmake -S . -B "$build_dir" "${configure[@]}" "$@" >/dev/null
+if [ "${BLOCKCSI_CONFIGURE_ONLY:-0}" = "1" ]; then
+  exit 0
+fi
 if [ -n "${BUILD_TARGETS:-}" ]; then
   read -r -a targets <<<"$BUILD_TARGETS"
   cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}"
 else
+  # The programs first (a developer can try them while the tests build), then
+  # everything else.
+  cmake --build "$build_dir" -j "$(nproc)" --target blockcsi blockcsi-target blockctl csi-call
   cmake --build "$build_dir" -j "$(nproc)"
 fi

@@ -12,7 +12,6 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 build_dir=build-fuzz
-CC=clang CXX=clang++ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBLOCKCSI_FUZZ=ON >/dev/null
 
 if [ "$#" -gt 0 ]; then
   targets=("$@")
@@ -21,7 +20,9 @@ else
 fi
 build_targets=()
 for t in "${targets[@]}"; do build_targets+=("fuzz_$t"); done
-cmake --build "$build_dir" -j "$(nproc)" --target "${build_targets[@]}"
+# hack/build.sh: the same Ninja + shared ccache as the ordinary build.
+BUILD_DIR="$build_dir" BUILD_TYPE=RelWithDebInfo BUILD_TARGETS="${build_targets[*]}" CC=clang CXX=clang++ \
+  hack/build.sh -DBLOCKCSI_FUZZ=ON
 
 status=0
 for t in "${targets[@]}"; do
