@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "attach/bridge_cgroup.h"
 #include "attach/bridge_protocol.h"
 #include "attach/bridge_transport.h"
 #include "attach/iscsi_bridge_transport.h"
@@ -71,6 +72,10 @@ struct BridgeArgs {
   std::string ceph_user = "admin";
   std::string ceph_conf = "/etc/ceph/ceph.conf";
   std::string node_id;
+  // A cgroup v2 directory outside the plugin container's: the bridge moves
+  // itself there before it opens anything, so that the runtime's kill of
+  // the plugin's container does not reach it.
+  std::string cgroup;
 };
 
 // What arrives on stdin (JSON), never in argv: /proc/<pid>/cmdline is
@@ -107,6 +112,8 @@ Status ParseArgs(int argc, char** argv, BridgeArgs* a) {
       BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_conf, value());
     } else if (flag == "--node-id") {
       BLOCKCSI_ASSIGN_OR_RETURN(a->node_id, value());
+    } else if (flag == "--cgroup") {
+      BLOCKCSI_ASSIGN_OR_RETURN(a->cgroup, value());
     } else if (flag == "--volume-id") {
       BLOCKCSI_ASSIGN_OR_RETURN(a->volume_id, value());
     } else if (flag == "--control-socket") {
@@ -691,6 +698,20 @@ int RunBridgeMain(int argc, char** argv) {
     std::cerr << st.message() << "\n";
     WriteReadyLine(ReplyFromStatus(st));
     return 2;
+  }
+  if (!args.cgroup.empty()) {
+    // First, before any session, mount or loop device exists: a bridge that
+    // cannot leave the plugin's cgroup would die with the plugin's container
+    // and fail the filesystem above it, so it refuses to start instead.
+    auto fs = MakeRootedFilesystem("");
+    st = PrepareBridgeCgroup(*fs, args.cgroup);
+    if (st.ok()) st = MoveIntoCgroup(*fs, args.cgroup, ::getpid());
+    if (!st.ok()) {
+      LogError("bridge cannot move into its cgroup", {{"volume_id", args.volume_id}, {"error", st.message()}});
+      WriteReadyLine(ReplyFromStatus(
+          FailedPrecondition("volume \"" + args.volume_id + "\": bridge refused to start: " + st.message())));
+      return 1;
+    }
   }
   BridgeSecrets secrets;
   if (args.secrets_on_stdin) {
