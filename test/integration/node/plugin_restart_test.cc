@@ -289,6 +289,30 @@ class PluginRestartTest : public ::testing::Test {
     return out;
   }
 
+  // `blockctl -o json <args>` on this node: exit code and parsed stdout.
+  std::pair<int, nlohmann::json> Blockctl(std::vector<std::string> args) {
+    args.insert(args.begin(),
+                {"--state-dir", plugin_->state_dir(), "--endpoint", "unix://" + plugin_->socket(), "-o", "json"});
+    auto r = MakeProcessExecutor()->Run(Command(testing::BinDir() + "/blockctl").Args(args).Timeout(120s));
+    if (!r.ok()) return {-1, {}};
+    try {
+      return {r->exit_code, nlohmann::json::parse(r->stdout_text)};
+    } catch (const nlohmann::json::exception&) {
+      ADD_FAILURE() << "blockctl printed no JSON: " << r->stdout_text << r->stderr_text;
+      return {r->exit_code, {}};
+    }
+  }
+
+  // blockctl status: each volume's verdict and whose its bridge is.
+  std::map<std::string, std::pair<std::string, std::string>> StatusOf() {
+    std::map<std::string, std::pair<std::string, std::string>> out;
+    auto [code, j] = Blockctl({"status"});
+    for (const auto& v : j.value("volumes", nlohmann::json::array())) {
+      out[v.value("subject", "")] = {v.value("verdict", ""), v.value("bridge", "")};
+    }
+    return out;
+  }
+
   // A line of the plugin's log with `message` about volume `id`.
   bool Logged(const std::string& message, const std::string& id) {
     std::istringstream log(testing::ReadFileOrEmpty(plugin_->log_path()));
@@ -344,6 +368,16 @@ void PluginRestartTest::Scenario(bool new_version) {
   ASSERT_TRUE(ProcsOf(first).empty());
   if (new_version) std::filesystem::remove(old_binary);  // the old image is gone too
 
+  // blockctl names the bridges of the dead plugin, and cleanup leaves them
+  // serving (stopping one would fail the filesystem under the pods).
+  for (const auto& v : volumes) {
+    EXPECT_EQ(StatusOf()[v.id], std::make_pair(std::string("plugin gone"), std::string("plugin gone")));
+  }
+  auto [cleanup_code, cleanup] = Blockctl({"cleanup", "--apply"});
+  EXPECT_EQ(cleanup_code, 1) << cleanup.dump();
+  EXPECT_TRUE(cleanup.value("steps", nlohmann::json::array()).empty()) << cleanup.dump();
+  EXPECT_EQ(cleanup.value("skipped", nlohmann::json::array()).size(), volumes.size()) << cleanup.dump();
+
   // No plugin at all: the volumes keep serving reads and writes.
   auto until = std::chrono::steady_clock::now() + kWithoutPlugin;
   int round = 0;
@@ -362,6 +396,7 @@ void PluginRestartTest::Scenario(bool new_version) {
   ASSERT_TRUE(StartPlugin(second, new_binary));
   for (const auto& v : volumes) {
     EXPECT_TRUE(Logged("adopted running bridge", v.id)) << plugin_->LogTail();
+    EXPECT_EQ(StatusOf()[v.id], std::make_pair(std::string("healthy"), std::string("adopted")));
     ASSERT_EQ(WriteAndCheck(v, "after-adoption"), "");
   }
 
@@ -374,6 +409,9 @@ void PluginRestartTest::Scenario(bool new_version) {
   }
   for (const auto& v : volumes) ASSERT_GRPC_OK(StageAndPublish(v));
   for (const auto& v : volumes) ExpectAllIntact(v);
+  for (const auto& v : volumes) {
+    EXPECT_EQ(StatusOf()[v.id], std::make_pair(std::string("healthy"), std::string("started")));
+  }
   for (const auto& [id, pid] : BridgePids()) {
     ASSERT_GT(pid, 0);
     EXPECT_TRUE(InCgroup(*MakeRootedFilesystem(""), bridge_cgroup_, pid));
