@@ -12,7 +12,7 @@
 
 namespace blockcsi {
 
-StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options) {
+StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& options) {
   if (options.state_dir.empty()) return InvalidArgument("attacher: state dir is empty");
   BLOCKCSI_RETURN_IF_ERROR(ValidateNodeId(options.node_id));
   if (!options.bridge_cgroup.empty() && options.connector != "userspace") {
@@ -68,6 +68,11 @@ StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptio
   } else {
     return InvalidArgument("attacher: unknown connector \"" + options.connector + "\" (want iscsi or userspace)");
   }
+  return connector;
+}
+
+StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options) {
+  BLOCKCSI_ASSIGN_OR_RETURN(std::unique_ptr<Connector> connector, MakeConnector(options));
   auto attacher = std::make_unique<VolumeAttacherImpl>(options.state_dir, std::move(connector), options.step_hook);
   if (options.adopt) BLOCKCSI_RETURN_IF_ERROR(attacher->Start());
   return std::unique_ptr<VolumeAttacher>(std::move(attacher));

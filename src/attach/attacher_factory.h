@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "attach/connector.h"
 #include "attach/volume_attacher.h"
 #include "common/clock.h"
 #include "common/executor.h"
@@ -75,5 +76,9 @@ struct AttacherOptions {
 };
 
 StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options);
+
+// The connector MakeVolumeAttacher wires, alone: for a caller that undoes
+// what no record names (blockctl cleanup stopping an orphan bridge).
+StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& options);
 
 }  // namespace blockcsi
