@@ -161,11 +161,13 @@ class PluginRestartTest : public ::testing::Test {
     return cg;
   }
 
-  bool StartPlugin(const std::string& cgroup, const std::string& binary) {
+  // `with_bridge_cgroup` false: the bridges stay in the plugin's cgroup (the
+  // behaviour before issue #23, kept as the control experiment).
+  bool StartPlugin(const std::string& cgroup, const std::string& binary, bool with_bridge_cgroup = true) {
     testing::PluginOptions options;
     options.cgroup = cgroup;
     options.binary = binary;
-    options.extra_args = {"--bridge-cgroup", bridge_cgroup_};
+    if (with_bridge_cgroup) options.extra_args = {"--bridge-cgroup", bridge_cgroup_};
     std::string error;
     if (!plugin_->Start(options, &error)) {
       ADD_FAILURE() << "plugin did not start: " << error;
@@ -437,6 +439,36 @@ void PluginRestartTest::Scenario(bool new_version) {
 }
 
 TEST_F(PluginRestartTest, BridgesSurviveKillOfThePluginsCgroupAndAreAdopted) { Scenario(false); }
+
+// The control experiment: without --bridge-cgroup the same kill takes the
+// bridge down and the filesystem fails, so the scenario above would notice
+// a bridge that stayed behind. The next plugin still cleans up after it.
+TEST_F(PluginRestartTest, WithoutBridgeCgroupTheKillFailsTheFilesystem) {
+  std::string first = MakeCgroup("plugin-a");
+  ASSERT_TRUE(StartPlugin(first, "", /*with_bridge_cgroup=*/false));
+  Volume v = Create("control");
+  ASSERT_GRPC_OK(StageAndPublish(v));
+  ASSERT_EQ(WriteAndCheck(v, "before-kill"), "");
+  pid_t bridge = BridgePids()[v.id];
+  ASSERT_GT(bridge, 0);
+  EXPECT_TRUE(InCgroup(*MakeRootedFilesystem(""), first, bridge)) << "the bridge left the plugin's cgroup";
+
+  KillCgroup(first);
+  ASSERT_TRUE(plugin_->WaitKilledByFaultPoint());
+  for (int i = 0; i < 250 && Running(bridge); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(Running(bridge)) << "the bridge survived the kill of its cgroup";
+  EXPECT_NE(WriteAndCheck(v, "after-kill"), "") << "I/O worked with the bridge gone";
+
+  // A new plugin unstages what is left (device gone, FUSE aborted).
+  std::string second = MakeCgroup("plugin-b");
+  ASSERT_TRUE(StartPlugin(second, "", /*with_bridge_cgroup=*/false));
+  EXPECT_GRPC_OK(UnpublishAndUnstage(v));
+  EXPECT_GRPC_OK(Delete(v));
+  plugin_->Stop();
+  EXPECT_EQ(testing::MountsUnder(dir_.path()), std::vector<std::string>{});
+  EXPECT_EQ(testing::LoopDevicesUnder(dir_.path()), std::vector<std::string>{});
+  EXPECT_EQ(testing::ProcessesNaming(dir_.path()), std::vector<pid_t>{});
+}
 
 TEST_F(PluginRestartTest, RollingUpdateAdoptsTheOldVersionsBridges) { Scenario(true); }
 
