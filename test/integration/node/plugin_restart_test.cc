@@ -472,5 +472,46 @@ TEST_F(PluginRestartTest, WithoutBridgeCgroupTheKillFailsTheFilesystem) {
 
 TEST_F(PluginRestartTest, RollingUpdateAdoptsTheOldVersionsBridges) { Scenario(true); }
 
+// A bridge that cannot leave the plugin's cgroup would die with the next
+// restart of the container: it refuses to start, and the NodeStage fails
+// with a final code (FAILED_PRECONDITION) that leaves nothing behind.
+TEST_F(PluginRestartTest, ABridgeThatCannotMoveRefusesAndLeavesNothing) {
+  std::string outer = MakeCgroup("outer");
+  bridge_cgroup_ = outer + "/bridges";
+  made_cgroups_.insert(made_cgroups_.begin(), bridge_cgroup_);  // removed before its parent
+  ASSERT_TRUE(StartPlugin(MakeCgroup("plugin-a"), ""));
+  ASSERT_TRUE(std::filesystem::exists(bridge_cgroup_ + "/cgroup.procs"));
+  // The hierarchy changes under the running plugin (an admin, another tool).
+  ASSERT_EQ(::rmdir(bridge_cgroup_.c_str()), 0);
+  ASSERT_EQ(::rmdir(outer.c_str()), 0);
+
+  Volume v = Create("no-cgroup");
+  grpc::Status st = StageAndPublish(v);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_NE(st.error_message().find(v.id), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find(bridge_cgroup_), std::string::npos) << st.error_message();
+  // Nothing left: no bridge, FUSE mount, loop device, bridge dir or record.
+  std::string bridge_dir = plugin_->state_dir() + "/bridges/" + v.id;
+  EXPECT_EQ(FindBridgePids(*MakeRootedFilesystem(""), bridge_dir + "/ctl.sock"), std::vector<int>{});
+  EXPECT_EQ(testing::MountsUnder(dir_.path()), std::vector<std::string>{});
+  EXPECT_EQ(testing::LoopDevicesUnder(dir_.path()), std::vector<std::string>{});
+  EXPECT_FALSE(std::filesystem::exists(bridge_dir));
+  EXPECT_FALSE(std::filesystem::exists(plugin_->state_dir() + "/attachments/" + v.id + ".json"));
+  EXPECT_GRPC_OK(Delete(v));
+}
+
+// A --bridge-cgroup that cannot work fails the plugin's start, naming it,
+// instead of every later NodeStage.
+TEST_F(PluginRestartTest, ABridgeCgroupOutsideTheCgroupHierarchyFailsTheStart) {
+  testing::PluginOptions options;
+  std::string bad = dir_.Join("not-a-cgroup/bridges");
+  options.extra_args = {"--bridge-cgroup", bad};
+  std::string error;
+  EXPECT_FALSE(plugin_->Start(options, &error));
+  EXPECT_NE(error.find(bad + ": " + dir_.Join("not-a-cgroup") + " is not a cgroup v2 directory"), std::string::npos)
+      << error;
+  EXPECT_FALSE(std::filesystem::exists(bad));
+}
+
 }  // namespace
 }  // namespace blockcsi
