@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -739,6 +740,24 @@ int RunBridgeMain(int argc, char** argv) {
   if (devnull >= 0) {
     ::dup2(devnull, STDOUT_FILENO);
     ::close(devnull);
+  }
+  if (!args.cgroup.empty()) {
+    // A bridge meant to outlive the plugin's container must not hold the
+    // container's log pipe either: the runtime would wait for its EOF, and
+    // once the container is gone nobody reads it. From here on the bridge
+    // logs next to its control socket (removed with the bridge's dir).
+    std::string log_path = args.control_socket.substr(0, args.control_socket.find_last_of('/') + 1) + "bridge.log";
+    int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (log_fd >= 0) {
+      LogInfo("bridge serving; its log continues in a file",
+              {{"volume_id", args.volume_id}, {"device", bridge.device()}, {"log", log_path}});
+      std::fflush(stderr);
+      ::dup2(log_fd, STDERR_FILENO);
+      ::close(log_fd);
+    } else {
+      LogWarn("bridge keeps logging to the plugin's stderr",
+              {{"volume_id", args.volume_id}, {"log", log_path}, {"error", std::strerror(errno)}});
+    }
   }
   LogInfo("bridge serving", {{"volume_id", args.volume_id}, {"device", bridge.device()}});
   bridge.Serve();

@@ -361,6 +361,18 @@ void PluginRestartTest::Scenario(bool new_version) {
     ASSERT_GT(pid, 0) << "no single bridge for " << id;
     EXPECT_TRUE(InCgroup(*MakeRootedFilesystem(""), bridge_cgroup_, pid)) << "bridge of " << id;
     EXPECT_FALSE(InCgroup(*MakeRootedFilesystem(""), first, pid)) << "bridge of " << id;
+    // No pipe, file or socket of the plugin's (its log included) stays open
+    // in the bridge: stdin and stdout are /dev/null, stderr its own log.
+    std::string fd = "/proc/" + std::to_string(pid) + "/fd/";
+    std::error_code ec;
+    EXPECT_EQ(std::filesystem::read_symlink(fd + "0", ec).string(), "/dev/null");
+    EXPECT_EQ(std::filesystem::read_symlink(fd + "1", ec).string(), "/dev/null");
+    EXPECT_EQ(std::filesystem::read_symlink(fd + "2", ec).string(),
+              plugin_->state_dir() + "/bridges/" + id + "/bridge.log");
+    for (const auto& entry : std::filesystem::directory_iterator(fd, ec)) {
+      std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+      EXPECT_NE(target, plugin_->log_path()) << "bridge of " << id << " holds the plugin's log as " << entry.path();
+    }
   }
 
   // The runtime stops the container: every process in its cgroup dies.
