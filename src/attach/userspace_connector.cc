@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -183,25 +184,34 @@ class UserspaceConnector final : public Connector {
       BridgePaths p = PathsOf(record);
       known.insert(p.dir);
       auto r = CallBridge(p.control_socket, {{"op", "status"}}, kControlTimeout);
+      // The bridge the record names: pid + start time, one process for good.
+      int recorded_pid = 0;
+      uint64_t recorded_start = 0;
+      bool recorded = ParseInt(record.connector_state[kBridgePidKey], &recorded_pid) &&
+                      ParseU64(record.connector_state[kBridgeStartTimeKey], &recorded_start);
+      std::string from = record.connector_state[kPluginPidKey];
       if (r.ok() && r->value("ok", false)) {
         int pid = r->value("pid", 0);
-        std::string from = record.connector_state[kPluginPidKey];
+        if (recorded && (pid != recorded_pid || !ProcessIsAlive(*o_.host_fs, pid, recorded_start))) {
+          LogWarn("the bridge answering for this volume is not the one its record names; adopting it",
+                  {{"volume_id", record.volume_id},
+                   {"recorded_pid", std::to_string(recorded_pid)},
+                   {"pid", std::to_string(pid)}});
+        }
         NoteOwners(&record, pid, /*adopted=*/true);
         LogInfo("adopted running bridge", {{"volume_id", record.volume_id},
                                            {"pid", std::to_string(pid)},
                                            {"from_plugin_pid", from.empty() ? "unknown" : from}});
-        // A bridge an older plugin started without --bridge-cgroup still
-        // sits in that plugin's container cgroup: move it out now.
-        if (!o_.bridge_cgroup.empty() && pid > 0 && !InCgroup(*o_.host_fs, o_.bridge_cgroup, pid)) {
-          Status moved = MoveIntoCgroup(*o_.host_fs, o_.bridge_cgroup, pid);
-          if (moved.ok()) {
-            LogInfo("moved adopted bridge into the bridge cgroup",
-                    {{"volume_id", record.volume_id}, {"cgroup", o_.bridge_cgroup}});
-          } else {
-            LogWarn("adopted bridge stays in its cgroup; it dies when that cgroup is killed",
-                    {{"volume_id", record.volume_id}, {"error", moved.message()}});
-          }
-        }
+        KeepOutOfContainer(record, pid);
+      } else if (recorded && ProcessIsAlive(*o_.host_fs, recorded_pid, recorded_start)) {
+        // Running but not answering (its I/O to the storage may be stuck):
+        // still ours to watch and to stop at NodeUnstage.
+        NoteOwners(&record, recorded_pid, /*adopted=*/true);
+        LogWarn("adopted a running bridge that does not answer its control socket",
+                {{"volume_id", record.volume_id},
+                 {"pid", std::to_string(recorded_pid)},
+                 {"why", r.ok() ? StatusFromReply(*r).message() : r.status().message()}});
+        KeepOutOfContainer(record, recorded_pid);
       } else if (record.state == kAttachStateAttached) {
         LogWarn("bridge of an attached volume is not running; NodeUnstage will clean up",
                 {{"volume_id", record.volume_id}});
@@ -240,6 +250,29 @@ class UserspaceConnector final : public Connector {
     get("mountpoint", &p.mountpoint);
     p.lun_file = p.mountpoint + "/lun";
     return p;
+  }
+
+  // A bridge an older plugin started without --bridge-cgroup still sits in
+  // that plugin's container cgroup: move it out now.
+  void KeepOutOfContainer(const AttachRecord& record, int pid) const {
+    if (o_.bridge_cgroup.empty() || pid <= 0 || InCgroup(*o_.host_fs, o_.bridge_cgroup, pid)) return;
+    Status moved = MoveIntoCgroup(*o_.host_fs, o_.bridge_cgroup, pid);
+    if (moved.ok()) {
+      LogInfo("moved adopted bridge into the bridge cgroup",
+              {{"volume_id", record.volume_id}, {"cgroup", o_.bridge_cgroup}});
+    } else {
+      LogWarn("adopted bridge stays in its cgroup; it dies when that cgroup is killed",
+              {{"volume_id", record.volume_id}, {"error", moved.message()}});
+    }
+  }
+
+  static bool ParseInt(const std::string& text, int* out) {
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+    return !text.empty() && ec == std::errc() && p == text.data() + text.size();
+  }
+  static bool ParseU64(const std::string& text, uint64_t* out) {
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+    return !text.empty() && ec == std::errc() && p == text.data() + text.size();
   }
 
   // Records which bridge process serves the volume and that this plugin
