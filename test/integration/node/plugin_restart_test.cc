@@ -18,6 +18,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -261,10 +262,16 @@ class PluginRestartTest : public ::testing::Test {
   // Writes file `name` on `v` and reads it back past the page cache;
   // "" or what failed.
   std::string WriteAndCheck(const Volume& v, const std::string& name) {
+    std::string e = WriteAndReadBack(v, name);
+    if (e.empty()) written_[v.id].push_back(name);
+    return e;
+  }
+
+  // The same without bookkeeping: safe to call from an I/O thread.
+  std::string WriteAndReadBack(const Volume& v, const std::string& name) const {
     std::string path = plugin_->target_path(v.id) + "/" + name;
     std::string data = Contents(v.id + "/" + name);
     if (std::string e = WriteDurably(path, data); !e.empty()) return e;
-    written_[v.id].push_back(name);
     std::string back;
     if (std::string e = ReadDirect(path, &back); !e.empty()) return e;
     return back == data ? "" : path + " reads back different bytes";
@@ -375,11 +382,43 @@ void PluginRestartTest::Scenario(bool new_version) {
     }
   }
 
+  // I/O on both volumes runs through the kill and for kWithoutPlugin after
+  // it: each round writes a file durably and reads it back past the cache.
+  struct IoLoop {
+    std::vector<std::string> names;
+    std::string error;
+    std::thread thread;
+  };
+  std::atomic<bool> stop{false};
+  std::vector<IoLoop> loops(volumes.size());
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    loops[i].thread = std::thread([this, &stop, &v = volumes[i], &loop = loops[i]] {
+      for (int n = 0; !stop.load(); ++n) {
+        std::string name = "io-" + std::to_string(n);
+        loop.error = WriteAndReadBack(v, name);
+        if (!loop.error.empty()) return;
+        loop.names.push_back(name);
+        std::this_thread::sleep_for(100ms);
+      }
+    });
+  }
+  auto join = [&] {
+    stop = true;
+    for (auto& loop : loops) {
+      if (loop.thread.joinable()) loop.thread.join();
+    }
+  };
+  std::this_thread::sleep_for(1s);  // I/O in flight when the kill comes
+
   // The runtime stops the container: every process in its cgroup dies.
   KillCgroup(first);
-  ASSERT_TRUE(plugin_->WaitKilledByFaultPoint()) << "the plugin did not die by SIGKILL";
+  bool killed = plugin_->WaitKilledByFaultPoint();
+  auto dead_at = std::chrono::steady_clock::now();
   for (int i = 0; i < 100 && !ProcsOf(first).empty(); ++i) std::this_thread::sleep_for(20ms);
-  ASSERT_TRUE(ProcsOf(first).empty());
+  bool emptied = ProcsOf(first).empty();
+  if (!killed || !emptied) join();
+  ASSERT_TRUE(killed) << "the plugin did not die by SIGKILL";
+  ASSERT_TRUE(emptied) << "processes are left in " << first;
   if (new_version) std::filesystem::remove(old_binary);  // the old image is gone too
 
   // blockctl names the bridges of the dead plugin, and cleanup leaves them
@@ -393,16 +432,22 @@ void PluginRestartTest::Scenario(bool new_version) {
   EXPECT_EQ(cleanup.value("skipped", nlohmann::json::array()).size(), volumes.size()) << cleanup.dump();
 
   // No plugin at all: the volumes keep serving reads and writes.
-  auto until = std::chrono::steady_clock::now() + kWithoutPlugin;
-  int round = 0;
-  while (std::chrono::steady_clock::now() < until) {
-    for (const auto& v : volumes) {
-      ASSERT_EQ(WriteAndCheck(v, "without-plugin-" + std::to_string(round)), "") << "round " << round;
-    }
-    ++round;
+  while (std::chrono::steady_clock::now() < dead_at + kWithoutPlugin && !stop) {
+    bool failed = false;
+    for (const auto& loop : loops) failed = failed || !loop.thread.joinable() || !loop.error.empty();
+    if (failed) break;
     std::this_thread::sleep_for(200ms);
   }
-  std::cout << "[ INFO ] " << round << " write+read rounds on each volume with no plugin running\n";
+  auto served = std::chrono::steady_clock::now() - dead_at;
+  join();
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    ASSERT_EQ(loops[i].error, "") << volumes[i].id << " after " << loops[i].names.size() << " rounds";
+    written_[volumes[i].id].insert(written_[volumes[i].id].end(), loops[i].names.begin(), loops[i].names.end());
+    std::cout << "[ INFO ] " << volumes[i].id << ": " << loops[i].names.size()
+              << " durable write + direct read rounds, "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(served).count()
+              << " ms of them after the plugin died\n";
+  }
   EXPECT_EQ(BridgePids(), bridges) << "the bridges are not the ones from before the kill";
 
   // A new plugin (or version) in a fresh cgroup adopts the bridges.
