@@ -45,8 +45,9 @@ Status PrepareBridgeCgroup(const Filesystem& fs, const std::string& path) {
 
 Status MoveIntoCgroup(const Filesystem& fs, const std::string& path, pid_t pid) {
   Status st = fs.WriteFile(path + "/cgroup.procs", std::to_string(pid) + "\n");
-  if (!st.ok())
+  if (!st.ok()) {
     return FailedPrecondition("cannot move pid " + std::to_string(pid) + " into cgroup " + path + ": " + st.message());
+  }
   return OkStatus();
 }
 

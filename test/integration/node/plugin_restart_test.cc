@@ -2,13 +2,14 @@
 // container. The real plugin runs in a cgroup of its own under the cgroup v2
 // hierarchy, as a container runtime would run it, with --bridge-cgroup
 // naming a cgroup outside that one. Two volumes are staged and published on
-// a private tgtd and written; then 1 is written to the plugin's cgroup.kill
-// (what the runtime does on a container restart or a DaemonSet update). The
-// filesystems must keep serving writes and direct reads for 10 s with no
-// plugin at all; a new plugin in a fresh cgroup (the same binary, or another
-// copy standing for a new version) adopts the bridges, and unstage + restage
-// give back every byte. Nothing is left after teardown: processes, mounts,
-// loop devices and the cgroups the test made. Needs root, cgroup v2 with
+// a private tgtd, and one I/O thread per volume writes (fsync) and reads back
+// (O_DIRECT) file after file while 1 is written to the plugin's cgroup.kill
+// (what the runtime does on a container restart or a DaemonSet update); not
+// one of those may fail, during the kill or in the 10 s with no plugin at
+// all. A new plugin in a fresh cgroup (the same binary, or another copy
+// standing for a new version) adopts the bridges, and unstage + restage give
+// back every byte. Nothing is left after teardown: processes, mounts, loop
+// devices and the cgroups the test made. Needs root, cgroup v2 with
 // cgroup.kill, tgtd and FUSE; skipped with the reason otherwise.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
