@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "attach/bridge_cgroup.h"
 #include "attach/initiator.h"
 #include "attach/iscsi_connector.h"
 #include "attach/krbd_connector.h"
@@ -11,9 +12,13 @@
 
 namespace blockcsi {
 
-StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options) {
+StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& options) {
   if (options.state_dir.empty()) return InvalidArgument("attacher: state dir is empty");
   BLOCKCSI_RETURN_IF_ERROR(ValidateNodeId(options.node_id));
+  if (!options.bridge_cgroup.empty() && options.connector != "userspace") {
+    return InvalidArgument(
+        "--bridge-cgroup applies to --connector userspace only (the kernel connector has no bridges)");
+  }
   std::shared_ptr<Executor> executor = options.executor ? options.executor : MakeProcessExecutor();
   std::shared_ptr<Filesystem> host_fs = options.host_fs ? options.host_fs : MakeRootedFilesystem("");
   std::shared_ptr<Clock> clock = options.clock ? options.clock : RealClock();
@@ -28,6 +33,12 @@ StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptio
     o.sessions_per_volume = options.bridge_sessions;
     o.node_id = options.node_id;
     o.ceph_conf = options.ceph_conf;
+    if (!options.bridge_cgroup.empty()) {
+      // Checked (and created) before any bridge is adopted or started: a
+      // wrong path fails the plugin's start, not every later NodeStage.
+      BLOCKCSI_RETURN_IF_ERROR(PrepareBridgeCgroup(*host_fs, options.bridge_cgroup));
+      o.bridge_cgroup = options.bridge_cgroup;
+    }
     connector = MakeUserspaceConnector(std::move(o));
   } else if (options.connector == "iscsi") {
     IscsiConnectorOptions o;
@@ -57,8 +68,13 @@ StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptio
   } else {
     return InvalidArgument("attacher: unknown connector \"" + options.connector + "\" (want iscsi or userspace)");
   }
+  return connector;
+}
+
+StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options) {
+  BLOCKCSI_ASSIGN_OR_RETURN(std::unique_ptr<Connector> connector, MakeConnector(options));
   auto attacher = std::make_unique<VolumeAttacherImpl>(options.state_dir, std::move(connector), options.step_hook);
-  BLOCKCSI_RETURN_IF_ERROR(attacher->Start());
+  if (options.adopt) BLOCKCSI_RETURN_IF_ERROR(attacher->Start());
   return std::unique_ptr<VolumeAttacher>(std::move(attacher));
 }
 

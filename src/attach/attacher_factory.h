@@ -4,7 +4,8 @@
 // "userspace": libiscsi/librbd + FUSE + loop bridge, for both transports)
 // and wires the OS seams.
 // MakeVolumeAttacher adopts what earlier plugin runs left (records, bridges)
-// before returning. Thread-safe.
+// before returning, unless told not to (blockctl acting on one volume).
+// Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "attach/connector.h"
 #include "attach/volume_attacher.h"
 #include "common/clock.h"
 #include "common/executor.h"
@@ -47,6 +49,10 @@ struct AttacherOptions {
   // iSCSI sessions per userspace volume (1..16): more keep more requests in
   // flight; each is a separate login (and I_T nexus) on the target.
   int bridge_sessions = 1;
+  // A cgroup v2 directory outside the plugin container's cgroup for the
+  // bridges (created if missing, checked here); empty: bridges stay in the
+  // plugin's cgroup and die with its container. See bridge_cgroup.h.
+  std::string bridge_cgroup;
   // open-iscsi iface name carrying this node's initiator IQN.
   std::string iscsi_iface = "blockcsi";
 
@@ -58,11 +64,21 @@ struct AttacherOptions {
   std::chrono::milliseconds rbd_command_timeout{std::chrono::seconds(120)};
   std::string rbd_map_options;
 
+  // true: reconcile records with the node before returning (the plugin's
+  // start: adopt running bridges, stop bridges no record names). false:
+  // only build, for a caller that acts on one volume and must not touch the
+  // others (blockctl cleanup).
+  bool adopt = true;
+
   // Test-only: called with a step name ("connected": the connector attached
   // but the record is not yet updated) so a test can crash the plugin there.
   std::function<void(std::string_view step)> step_hook;
 };
 
 StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options);
+
+// The connector MakeVolumeAttacher wires, alone: for a caller that undoes
+// what no record names (blockctl cleanup stopping an orphan bridge).
+StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& options);
 
 }  // namespace blockcsi

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -25,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "attach/bridge_cgroup.h"
 #include "attach/bridge_protocol.h"
 #include "attach/bridge_transport.h"
 #include "attach/iscsi_bridge_transport.h"
@@ -71,6 +73,10 @@ struct BridgeArgs {
   std::string ceph_user = "admin";
   std::string ceph_conf = "/etc/ceph/ceph.conf";
   std::string node_id;
+  // A cgroup v2 directory outside the plugin container's: the bridge moves
+  // itself there before it opens anything, so that the runtime's kill of
+  // the plugin's container does not reach it.
+  std::string cgroup;
 };
 
 // What arrives on stdin (JSON), never in argv: /proc/<pid>/cmdline is
@@ -107,6 +113,8 @@ Status ParseArgs(int argc, char** argv, BridgeArgs* a) {
       BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_conf, value());
     } else if (flag == "--node-id") {
       BLOCKCSI_ASSIGN_OR_RETURN(a->node_id, value());
+    } else if (flag == "--cgroup") {
+      BLOCKCSI_ASSIGN_OR_RETURN(a->cgroup, value());
     } else if (flag == "--volume-id") {
       BLOCKCSI_ASSIGN_OR_RETURN(a->volume_id, value());
     } else if (flag == "--control-socket") {
@@ -692,6 +700,20 @@ int RunBridgeMain(int argc, char** argv) {
     WriteReadyLine(ReplyFromStatus(st));
     return 2;
   }
+  if (!args.cgroup.empty()) {
+    // First, before any session, mount or loop device exists: a bridge that
+    // cannot leave the plugin's cgroup would die with the plugin's container
+    // and fail the filesystem above it, so it refuses to start instead.
+    auto fs = MakeRootedFilesystem("");
+    st = PrepareBridgeCgroup(*fs, args.cgroup);
+    if (st.ok()) st = MoveIntoCgroup(*fs, args.cgroup, ::getpid());
+    if (!st.ok()) {
+      LogError("bridge cannot move into its cgroup", {{"volume_id", args.volume_id}, {"error", st.message()}});
+      WriteReadyLine(ReplyFromStatus(
+          FailedPrecondition("volume \"" + args.volume_id + "\": bridge refused to start: " + st.message())));
+      return 1;
+    }
+  }
   BridgeSecrets secrets;
   if (args.secrets_on_stdin) {
     auto read = ReadSecretsFromStdin();
@@ -718,6 +740,24 @@ int RunBridgeMain(int argc, char** argv) {
   if (devnull >= 0) {
     ::dup2(devnull, STDOUT_FILENO);
     ::close(devnull);
+  }
+  if (!args.cgroup.empty()) {
+    // A bridge meant to outlive the plugin's container must not hold the
+    // container's log pipe either: the runtime would wait for its EOF, and
+    // once the container is gone nobody reads it. From here on the bridge
+    // logs next to its control socket (removed with the bridge's dir).
+    std::string log_path = args.control_socket.substr(0, args.control_socket.find_last_of('/') + 1) + "bridge.log";
+    int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (log_fd >= 0) {
+      LogInfo("bridge serving; its log continues in a file",
+              {{"volume_id", args.volume_id}, {"device", bridge.device()}, {"log", log_path}});
+      std::fflush(stderr);
+      ::dup2(log_fd, STDERR_FILENO);
+      ::close(log_fd);
+    } else {
+      LogWarn("bridge keeps logging to the plugin's stderr",
+              {{"volume_id", args.volume_id}, {"log", log_path}, {"error", std::strerror(errno)}});
+    }
   }
   LogInfo("bridge serving", {{"volume_id", args.volume_id}, {"device", bridge.device()}});
   bridge.Serve();

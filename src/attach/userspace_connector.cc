@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <set>
 #include <thread>
 
 #include "attach/attach_record_store.h"
+#include "attach/bridge_cgroup.h"
 #include "attach/bridge_protocol.h"
 #include "attach/initiator.h"
 #include "attach/loop_devices.h"
@@ -60,6 +62,9 @@ class UserspaceConnector final : public Connector {
  public:
   explicit UserspaceConnector(UserspaceConnectorOptions o) : o_(std::move(o)) {
     if (!o_.host_fs) o_.host_fs = MakeRootedFilesystem("");
+    self_pid_ = ::getpid();
+    auto start = ProcessStartTime(*o_.host_fs, self_pid_);
+    if (start.ok()) self_start_ = std::to_string(*start);
   }
 
   std::string name() const override { return "userspace"; }
@@ -80,7 +85,10 @@ class UserspaceConnector final : public Connector {
     if (status.ok() && status->value("ok", false) && status->value("volume_id", "") == spec.volume_id &&
         !status->value("device", "").empty() && status->value("healthy", true)) {
       LogInfo("reusing running bridge", {{"volume_id", spec.volume_id}, {"device", status->value("device", "")}});
-      return FromReply(*status, record);
+      bool mine = record->connector_state[kPluginPidKey] == std::to_string(self_pid_) &&
+                  record->connector_state[kPluginStartTimeKey] == self_start_ &&
+                  record->connector_state[kAdoptedKey] != "true";
+      return FromReply(*status, record, /*adopted=*/!mine);
     }
     // Anything else left under that name is debris: clear it first.
     BLOCKCSI_RETURN_IF_ERROR(CleanupBridge(p, spec.volume_id));
@@ -94,7 +102,7 @@ class UserspaceConnector final : public Connector {
                {{"volume_id", spec.volume_id}, {"target", spec.target_iqn}, {"error", started.message()}});
     }
     BLOCKCSI_RETURN_IF_ERROR(started);
-    return FromReply(ready, record);
+    return FromReply(ready, record, /*adopted=*/false);
   }
 
   Status Disconnect(const AttachRecord& record) override {
@@ -176,10 +184,34 @@ class UserspaceConnector final : public Connector {
       BridgePaths p = PathsOf(record);
       known.insert(p.dir);
       auto r = CallBridge(p.control_socket, {{"op", "status"}}, kControlTimeout);
+      // The bridge the record names: pid + start time, one process for good.
+      int recorded_pid = 0;
+      uint64_t recorded_start = 0;
+      bool recorded = ParseInt(record.connector_state[kBridgePidKey], &recorded_pid) &&
+                      ParseU64(record.connector_state[kBridgeStartTimeKey], &recorded_start);
+      std::string from = record.connector_state[kPluginPidKey];
       if (r.ok() && r->value("ok", false)) {
-        record.connector_state["bridge_pid"] = std::to_string(r->value("pid", 0));
-        LogInfo("adopted running bridge",
-                {{"volume_id", record.volume_id}, {"pid", std::to_string(r->value("pid", 0))}});
+        int pid = r->value("pid", 0);
+        if (recorded && (pid != recorded_pid || !ProcessIsAlive(*o_.host_fs, pid, recorded_start))) {
+          LogWarn("the bridge answering for this volume is not the one its record names; adopting it",
+                  {{"volume_id", record.volume_id},
+                   {"recorded_pid", std::to_string(recorded_pid)},
+                   {"pid", std::to_string(pid)}});
+        }
+        NoteOwners(&record, pid, /*adopted=*/true);
+        LogInfo("adopted running bridge", {{"volume_id", record.volume_id},
+                                           {"pid", std::to_string(pid)},
+                                           {"from_plugin_pid", from.empty() ? "unknown" : from}});
+        KeepOutOfContainer(record, pid);
+      } else if (recorded && ProcessIsAlive(*o_.host_fs, recorded_pid, recorded_start)) {
+        // Running but not answering (its I/O to the storage may be stuck):
+        // still ours to watch and to stop at NodeUnstage.
+        NoteOwners(&record, recorded_pid, /*adopted=*/true);
+        LogWarn("adopted a running bridge that does not answer its control socket",
+                {{"volume_id", record.volume_id},
+                 {"pid", std::to_string(recorded_pid)},
+                 {"why", r.ok() ? StatusFromReply(*r).message() : r.status().message()}});
+        KeepOutOfContainer(record, recorded_pid);
       } else if (record.state == kAttachStateAttached) {
         LogWarn("bridge of an attached volume is not running; NodeUnstage will clean up",
                 {{"volume_id", record.volume_id}});
@@ -220,13 +252,61 @@ class UserspaceConnector final : public Connector {
     return p;
   }
 
-  static StatusOr<ConnectResult> FromReply(const nlohmann::json& r, AttachRecord* record) {
+  // A bridge an older plugin started without --bridge-cgroup still sits in
+  // that plugin's container cgroup: move it out now.
+  void KeepOutOfContainer(const AttachRecord& record, int pid) const {
+    if (o_.bridge_cgroup.empty() || pid <= 0 || InCgroup(*o_.host_fs, o_.bridge_cgroup, pid)) return;
+    Status moved = MoveIntoCgroup(*o_.host_fs, o_.bridge_cgroup, pid);
+    if (moved.ok()) {
+      LogInfo("moved adopted bridge into the bridge cgroup",
+              {{"volume_id", record.volume_id}, {"cgroup", o_.bridge_cgroup}});
+    } else {
+      LogWarn("adopted bridge stays in its cgroup; it dies when that cgroup is killed",
+              {{"volume_id", record.volume_id}, {"error", moved.message()}});
+    }
+  }
+
+  static bool ParseInt(const std::string& text, int* out) {
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+    return !text.empty() && ec == std::errc() && p == text.data() + text.size();
+  }
+  static bool ParseU64(const std::string& text, uint64_t* out) {
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+    return !text.empty() && ec == std::errc() && p == text.data() + text.size();
+  }
+
+  // Records which bridge process serves the volume and that this plugin
+  // owns it now, so blockctl can tell an adopted bridge from one whose
+  // plugin is gone.
+  void NoteOwners(AttachRecord* record, int bridge_pid, bool adopted) const {
+    auto& cs = record->connector_state;
+    cs[kBridgePidKey] = std::to_string(bridge_pid);
+    auto bridge_start = ProcessStartTime(*o_.host_fs, bridge_pid);
+    if (bridge_start.ok()) {
+      cs[kBridgeStartTimeKey] = std::to_string(*bridge_start);
+    } else {
+      cs.erase(kBridgeStartTimeKey);
+    }
+    cs[kPluginPidKey] = std::to_string(self_pid_);
+    if (!self_start_.empty()) {
+      cs[kPluginStartTimeKey] = self_start_;
+    } else {
+      cs.erase(kPluginStartTimeKey);
+    }
+    if (adopted) {
+      cs[kAdoptedKey] = "true";
+    } else {
+      cs.erase(kAdoptedKey);
+    }
+  }
+
+  StatusOr<ConnectResult> FromReply(const nlohmann::json& r, AttachRecord* record, bool adopted) const {
     ConnectResult out;
     out.device_path = r.value("device", "");
     out.size_bytes = r.value("size_bytes", uint64_t{0});
     out.identity.serial = r.value("serial", "");
     out.identity.naa = r.value("naa", std::vector<std::string>{});
-    record->connector_state["bridge_pid"] = std::to_string(r.value("pid", 0));
+    NoteOwners(record, r.value("pid", 0), adopted);
     record->connector_state["loop_device"] = out.device_path;
     record->connector_state["portal"] = r.value("portal", "");
     if (out.device_path.empty()) return Internal("bridge reported no device");
@@ -334,6 +414,7 @@ class UserspaceConnector final : public Connector {
       }
     }
     if (spec.read_only) argv.push_back("--read-only");
+    if (!o_.bridge_cgroup.empty()) argv.insert(argv.end(), {"--cgroup", o_.bridge_cgroup});
     int io_s = static_cast<int>(std::max<int64_t>(1, o_.io_timeout.count() / 1000));
     argv.insert(argv.end(),
                 {"--io-timeout-seconds", std::to_string(io_s), "--reconnect-retries",
@@ -433,6 +514,8 @@ class UserspaceConnector final : public Connector {
   }
 
   UserspaceConnectorOptions o_;
+  pid_t self_pid_ = 0;
+  std::string self_start_;  // empty when /proc does not tell
 };
 
 }  // namespace

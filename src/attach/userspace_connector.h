@@ -34,7 +34,22 @@ struct UserspaceConnectorOptions {
   // ceph.conf for rbd volumes whose publish_context names no monitors;
   // empty: the bridge's default (/etc/ceph/ceph.conf).
   std::string ceph_conf{};
+  // A cgroup v2 directory (absolute path) each bridge moves itself into
+  // before it exposes anything, outside the plugin container's cgroup so
+  // that a restart of the container does not kill it; empty: bridges stay
+  // in the plugin's cgroup. Adopted bridges found elsewhere are moved in.
+  std::string bridge_cgroup{};
 };
+
+// connector_state keys of a userspace record that say which processes run
+// it: the bridge (pid + start time, one process even after pid reuse) and
+// the plugin that owns the bridge now; "adopted" is "true" when that plugin
+// took the bridge over from an earlier one instead of starting it.
+inline constexpr char kBridgePidKey[] = "bridge_pid";
+inline constexpr char kBridgeStartTimeKey[] = "bridge_start_time";
+inline constexpr char kPluginPidKey[] = "plugin_pid";
+inline constexpr char kPluginStartTimeKey[] = "plugin_start_time";
+inline constexpr char kAdoptedKey[] = "adopted";
 
 std::unique_ptr<Connector> MakeUserspaceConnector(UserspaceConnectorOptions options);
 

@@ -8,15 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
-#include "attach/iscsi_connector.h"
-#include "attach/userspace_connector.h"
-#include "attach/volume_attacher_impl.h"
+#include "cli/cleanup_steps.h"
 #include "cli/node_state.h"
 #include "cli/plugin_probe.h"
 #include "cli/table.h"
 #include "cli/verb.h"
-#include "common/clock.h"
-#include "common/executor.h"
 
 namespace blockcsi::cli {
 namespace {
@@ -62,7 +58,7 @@ class CleanupVerb final : public Verb {
           results[i] = "not attempted";
           continue;
         }
-        Status st = Apply(snapshot, plan.steps[i]);
+        Status st = ApplyCleanupStep(snapshot, plan.steps[i]);
         results[i] =
             st.ok() ? (plan.steps[i].kind == Kind::kManual ? "left to you" : "done") : "failed: " + st.message();
         if (!st.ok()) {
@@ -115,58 +111,6 @@ class CleanupVerb final : public Verb {
   }
 
  private:
-  Status Apply(const NodeSnapshot& snapshot, const CleanupStep& step) {
-    auto host_fs = std::shared_ptr<Filesystem>(MakeRootedFilesystem(""));
-    switch (step.kind) {
-      case Kind::kUnmount: {
-        Status st = MakeLibmountMounter()->Unmount(step.target);
-        return st.code() == StatusCode::kNotFound ? OkStatus() : st;
-      }
-      case Kind::kDetachRecord: {
-        std::string connector = "userspace";
-        std::string initiator;
-        for (const auto& r : snapshot.records) {
-          if (r.volume_id == step.target) connector = r.connector, initiator = r.initiator_iqn;
-        }
-        std::unique_ptr<Connector> c;
-        if (connector == "iscsi") {
-          IscsiConnectorOptions o;
-          o.executor = MakeProcessExecutor();
-          o.host_fs = host_fs;
-          o.clock = RealClock();
-          o.initiator_iqn = initiator;
-          c = MakeIscsiConnector(std::move(o));
-        } else {
-          c = MakeUserspaceConnector(UserspaceConnectorOptions{.state_dir = snapshot.state_dir, .host_fs = host_fs});
-        }
-        // No Start(): that would reconcile (and stop) everything else too;
-        // this step is about one volume.
-        VolumeAttacherImpl attacher(snapshot.state_dir, std::move(c));
-        return attacher.Detach(step.target);
-      }
-      case Kind::kStopBridge: {
-        AttachRecord record;
-        record.volume_id = step.target;
-        record.connector = "userspace";
-        for (const auto& b : snapshot.bridges) {
-          if (b.volume_id != step.target) continue;
-          record.connector_state = {
-              {"bridge_dir", b.dir}, {"control_socket", b.control_socket}, {"mountpoint", b.mountpoint}};
-        }
-        auto c = MakeUserspaceConnector(UserspaceConnectorOptions{.state_dir = snapshot.state_dir, .host_fs = host_fs});
-        return c->Disconnect(record);
-      }
-      case Kind::kDetachLoop: {
-        auto r = RunChecked(*MakeProcessExecutor(),
-                            Command("losetup").Arg("-d").Arg(step.target).Timeout(std::chrono::seconds(60)));
-        return r.status();
-      }
-      case Kind::kManual:
-        return OkStatus();
-    }
-    return Internal("unknown cleanup step");
-  }
-
   bool apply_ = false;
 };
 

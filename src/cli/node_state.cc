@@ -11,6 +11,7 @@
 #include <set>
 
 #include "attach/attach_record_store.h"
+#include "attach/bridge_cgroup.h"
 #include "attach/bridge_protocol.h"
 #include "attach/lun_identity.h"
 #include "attach/userspace_connector.h"
@@ -135,6 +136,22 @@ std::vector<VolumeView> DescribeVolumes(const NodeSnapshot& s) {
       v.bridge = b;
       v.attachment = DescribeBridge(*b);
       v.attachment_alive = b->answered;
+      auto owner = s.owner_alive.find(r.volume_id);
+      auto pid = r.connector_state.find(kPluginPidKey);
+      if (b->answered && owner != s.owner_alive.end() && pid != r.connector_state.end()) {
+        auto adopted = r.connector_state.find(kAdoptedKey);
+        v.owner_pid = pid->second;
+        if (!owner->second) {
+          v.bridge_owner = kBridgePluginGone;
+          v.attachment += ", its plugin (pid " + v.owner_pid + ") is gone";
+        } else if (adopted != r.connector_state.end() && adopted->second == "true") {
+          v.bridge_owner = kBridgeAdopted;
+          v.attachment += ", adopted by plugin pid " + v.owner_pid;
+        } else {
+          v.bridge_owner = kBridgeStarted;
+          v.attachment += ", started by plugin pid " + v.owner_pid;
+        }
+      }
       if (b->answered) {
         if (!b->serial.empty()) v.serial = b->serial;
         LunIdentity id;
@@ -192,7 +209,12 @@ std::vector<Finding> Classify(const NodeSnapshot& s) {
     } else if (v.staging_read_only && !r.read_only) {
       f.verdict = kVerdictReadOnly;
       f.detail = v.staging_path + " is mounted read-only but the volume is read-write (errors=remount-ro?)";
+    } else if (v.bridge_owner == kBridgePluginGone) {
+      // Serving, but no plugin will unstage or check it until one adopts it.
+      f.verdict = kVerdictPluginGone;
+      f.detail = v.attachment + "; " + v.device + " keeps working; the next plugin to start adopts the bridge";
     }
+    f.bridge = v.bridge_owner;
     out.push_back(std::move(f));
   }
 
@@ -205,7 +227,7 @@ std::vector<Finding> Classify(const NodeSnapshot& s) {
     std::string detail = DescribeBridge(b);
     if (!b.device.empty()) detail += ", serves " + b.device;
     if (b.fuse_mounted) detail += ", FUSE mounted at " + b.mountpoint;
-    out.push_back({b.volume_id, kVerdictOrphanBridge, detail + " (dir " + b.dir + ")"});
+    out.push_back({b.volume_id, kVerdictOrphanBridge, detail + " (dir " + b.dir + ")", kBridgeOrphan});
   }
   for (const auto& k : s.sessions) {
     if (k.iface != "blockcsi") continue;  // sessions of other iSCSI users on this node are not ours
@@ -332,6 +354,13 @@ CleanupPlan PlanCleanup(const NodeSnapshot& s) {
         continue;
       }
       steps.push_back({Kind::kUnmount, f.subject, f.subject, "unmount " + f.subject});
+    } else if (f.verdict == kVerdictPluginGone) {
+      // Stopping it would fail the filesystem under the pods; adopting it
+      // is the plugin's job (it reconciles at start).
+      plan.skipped.push_back({f.subject, f.verdict,
+                              "the bridge serves a staged volume: start (or restart) the node plugin, which adopts "
+                              "running bridges at start; blockctl does not stop a bridge in use",
+                              f.bridge});
     } else if (f.verdict == kVerdictOrphanSession) {
       steps.push_back(
           {Kind::kManual, f.subject, f.subject,
@@ -363,6 +392,18 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
     if (age_ec) continue;
     auto age = std::filesystem::file_time_type::clock::now() - written;
     s.record_age_seconds[r.volume_id] = std::chrono::duration_cast<std::chrono::seconds>(age).count();
+  }
+
+  for (const auto& r : s.records) {
+    if (r.connector != "userspace") continue;
+    auto pid = r.connector_state.find(kPluginPidKey);
+    auto start = r.connector_state.find(kPluginStartTimeKey);
+    if (pid == r.connector_state.end() || start == r.connector_state.end()) continue;
+    try {
+      s.owner_alive[r.volume_id] = ProcessIsAlive(host_fs, std::stoi(pid->second), std::stoull(start->second));
+    } catch (const std::exception&) {
+      s.errors.push_back("record of volume \"" + r.volume_id + "\" names a malformed plugin pid or start time");
+    }
   }
 
   std::set<std::string> dirs;

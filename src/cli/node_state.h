@@ -72,6 +72,10 @@ struct NodeSnapshot {
   // in flight, which cleanup must not race.
   std::map<std::string, int64_t> record_age_seconds;
   bool plugin_reachable = false;
+  // Per userspace volume id whose record names the plugin owning its bridge
+  // (plugin_pid + plugin_start_time): whether that very process still runs.
+  // Absent: the record names no owner (written by an older plugin).
+  std::map<std::string, bool> owner_alive;
   // What could not be read (records, mount table); verbs report these on stderr.
   std::vector<std::string> errors;
 };
@@ -103,6 +107,12 @@ struct VolumeView {
   std::optional<FsUsage> usage;
   std::string attachment;  // "bridge pid 123 running", "kernel session 3 LOGGED_IN", "bridge not running"
   bool attachment_alive = false;
+  // Userspace volumes whose bridge answers: kBridgeStarted / kBridgeAdopted
+  // (the owning plugin runs; it started the bridge, or took it over from an
+  // earlier plugin), kBridgePluginGone (the owning plugin is gone and no
+  // plugin has adopted the bridge yet); empty when not known.
+  std::string bridge_owner;
+  std::string owner_pid;  // the owning plugin's pid, as the record says
   bool device_present = false;
   const BridgeObservation* bridge = nullptr;
 };
@@ -118,11 +128,20 @@ inline constexpr char kVerdictOrphanLoop[] = "orphan loop device";
 inline constexpr char kVerdictDeviceMissing[] = "device missing";
 inline constexpr char kVerdictIdentityMismatch[] = "identity mismatch";
 inline constexpr char kVerdictReadOnly[] = "read-only remount";
+inline constexpr char kVerdictPluginGone[] = "plugin gone";
+
+inline constexpr char kBridgeStarted[] = "started";
+inline constexpr char kBridgeAdopted[] = "adopted";
+inline constexpr char kBridgePluginGone[] = "plugin gone";
+inline constexpr char kBridgeOrphan[] = "orphan";
 
 struct Finding {
   std::string subject;  // volume id, or the orphan's name (bridge dir, session, mount target, loop device)
   std::string verdict;
   std::string detail;
+  // For userspace bridges: kBridgeStarted, kBridgeAdopted,
+  // kBridgePluginGone or kBridgeOrphan; empty otherwise.
+  std::string bridge{};
   bool healthy() const { return verdict == kVerdictHealthy; }
 };
 

@@ -1,6 +1,9 @@
 // `blockctl status`: is the plugin answering, and what is wrong with the
 // volumes this node knows? Each volume (and each orphan: a bridge, session,
-// mount or loop device no record names) gets one verdict. Reads records,
+// mount or loop device no record names) gets one verdict; a userspace bridge
+// also says whose it is: started or adopted by the running plugin, left by a
+// plugin that is gone (it keeps serving until the next plugin adopts it), or
+// an orphan no record names. Reads records,
 // mountinfo and bridges directly, so it works with the plugin down. Exit 1
 // when any verdict is not healthy.
 #include <CLI/CLI.hpp>
@@ -44,7 +47,9 @@ class StatusVerb final : public Verb {
       }
       nlohmann::json volumes = nlohmann::json::array();
       for (const auto& f : findings) {
-        volumes.push_back({{"subject", f.subject}, {"verdict", f.verdict}, {"detail", f.detail}});
+        nlohmann::json v = {{"subject", f.subject}, {"verdict", f.verdict}, {"detail", f.detail}};
+        if (!f.bridge.empty()) v["bridge"] = f.bridge;
+        volumes.push_back(std::move(v));
       }
       j["volumes"] = volumes;
       j["healthy"] = all_healthy;

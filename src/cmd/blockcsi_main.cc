@@ -113,6 +113,7 @@ int Main(int argc, char** argv) {
                                   .node_id = config.node_id,
                                   .max_volumes_per_node = config.max_volumes_per_node,
                                   .bridge_io_timeout = config.bridge_io_timeout,
+                                  .bridge_cgroup = config.bridge_cgroup,
                                   .ceph_conf = config.ceph_conf,
                                   .rbd_map_options = config.rbd_map_options,
                                   .rbd_timeout = config.rbd_timeout});

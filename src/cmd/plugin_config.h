@@ -28,6 +28,10 @@ struct PluginConfig {
   // Userspace bridge: a SCSI command / RBD op that takes longer fails with
   // EIO (and the volume's condition turns abnormal) instead of hanging.
   std::chrono::milliseconds bridge_io_timeout{std::chrono::seconds(30)};
+  // Userspace bridge: the cgroup v2 directory bridges move into, outside the
+  // plugin container's cgroup, so that they outlive a restart or update of
+  // the container; empty: they stay in the plugin's cgroup.
+  std::string bridge_cgroup;
   // Kernel RBD (krbd): `rbd device map --options` and the command timeout.
   std::string rbd_map_options;
   std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};

@@ -56,6 +56,11 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
                  "userspace connector: an I/O to the storage that takes longer fails (EIO) instead of hanging")
       ->group(node)
       ->capture_default_str();
+  app.add_option("--bridge-cgroup", c.bridge_cgroup,
+                 "userspace connector: cgroup v2 directory (e.g. /sys/fs/cgroup/blockcsi-bridges, created if "
+                 "missing) each bridge moves into, outside this container's cgroup, so that volumes keep working "
+                 "while the plugin's container restarts or updates")
+      ->group(node);
   app.add_option("--rbd-map-options", c.rbd_map_options,
                  "iscsi connector, RBD volumes: extra `rbd device map --options` (e.g. queue_depth=128)")
       ->group(node);

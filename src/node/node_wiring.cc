@@ -11,6 +11,7 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   attacher_options.state_dir = wiring.state_dir;
   attacher_options.node_id = wiring.node_id;
   attacher_options.bridge_io_timeout = wiring.bridge_io_timeout;
+  attacher_options.bridge_cgroup = wiring.bridge_cgroup;
   if (!wiring.ceph_conf.empty()) attacher_options.ceph_conf = wiring.ceph_conf;
   attacher_options.rbd_map_options = wiring.rbd_map_options;
   attacher_options.rbd_command_timeout = wiring.rbd_timeout;

@@ -21,7 +21,8 @@ struct NodeWiring {
   std::string node_id;
   int64_t max_volumes_per_node = 0;
   std::chrono::milliseconds bridge_io_timeout{std::chrono::seconds(30)};
-  std::string ceph_conf;  // empty: the attacher's default
+  std::string bridge_cgroup;  // userspace connector; see attacher_factory.h
+  std::string ceph_conf;      // empty: the attacher's default
   std::string rbd_map_options;
   std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
 };

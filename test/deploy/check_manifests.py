@@ -114,7 +114,7 @@ HELM_VARIANTS = [
     ("userspace-connector",
      {"node": {"connector": "userspace",
                "resources": {"blockcsi": {"requests": {"cpu": "100m", "memory": "128Mi"},
-                                          "limits": {"memory": "1Gi"}}}}},
+                                          "limits": {"memory": "512Mi"}}}}},
      "overlays/userspace-connector"),
     ("single-host-local", {"backend": {"type": "local"}}, "overlays/single-host-local"),
     ("no-snapshotter", {"sidecars": {"snapshotter": {"enabled": False}}}, None),
@@ -582,9 +582,23 @@ def check_node(where, node, driver, problems):
         for path in iscsi_paths:
             if mount_at(c, path):
                 problems.add(where, f"{wid}: the userspace connector should not mount {path}")
-        if (node.get("spec") or {}).get("updateStrategy", {}).get("type") != "OnDelete":
-            problems.add(where, f"{wid}: the userspace connector's DaemonSet must be OnDelete "
-                                "(a rolling restart breaks I/O on mounted volumes)")
+        bridge_cgroup = flag(c, "--bridge-cgroup")
+        if not bridge_cgroup:
+            if (node.get("spec") or {}).get("updateStrategy", {}).get("type") != "OnDelete":
+                problems.add(where, f"{wid}: the userspace connector's DaemonSet must be OnDelete "
+                                    "(a rolling restart breaks I/O on mounted volumes) unless --bridge-cgroup "
+                                    "keeps the bridges out of the container")
+        else:
+            # Bridges outlive the container only outside its cgroup AND its
+            # PID namespace (whose end kills every process in it).
+            if not ps.get("hostPID"):
+                problems.add(where, f"{wid}: --bridge-cgroup needs hostPID: true (the bridges die with the "
+                                    "container's own PID namespace)")
+            parent = os.path.dirname(bridge_cgroup)
+            m = mount_at(c, parent)
+            if not m or ((volume(node, m.get("name")) or {}).get("hostPath") or {}).get("path") != parent:
+                problems.add(where, f"{wid}: --bridge-cgroup={bridge_cgroup} needs the host's {parent} "
+                                    f"mounted at {parent}")
     else:
         problems.add(where, f"{wid}: --connector={connector}; want iscsi or userspace")
     if ps.get("serviceAccountName") != NODE_SA:
@@ -1685,6 +1699,10 @@ MUTATIONS = [
     ("userspace connector rolled automatically",
      lambda d: set_arg(container(node_of(d), "blockcsi"), "--connector", "userspace"),
      "must be OnDelete"),
+    ("userspace bridges in their own cgroup but the container's PID namespace",
+     lambda d: (set_arg(container(node_of(d), "blockcsi"), "--connector", "userspace"),
+                set_arg(container(node_of(d), "blockcsi"), "--bridge-cgroup", "/sys/fs/cgroup/blockcsi-bridges")),
+     "needs hostPID"),
     ("duplicate object",
      lambda d: d.append(copy.deepcopy(find(d, "ServiceAccount", NODE_SA)[0])),
      "defined twice"),

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -132,9 +133,10 @@ bool PluginUnderTest::Start(const PluginOptions& options, std::string* error) {
 
   std::vector<std::string> argv;
   for (const auto& part : options.command_prefix) argv.push_back(argv.empty() ? ResolveProgram(part) : part);
-  argv.insert(argv.end(), {BinDir() + "/blockcsi", "--mode", options.mode, "--backend", options.backend, "--connector",
-                           options.connector, "--endpoint", "unix://" + socket(), "--node-id", options.node_id,
-                           "--state-dir", state_dir()});
+  std::string binary = options.binary.empty() ? BinDir() + "/blockcsi" : options.binary;
+  argv.insert(argv.end(),
+              {binary, "--mode", options.mode, "--backend", options.backend, "--connector", options.connector,
+               "--endpoint", "unix://" + socket(), "--node-id", options.node_id, "--state-dir", state_dir()});
   if (options.backend == "local" && options.mode != "node") {
     argv.insert(argv.end(), {"--pool", pool_dir()});
     if (tgtd_ != nullptr) {
@@ -156,6 +158,17 @@ bool PluginUnderTest::Start(const PluginOptions& options, std::string* error) {
   {
     ScopedEnv scoped(env);
     process_ = std::make_unique<ChildProcess>(argv, log_path());
+  }
+  if (!options.cgroup.empty()) {
+    // cgroup.procs takes the whole process (every thread) at once.
+    std::ofstream procs(options.cgroup + "/cgroup.procs");
+    procs << process_->pid() << "\n";
+    procs.flush();
+    if (!procs) {
+      if (error != nullptr) *error = "cannot move the plugin into cgroup " + options.cgroup;
+      Stop(0ms);
+      return false;
+    }
   }
 
   auto deadline = std::chrono::steady_clock::now() + 20s;

@@ -36,6 +36,14 @@ struct PluginOptions {
   // --tgt-control-port and --portal come from the TgtdHarness when given).
   std::vector<std::string> extra_args;
   std::map<std::string, std::string> env;
+  // Set: a cgroup v2 directory the plugin is moved into right after it
+  // started (before it listens), as a container runtime starts it inside
+  // the container's cgroup; writing 1 to its cgroup.kill then stops the
+  // "container".
+  std::string cgroup;
+  // Set: the blockcsi binary to run instead of this build's (e.g. a copy
+  // standing for another version of the plugin's image).
+  std::string binary;
 };
 
 class PluginUnderTest {

@@ -2,6 +2,8 @@
 // snapshots: records, mountinfo, bridges, sessions and loop devices.
 #include "cli/node_state.h"
 
+#include "attach/userspace_connector.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -233,6 +235,7 @@ TEST(NodeStateTest, OrphanBridgeWithItsMountIsUnmountedThenStopped) {
   auto findings = Classify(s);
   ASSERT_NE(FindingFor(findings, "vol-a"), nullptr);
   EXPECT_EQ(FindingFor(findings, "vol-a")->verdict, kVerdictOrphanBridge);
+  EXPECT_EQ(FindingFor(findings, "vol-a")->bridge, kBridgeOrphan);
   ASSERT_NE(FindingFor(findings, "/stage/vol-a"), nullptr);
   EXPECT_EQ(FindingFor(findings, "/stage/vol-a")->verdict, kVerdictOrphanMount);
   EXPECT_EQ(FindingFor(findings, "/dev/loop3"), nullptr) << "the loop goes with its bridge";
@@ -300,6 +303,71 @@ TEST(NodeStateTest, OnlyOurKernelSessionsCanBeOrphans) {
   findings = Classify(s);
   ASSERT_EQ(findings.size(), 1u);
   EXPECT_EQ(findings[0].verdict, kVerdictHealthy) << findings[0].detail;
+}
+
+// The owner fields the userspace connector writes (plugin pid + start time).
+NodeSnapshot OwnedBy(bool alive, bool adopted) {
+  NodeSnapshot s = Healthy();
+  auto& cs = s.records[0].connector_state;
+  cs[kPluginPidKey] = "77";
+  cs[kPluginStartTimeKey] = "123456";
+  if (adopted) cs[kAdoptedKey] = "true";
+  s.owner_alive["vol-a"] = alive;
+  return s;
+}
+
+TEST(NodeStateTest, BridgeStartedByTheRunningPluginIsHealthy) {
+  auto findings = Classify(OwnedBy(true, false));
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].verdict, kVerdictHealthy) << findings[0].detail;
+  EXPECT_EQ(findings[0].bridge, kBridgeStarted);
+  EXPECT_NE(findings[0].detail.find("started by plugin pid 77"), std::string::npos) << findings[0].detail;
+}
+
+TEST(NodeStateTest, AdoptedBridgeIsHealthyAndSaysSo) {
+  NodeSnapshot s = OwnedBy(true, true);
+  auto findings = Classify(s);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].verdict, kVerdictHealthy) << findings[0].detail;
+  EXPECT_EQ(findings[0].bridge, kBridgeAdopted);
+  EXPECT_NE(findings[0].detail.find("adopted by plugin pid 77"), std::string::npos) << findings[0].detail;
+  CleanupPlan plan = PlanCleanup(s);
+  EXPECT_TRUE(plan.steps.empty());
+  EXPECT_TRUE(plan.skipped.empty());
+}
+
+TEST(NodeStateTest, BridgeOfADeadPluginKeepsServingAndCleanupLeavesItToTheNextPlugin) {
+  for (bool adopted : {false, true}) {
+    NodeSnapshot s = OwnedBy(false, adopted);
+    auto findings = Classify(s);
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_EQ(findings[0].verdict, kVerdictPluginGone) << findings[0].detail;
+    EXPECT_EQ(findings[0].bridge, kBridgePluginGone);
+    EXPECT_NE(findings[0].detail.find("its plugin (pid 77) is gone"), std::string::npos) << findings[0].detail;
+    // Never stopped under the pods: skipped, with what to do instead.
+    CleanupPlan plan = PlanCleanup(s);
+    EXPECT_TRUE(plan.steps.empty()) << Actions(plan).front();
+    ASSERT_EQ(plan.skipped.size(), 1u);
+    EXPECT_EQ(plan.skipped[0].verdict, kVerdictPluginGone);
+    EXPECT_NE(plan.skipped[0].detail.find("adopts"), std::string::npos) << plan.skipped[0].detail;
+  }
+}
+
+TEST(NodeStateTest, ADeadPluginsBridgeWithNothingStagedIsAStaleRecord) {
+  // Worse verdicts win: nothing mounted means nothing to keep serving.
+  NodeSnapshot s = OwnedBy(false, false);
+  s.mounts.clear();
+  s.usage.clear();
+  auto findings = Classify(s);
+  EXPECT_EQ(findings[0].verdict, kVerdictStaleRecord) << findings[0].detail;
+  EXPECT_EQ(Actions(PlanCleanup(s)), std::vector<std::string>{"vol-a"});
+}
+
+TEST(NodeStateTest, RecordWithoutOwnerFieldsNamesNoOwner) {
+  // Written by a plugin before owners were recorded: no claim either way.
+  auto findings = Classify(Healthy());
+  EXPECT_EQ(findings[0].verdict, kVerdictHealthy);
+  EXPECT_EQ(findings[0].bridge, "");
 }
 
 TEST(NodeStateTest, HumanBytes) {

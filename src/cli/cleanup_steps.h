@@ -1,0 +1,24 @@
+// How `blockctl cleanup --apply` carries out one step of its plan: through
+// the attach layer the plugin itself uses (attacher_factory.h), so that a
+// record is undone by the connector that made it (open-iscsi, krbd or a
+// userspace bridge) exactly as the plugin would. The OS seams are passed in
+// so tests can replay the kernel side. Not thread-safe (one verb per process).
+#pragma once
+
+#include <memory>
+
+#include "cli/node_state.h"
+#include "common/executor.h"
+#include "common/filesystem.h"
+#include "common/status.h"
+
+namespace blockcsi::cli {
+
+struct CleanupSeams {
+  std::shared_ptr<Executor> executor;   // default: the real one
+  std::shared_ptr<Filesystem> host_fs;  // default: the real / (sysfs, /proc, /dev)
+};
+
+Status ApplyCleanupStep(const NodeSnapshot& snapshot, const CleanupStep& step, const CleanupSeams& seams = {});
+
+}  // namespace blockcsi::cli
