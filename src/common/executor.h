@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -85,8 +86,21 @@ class Executor {
   virtual StatusOr<CommandResult> Run(const Command& command) = 0;
 };
 
+// The line of a program's output that says what went wrong, for an error
+// message: the first non-blank line of `output` that is not a version
+// banner ("mke2fs 1.47.0 (5-Feb-2023)") or a pointer to docs, with its
+// indented continuation lines joined; nothing from a usage text on ("Usage:",
+// "Try `... --help'"); at most 300 characters. Pure.
+std::string FirstMeaningfulLine(std::string_view output);
+
+// "`<redacted argv>` failed (exit code N): <first meaningful line>", the
+// line taken from stderr, else stdout. The whole output goes to the debug
+// log. Sensitive argument values are blanked in both, in case the program
+// echoes them back.
+std::string DescribeFailure(const Command& command, const CommandResult& result);
+
 // Runs `command` and turns a non-zero exit into a status (code `on_failure`)
-// whose message carries the redacted argv and the program's stderr.
+// whose message is DescribeFailure's.
 StatusOr<CommandResult> RunChecked(Executor& executor, const Command& command,
                                    StatusCode on_failure = StatusCode::kInternal);
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,8 @@ struct NodeWiring {
   std::string ceph_conf;  // empty: the attacher's default
   std::string rbd_map_options;
   std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
+  // The smallest device each filesystem formats (FilesystemMinimums); empty: not checked.
+  std::function<uint64_t(const std::string& fs_type)> fs_minimum_bytes;
 };
 
 StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring);

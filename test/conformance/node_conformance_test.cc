@@ -103,7 +103,8 @@ class NodeConformanceTest : public ::testing::Test {
     env_->plugin = std::make_unique<testing::PluginUnderTest>(env_->dir.path(), env_->tgtd.get());
     testing::PluginOptions options;
     options.node_id = kNodeId;
-    options.extra_args = {"--max-volumes-per-node", std::to_string(kMaxVolumesPerNode),
+    options.extra_args = {"--known-node-ids", "limit-node", "--max-volumes-per-node",
+                          std::to_string(kMaxVolumesPerNode),
                           // Nothing changes tgtd behind the backend's back here.
                           "--reconcile-interval", "1h"};
     if (!env_->plugin->Start(options, &error)) env_->start_error = error;

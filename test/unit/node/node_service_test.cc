@@ -717,7 +717,12 @@ TEST_F(NodeServiceTest, StatsOfMissingPathOrVolumeIsNotFound) {
   csi::v1::NodeGetVolumeStatsResponse resp;
   EXPECT_CODE(node_->Stats(StatsRequest("vol1", "/nowhere"), &resp), kNotFound);
   EXPECT_CODE(node_->Stats(StatsRequest("vol1", kStaging), &resp), kNotFound);
-  EXPECT_CODE(node_->Stats(StatsRequest("vol1", "rel"), &resp), kInvalidArgument);
+  // An unknown volume is NOT_FOUND whatever the path looks like (issue #15,
+  // csi-sanity's "should fail when volume is not found" asks at "some/path").
+  EXPECT_CODE(node_->Stats(StatsRequest("vol1", "rel"), &resp), kNotFound);
+  csi::v1::NodeExpandVolumeResponse expanded;
+  EXPECT_CODE(node_->Expand(ExpandRequest("vol1", "rel"), &expanded), kNotFound);
+  EXPECT_CODE(node_->Stats(StatsRequest("vol1", ""), &resp), kInvalidArgument);
 }
 
 }  // namespace
