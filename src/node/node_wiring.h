@@ -16,6 +16,9 @@
 
 namespace blockcsi {
 
+// <state-dir>/node-id: the --node-id of the plugin that owns the state dir.
+inline constexpr char kNodeIdFileName[] = "node-id";
+
 struct NodeWiring {
   std::string connector;  // "iscsi" | "userspace"
   std::string state_dir;
