@@ -81,8 +81,8 @@ TEST(BlockctlGoldenTest, TableAndJsonFromTheSameRows) {
 TEST(BlockctlGoldenTest, CheckTargetSaysWhereItsNodeIdCameFrom) {
   testing::TempDir state;
   std::ofstream(state.Join("node-id")) << "n7\n";
-  auto r = Blockctl({"--state-dir", state.path(), "--endpoint", "unix://" + state.Join("no.sock"), "check-target",
-                     "127.0.0.1:1"});
+  auto r = Blockctl(
+      {"--state-dir", state.path(), "--endpoint", "unix://" + state.Join("no.sock"), "check-target", "127.0.0.1:1"});
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_NE(r.out.find("initiator: iqn.2026-11.io.blockcsi:node:n7 (node id \"n7\" from the state dir ("),
             std::string::npos)
