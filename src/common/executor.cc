@@ -74,17 +74,32 @@ bool StartsUsage(std::string_view line) {
   return StartsWithNoCase(line, "usage:") || StartsWith(line, "Try `") || StartsWith(line, "Try '");
 }
 
-std::string Blanked(std::string text, const Command& command) {
+}  // namespace
+
+std::string BlankSecrets(std::string text, const Command& command) {
+  auto blank = [&text](const std::string& secret) {
+    if (secret.empty()) return;
+    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3)) {
+      text.replace(at, secret.size(), "***");
+    }
+  };
   for (const auto& arg : command.args()) {
-    if (!arg.sensitive || arg.value.empty()) continue;
-    for (size_t at = text.find(arg.value); at != std::string::npos; at = text.find(arg.value, at + 3)) {
-      text.replace(at, arg.value.size(), "***");
+    if (arg.sensitive) blank(arg.value);
+  }
+  if (command.stdin_sensitive()) {
+    blank(command.stdin_data());
+    // Line by line too: a program may echo one line of what it read.
+    size_t start = 0;
+    const std::string& in = command.stdin_data();
+    while (start < in.size()) {
+      size_t end = in.find('\n', start);
+      if (end == std::string::npos) end = in.size();
+      if (end - start >= 4) blank(in.substr(start, end - start));
+      start = end + 1;
     }
   }
   return text;
 }
-
-}  // namespace
 
 std::string FirstMeaningfulLine(std::string_view output) {
   std::string line;
@@ -108,18 +123,16 @@ std::string FirstMeaningfulLine(std::string_view output) {
   return line;
 }
 
+std::string FailureLine(const Command& command, const CommandResult& result) {
+  std::string line = FirstMeaningfulLine(BlankSecrets(result.stderr_text, command));
+  return line.empty() ? FirstMeaningfulLine(BlankSecrets(result.stdout_text, command)) : line;
+}
+
 std::string DescribeFailure(const Command& command, const CommandResult& result) {
-  std::string out = Blanked(result.stdout_text, command);
-  std::string err = Blanked(result.stderr_text, command);
-  LogDebug("program failed", {{"argv", command.Redacted()},
-                              {"exit_code", std::to_string(result.exit_code)},
-                              {"stdout", out},
-                              {"stderr", err}});
   std::string how = result.timed_out     ? "timed out after " + std::to_string(command.timeout().count()) + " ms"
                     : result.signal != 0 ? "killed by signal " + std::to_string(result.signal)
                                          : "exit code " + std::to_string(result.exit_code);
-  std::string line = FirstMeaningfulLine(err);
-  if (line.empty()) line = FirstMeaningfulLine(out);
+  std::string line = FailureLine(command, result);
   return "`" + command.Redacted() + "` failed (" + how + ")" + (line.empty() ? "" : ": " + line);
 }
 
@@ -263,6 +276,14 @@ class ProcessExecutor final : public Executor {
     if (result.timed_out) {
       return DeadlineExceeded("`" + command.Redacted() + "` did not finish within " +
                               std::to_string(command.timeout().count()) + "ms and was killed");
+    }
+    // Callers put one line of a failure into their errors
+    // (FirstMeaningfulLine); the whole output is here, at debug level.
+    if (!result.ok()) {
+      LogDebug("program failed", {{"argv", command.Redacted()},
+                                  {"exit_code", std::to_string(result.exit_code)},
+                                  {"stdout", BlankSecrets(result.stdout_text, command)},
+                                  {"stderr", BlankSecrets(result.stderr_text, command)}});
     }
     return result;
   }

@@ -55,6 +55,7 @@ class Command {
   const std::vector<CommandArg>& args() const { return args_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   const std::string& stdin_data() const { return stdin_; }
+  bool stdin_sensitive() const { return stdin_sensitive_; }
   const std::map<std::string, std::string>& env() const { return env_; }
 
   // argv with sensitive values replaced by "***", space separated.
@@ -93,10 +94,18 @@ class Executor {
 // "Try `... --help'"); at most 300 characters. Pure.
 std::string FirstMeaningfulLine(std::string_view output);
 
-// "`<redacted argv>` failed (exit code N): <first meaningful line>", the
-// line taken from stderr, else stdout. The whole output goes to the debug
-// log. Sensitive argument values are blanked in both, in case the program
-// echoes them back.
+// `text` with every sensitive argument value of `command` (and a sensitive
+// stdin, whole and line by line) replaced by "***": a program may echo one
+// back in its output.
+std::string BlankSecrets(std::string text, const Command& command);
+
+// The first meaningful line of a failed command's stderr, else its stdout,
+// secrets blanked, for callers that word the rest of the message
+// themselves. (The process executor logs a failed command's whole output at
+// debug level.)
+std::string FailureLine(const Command& command, const CommandResult& result);
+
+// "`<redacted argv>` failed (exit code N): <FailureLine>".
 std::string DescribeFailure(const Command& command, const CommandResult& result);
 
 // Runs `command` and turns a non-zero exit into a status (code `on_failure`)

@@ -64,7 +64,6 @@ Status RepairExt4IfNeeded(Executor& executor, const std::string& volume_id, cons
   // e2fsck: 0 clean, 1 errors corrected, 2 corrected and "reboot" (only
   // meaningful for the root fs); 4 and up: left uncorrected or failed.
   if (fsck.timed_out || fsck.exit_code < 0 || fsck.exit_code >= 4) {
-    (void)DescribeFailure(Command("e2fsck").Arg("-p").Arg(device), fsck);  // the whole report, at debug level
     return FailedPrecondition("volume " + volume_id + ": the ext4 filesystem on " + device +
                               " has errors e2fsck -p cannot fix unattended (exit " + std::to_string(fsck.exit_code) +
                               "); run e2fsck by hand: " + Output(fsck));

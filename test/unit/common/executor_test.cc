@@ -1,4 +1,5 @@
 #include "common/executor.h"
+#include "common/logging.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -107,6 +108,26 @@ TEST(FirstMeaningfulLineTest, DescribeFailureBlanksSecretsAndCarriesOneLine) {
   r.stderr_text = "prog: password hunter2-secret rejected\nUsage: prog --user U PASSWORD\n  more usage\n";
   std::string described = DescribeFailure(cmd, r);
   EXPECT_EQ(described, "`prog --user u ***` failed (exit code 2): prog: password *** rejected");
+}
+
+TEST(ExecutorTest, AFailedProgramsWholeOutputIsLoggedAtDebugWithoutSecrets) {
+  std::string log;
+  InitLogging("blockcsi", LogFormat::kText, LogLevel::kDebug);
+  SetLogCaptureForTest(&log);
+  auto exec = MakeProcessExecutor();
+  auto r = exec->Run(Command("/bin/sh")
+                         .Arg("-c")
+                         .Arg("echo \"bad password $1\" >&2; echo second line >&2; read l; echo \"read $l\"; exit 3")
+                         .Arg("sh")
+                         .Secret("hunter2-secret")
+                         .Stdin("stdin-secret-line\n", /*sensitive=*/true));
+  SetLogCaptureForTest(nullptr);
+  InitLogging("blockcsi", LogFormat::kText, LogLevel::kInfo);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(log.find("second line"), std::string::npos) << log;
+  EXPECT_NE(log.find("read ***"), std::string::npos) << log;
+  EXPECT_EQ(log.find("hunter2-secret"), std::string::npos) << log;
+  EXPECT_EQ(log.find("stdin-secret-line"), std::string::npos) << log;
 }
 
 TEST(ExecutorTest, StdinIsDelivered) {
