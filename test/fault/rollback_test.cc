@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "attach/publish_context.h"
 #include "common/executor.h"
@@ -337,6 +338,64 @@ TEST_F(RollbackTest, CreateVolumeRefusedLeavesNothing) {
         return Plugin().controller().CreateVolume(testing::Deadline().get(), req, &resp);
       },
       "xfs needs at least");
+}
+
+// The storage stops answering between the attach and mkfs (the plugin is
+// paused at its "after-attach" fault point while the test stops tgtd): mkfs
+// gets I/O errors once the bridge's I/O timeout (5 s here) passes, which is
+// a final failure, so the stage must take its bridge, loop device, FUSE
+// mount and record down again although the storage is unreachable.
+TEST_F(RollbackTest, IoTimeoutDuringMkfsLeavesNothing) {
+  Volume v = Make("rb-iotimeout", "ext4");
+  ASSERT_FALSE(v.id.empty());
+  std::filesystem::create_directories(Staging(v));
+  const std::string pause_dir = env_->dir.Join("pause");
+  std::filesystem::create_directories(pause_dir);
+  testing::PluginOptions options;
+  options.node_id = kNodeId;
+  options.extra_args = {"--reconcile-interval", "1h", "--log-level", "debug", "--bridge-io-timeout", "5s"};
+  options.env = {{"BLOCKCSI_FAULT_PAUSE", "after-attach"}, {"BLOCKCSI_FAULT_PAUSE_DIR", pause_dir}};
+  std::string error;
+  ASSERT_TRUE(Plugin().Start(options, &error)) << error;
+
+  testing::LeakScope node_side = Scope(v.id);
+  node_side.tgtd = nullptr;  // tgtadm cannot answer while tgtd is stopped
+  testing::LeakSnapshot before = testing::TakeLeakSnapshot(node_side);
+  testing::LeakSnapshot before_target = testing::TakeLeakSnapshot(Scope(v.id));
+  grpc::Status st;
+  std::thread stage([&] { st = Stage(StageRequest(v, "ext4")); });
+  const std::string marker = pause_dir + "/after-attach";
+  for (int i = 0; i < 600 && !std::filesystem::exists(marker); ++i) std::this_thread::sleep_for(100ms);
+  bool paused = std::filesystem::exists(marker);
+  if (paused) {
+    EXPECT_EQ(::kill(env_->tgtd->pid(), SIGSTOP), 0);  // SIGCONT below whatever happens
+  }
+  std::filesystem::remove(marker);
+  stage.join();
+  std::vector<std::string> leaks = testing::NewItems(before, testing::TakeLeakSnapshot(node_side));
+  ::kill(env_->tgtd->pid(), SIGCONT);
+  ASSERT_TRUE(paused) << "the plugin never reached after-attach: " << st.error_message() << "\n" << Plugin().LogTail();
+  std::cout << "stage with tgtd stopped after the attach: code " << st.error_code() << ": " << st.error_message()
+            << "\n";
+  ASSERT_FALSE(st.ok());
+  if (Uncertain(st.error_code())) {
+    ASSERT_TRUE(testing::GrpcOk(Unstage(v), Plugin().LogTail()));
+    leaks = testing::NewItems(before, testing::TakeLeakSnapshot(node_side));
+  }
+  EXPECT_TRUE(leaks.empty()) << "left on the node (code " << st.error_code() << "):" << testing::DescribeItems(leaks)
+                             << "\nplugin log:\n"
+                             << Plugin().LogTail();
+  // tgtd drops the dead session once it runs again and sees the closed connection.
+  std::vector<std::string> target_leaks;
+  for (int i = 0; i < 100; ++i) {
+    target_leaks = testing::NewItems(before_target, testing::TakeLeakSnapshot(Scope(v.id)));
+    if (target_leaks.empty()) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(target_leaks.empty()) << "left:" << testing::DescribeItems(target_leaks);
+
+  options.env.clear();  // the rest of the suite runs unpaused
+  ASSERT_TRUE(Plugin().Start(options, &error)) << error;
 }
 
 // Storage unreachable (tgtd stopped) during the stage: an uncertain code may
