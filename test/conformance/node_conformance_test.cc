@@ -473,6 +473,19 @@ TEST_F(NodeConformanceTest, StatsAndExpandOfUnknownVolumeOrPathAreNotFound) {
   ASSERT_TRUE(Ok(Unstage(v)));
 }
 
+// Issue #15: a 64 MiB PVC of xfs or btrfs used to be made at 64 MiB and then
+// never stage (mkfs refuses it). CreateVolume now makes it as large as the
+// filesystem needs on this host and says so in capacity_bytes; it stages.
+TEST_F(NodeConformanceTest, SmallXfsAndBtrfsVolumesAreMadeLargeEnoughToStage) {
+  for (const auto& [fs, minimum] : {std::pair<std::string, int64_t>{"xfs", 300 * kMiB}, {"btrfs", 114294784}}) {
+    Volume v = Create("conf-small-" + fs, fs, 64 * kMiB);
+    ASSERT_FALSE(v.id.empty()) << fs;
+    EXPECT_EQ(v.capacity, minimum) << fs << ": capacity_bytes is not the real size";
+    EXPECT_TRUE(Ok(Stage(v))) << fs;
+    EXPECT_TRUE(Ok(Unstage(v))) << fs;
+  }
+}
+
 TEST_F(NodeConformanceTest, PublishBeforeStageIsFailedPrecondition) {
   for (const std::string fs : {"ext4", "block"}) {
     Volume v = Create("conf-order-" + fs, fs);
