@@ -52,7 +52,11 @@ void AddProcesses(const LeakScope& scope, std::set<std::string>* out) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     std::string name = entry.path().filename();
     if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    if (std::stol(name) == ::getpid()) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (pid == ::getpid() ||
+        std::find(scope.ignore_pids.begin(), scope.ignore_pids.end(), pid) != scope.ignore_pids.end()) {
+      continue;
+    }
     std::string cmdline = ReadFileOrEmpty(entry.path() / "cmdline");
     if (cmdline.empty()) continue;  // a kernel thread or gone
     bool names = (!scope.dir.empty() && cmdline.find(scope.dir) != std::string::npos) ||

@@ -8,6 +8,8 @@
 // other users' processes.
 #pragma once
 
+#include <sys/types.h>
+
 #include <set>
 #include <string>
 #include <vector>
@@ -30,6 +32,9 @@ struct LeakScope {
   std::string pool_dir;
   // tgtd's live configuration: targets, LUNs, ACL entries, accounts, sessions.
   const TgtdHarness* tgtd = nullptr;
+  // The test's own long-running processes (the plugin, an agent): they name
+  // the directory too, and a restart gives them a new pid.
+  std::vector<pid_t> ignore_pids;
 };
 
 // One line per object, e.g. "mount /tmp/x/staging/vol-1 (ext4)",
