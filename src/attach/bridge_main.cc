@@ -566,7 +566,10 @@ Status Bridge::Teardown(bool check_in_use) {
     if (!r.ok() || !r->ok()) {
       // Already detached (by an admin, or a previous attempt) is fine.
       bool still = !FindLoopDevicesBackedBy(*fs, args_.mountpoint + "/lun").empty();
-      if (still) return Internal("cannot detach " + device_ + ": " + (r.ok() ? r->stderr_text : r.status().message()));
+      if (still) {
+        return Internal("cannot detach " + device_ + ": " +
+                        (r.ok() ? FirstMeaningfulLine(r->stderr_text) : r.status().message()));
+      }
     }
     LogInfo("bridge loop device detached", {{"volume_id", args_.volume_id}, {"device", device_}});
     device_.clear();

@@ -54,10 +54,7 @@ std::string RbdErrorText(const CommandResult& r) {
     }
     pos = end + 1;
   }
-  if (out.empty()) {
-    out = text;
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  }
+  if (out.empty()) out = FirstMeaningfulLine(text);
   if (out.size() > 600) out = out.substr(0, 600) + "...";
   if (out.empty()) out = "exit code " + std::to_string(r.exit_code);
   return out;

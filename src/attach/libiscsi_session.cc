@@ -28,6 +28,10 @@ StatusCode LoginFailureCode(const std::string& error) {
   if (error.find("Authorization failure") != std::string::npos) return StatusCode::kPermissionDenied;
   if (error.find("Target not found") != std::string::npos) return StatusCode::kNotFound;
   if (error.find("Target removed") != std::string::npos) return StatusCode::kNotFound;
+  // The target answered, but has no such LUN (the login's TEST UNIT READY
+  // got ILLEGAL_REQUEST / LOGICAL UNIT NOT SUPPORTED): a definite answer,
+  // not an outage, so no retry will change it.
+  if (error.find("LOGICAL_UNIT_NOT_SUPPORTED") != std::string::npos) return StatusCode::kNotFound;
   return StatusCode::kUnavailable;
 }
 
@@ -144,7 +148,9 @@ StatusOr<std::unique_ptr<LibIscsiSession>> LibIscsiSession::Connect(const LibIsc
   std::string hint = " (no portal answered: unreachable or connection refused)";
   if (worst == StatusCode::kPermissionDenied) hint = " (CHAP credentials rejected)";
   if (worst == StatusCode::kNotFound) {
-    hint = " (the target does not exist, or initiator " + o.initiator_iqn + " is not in its ACL)";
+    hint = joined.find("LOGICAL_UNIT_NOT_SUPPORTED") != std::string::npos
+               ? " (the target has no LUN " + std::to_string(o.lun) + ")"
+               : " (the target does not exist, or initiator " + o.initiator_iqn + " is not in its ACL)";
   }
   return Status(worst, "iSCSI login to " + o.target_iqn + " failed" + hint + ": " + joined);
 }

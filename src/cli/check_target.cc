@@ -1,18 +1,27 @@
 // `blockctl check-target PORTAL`: can this node reach a target, log in, see
 // the LUN? Each step is timed and the failure is named in plain words. Uses
 // libiscsi, so it works on any node, with or without a kernel initiator.
+#include <grpcpp/grpcpp.h>
 #include <iscsi/iscsi.h>
 #include <iscsi/scsi-lowlevel.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "attach/attach_record_store.h"
 #include "attach/initiator.h"
 #include "cli/table.h"
 #include "cli/verb.h"
 #include "common/atomic_file.h"
+#include "common/endpoint.h"
+#include "csi.grpc.pb.h"
+#include "node/node_wiring.h"
 
 namespace blockcsi::cli {
 namespace {
@@ -72,6 +81,52 @@ std::string ClassifyLoginError(const std::string& error) {
   return "login-failed";
 }
 
+struct NodeIdChoice {
+  std::string id;
+  std::string source;  // for the operator: where the id came from
+};
+
+// The running plugin knows best (NodeGetInfo on --endpoint); a stopped one
+// left its id in the state dir (node-id, else the initiator name of any
+// attach record); a node named after its host is the last guess.
+StatusOr<NodeIdChoice> FindNodeId(const GlobalOptions& options) {
+  if (auto socket = ParseUnixEndpoint(options.endpoint); socket.ok() && ::access(socket->c_str(), F_OK) == 0) {
+    auto channel = grpc::CreateChannel("unix:" + *socket, grpc::InsecureChannelCredentials());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    csi::v1::NodeGetInfoResponse info;
+    grpc::Status st = csi::v1::Node::NewStub(channel)->NodeGetInfo(&ctx, csi::v1::NodeGetInfoRequest(), &info);
+    if (st.ok() && ValidateNodeId(info.node_id()).ok()) {
+      return NodeIdChoice{info.node_id(), "the running plugin's NodeGetInfo (" + options.endpoint + ")"};
+    }
+  }
+  const std::string recorded = options.state_dir + "/" + kNodeIdFileName;
+  if (auto text = ReadFileToString(recorded); text.ok()) {
+    std::string id = *text;
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    if (ValidateNodeId(id).ok()) return NodeIdChoice{id, "the state dir (" + recorded + ")"};
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options.state_dir + "/attachments", ec)) {
+    auto text = ReadFileToString(entry.path());
+    if (!text.ok()) continue;
+    auto record = AttachRecordFromJson(*text, entry.path());
+    if (!record.ok()) continue;
+    if (auto id = NodeIdFromInitiatorIqn(record->initiator_iqn); id && ValidateNodeId(*id).ok()) {
+      return NodeIdChoice{*id, "the state dir's attach record " + entry.path().string()};
+    }
+  }
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) {
+    std::string id = host;
+    // Kubernetes names a node after its host name, lower-cased.
+    std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (ValidateNodeId(id).ok()) return NodeIdChoice{id, "the host name"};
+  }
+  return InvalidArgument("cannot tell this node's id: no plugin answers on " + options.endpoint + ", no " + recorded +
+                         " and the host name is not a node name");
+}
+
 class CheckTargetVerb final : public Verb {
  public:
   std::string Name() const override { return "check-target"; }
@@ -83,18 +138,34 @@ class CheckTargetVerb final : public Verb {
     c.add_option("--iqn", iqn_, "Target IQN (default: the first one discovery returns)");
     c.add_option("--lun", lun_, "LUN to inquire")->capture_default_str();
     c.add_option("--initiator", initiator_, "Initiator name to log in as (default: this node's, from --node-id)");
-    c.add_option("--node-id", node_id_, "Node id whose initiator name to use");
+    c.add_option("--node-id", node_id_,
+                 "Node id whose initiator name to use (default: the running plugin's NodeGetInfo, else the state "
+                 "dir's, else the host name)");
     c.add_option("--chap-user", chap_user_, "CHAP user name");
     c.add_option("--chap-secret-file", chap_secret_file_, "File holding the CHAP secret (never on the command line)");
   }
 
   int Run(const GlobalOptions& options, const Io& io) override {
+    std::string node_id_source = "--node-id";
     if (initiator_.empty()) {
       if (node_id_.empty()) {
-        io.Error("give --initiator IQN or --node-id NODE (the initiator name decides what the ACL allows)");
-        return kExitUsage;
+        auto found = FindNodeId(options);
+        if (!found.ok()) {
+          io.Error(found.status().message() + "; give --node-id NODE or --initiator IQN");
+          return kExitUsage;
+        }
+        node_id_ = found->id;
+        node_id_source = found->source;
       }
       initiator_ = InitiatorIqnForNode(node_id_);
+    } else {
+      node_id_source = "--initiator";
+    }
+    // The initiator name decides what the ACL allows: say whose it is.
+    if (options.format() != OutputFormat::kJson) {
+      io.out << "initiator: " << initiator_
+             << (node_id_.empty() ? " (--initiator)" : " (node id \"" + node_id_ + "\" from " + node_id_source + ")")
+             << "\n";
     }
     std::string chap_secret;
     if (!chap_user_.empty()) {
@@ -120,6 +191,8 @@ class CheckTargetVerb final : public Verb {
       j["iqn"] = iqn_;
       j["lun"] = lun_;
       j["initiator"] = initiator_;
+      j["node_id"] = node_id_;
+      j["node_id_source"] = node_id_source;
       j["diagnosis"] = diagnosis;
       nlohmann::json steps = nlohmann::json::array();
       for (const auto& s : steps_) {

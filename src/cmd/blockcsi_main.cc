@@ -2,8 +2,10 @@
 // mode and serves them until told to stop.
 #include <unistd.h>
 
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <string_view>
 
 #include "attach/bridge_main.h"
@@ -11,6 +13,8 @@
 #include "cmd/identity_service.h"
 #include "cmd/plugin_flags.h"
 #include "common/atomic_file.h"
+#include "common/executor.h"
+#include "common/fs_minimums.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "controller/backend_config.h"
@@ -29,6 +33,18 @@ Status StateDirWritable(const std::string& state_dir) {
   std::string probe = state_dir + "/.probe";
   BLOCKCSI_RETURN_IF_ERROR(WriteFileAtomically(probe, "ok\n"));
   return RemoveFileDurably(probe);
+}
+
+// The controller's answer to "does this node exist" (ControllerPublish of an
+// unknown node is NOT_FOUND): in --mode all the node this plugin serves,
+// plus any --known-node-ids; a controller alone without the flag cannot
+// tell (the cluster's node list is the Kubernetes wiring's part) and takes
+// any well-formed id.
+std::function<StatusOr<bool>(const std::string&)> KnownNodes(const PluginConfig& config) {
+  std::set<std::string> ids(config.known_node_ids.begin(), config.known_node_ids.end());
+  if (config.runs_node()) ids.insert(config.node_id);
+  if (ids.empty()) return nullptr;
+  return [ids = std::move(ids)](const std::string& node_id) -> StatusOr<bool> { return ids.count(node_id) > 0; };
 }
 
 int Main(int argc, char** argv) {
@@ -54,6 +70,10 @@ int Main(int argc, char** argv) {
   // Services and readiness checks are gathered per mode; Identity is built
   // last so that Probe sees every check.
   std::vector<ReadinessCheck> checks;
+  // One answer to "how small may a volume of this filesystem be", shared
+  // by CreateVolume (sizes volumes) and NodeStageVolume (refuses devices).
+  auto fs_minimums = std::make_shared<FilesystemMinimums>(std::shared_ptr<Executor>(MakeProcessExecutor()));
+  auto fs_minimum_bytes = [fs_minimums](const std::string& fs_type) { return fs_minimums->MinimumBytes(fs_type); };
   std::vector<std::shared_ptr<grpc::Service>> owned_services;
   if (config.runs_node()) {
     checks.push_back({"state-dir", [dir = config.state_dir] { return StateDirWritable(dir); }});
@@ -98,6 +118,8 @@ int Main(int argc, char** argv) {
     // controller enforces the same number (see controller_service.h).
     ControllerOptions controller_options;
     controller_options.max_volumes_per_node = config.max_volumes_per_node;
+    controller_options.node_exists = KnownNodes(config);
+    controller_options.fs_minimum_bytes = fs_minimum_bytes;
     // The scoping layer hands each call's secrets (cephx from CSI secrets)
     // and parameters to the backend; see controller/call_scope.h.
     owned_services.push_back(std::make_shared<CallScopingController>(
@@ -116,7 +138,8 @@ int Main(int argc, char** argv) {
                                   .bridge_cgroup = config.bridge_cgroup,
                                   .ceph_conf = config.ceph_conf,
                                   .rbd_map_options = config.rbd_map_options,
-                                  .rbd_timeout = config.rbd_timeout});
+                                  .rbd_timeout = config.rbd_timeout,
+                                  .fs_minimum_bytes = fs_minimum_bytes});
     if (!node.ok()) {
       LogError("cannot start the node service", {{"error", node.status().ToString()}});
       std::cerr << "blockcsi: " << node.status().message() << "\n";

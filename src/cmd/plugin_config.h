@@ -38,6 +38,10 @@ struct PluginConfig {
 
   // Controller side.
   std::string backend = "local";  // local | remote | rbd
+  // Node ids ControllerPublishVolume may grant to besides, in --mode all,
+  // the plugin's own --node-id (--known-node-ids). A controller alone
+  // without it takes any well-formed id at its word.
+  std::vector<std::string> known_node_ids;
   std::string pool_dir;
   int tgt_control_port = 0;
   std::vector<std::string> portals;

@@ -78,6 +78,11 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
       ->check(CLI::Range(0, 65535))
       ->group(controller);
   app.add_option("--portal", c.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")->group(controller);
+  app.add_option("--known-node-ids", c.known_node_ids,
+                 "Node ids ControllerPublishVolume accepts besides --node-id in --mode all (comma-separated or "
+                 "repeated); any other is NOT_FOUND. Unset on a controller alone: every well-formed id")
+      ->delimiter(',')
+      ->group(controller);
   app.add_option("--iqn-prefix", c.iqn_prefix, "IQN prefix of the targets we create")
       ->group(controller)
       ->capture_default_str();

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -31,15 +32,114 @@ std::vector<std::string> Command::Argv() const {
   return argv;
 }
 
+namespace {
+
+constexpr size_t kMaxErrorLine = 300;
+
+bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != std::tolower(static_cast<unsigned char>(prefix[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string_view TrimSpace(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// "mke2fs 1.47.0 (5-Feb-2023)", "btrfs-progs v6.2": a program name and a
+// version, nothing about the failure.
+bool IsVersionBanner(std::string_view line) {
+  size_t space = line.find(' ');
+  if (space == std::string_view::npos || space == 0) return false;
+  std::string_view rest = line.substr(space + 1);
+  if (!rest.empty() && rest.front() == 'v') rest.remove_prefix(1);
+  size_t digits = 0;
+  while (digits < rest.size() && (std::isdigit(static_cast<unsigned char>(rest[digits])) || rest[digits] == '.')) {
+    ++digits;
+  }
+  if (digits == 0 || rest.substr(0, digits).find('.') == std::string_view::npos) return false;
+  std::string_view tail = TrimSpace(rest.substr(digits));
+  return tail.empty() || (tail.front() == '(' && tail.back() == ')');
+}
+
+bool StartsUsage(std::string_view line) {
+  return StartsWithNoCase(line, "usage:") || StartsWith(line, "Try `") || StartsWith(line, "Try '");
+}
+
+}  // namespace
+
+std::string BlankSecrets(std::string text, const Command& command) {
+  auto blank = [&text](const std::string& secret) {
+    if (secret.empty()) return;
+    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3)) {
+      text.replace(at, secret.size(), "***");
+    }
+  };
+  for (const auto& arg : command.args()) {
+    if (arg.sensitive) blank(arg.value);
+  }
+  if (command.stdin_sensitive()) {
+    blank(command.stdin_data());
+    // Line by line too: a program may echo one line of what it read.
+    size_t start = 0;
+    const std::string& in = command.stdin_data();
+    while (start < in.size()) {
+      size_t end = in.find('\n', start);
+      if (end == std::string::npos) end = in.size();
+      if (end - start >= 4) blank(in.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  return text;
+}
+
+std::string FirstMeaningfulLine(std::string_view output) {
+  std::string line;
+  while (!output.empty()) {
+    size_t nl = output.find('\n');
+    std::string_view raw = output.substr(0, nl);
+    output = nl == std::string_view::npos ? std::string_view() : output.substr(nl + 1);
+    const bool continuation = !raw.empty() && (raw.front() == ' ' || raw.front() == '\t');
+    std::string_view text = TrimSpace(raw);
+    if (!line.empty()) {
+      if (!continuation || text.empty()) break;
+      line += " ";
+      line += text;
+      continue;
+    }
+    if (text.empty() || IsVersionBanner(text) || StartsWith(text, "See http")) continue;
+    if (StartsUsage(text)) break;
+    line = std::string(text);
+  }
+  if (line.size() > kMaxErrorLine) line = line.substr(0, kMaxErrorLine - 3) + "...";
+  return line;
+}
+
+std::string FailureLine(const Command& command, const CommandResult& result) {
+  std::string line = FirstMeaningfulLine(BlankSecrets(result.stderr_text, command));
+  return line.empty() ? FirstMeaningfulLine(BlankSecrets(result.stdout_text, command)) : line;
+}
+
+std::string DescribeFailure(const Command& command, const CommandResult& result) {
+  std::string how = result.timed_out     ? "timed out after " + std::to_string(command.timeout().count()) + " ms"
+                    : result.signal != 0 ? "killed by signal " + std::to_string(result.signal)
+                                         : "exit code " + std::to_string(result.exit_code);
+  std::string line = FailureLine(command, result);
+  return "`" + command.Redacted() + "` failed (" + how + ")" + (line.empty() ? "" : ": " + line);
+}
+
 StatusOr<CommandResult> RunChecked(Executor& executor, const Command& command, StatusCode on_failure) {
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor.Run(command));
   if (result.ok()) return result;
-  std::string detail = result.stderr_text.empty() ? result.stdout_text : result.stderr_text;
-  while (!detail.empty() && (detail.back() == '\n' || detail.back() == ' ')) detail.pop_back();
-  std::string how = result.signal != 0 ? "killed by signal " + std::to_string(result.signal)
-                                       : "exit code " + std::to_string(result.exit_code);
-  return Status(on_failure,
-                "`" + command.Redacted() + "` failed (" + how + ")" + (detail.empty() ? "" : ": " + detail));
+  return Status(on_failure, DescribeFailure(command, result));
 }
 
 namespace {
@@ -176,6 +276,14 @@ class ProcessExecutor final : public Executor {
     if (result.timed_out) {
       return DeadlineExceeded("`" + command.Redacted() + "` did not finish within " +
                               std::to_string(command.timeout().count()) + "ms and was killed");
+    }
+    // Callers put one line of a failure into their errors
+    // (FirstMeaningfulLine); the whole output is here, at debug level.
+    if (!result.ok()) {
+      LogDebug("program failed", {{"argv", command.Redacted()},
+                                  {"exit_code", std::to_string(result.exit_code)},
+                                  {"stdout", BlankSecrets(result.stdout_text, command)},
+                                  {"stderr", BlankSecrets(result.stderr_text, command)}});
     }
     return result;
   }

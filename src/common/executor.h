@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -54,6 +55,7 @@ class Command {
   const std::vector<CommandArg>& args() const { return args_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   const std::string& stdin_data() const { return stdin_; }
+  bool stdin_sensitive() const { return stdin_sensitive_; }
   const std::map<std::string, std::string>& env() const { return env_; }
 
   // argv with sensitive values replaced by "***", space separated.
@@ -85,8 +87,29 @@ class Executor {
   virtual StatusOr<CommandResult> Run(const Command& command) = 0;
 };
 
+// The line of a program's output that says what went wrong, for an error
+// message: the first non-blank line of `output` that is not a version
+// banner ("mke2fs 1.47.0 (5-Feb-2023)") or a pointer to docs, with its
+// indented continuation lines joined; nothing from a usage text on ("Usage:",
+// "Try `... --help'"); at most 300 characters. Pure.
+std::string FirstMeaningfulLine(std::string_view output);
+
+// `text` with every sensitive argument value of `command` (and a sensitive
+// stdin, whole and line by line) replaced by "***": a program may echo one
+// back in its output.
+std::string BlankSecrets(std::string text, const Command& command);
+
+// The first meaningful line of a failed command's stderr, else its stdout,
+// secrets blanked, for callers that word the rest of the message
+// themselves. (The process executor logs a failed command's whole output at
+// debug level.)
+std::string FailureLine(const Command& command, const CommandResult& result);
+
+// "`<redacted argv>` failed (exit code N): <FailureLine>".
+std::string DescribeFailure(const Command& command, const CommandResult& result);
+
 // Runs `command` and turns a non-zero exit into a status (code `on_failure`)
-// whose message carries the redacted argv and the program's stderr.
+// whose message is DescribeFailure's.
 StatusOr<CommandResult> RunChecked(Executor& executor, const Command& command,
                                    StatusCode on_failure = StatusCode::kInternal);
 

@@ -3,7 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <thread>
 
 #include "common/logging.h"
 
@@ -12,6 +15,18 @@ namespace {
 
 // The innermost FaultPointScope's role on this thread; empty for none.
 thread_local std::string_view current_scope;
+
+void PauseAt(const std::string& armed) {
+  const char* dir = std::getenv(kFaultPauseDirEnv);
+  if (dir == nullptr || *dir == '\0') return;
+  const std::string marker = std::string(dir) + "/" + armed;
+  { std::ofstream(marker) << ::getpid() << "\n"; }
+  LogWarn("fault point reached: paused until the test removes the marker",
+          {{"fault_point", armed}, {"marker", marker}});
+  for (int i = 0; i < 1200 && ::access(marker.c_str(), F_OK) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
 
 }  // namespace
 
@@ -39,13 +54,18 @@ FaultPointScope::FaultPointScope(std::string_view role) : previous_(current_scop
 FaultPointScope::~FaultPointScope() { current_scope = previous_; }
 
 void FaultPoint(std::string_view name) {
-  // Read once: the variable is set by the test that starts the process.
+  // Read once: the variables are set by the test that starts the process.
   static const std::string spec = [] {
     const char* v = std::getenv(kFaultPointEnv);
     return std::string(v == nullptr ? "" : v);
   }();
-  if (spec.empty()) return;
+  static const std::string pause = [] {
+    const char* v = std::getenv(kFaultPauseEnv);
+    return std::string(v == nullptr ? "" : v);
+  }();
+  if (spec.empty() && pause.empty()) return;
   std::string armed = ArmedFaultPointName(name);
+  if (!pause.empty() && FaultPointListed(pause, armed)) PauseAt(armed);
   if (!FaultPointListed(spec, armed)) return;
   LogError("fault point reached: killing the process", {{"fault_point", armed}});
   ::raise(SIGKILL);

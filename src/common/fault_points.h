@@ -17,10 +17,16 @@
 namespace blockcsi {
 
 inline constexpr char kFaultPointEnv[] = "BLOCKCSI_FAULT_POINT";
+// Test-only too: BLOCKCSI_FAULT_PAUSE=<name>[,...] makes the process stop at
+// that point instead of dying — it creates <BLOCKCSI_FAULT_PAUSE_DIR>/<name>
+// and waits (at most 2 minutes) until the test removes it — so that a test
+// can break the outside world (stop the storage) at an exact step.
+inline constexpr char kFaultPauseEnv[] = "BLOCKCSI_FAULT_PAUSE";
+inline constexpr char kFaultPauseDirEnv[] = "BLOCKCSI_FAULT_PAUSE_DIR";
 
 // Dies (SIGKILL, exactly like an external kill -9: no destructors, no
 // flushing) when `name` (renamed by this thread's scope) is listed in
-// $BLOCKCSI_FAULT_POINT.
+// $BLOCKCSI_FAULT_POINT; pauses when it is listed in $BLOCKCSI_FAULT_PAUSE.
 void FaultPoint(std::string_view name);
 
 // Whether `name` is listed in `spec` (a comma separated list). Pure.

@@ -69,6 +69,25 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 
+// Whether a failed CSI call leaves its outcome open: kubelet and the
+// sidecars treat DEADLINE_EXCEEDED, ABORTED, UNAVAILABLE, RESOURCE_EXHAUSTED
+// and CANCELLED as "may still be in progress" and retry (or unstage) later,
+// so state may stay for that retry. Any other failure is final: the caller
+// will not come back to clean up, so the call must leave nothing behind.
+inline bool IsFinalFailure(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kAborted:
+    case StatusCode::kUnavailable:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kCancelled:
+      return false;
+    default:
+      return true;
+  }
+}
+
 // The one place errno becomes a status. `what` names the object and the
 // action ("open /var/lib/blockcsi/x.json"); the code follows the errno.
 Status ErrnoToStatus(int err, std::string_view what);

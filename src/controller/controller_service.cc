@@ -8,6 +8,7 @@
 
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
+#include "common/fs_options.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "controller/capabilities.h"
@@ -87,6 +88,22 @@ StatusOr<uint64_t> ChooseVolumeSize(const csi::v1::CapacityRange& range, uint64_
     return OutOfRange(name + ": capacity too large");
   }
   return size;
+}
+
+// A volume the node formats must be at least as large as its filesystem's
+// minimum: grow it to that when limit_bytes allows (the response reports the
+// real capacity_bytes), else OUT_OF_RANGE naming the minimum.
+StatusOr<uint64_t> RaiseToFilesystemMinimum(uint64_t size, uint64_t minimum, const std::string& fs_type,
+                                            const csi::v1::CapacityRange& range, uint64_t granularity,
+                                            std::string_view what) {
+  if (size >= minimum) return size;
+  const uint64_t raised = RoundUp(minimum, granularity);
+  const uint64_t limit = static_cast<uint64_t>(range.limit_bytes());
+  if (limit > 0 && raised > limit) {
+    return OutOfRange(std::string(what) + ": " + fs_type + " needs at least " + std::to_string(minimum) +
+                      " bytes on this host, more than limit_bytes " + std::to_string(limit));
+  }
+  return raised;
 }
 
 // Structure only (access type and mode present): a malformed capability is
@@ -248,6 +265,17 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
     }
   }
   BLOCKCSI_RETURN_IF_ERROR(ValidateCapacityRange(request.capacity_range(), what));
+  bool mounted = std::any_of(request.volume_capabilities().begin(), request.volume_capabilities().end(),
+                             [](const auto& capability) { return capability.has_mount(); });
+  // The filesystem the node will make: the class's, else the node's default.
+  const std::string fs_type = params.fs_type.empty() ? std::string(kDefaultFsType) : params.fs_type;
+  if (!params.mkfs_options.empty()) {
+    // Checked here, where a bad StorageClass fails its first PVC, rather
+    // than at every NodeStageVolume of a volume that then never mounts.
+    // The node checks the same rules again before it runs mkfs.
+    BLOCKCSI_RETURN_IF_ERROR(ParseMkfsOptions("name " + Quoted(name), fs_type, params.mkfs_options).status());
+  }
+  const uint64_t fs_minimum = mounted && options_.fs_minimum_bytes ? options_.fs_minimum_bytes(fs_type) : 0;
 
   ContentSource source;
   if (request.has_volume_content_source()) {
@@ -287,6 +315,8 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
   }
   BLOCKCSI_ASSIGN_OR_RETURN(uint64_t size, ChooseVolumeSize(request.capacity_range(), backend_->AllocationGranularity(),
                                                             options_.default_volume_bytes, source_bytes, what));
+  BLOCKCSI_ASSIGN_OR_RETURN(size, RaiseToFilesystemMinimum(size, fs_minimum, fs_type, request.capacity_range(),
+                                                           backend_->AllocationGranularity(), what));
 
   CreateVolumeSpec spec{name, size, source, params.persisted};
   auto record = backend_->CreateVolume(spec);

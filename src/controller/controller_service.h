@@ -35,6 +35,10 @@ struct ControllerOptions {
   // Tells whether a node exists (e.g. a Kubernetes Node lookup). Empty: the
   // controller cannot tell, and any well-formed node id is taken at its word.
   std::function<StatusOr<bool>(const std::string& node_id)> node_exists;
+  // The smallest device `fs_type`'s mkfs formats (FilesystemMinimums; 0:
+  // none). A volume with a mount capability is made at least that large
+  // (OUT_OF_RANGE when limit_bytes forbids). Empty: no floor.
+  std::function<uint64_t(const std::string& fs_type)> fs_minimum_bytes;
 };
 
 class ControllerService final : public csi::v1::Controller::Service {

@@ -236,7 +236,13 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
   CopyMethod method = CopyMethod::kNone;
   Status created = pool_->CreateVolume(record, source_image, &method);
   if (!created.ok()) return created.WithContext("create volume \"" + spec.name + "\"");
-  BLOCKCSI_RETURN_IF_ERROR(Fault("create:committed"));
+  // A final failure from here on takes the volume back out: the
+  // provisioner will not retry it by name, so nothing else would.
+  auto undo = [&](Status why) {
+    if (IsFinalFailure(why)) UndoCreate(record, why);
+    return why;
+  };
+  if (Status st = Fault("create:committed"); !st.ok()) return undo(st);
   FaultPoint("controller.create.after-record");
   LogInfo("volume created", {{"volume", record.id},
                              {"name", record.name},
@@ -245,9 +251,20 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
                                       : method == CopyMethod::kSparseCopy ? "sparse-copy"
                                                                           : "none"}});
   // Exported with no ACL: nobody can log in until a grant.
-  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(record));
+  if (Status st = ApplyExport(record); !st.ok()) return undo(st);
   FaultPoint("controller.create.after-export");
   return Present(record);
+}
+
+void LocalBackend::UndoCreate(const VolumeRecord& record, const Status& why) {
+  Status unexported = exporter_->Remove(record.target_iqn);
+  Status removed = unexported.ok() ? pool_->DeleteVolume(record.id) : unexported;
+  if (!removed.ok()) {
+    LogError("create failed and taking the volume back failed too; the reconcile loop or a delete must finish it",
+             {{"volume", record.id}, {"error", why.ToString()}, {"undo_error", removed.ToString()}});
+    return;
+  }
+  LogInfo("create failed; volume taken back", {{"volume", record.id}, {"error", why.ToString()}});
 }
 
 Status LocalBackend::DeleteVolume(const std::string& volume_id) {
@@ -330,18 +347,46 @@ StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, c
       it->second.erase(grant.initiator_iqn);
     }
   }
-  if (existing == record->grants.end()) {
+  const bool new_grant = existing == record->grants.end();
+  // A final failure of a new grant takes it back (record, ACL, secrets):
+  // the attacher does not unpublish what it was told failed for good.
+  auto undo = [&](Status why) {
+    if (new_grant && IsFinalFailure(why)) UndoGrant(*record, grant.initiator_iqn, why);
+    return why;
+  };
+  if (new_grant) {
     record->grants.push_back(wanted);
     BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
-    BLOCKCSI_RETURN_IF_ERROR(Fault("grant:recorded"));
+    if (Status st = Fault("grant:recorded"); !st.ok()) return undo(st);
     FaultPoint("controller.publish.after-grant-record");
     LogInfo("access granted", {{"volume", volume_id},
                                {"initiator", grant.initiator_iqn},
                                {"chap", grant.chap.enabled() ? (grant.chap.mutual() ? "mutual" : "one-way") : "off"}});
   }
-  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));
+  if (Status st = ApplyExport(*record); !st.ok()) return undo(st);
   FaultPoint("controller.publish.after-acl");
   return Present(*record);
+}
+
+void LocalBackend::UndoGrant(VolumeRecord record, const std::string& initiator_iqn, const Status& why) {
+  record.grants.erase(std::remove_if(record.grants.begin(), record.grants.end(),
+                                     [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; }),
+                      record.grants.end());
+  {
+    std::lock_guard lock(chap_mu_);
+    if (auto it = chap_.find(record.id); it != chap_.end()) it->second.erase(initiator_iqn);
+  }
+  Status st = pool_->UpdateVolume(record);
+  if (st.ok()) st = ApplyExport(record);
+  if (!st.ok()) {
+    LogError("grant failed and taking it back failed too; the reconcile loop or an unpublish must finish it",
+             {{"volume", record.id},
+              {"initiator", initiator_iqn},
+              {"error", why.ToString()},
+              {"undo_error", st.ToString()}});
+    return;
+  }
+  LogInfo("grant failed; taken back", {{"volume", record.id}, {"initiator", initiator_iqn}, {"error", why.ToString()}});
 }
 
 Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {

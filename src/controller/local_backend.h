@@ -84,6 +84,11 @@ class LocalBackend final : public VolumeBackend {
   DesiredExport DesiredFor(const VolumeRecord& record) const;
   // Applies the record's export and logs the repairs.
   Status ApplyExport(const VolumeRecord& record);
+  // After a final failure: remove what CreateVolume / GrantAccess made
+  // (export and pool files / the grant, its ACL and secrets). Best effort,
+  // logged; the reconcile loop repairs what an undo could not.
+  void UndoCreate(const VolumeRecord& record, const Status& why);
+  void UndoGrant(VolumeRecord record, const std::string& initiator_iqn, const Status& why);
   void LoopMain();
 
   const LocalBackendOptions options_;

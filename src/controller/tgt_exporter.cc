@@ -49,8 +49,7 @@ Status TgtExporter::Run(const Command& command, const std::string& what, const s
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(command));
   if (result.ok()) return OkStatus();
   if (!tolerated.empty() && result.stderr_text.find(tolerated) != std::string::npos) return OkStatus();
-  std::string err = result.stderr_text;
-  while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+  std::string err = FailureLine(command, result);
   // tgtadm exits 107 when it cannot reach tgtd at all.
   StatusCode code = result.exit_code == 107 ? StatusCode::kUnavailable : StatusCode::kInternal;
   return Status(code, what + ": " + command.Redacted() + " exited " + std::to_string(result.exit_code) + ": " + err);
@@ -62,7 +61,7 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(c));
   if (!result.ok()) {
     return Unavailable("tgtd on control port " + std::to_string(control_port_) +
-                       " does not answer: " + result.stderr_text);
+                       " does not answer: " + FailureLine(c, result));
   }
   return ParseTgtadmTargets(result.stdout_text);
 }
@@ -73,7 +72,7 @@ StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(c));
   if (!result.ok()) {
     return Unavailable("tgtd on control port " + std::to_string(control_port_) +
-                       " does not answer: " + result.stderr_text);
+                       " does not answer: " + FailureLine(c, result));
   }
   return ParseTgtadmAccounts(result.stdout_text);
 }

@@ -17,9 +17,11 @@ std::string Trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
+// What the program said went wrong, in one line (the whole output goes to
+// the debug log through DescribeFailure).
 std::string Output(const CommandResult& r) {
-  std::string text = Trim(r.stderr_text);
-  if (text.empty()) text = Trim(r.stdout_text);
+  std::string text = FirstMeaningfulLine(r.stderr_text);
+  if (text.empty()) text = FirstMeaningfulLine(r.stdout_text);
   return text;
 }
 
@@ -35,10 +37,7 @@ Status FormatDevice(Executor& executor, const std::string& volume_id, const std:
   cmd.Timeout(minutes(5));
   LogInfo("formatting", {{"volume_id", volume_id}, {"device", device}, {"fs_type", fs_type}});
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult r, executor.Run(cmd));
-  if (!r.ok()) {
-    return Internal("volume " + volume_id + ": " + cmd.Redacted() + " failed (exit " + std::to_string(r.exit_code) +
-                    "): " + Output(r));
-  }
+  if (!r.ok()) return Internal("volume " + volume_id + ": " + DescribeFailure(cmd, r));
   return OkStatus();
 }
 
@@ -46,7 +45,8 @@ Status RepairExt4IfNeeded(Executor& executor, const std::string& volume_id, cons
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult header,
                             executor.Run(Command("dumpe2fs").Arg("-h").Arg(device).Timeout(minutes(1))));
   if (!header.ok()) {
-    return Internal("volume " + volume_id + ": dumpe2fs -h " + device + " failed: " + Output(header));
+    return Internal("volume " + volume_id + ": " +
+                    DescribeFailure(Command("dumpe2fs").Arg("-h").Arg(device).Timeout(minutes(1)), header));
   }
   bool needs_check = false;
   std::istringstream lines(header.stdout_text);
@@ -97,8 +97,7 @@ Status GrowFilesystem(Executor& executor, NodeHost& host, const std::string& vol
       return FailedPrecondition("volume " + volume_id + ": the kernel refused to grow the mounted ext4 on " + device +
                                 " (CAP_SYS_RESOURCE missing?): " + out);
     }
-    return Internal("volume " + volume_id + ": " + cmd.Redacted() + " failed (exit " + std::to_string(r.exit_code) +
-                    "): " + out);
+    return Internal("volume " + volume_id + ": " + DescribeFailure(cmd, r));
   }
   return OkStatus();
 }

@@ -59,6 +59,15 @@ Status ValidatePath(const std::string& volume_id, std::string_view field, const 
   return OkStatus();
 }
 
+// NodeGetVolumeStats / NodeExpandVolume name where a known volume is; a
+// path that cannot be a staging or publish path ("some/path", "..") holds
+// no volume: NOT_FOUND, the spec's code for "the volume is not there".
+Status RequireVolumePath(const std::string& volume_id, const std::string& path) {
+  Status st = ValidatePath(volume_id, "volume_path", path);
+  if (st.ok()) return st;
+  return NotFound(st.message() + ", so the volume is not there");
+}
+
 std::string TrimTrailingSlash(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   return path;
@@ -243,6 +252,37 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
 
   BLOCKCSI_ASSIGN_OR_RETURN(AttachRecord record, options_.attacher->Attach(plan.spec));
   Fault("after-attach");
+  Status staged = FinishStage(plan, record);
+  // kubelet never calls NodeUnstageVolume after a final failure: whatever
+  // this call attached must go now, or it stays forever. (An uncertain
+  // failure keeps it: kubelet retries, or unstages, later.)
+  if (IsFinalFailure(staged)) RollBackAttach(plan.volume_id, staged);
+  return staged;
+}
+
+// After a final failure of NodeStageVolume: detaches what the attach made
+// (bridge, loop device, session, record) unless something still uses the
+// device — an attachment that was already serving before this call.
+void NodeService::RollBackAttach(const std::string& volume_id, const Status& why) {
+  auto record = options_.attacher->Get(volume_id);
+  if (!record.ok()) return;  // nothing attached (or the attacher undid it already)
+  auto table = options_.mounter->List();
+  Status unused = table.ok() ? RequireNoUsers(volume_id, *record, /*staging_path=*/"", *table) : table.status();
+  if (!unused.ok()) {
+    LogWarn("stage failed; keeping the attachment, it is in use",
+            {{"volume_id", volume_id}, {"error", why.ToString()}, {"kept_because", unused.ToString()}});
+    return;
+  }
+  Status detached = options_.attacher->Detach(volume_id);
+  if (!detached.ok()) {
+    LogError("stage failed and undoing its attach failed too; NodeUnstageVolume or blockctl cleanup must finish it",
+             {{"volume_id", volume_id}, {"error", why.ToString()}, {"detach_error", detached.ToString()}});
+    return;
+  }
+  LogInfo("stage failed; attachment undone", {{"volume_id", volume_id}, {"error", why.ToString()}});
+}
+
+Status NodeService::FinishStage(const StagePlan& plan, const AttachRecord& record) {
   if (record.device_path.empty()) {
     return Internal("volume " + plan.volume_id + ": the attacher reported no device path");
   }
@@ -296,6 +336,20 @@ Status NodeService::StageMount(const StagePlan& plan, const AttachRecord& record
     if (plan.read_only) {
       return FailedPrecondition("volume " + plan.volume_id + " is blank but attached read-only: cannot create a " +
                                 plan.fs_type + " filesystem on it");
+    }
+    // CreateVolume sizes new volumes for their filesystem; a device that
+    // is still too small (a static PV, a volume made before) would only
+    // fail in mkfs, with its usage text. Say it in one line instead.
+    if (uint64_t minimum = options_.fs_minimum_bytes ? options_.fs_minimum_bytes(plan.fs_type) : 0; minimum > 0) {
+      uint64_t size = record.size_bytes;
+      if (size == 0) {
+        if (auto measured = options_.host->BlockDeviceSize(device); measured.ok()) size = *measured;
+      }
+      if (size > 0 && size < minimum) {
+        return FailedPrecondition("volume " + plan.volume_id + ": the device is " + std::to_string(size) +
+                                  " bytes, too small for " + plan.fs_type + " (at least " + std::to_string(minimum) +
+                                  " bytes); expand the volume or stage it with another fsType");
+      }
     }
     BLOCKCSI_RETURN_IF_ERROR(FormatDevice(*options_.executor, plan.volume_id, plan.fs_type, device, plan.mkfs_extra));
     formatted_now = true;
@@ -395,19 +449,21 @@ Status NodeService::RequireNoUsers(const std::string& volume_id, const AttachRec
 // read-only setting → OK; with the other setting → ALREADY_EXISTS.
 Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
   const std::string& volume_id = req.volume_id();
+  // The fields the spec requires come first (INVALID_ARGUMENT), whatever
+  // else the request lacks.
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
-  // The spec's own code for this one: STAGE_UNSTAGE_VOLUME is advertised,
-  // so a publish without a staging path is out of order, not malformed.
-  if (req.staging_target_path().empty()) {
-    return FailedPrecondition("volume " + volume_id + ": staging_target_path is not set; NodeStageVolume first");
-  }
-  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "staging_target_path", req.staging_target_path()));
   BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "target_path", req.target_path()));
   if (!req.has_volume_capability()) {
     return InvalidArgument("volume " + volume_id + ": volume_capability is required");
   }
   const VolumeCapability& cap = req.volume_capability();
   BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(volume_id, cap));
+  // The spec's own code for this one: STAGE_UNSTAGE_VOLUME is advertised,
+  // so a publish without a staging path is out of order, not malformed.
+  if (req.staging_target_path().empty()) {
+    return FailedPrecondition("volume " + volume_id + ": staging_target_path is not set; NodeStageVolume first");
+  }
+  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "staging_target_path", req.staging_target_path()));
   if (cap.has_mount()) {
     std::vector<std::string> flags(cap.mount().mount_flags().begin(), cap.mount().mount_flags().end());
     std::string fs = cap.mount().fs_type().empty() ? kDefaultFsType : cap.mount().fs_type();
@@ -546,17 +602,19 @@ StatusOr<std::string> NodeService::MakeReadOnlyLayer(const std::string& volume_i
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult r, options_.executor->Run(cmd));
   std::string loop = r.stdout_text.substr(0, r.stdout_text.find('\n'));
   if (!r.ok() || loop.rfind("/dev/loop", 0) != 0) {
-    return Internal("volume " + volume_id + ": cannot make a read-only view of " + device + ": " + r.stderr_text);
+    return Internal("volume " + volume_id + ": cannot make a read-only view of " + device + ": " +
+                    DescribeFailure(cmd, r));
   }
   return loop;
 }
 
 Status NodeService::RemoveReadOnlyLayer(const std::string& volume_id, const std::string& loop) {
-  BLOCKCSI_ASSIGN_OR_RETURN(
-      CommandResult r,
-      options_.executor->Run(Command("losetup").Arg("--detach").Arg(loop).Timeout(std::chrono::seconds(30))));
+  Command cmd("losetup");
+  cmd.Arg("--detach").Arg(loop).Timeout(std::chrono::seconds(30));
+  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult r, options_.executor->Run(cmd));
   if (!r.ok()) {
-    return Internal("volume " + volume_id + ": cannot free the read-only view " + loop + ": " + r.stderr_text);
+    return Internal("volume " + volume_id + ": cannot free the read-only view " + loop + ": " +
+                    DescribeFailure(cmd, r));
   }
   return OkStatus();
 }
@@ -567,10 +625,9 @@ Status NodeService::Stats(const csi::v1::NodeGetVolumeStatsRequest& req,
                           csi::v1::NodeGetVolumeStatsResponse* response) {
   const std::string& volume_id = req.volume_id();
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
-  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "volume_path", req.volume_path()));
-  std::string path = TrimTrailingSlash(req.volume_path());
-  PathKind kind = options_.host->Kind(path);
-  if (kind == PathKind::kMissing) return NotFound("volume " + volume_id + ": volume path " + path + " does not exist");
+  if (req.volume_path().empty()) return InvalidArgument("volume " + volume_id + ": volume_path is required");
+  // A volume this node does not hold is NOT_FOUND whatever the path looks
+  // like; the path is checked against the volume only once it is known.
   auto record = options_.attacher->Get(volume_id);
   if (!record.ok()) {
     if (record.status().code() == StatusCode::kNotFound) {
@@ -578,6 +635,10 @@ Status NodeService::Stats(const csi::v1::NodeGetVolumeStatsRequest& req,
     }
     return record.status();
   }
+  BLOCKCSI_RETURN_IF_ERROR(RequireVolumePath(volume_id, req.volume_path()));
+  std::string path = TrimTrailingSlash(req.volume_path());
+  PathKind kind = options_.host->Kind(path);
+  if (kind == PathKind::kMissing) return NotFound("volume " + volume_id + ": volume path " + path + " does not exist");
   std::vector<std::string> problems;
   const std::string& device = record->device_path;
   if (device.empty() || options_.host->Kind(device) != PathKind::kBlockDevice) {
@@ -652,12 +713,9 @@ Status NodeService::Stats(const csi::v1::NodeGetVolumeStatsRequest& req,
 Status NodeService::Expand(const csi::v1::NodeExpandVolumeRequest& req, csi::v1::NodeExpandVolumeResponse* response) {
   const std::string& volume_id = req.volume_id();
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
-  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "volume_path", req.volume_path()));
-  if (!req.staging_target_path().empty()) {
-    BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "staging_target_path", req.staging_target_path()));
-  }
-  std::string path = TrimTrailingSlash(req.volume_path());
+  if (req.volume_path().empty()) return InvalidArgument("volume " + volume_id + ": volume_path is required");
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodeExpandVolume"));
+  // As in Stats: an unknown volume is NOT_FOUND before its path is judged.
   auto record = options_.attacher->Get(volume_id);
   if (!record.ok()) {
     if (record.status().code() == StatusCode::kNotFound) {
@@ -665,6 +723,11 @@ Status NodeService::Expand(const csi::v1::NodeExpandVolumeRequest& req, csi::v1:
     }
     return record.status();
   }
+  BLOCKCSI_RETURN_IF_ERROR(RequireVolumePath(volume_id, req.volume_path()));
+  if (!req.staging_target_path().empty()) {
+    BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "staging_target_path", req.staging_target_path()));
+  }
+  std::string path = TrimTrailingSlash(req.volume_path());
   if (options_.host->Kind(path) == PathKind::kMissing) {
     return NotFound("volume " + volume_id + ": volume path " + path + " does not exist");
   }

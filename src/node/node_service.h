@@ -42,6 +42,9 @@ struct NodeServiceOptions {
                                      const std::map<std::string, std::string>& secrets,
                                      const std::string& initiator_iqn)>
       parse_spec;
+  // The smallest device `fs_type`'s mkfs formats (0: no minimum); empty:
+  // not checked. A blank device below it is refused before mkfs runs.
+  std::function<uint64_t(const std::string& fs_type)> fs_minimum_bytes;
   // Called at each named step; FaultPoint (the env-driven kill -9 hook)
   // unless a test swaps it.
   std::function<void(std::string_view step)> fault_hook;
@@ -83,6 +86,10 @@ class NodeService final : public csi::v1::Node::Service {
 
  private:
   struct StagePlan;
+  // Everything of NodeStageVolume after the attach: record our facts, then
+  // (filesystem) probe, format a blank device, check, mount.
+  Status FinishStage(const StagePlan& plan, const AttachRecord& record);
+  void RollBackAttach(const std::string& volume_id, const Status& why);
   Status StageMount(const StagePlan& plan, const AttachRecord& record);
   Status CheckExistingStaging(const StagePlan& plan, const MountEntry& entry, bool* already_staged);
   Status RequireNoUsers(const std::string& volume_id, const AttachRecord& record, const std::string& staging_path,

@@ -1,6 +1,8 @@
 #include "node/node_wiring.h"
 
 #include "attach/attacher_factory.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
 #include "node/fault_points.h"
 
 namespace blockcsi {
@@ -18,6 +20,11 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   attacher_options.step_hook = [](std::string_view step) { FaultPoint(step); };
   auto attacher = MakeVolumeAttacher(attacher_options);
   if (!attacher.ok()) return attacher.status().WithContext("node service: attacher");
+  // For the node admin's tools (blockctl check-target) when the plugin is
+  // down: which node this state belongs to. Not fatal: nothing here needs it.
+  if (Status st = WriteFileAtomically(wiring.state_dir + "/" + kNodeIdFileName, wiring.node_id + "\n"); !st.ok()) {
+    LogWarn("cannot record the node id in the state dir", {{"error", st.ToString()}});
+  }
 
   NodeServiceOptions options;
   options.node_id = wiring.node_id;
@@ -27,6 +34,7 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   options.probe = MakeBlkidProbe();
   options.executor = MakeProcessExecutor();
   options.host = MakeRealNodeHost();
+  options.fs_minimum_bytes = wiring.fs_minimum_bytes;
   auto node = std::make_shared<NodeService>(std::move(options));
   node->LogAdoptedVolumes();
   return node;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,9 @@
 #include "node/node_service.h"
 
 namespace blockcsi {
+
+// <state-dir>/node-id: the --node-id of the plugin that owns the state dir.
+inline constexpr char kNodeIdFileName[] = "node-id";
 
 struct NodeWiring {
   std::string connector;  // "iscsi" | "userspace"
@@ -25,6 +29,8 @@ struct NodeWiring {
   std::string ceph_conf;      // empty: the attacher's default
   std::string rbd_map_options;
   std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
+  // The smallest device each filesystem formats (FilesystemMinimums); empty: not checked.
+  std::function<uint64_t(const std::string& fs_type)> fs_minimum_bytes;
 };
 
 StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring);

@@ -62,7 +62,9 @@ class ControllerConformanceTest : public ::testing::Test {
     testing::PluginOptions options;
     options.node_id = "n1";
     // The tests change tgtd behind the backend's back.
-    options.extra_args = {"--log-level", "debug", "--reconcile-interval", "1h"};
+    options.extra_args = {"--log-level", "debug", "--reconcile-interval", "1h",
+                          // The nodes these tests publish to besides n1 (--mode all knows only its own).
+                          "--known-node-ids", "n2,n3,n4,probe-node"};
     options.extra_args.insert(options.extra_args.end(), extra.begin(), extra.end());
     std::string error;
     ASSERT_TRUE(plugin_->Start(options, &error)) << "plugin did not come up: " << error;
@@ -366,6 +368,10 @@ TEST_F(ControllerConformanceTest, PublishArgumentAndExistenceErrors) {
   EXPECT_CODE_NAMING(Publish("vol-0000000000000000", "n1"), NOT_FOUND, "vol-0000000000000000");
   EXPECT_CODE_NAMING(Publish("foreign-volume-id", "n1"), NOT_FOUND, "foreign-volume-id");
   EXPECT_CODE_NAMING(Publish(id, "Bad_Node"), INVALID_ARGUMENT, "Bad_Node");
+  // A node the plugin cannot know (neither its own nor --known-node-ids):
+  // NOT_FOUND, and no ACL for it on the target.
+  EXPECT_CODE_NAMING(Publish(id, "some-fake-node-id"), NOT_FOUND, "some-fake-node-id");
+  EXPECT_EQ(tgtd_->ShowTargets().find(InitiatorIqnForNode("some-fake-node-id")), std::string::npos);
   EXPECT_CODE(Publish(id, ""), INVALID_ARGUMENT);
   EXPECT_CODE(Publish("", "n1"), INVALID_ARGUMENT);
   auto no_cap = PublishRequest(id, "n1");

@@ -103,7 +103,8 @@ class NodeConformanceTest : public ::testing::Test {
     env_->plugin = std::make_unique<testing::PluginUnderTest>(env_->dir.path(), env_->tgtd.get());
     testing::PluginOptions options;
     options.node_id = kNodeId;
-    options.extra_args = {"--max-volumes-per-node", std::to_string(kMaxVolumesPerNode),
+    options.extra_args = {"--known-node-ids", "limit-node", "--max-volumes-per-node",
+                          std::to_string(kMaxVolumesPerNode),
                           // Nothing changes tgtd behind the backend's back here.
                           "--reconcile-interval", "1h"};
     if (!env_->plugin->Start(options, &error)) env_->start_error = error;
@@ -470,6 +471,19 @@ TEST_F(NodeConformanceTest, StatsAndExpandOfUnknownVolumeOrPathAreNotFound) {
   ASSERT_TRUE(Ok(Stage(v)));
   EXPECT_TRUE(IsCode(Stats(v.id, Target(v), &stats), Code::NOT_FOUND, v.id));
   ASSERT_TRUE(Ok(Unstage(v)));
+}
+
+// Issue #15: a 64 MiB PVC of xfs or btrfs used to be made at 64 MiB and then
+// never stage (mkfs refuses it). CreateVolume now makes it as large as the
+// filesystem needs on this host and says so in capacity_bytes; it stages.
+TEST_F(NodeConformanceTest, SmallXfsAndBtrfsVolumesAreMadeLargeEnoughToStage) {
+  for (const auto& [fs, minimum] : {std::pair<std::string, int64_t>{"xfs", 300 * kMiB}, {"btrfs", 114294784}}) {
+    Volume v = Create("conf-small-" + fs, fs, 64 * kMiB);
+    ASSERT_FALSE(v.id.empty()) << fs;
+    EXPECT_EQ(v.capacity, minimum) << fs << ": capacity_bytes is not the real size";
+    EXPECT_TRUE(Ok(Stage(v))) << fs;
+    EXPECT_TRUE(Ok(Unstage(v))) << fs;
+  }
 }
 
 TEST_F(NodeConformanceTest, PublishBeforeStageIsFailedPrecondition) {

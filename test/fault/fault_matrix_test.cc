@@ -47,6 +47,7 @@
 #include "common/mounter.h"
 #include "controller/pool.h"
 #include "controller/tgtadm_parser.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -285,6 +286,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
     start_ = std::chrono::steady_clock::now();
     RemoveAllTargets();  // what a failed case before this one may have left
     plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.Join("plugin"), tgtd_.get());
+    baseline_ = testing::TakeLeakSnapshot(LeakScope());
   }
 
   void TearDown() override {
@@ -621,28 +623,34 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
     return problems;
   }
 
-  // After the whole teardown: nothing of ours anywhere.
+  // After the whole teardown: nothing of ours anywhere. The shared leak
+  // checker (test/support/leak_check.h) against the machine as this case
+  // found it — processes, mounts, loop devices, records, pool files, tgtd's
+  // targets/LUNs/ACLs/sessions — plus the pool's own consistency and tgtd's
+  // global CHAP accounts, which the checker does not list.
   std::vector<std::string> EverythingGone() {
     std::vector<std::string> problems;
     PoolView pool = ReadPool(PoolDir());
     problems.insert(problems.end(), pool.problems.begin(), pool.problems.end());
-    for (const auto& [id, record] : pool.volumes) problems.push_back("volume " + id + " still in the pool");
-    auto targets = ParseTgtadmTargets(tgtd_->ShowTargets());
-    if (!targets.ok()) problems.push_back("tgtadm show: " + targets.status().ToString());
-    if (targets.ok()) {
-      for (const auto& t : *targets) problems.push_back("target " + t.iqn + " left in tgtd");
-    }
+    testing::LeakScope scope = LeakScope();
+    for (const auto& item : testing::NewItems(baseline_, testing::TakeLeakSnapshot(scope))) problems.push_back(item);
     auto accounts = ParseTgtadmAccounts(tgtd_->Tgtadm({"--op", "show", "--mode", "account"}));
+    if (!accounts.ok()) problems.push_back("tgtadm show accounts: " + accounts.status().ToString());
     if (accounts.ok()) {
       for (const auto& a : *accounts) problems.push_back("CHAP account " + a + " (with its secret) in tgtd");
     }
-    for (pid_t pid : BridgePids()) problems.push_back("bridge pid " + std::to_string(pid));
-    for (const auto& loop : LoopsUnderDir()) problems.push_back("loop device " + loop);
-    for (const auto& m : MountsUnderDir()) problems.push_back("mount " + m.target + " (" + m.fs_type + ")");
-    for (const auto& name : ListNames(plugin_->state_dir() + "/attachments")) {
-      problems.push_back("attach record " + name);
-    }
     return problems;
+  }
+
+  testing::LeakScope LeakScope() const {
+    testing::LeakScope scope;
+    scope.dir = dir_.path();
+    scope.state_dir = plugin_->state_dir();
+    scope.pool_dir = PoolDir();
+    scope.tgtd = tgtd_.get();
+    if (plugin_->running()) scope.ignore_pids.push_back(plugin_->pid());
+    if (agent_ && agent_->running()) scope.ignore_pids.push_back(agent_->pid());
+    return scope;
   }
 
   void NoteLeaks(const std::vector<std::string>& problems) {
@@ -682,6 +690,8 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
   testing::TempDir dir_;
   std::unique_ptr<testing::PluginUnderTest> plugin_;
   std::unique_ptr<testing::ChildProcess> agent_;
+  // What the machine held when the case began (nothing of this case's).
+  testing::LeakSnapshot baseline_;
   int agent_port_ = 0;
   std::map<std::string, std::string> volume_context_;
   std::map<std::string, std::string> publish_context_;

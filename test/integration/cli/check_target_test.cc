@@ -2,9 +2,15 @@
 // class is diagnosed by name, and a CHAP secret never reaches the output.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <fstream>
 
 #include "common/executor.h"
+#include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -39,6 +45,17 @@ class CheckTargetTest : public ::testing::Test {
     ::unlink(log.c_str());
     args.insert(args.begin(), {testing::BinDir() + "/blockctl", "-o", "json", "check-target", tgtd_->portal()});
     testing::ChildProcess child(args, log);
+    int code = child.Wait(std::chrono::seconds(60));
+    return {code, testing::ReadFileOrEmpty(log)};
+  }
+  // blockctl -o FORMAT [globals] check-target PORTAL --iqn kTarget.
+  std::pair<int, std::string> CheckWith(const std::vector<std::string>& globals, const std::string& format) {
+    std::string log = dir_.Join("out.log");
+    ::unlink(log.c_str());
+    std::vector<std::string> argv = {testing::BinDir() + "/blockctl", "-o", format};
+    argv.insert(argv.end(), globals.begin(), globals.end());
+    argv.insert(argv.end(), {"check-target", tgtd_->portal(), "--iqn", kTarget});
+    testing::ChildProcess child(argv, log);
     int code = child.Wait(std::chrono::seconds(60));
     return {code, testing::ReadFileOrEmpty(log)};
   }
@@ -91,6 +108,57 @@ TEST_F(CheckTargetTest, ChapFailureIsNamedAndSecretNeverPrinted) {
       Check({"--node-id", "n1", "--iqn", kTarget, "--chap-user", "node-user", "--chap-secret-file", good});
   EXPECT_EQ(good_code, 0) << good_out;
   EXPECT_EQ(good_out.find(kSecret), std::string::npos);
+}
+
+}  // namespace
+}  // namespace blockcsi
+
+namespace blockcsi {
+namespace {
+
+// Issue #15 item 7: without --node-id the initiator comes from the running
+// plugin (NodeGetInfo), else the node's state dir, else the host name; the
+// output says which.
+TEST_F(CheckTargetTest, NodeIdFromThePluginThenTheStateDirThenTheHostName) {
+  testing::PluginUnderTest plugin(dir_.Join("plugin"), nullptr);
+  testing::PluginOptions options;
+  options.mode = "node";
+  options.node_id = "n1";
+  std::string error;
+  ASSERT_TRUE(plugin.Start(options, &error)) << error;
+  const std::string endpoint = "unix://" + plugin.socket();
+  const std::string empty_state = dir_.Join("empty-state");
+  std::filesystem::create_directories(empty_state);
+
+  auto [code, out] = CheckWith({"--endpoint", endpoint, "--state-dir", empty_state}, "json");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("\"node_id\": \"n1\""), std::string::npos) << out;
+  EXPECT_NE(out.find("NodeGetInfo"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"diagnosis\": \"ok\""), std::string::npos) << out;
+  auto [table_code, table] = CheckWith({"--endpoint", endpoint, "--state-dir", empty_state}, "table");
+  EXPECT_EQ(table_code, 0) << table;
+  EXPECT_NE(table.find("initiator: iqn.2026-11.io.blockcsi:node:n1 (node id \"n1\" from the running plugin's "
+                       "NodeGetInfo"),
+            std::string::npos)
+      << table;
+
+  // The plugin stopped: its state dir still says which node it is.
+  plugin.Stop();
+  auto [state_code, state] = CheckWith({"--endpoint", endpoint, "--state-dir", plugin.state_dir()}, "json");
+  EXPECT_EQ(state_code, 0) << state;
+  EXPECT_NE(state.find("\"node_id\": \"n1\""), std::string::npos) << state;
+  EXPECT_NE(state.find("the state dir"), std::string::npos) << state;
+
+  // Nothing but the host name.
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  std::string expected = host;
+  std::transform(expected.begin(), expected.end(), expected.begin(), [](unsigned char c) { return std::tolower(c); });
+  auto [host_code, by_host] = CheckWith({"--endpoint", endpoint, "--state-dir", empty_state}, "json");
+  EXPECT_NE(by_host.find("\"node_id\": \"" + expected + "\""), std::string::npos) << by_host;
+  EXPECT_NE(by_host.find("the host name"), std::string::npos) << by_host;
+  EXPECT_EQ(host_code, 1) << "the host's initiator is not in the ACL:\n" << by_host;
+  testing::CleanUpUnder(dir_.path());
 }
 
 }  // namespace

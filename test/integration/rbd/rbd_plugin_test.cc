@@ -235,6 +235,8 @@ class RbdPluginTest : public ::testing::Test {
                       "--ceph-user",    env_.at("BLOCKCSI_CEPH_USER"),
                       "--ceph-keyring", env_.at("BLOCKCSI_CEPH_KEYRING"),
                       "--rbd-pool",     env_.at("RBD_POOL")};
+      // The second node this suite publishes to (--mode all knows only its own).
+      if (mode == "all") o.extra_args.insert(o.extra_args.end(), {"--known-node-ids", "node-b"});
     }
     return o;
   }

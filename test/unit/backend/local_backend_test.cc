@@ -258,6 +258,36 @@ TEST_F(LocalBackendTest, FaultBetweenStepsThenRestartShowsWholeObjectsOrNothing)
   }
 }
 
+// Issue #15: a create or a grant that fails with a final code takes back
+// what it made (the provisioner and the attacher do not come back for it);
+// an uncertain failure (above: ABORTED) keeps it for the retry.
+TEST_F(LocalBackendTest, FinalFailureOfCreateOrGrantLeavesNothing) {
+  std::string failing;
+  auto b = Open([&failing](std::string_view s) { return s == failing ? Internal("injected failure") : OkStatus(); });
+  failing = "create:committed";
+  auto created = b->CreateVolume(Spec("pvc-final", 4 * kMiB));
+  EXPECT_EQ(created.status().code(), StatusCode::kInternal);
+  EXPECT_TRUE(Files("images").empty()) << "the image stayed";
+  EXPECT_TRUE(Files("volumes").empty()) << "the record stayed";
+  auto list = b->ListVolumes("", 0);
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->items.empty());
+  EXPECT_FALSE(std::filesystem::exists(configfs_.Join("target/iscsi")) &&
+               !std::filesystem::is_empty(configfs_.Join("target/iscsi")))
+      << "an export stayed";
+
+  failing = "";
+  auto v = b->CreateVolume(Spec("pvc-final", 4 * kMiB));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  failing = "grant:recorded";
+  AccessGrant grant{kNodeA, "a", false, "rwo-mount", {}};
+  EXPECT_EQ(b->GrantAccess(v->id, grant).status().code(), StatusCode::kInternal);
+  EXPECT_TRUE(b->GetVolume(v->id)->grants.empty()) << "the grant record stayed";
+  EXPECT_FALSE(std::filesystem::exists(TargetDir(v->target_iqn) + "/tpgt_1/acls/" + kNodeA)) << "the ACL stayed";
+  failing = "";
+  ASSERT_TRUE(b->GrantAccess(v->id, grant).ok()) << "a later publish works";
+}
+
 TEST_F(LocalBackendTest, FaultInDeleteThenRestartFinishesWithoutHalfVolume) {
   TempDir pool;
   TempDir configfs;

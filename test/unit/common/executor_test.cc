@@ -1,4 +1,5 @@
 #include "common/executor.h"
+#include "common/logging.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -70,6 +71,63 @@ TEST(ExecutorTest, SensitiveArgumentsAreRedactedInLogsAndErrors) {
   auto echo = exec->Run(Command("/bin/echo").Secret("hunter2-secret"));
   ASSERT_TRUE(echo.ok());
   EXPECT_EQ(echo->stdout_text, "hunter2-secret\n");
+}
+
+// Item 5 of issue #15: what a caller sees of a failed program is the line
+// that says why, never its usage text or version banner.
+std::string ProgramError(const std::string& name) {
+  return testing::ReadFileOrEmpty(testing::TestDataPath("program-errors/" + name));
+}
+
+TEST(FirstMeaningfulLineTest, RealProgramsOutputs) {
+  EXPECT_EQ(FirstMeaningfulLine(ProgramError("mkfs.xfs-too-small.stderr")), "Filesystem must be larger than 300MB.");
+  const std::string inodes =
+      "mkfs.ext4: inode_size (256) * inodes_count (100000000) too big for a filesystem with 65536 blocks, specify "
+      "higher inode_ratio (-i) or lower inode count (-N).";
+  EXPECT_EQ(FirstMeaningfulLine(ProgramError("mkfs.ext4-too-many-inodes.stderr")), inodes);
+  EXPECT_EQ(FirstMeaningfulLine(ProgramError("mke2fs-banner-too-many-inodes.stderr")), inodes);
+  EXPECT_EQ(FirstMeaningfulLine(ProgramError("mkfs.ext4-bad-option.stderr")), "mkfs.ext4: invalid option -- 'Z'");
+  EXPECT_EQ(FirstMeaningfulLine(ProgramError("mkfs.btrfs-too-small.stderr")),
+            "ERROR: 'tiny.img' is too small to make a usable filesystem");
+  EXPECT_EQ(FirstMeaningfulLine(ProgramError("mkfs.btrfs-too-small.stdout")), "");
+}
+
+TEST(FirstMeaningfulLineTest, ShortAndClean) {
+  EXPECT_EQ(FirstMeaningfulLine(""), "");
+  EXPECT_EQ(FirstMeaningfulLine("\n\n  \nUsage: prog [options]\n\t-x  do x\n"), "");
+  EXPECT_EQ(FirstMeaningfulLine("Try `tgtadm --help' for more information.\n"), "");
+  std::string line = FirstMeaningfulLine(std::string(1000, 'e') + "\n");
+  EXPECT_EQ(line.size(), 300u);
+}
+
+TEST(FirstMeaningfulLineTest, DescribeFailureBlanksSecretsAndCarriesOneLine) {
+  Command cmd("prog");
+  cmd.Arg("--user").Arg("u").Secret("hunter2-secret");
+  CommandResult r;
+  r.exit_code = 2;
+  r.stderr_text = "prog: password hunter2-secret rejected\nUsage: prog --user U PASSWORD\n  more usage\n";
+  std::string described = DescribeFailure(cmd, r);
+  EXPECT_EQ(described, "`prog --user u ***` failed (exit code 2): prog: password *** rejected");
+}
+
+TEST(ExecutorTest, AFailedProgramsWholeOutputIsLoggedAtDebugWithoutSecrets) {
+  std::string log;
+  InitLogging("blockcsi", LogFormat::kText, LogLevel::kDebug);
+  SetLogCaptureForTest(&log);
+  auto exec = MakeProcessExecutor();
+  auto r = exec->Run(Command("/bin/sh")
+                         .Arg("-c")
+                         .Arg("echo \"bad password $1\" >&2; echo second line >&2; read l; echo \"read $l\"; exit 3")
+                         .Arg("sh")
+                         .Secret("hunter2-secret")
+                         .Stdin("stdin-secret-line\n", /*sensitive=*/true));
+  SetLogCaptureForTest(nullptr);
+  InitLogging("blockcsi", LogFormat::kText, LogLevel::kInfo);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(log.find("second line"), std::string::npos) << log;
+  EXPECT_NE(log.find("read ***"), std::string::npos) << log;
+  EXPECT_EQ(log.find("hunter2-secret"), std::string::npos) << log;
+  EXPECT_EQ(log.find("stdin-secret-line"), std::string::npos) << log;
 }
 
 TEST(ExecutorTest, StdinIsDelivered) {

@@ -9,6 +9,7 @@
 
 #include <future>
 #include <set>
+#include <tuple>
 
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
@@ -224,6 +225,58 @@ TEST_F(ControllerServiceTest, CreateVolumeAcceptsSidecarAndBackendKeysAndKeepsSi
   ASSERT_TRUE(record.ok());
   EXPECT_EQ(record->parameters.count("thin"), 1u);
   EXPECT_EQ(record->parameters.count("csi.storage.k8s.io/pvc/name"), 0u);
+}
+
+// Issue #15: a volume its node could never format is refused or grown at
+// CreateVolume, not left to fail at every NodeStageVolume.
+TEST_F(ControllerServiceTest, CreateVolumeGrowsToTheFilesystemMinimumWithinTheLimit) {
+  ControllerOptions options;
+  options.fs_minimum_bytes = [](const std::string& fs) -> uint64_t { return fs == "xfs" ? 300 * kMiB : 0; };
+  Rebuild(options);
+  auto xfs = CreateRequest("pvc-small-xfs", 64 * kMiB);
+  (*xfs.mutable_parameters())["fsType"] = "xfs";
+  csi::v1::CreateVolumeResponse resp;
+  ASSERT_TRUE(Create(xfs, &resp).ok());
+  EXPECT_EQ(resp.volume().capacity_bytes(), 300 * kMiB) << "the real capacity is reported";
+  ASSERT_TRUE(Create(xfs, &resp).ok()) << "a retry computes the same size";
+
+  auto limited = CreateRequest("pvc-small-xfs-limited", 64 * kMiB, 128 * kMiB);
+  (*limited.mutable_parameters())["fsType"] = "xfs";
+  grpc::Status st = Create(limited);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("xfs needs at least " + std::to_string(300 * kMiB)));
+  EXPECT_THAT(st.error_message(), HasSubstr("pvc-small-xfs-limited"));
+
+  auto ext4 = CreateRequest("pvc-small-ext4", 64 * kMiB, 64 * kMiB);
+  ASSERT_TRUE(Create(ext4, &resp).ok());
+  EXPECT_EQ(resp.volume().capacity_bytes(), 64 * kMiB);
+  auto block = CreateRequest("pvc-small-block", 64 * kMiB, 64 * kMiB);
+  (*block.mutable_parameters())["fsType"] = "xfs";
+  block.mutable_volume_capabilities(0)->clear_mount();
+  block.mutable_volume_capabilities(0)->mutable_block();
+  ASSERT_TRUE(Create(block, &resp).ok()) << "raw block is never formatted";
+  EXPECT_EQ(resp.volume().capacity_bytes(), 64 * kMiB);
+}
+
+TEST_F(ControllerServiceTest, CreateVolumeChecksMkfsOptionsForItsFilesystem) {
+  int before = backend_->Calls("CreateVolume");
+  for (const auto& [fs, options, named] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"ext4", "-F; touch /x", "-F;"},
+           {"ext4", "-b 4096 -f", "-f"},
+           {"xfs", "-b size=4096 -d file=1,name=/etc/passwd", "file"},
+           {"btrfs", "-N 100", "-N"}}) {
+    auto r = CreateRequest("pvc-mkfs-" + fs);
+    (*r.mutable_parameters())["fsType"] = fs;
+    (*r.mutable_parameters())["mkfsOptions"] = options;
+    grpc::Status st = Create(r);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << fs << " " << options;
+    EXPECT_THAT(st.error_message(), HasSubstr(named)) << fs << " " << options;
+    EXPECT_THAT(st.error_message(), HasSubstr("pvc-mkfs-" + fs));
+  }
+  EXPECT_EQ(backend_->Calls("CreateVolume"), before) << "nothing reached the backend";
+  auto good = CreateRequest("pvc-mkfs-good");
+  (*good.mutable_parameters())["mkfsOptions"] = "-N 100000 -L data";
+  EXPECT_TRUE(Create(good).ok());
 }
 
 TEST_F(ControllerServiceTest, CreateVolumeCarriesFsTypeInVolumeContext) {

@@ -318,6 +318,55 @@ TEST_F(NodeServiceTest, StageStopsWhenE2fsckCannotRepair) {
   EXPECT_EQ(world_->Count("mount"), 0);
 }
 
+// ---- Whole rollback (issue #15): kubelet never unstages after a final
+// failure, so the stage undoes its own attach; an uncertain one keeps it.
+
+TEST_F(NodeServiceTest, StageFinalFailureAfterAttachDetachesAndSaysWhyInOneLine) {
+  Device("vol1", "/dev/fake1");
+  CommandResult mkfs;
+  mkfs.exit_code = 1;
+  mkfs.stderr_text =
+      "mke2fs 1.47.0 (5-Feb-2023)\nmkfs.ext4: inode_size (256) * inodes_count (100000000) too big for a\n"
+      "\tfilesystem with 65536 blocks\nUsage: mkfs.ext4 [-c|-l filename]\n\t[-b block-size]\n";
+  executor_->Script("mkfs.ext4", mkfs);
+  Status st = node_->Stage(StageRequest("vol1"));
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.ToString();
+  EXPECT_NE(st.message().find("vol1"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("too big for a filesystem with 65536 blocks"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("Usage"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  EXPECT_EQ(attacher_->Get("vol1").status().code(), StatusCode::kNotFound) << "the attachment was kept";
+  EXPECT_EQ(world_->Count("detach vol1"), 1);
+}
+
+TEST_F(NodeServiceTest, StageUncertainFailureAfterAttachKeepsTheAttachmentForUnstage) {
+  Device("vol1", "/dev/fake1");
+  mounter_->FailNext(kStaging, Unavailable("mount timed out"));
+  EXPECT_CODE(node_->Stage(StageRequest("vol1")), kUnavailable);
+  EXPECT_TRUE(attacher_->Get("vol1").ok()) << "an uncertain failure must leave the attachment to a retry";
+  EXPECT_EQ(world_->Count("detach vol1"), 0);
+  ASSERT_TRUE(node_->Unstage(UnstageRequest("vol1")).ok());
+  EXPECT_EQ(attacher_->Get("vol1").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(NodeServiceTest, StageFinalFailureKeepsAnAttachmentThatIsInUse) {
+  // Staged and published as raw block, the staging record lost its path
+  // (an old plugin): a failing restage must not pull the device from the pod.
+  Device("vol1", "/dev/fake1");
+  ASSERT_TRUE(node_->Stage(StageRequest("vol1", "block")).ok());
+  world_->files.insert(kTarget);
+  ASSERT_TRUE(node_->Publish(PublishRequest("vol1", /*block=*/true)).ok());
+  ASSERT_TRUE(attacher_->Annotate("vol1", kStagedAnnotation, "").ok());
+  CommandResult mkfs;
+  mkfs.exit_code = 1;
+  mkfs.stderr_text = "mkfs.ext4: no\n";
+  executor_->Script("mkfs.ext4", mkfs);
+  Status st = node_->Stage(StageRequest("vol1"));
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(attacher_->Get("vol1").ok()) << st.ToString();
+  EXPECT_EQ(world_->Count("detach vol1"), 0);
+}
+
 TEST(StagedFactsTest, PathWithCommasSurvivesTheRoundTrip) {
   AttachRecord r;
   StagedFacts facts{.access_type = "mount", .fs_type = "xfs", .staging_path = "/a,b/c"};
@@ -717,7 +766,12 @@ TEST_F(NodeServiceTest, StatsOfMissingPathOrVolumeIsNotFound) {
   csi::v1::NodeGetVolumeStatsResponse resp;
   EXPECT_CODE(node_->Stats(StatsRequest("vol1", "/nowhere"), &resp), kNotFound);
   EXPECT_CODE(node_->Stats(StatsRequest("vol1", kStaging), &resp), kNotFound);
-  EXPECT_CODE(node_->Stats(StatsRequest("vol1", "rel"), &resp), kInvalidArgument);
+  // An unknown volume is NOT_FOUND whatever the path looks like (issue #15,
+  // csi-sanity's "should fail when volume is not found" asks at "some/path").
+  EXPECT_CODE(node_->Stats(StatsRequest("vol1", "rel"), &resp), kNotFound);
+  csi::v1::NodeExpandVolumeResponse expanded;
+  EXPECT_CODE(node_->Expand(ExpandRequest("vol1", "rel"), &expanded), kNotFound);
+  EXPECT_CODE(node_->Stats(StatsRequest("vol1", ""), &resp), kInvalidArgument);
 }
 
 }  // namespace

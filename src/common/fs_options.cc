@@ -1,4 +1,4 @@
-#include "node/fs_options.h"
+#include "common/fs_options.h"
 
 #include <algorithm>
 #include <array>

@@ -1,0 +1,143 @@
+#include "support/leak_check.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "common/mounter.h"
+#include "support/test_util.h"
+
+namespace blockcsi::testing {
+namespace {
+
+bool Under(const std::string& path, const std::string& dir) {
+  return !dir.empty() && (path == dir || path.rfind(dir + "/", 0) == 0);
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  size_t b = s.find_first_not_of(' ');
+  return b == std::string::npos ? "" : s.substr(b);
+}
+
+void AddMounts(const LeakScope& scope, std::set<std::string>* out) {
+  if (scope.dir.empty()) return;
+  for (const auto& e : ParseMountInfo(ReadFileOrEmpty("/proc/self/mountinfo"))) {
+    if (Under(e.target, scope.dir)) out->insert("mount " + e.target + " (" + e.fs_type + ")");
+  }
+}
+
+// Through sysfs, not losetup: a loop device whose backing file was deleted
+// (a bridge's FUSE file gone, the image removed) still holds a device and
+// shows its old path with " (deleted)".
+void AddLoops(const LeakScope& scope, std::set<std::string>* out) {
+  if (scope.dir.empty()) return;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/block", ec)) {
+    std::string name = entry.path().filename();
+    if (name.rfind("loop", 0) != 0) continue;
+    std::string backing = Trim(ReadFileOrEmpty(entry.path() / "loop" / "backing_file"));
+    if (backing.empty()) continue;
+    std::string path = backing;
+    if (path.size() > 10 && path.ends_with(" (deleted)")) path.resize(path.size() - 10);
+    if (Under(path, scope.dir)) out->insert("loop /dev/" + name + " <- " + backing);
+  }
+}
+
+void AddProcesses(const LeakScope& scope, std::set<std::string>* out) {
+  if (scope.dir.empty() && scope.volume_id.empty()) return;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string name = entry.path().filename();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (pid == ::getpid() ||
+        std::find(scope.ignore_pids.begin(), scope.ignore_pids.end(), pid) != scope.ignore_pids.end()) {
+      continue;
+    }
+    std::string cmdline = ReadFileOrEmpty(entry.path() / "cmdline");
+    if (cmdline.empty()) continue;  // a kernel thread or gone
+    bool names = (!scope.dir.empty() && cmdline.find(scope.dir) != std::string::npos) ||
+                 (!scope.volume_id.empty() && cmdline.find(scope.volume_id) != std::string::npos);
+    if (!names) continue;
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    out->insert("process " + name + ": " + Trim(cmdline).substr(0, 200));
+  }
+}
+
+void AddFiles(const std::string& dir, const std::string& label, std::set<std::string>* out) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    out->insert(label + entry.path().filename().string());
+  }
+}
+
+}  // namespace
+
+std::set<std::string> TgtdItems(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream lines(text);
+  std::string line, target, section;
+  while (std::getline(lines, line)) {
+    if (line.rfind("Target ", 0) == 0) {
+      size_t colon = line.find(": ");
+      target = colon == std::string::npos ? line : line.substr(colon + 2);
+      section.clear();
+      out.insert("tgtd target " + target);
+      continue;
+    }
+    if (line.rfind("    ", 0) == 0 && line.size() > 4 && line[4] != ' ') {
+      section = Trim(line);
+      continue;
+    }
+    std::string item = Trim(line);
+    if (item.empty()) continue;
+    if (section == "ACL information:") {
+      out.insert("tgtd acl " + target + " " + item);
+    } else if (section == "Account information:") {
+      out.insert("tgtd account " + target + " " + item);
+    } else if (section == "I_T nexus information:" && item.rfind("Initiator: ", 0) == 0) {
+      std::string initiator = item.substr(11);
+      initiator = initiator.substr(0, initiator.find(' '));
+      out.insert("tgtd session " + target + " " + initiator);
+    } else if (section == "LUN information:" && item.rfind("LUN: ", 0) == 0) {
+      out.insert("tgtd lun " + target + " " + item.substr(5));
+    }
+  }
+  return out;
+}
+
+LeakSnapshot TakeLeakSnapshot(const LeakScope& scope) {
+  LeakSnapshot s;
+  AddMounts(scope, &s.items);
+  AddLoops(scope, &s.items);
+  AddProcesses(scope, &s.items);
+  if (!scope.state_dir.empty()) AddFiles(scope.state_dir + "/attachments", "record ", &s.items);
+  if (!scope.pool_dir.empty()) {
+    for (const char* sub : {"volumes", "images", "tmp"}) {
+      AddFiles(scope.pool_dir + "/" + sub, std::string("pool ") + sub + "/", &s.items);  // "pool images/vol-x.img"
+    }
+  }
+  if (scope.tgtd != nullptr) {
+    for (auto& item : TgtdItems(scope.tgtd->ShowTargets())) s.items.insert(item);
+  }
+  return s;
+}
+
+std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot& after) {
+  std::vector<std::string> out;
+  std::set_difference(after.items.begin(), after.items.end(), before.items.begin(), before.items.end(),
+                      std::back_inserter(out));
+  return out;
+}
+
+std::string DescribeItems(const std::vector<std::string>& items) {
+  if (items.empty()) return "nothing";
+  std::string out;
+  for (const auto& i : items) out += "\n  " + i;
+  return out;
+}
+
+}  // namespace blockcsi::testing

@@ -1,0 +1,59 @@
+// The one leak checker of the test suites (issue #15): what a node, a
+// target and a pool hold that a plugin under test can create — processes,
+// mounts, loop devices (also those whose backing file is gone), attach
+// records, tgtd targets/LUNs/ACLs/accounts/sessions and pool files — taken
+// as a snapshot before a call and compared right after it, before any
+// cleanup, so that "a failed call leaves nothing behind" is asserted on the
+// machine's real state. Not thread-safe; needs root to see loop devices and
+// other users' processes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "support/tgtd_harness.h"
+
+namespace blockcsi::testing {
+
+// Where to look. Empty fields are not looked at.
+struct LeakScope {
+  // The test's own directory: mounts under it, loop devices whose backing
+  // file is (or was, before it was deleted) under it, processes naming it.
+  std::string dir;
+  // Processes naming this volume anywhere in their command line (a bridge
+  // names the volume it serves).
+  std::string volume_id;
+  // The node's attach records: <state_dir>/attachments/*.
+  std::string state_dir;
+  // The pool's files: volumes/, images/ and tmp/ under it.
+  std::string pool_dir;
+  // tgtd's live configuration: targets, LUNs, ACL entries, accounts, sessions.
+  const TgtdHarness* tgtd = nullptr;
+  // The test's own long-running processes (the plugin, an agent): they name
+  // the directory too, and a restart gives them a new pid.
+  std::vector<pid_t> ignore_pids;
+};
+
+// One line per object, e.g. "mount /tmp/x/staging/vol-1 (ext4)",
+// "loop /dev/loop3 <- /tmp/x/bridge/vol-1/disk (deleted)",
+// "tgtd acl iqn...:vol-1 iqn...:node:n1".
+struct LeakSnapshot {
+  std::set<std::string> items;
+};
+
+LeakSnapshot TakeLeakSnapshot(const LeakScope& scope);
+
+// What `after` holds that `before` did not, sorted; empty when nothing leaked.
+std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot& after);
+
+// For failure messages: the items one per line, or "nothing".
+std::string DescribeItems(const std::vector<std::string>& items);
+
+// The parts of `tgtadm --op show --mode target` output the checker keeps.
+// Pure (tested against captured output).
+std::set<std::string> TgtdItems(const std::string& show_target_output);
+
+}  // namespace blockcsi::testing

@@ -1,0 +1,39 @@
+// The shared leak checker's reading of tgtd (test/support/leak_check.h),
+// against captured `tgtadm --op show --mode target` output.
+#include "support/leak_check.h"
+
+#include <gtest/gtest.h>
+
+#include "support/test_util.h"
+
+namespace blockcsi {
+namespace {
+
+TEST(LeakCheckTest, TgtdItemsNameTargetsLunsAclsAccountsAndSessions) {
+  auto items = testing::TgtdItems(testing::ReadFileOrEmpty(testing::TestDataPath("tgtadm/show_target_sessions.txt")));
+  const std::string t1 = "iqn.2026-11.io.blockcsi:vol-0123456789abcdef";
+  const std::string t2 = "iqn.2026-11.io.blockcsi:vol-1111111111111111";
+  for (const std::string& want :
+       std::vector<std::string>{"tgtd target " + t1, "tgtd lun " + t1 + " 1", "tgtd account " + t1 + " alice",
+                                "tgtd acl " + t1 + " iqn.2026-11.io.blockcsi:node:n1",
+                                "tgtd session " + t1 + " iqn.2026-11.io.blockcsi:node:n1",
+                                "tgtd acl " + t2 + " iqn.2026-11.io.blockcsi:node:n2",
+                                std::string("tgtd target iqn.2003-01.org.example:foreign")}) {
+    EXPECT_TRUE(items.count(want)) << want;
+  }
+  for (const auto& item : items) {
+    EXPECT_EQ(item.find("Backing store"), std::string::npos) << item;
+    EXPECT_EQ(item.find("IP Address"), std::string::npos) << item;
+  }
+}
+
+TEST(LeakCheckTest, NewItemsAreWhatAppearedSinceTheFirstSnapshot) {
+  testing::LeakSnapshot before{{"mount /a (ext4)", "record vol-1.json"}};
+  testing::LeakSnapshot after{{"mount /a (ext4)", "loop /dev/loop3 <- /x/lun (deleted)", "record vol-2.json"}};
+  EXPECT_EQ(testing::NewItems(before, after),
+            (std::vector<std::string>{"loop /dev/loop3 <- /x/lun (deleted)", "record vol-2.json"}));
+  EXPECT_TRUE(testing::NewItems(after, after).empty());
+}
+
+}  // namespace
+}  // namespace blockcsi
