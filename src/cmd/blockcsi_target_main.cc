@@ -32,6 +32,8 @@ struct AgentConfig {
   std::string target = "tgt";
   std::string configfs_root = "/sys/kernel/config";
   int tgt_control_port = 0;
+  std::string tgtadm = "/usr/sbin/tgtadm";
+  double overcommit_ratio = 1.0;
   std::vector<std::string> portals;
   std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
   std::string reconcile_interval = "30s";
@@ -60,6 +62,13 @@ int Main(int argc, char** argv) {
   app.add_option("--configfs-root", c.configfs_root, "configfs mount for --target lio")->capture_default_str();
   app.add_option("--tgt-control-port", c.tgt_control_port, "tgtd control port (tgtadm -C)")
       ->check(CLI::Range(0, 65535));
+  app.add_option("--tgtadm", c.tgtadm, "tgtadm program, by absolute path (PATH is never searched)")
+      ->capture_default_str();
+  app.add_option("--overcommit-ratio", c.overcommit_ratio,
+                 "Thin provisioning: a new volume (or a grow) may take up to the pool's free space times this; "
+                 "more is RESOURCE_EXHAUSTED (more than the whole pool file system times this: OUT_OF_RANGE)")
+      ->check(CLI::Range(0.001, 1000.0))
+      ->capture_default_str();
   app.add_option("--portal", c.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")->required();
   app.add_option("--iqn-prefix", c.iqn_prefix, "IQN prefix of our targets")->capture_default_str();
   app.add_option("--reconcile-interval", c.reconcile_interval, "How often the daemon is reconciled (e.g. 30s)")
@@ -124,6 +133,8 @@ int Main(int argc, char** argv) {
   options.target = c.target;
   options.configfs_root = c.configfs_root;
   options.tgt_control_port = c.tgt_control_port;
+  options.tgtadm = c.tgtadm;
+  options.overcommit_ratio = c.overcommit_ratio;
   options.portals = c.portals;
   options.iqn_prefix = c.iqn_prefix;
   options.reconcile_interval = *interval;

@@ -33,6 +33,8 @@ struct LocalBackendOptions {
   std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
   // 0: no background loop (ReconcileNow only).
   std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};
+  // The pool's thin-provisioning policy (PoolOptions::overcommit_ratio).
+  double overcommit_ratio = 1.0;
   // Test-only: see FaultHook; also passed to the pool.
   FaultHook fault_hook;
 };

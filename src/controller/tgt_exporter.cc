@@ -30,8 +30,9 @@ TgtTarget* FindTarget(std::vector<TgtTarget>& live, const std::string& iqn) {
 
 }  // namespace
 
-TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::chrono::milliseconds timeout)
-    : executor_(std::move(executor)), control_port_(control_port), timeout_(timeout) {}
+TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm,
+                         std::chrono::milliseconds timeout)
+    : executor_(std::move(executor)), control_port_(control_port), tgtadm_(std::move(tgtadm)), timeout_(timeout) {}
 
 std::string TgtExporter::ScsiIdFor(const std::string& volume_id) { return "b10cc5a1" + HexOf(volume_id); }
 
@@ -40,7 +41,7 @@ ExportedLunIdentity TgtExporter::IdentityFor(const std::string& volume_id) const
 }
 
 Command TgtExporter::Tgtadm() const {
-  Command c("tgtadm");
+  Command c(tgtadm_);
   c.Arg("-C").Arg(std::to_string(control_port_)).Arg("--lld").Arg("iscsi").Timeout(timeout_);
   return c;
 }
@@ -64,7 +65,11 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
     return Unavailable("tgtd on control port " + std::to_string(control_port_) +
                        " does not answer: " + result.stderr_text);
   }
-  return ParseTgtadmTargets(result.stdout_text);
+  auto parsed = ParseTgtadmTargets(result.stdout_text);
+  // Output we cannot account for is tgtd's (or a forger's) problem, not the
+  // caller's bad input: INTERNAL, and nothing is changed on its strength.
+  if (!parsed.ok()) return Internal("tgtd's target list cannot be trusted: " + parsed.status().message());
+  return parsed;
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
@@ -75,10 +80,53 @@ StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
     return Unavailable("tgtd on control port " + std::to_string(control_port_) +
                        " does not answer: " + result.stderr_text);
   }
-  return ParseTgtadmAccounts(result.stdout_text);
+  auto parsed = ParseTgtadmAccounts(result.stdout_text);
+  if (!parsed.ok()) return Internal("tgtd's account list cannot be trusted: " + parsed.status().message());
+  return parsed;
 }
 
 Status TgtExporter::Healthy() { return ShowTargets().status(); }
+
+namespace {
+
+// Every account a target binds must be one tgtd lists: anything else means
+// the two listings disagree (or one was forged), and nothing is changed.
+Status CheckAccountsListed(const std::vector<TgtTarget>& live, const std::vector<std::string>& accounts) {
+  for (const auto& t : live) {
+    for (const auto* bound : {&t.incoming_accounts, &t.outgoing_accounts}) {
+      for (const auto& user : *bound) {
+        if (!Contains(accounts, user)) {
+          return Internal("tgtd output not accounted for: target " + std::to_string(t.tid) + " binds CHAP account \"" +
+                          user + "\" that its account list does not have");
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status TgtExporter::VerifyAclLocked(const DesiredExport& d, int tid, const std::set<std::string>& want,
+                                    std::vector<TgtTarget>& live) {
+  BLOCKCSI_ASSIGN_OR_RETURN(live, ShowTargets());
+  const TgtTarget* target = nullptr;
+  for (const auto& t : live) {
+    if (t.tid == tid) target = &t;
+  }
+  if (target == nullptr || target->iqn != d.iqn) {
+    return Internal("ACL check of volume " + d.volume_id + ": tgtd's target " + std::to_string(tid) + " is " +
+                    (target == nullptr ? std::string("gone") : "\"" + target->iqn + "\"") + ", not " + d.iqn);
+  }
+  std::set<std::string> have(target->acls.begin(), target->acls.end());
+  if (have != want) {
+    std::string listed;
+    for (const auto& a : have) listed += (listed.empty() ? "" : ", ") + a;
+    return Internal("ACL check of volume " + d.volume_id + ": tgtd lets in {" + listed +
+                    "}, which is not what its record lists");
+  }
+  return OkStatus();
+}
 
 Status TgtExporter::AddLun(int tid, const DesiredExport& d) {
   std::string t = std::to_string(tid);
@@ -230,8 +278,10 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
     }
     want_acl.insert(acl.initiator_iqn);
   }
+  bool acl_changed = false;
   for (const auto& initiator : want_acl) {
     if (Contains(target->acls, initiator)) continue;
+    acl_changed = true;
     Command bind = Tgtadm();
     bind.Args({"--op", "bind", "--mode", "target", "--tid", tid, "--initiator-name", initiator});
     BLOCKCSI_RETURN_IF_ERROR(Run(bind, "allow " + initiator + " on volume " + d.volume_id, "already exists"));
@@ -240,6 +290,7 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
   }
   for (const auto& acl : std::vector<std::string>(target->acls)) {
     if (want_acl.count(acl)) continue;
+    acl_changed = true;
     Command unbind = Tgtadm();
     // An ACL entry we did not make could be an address; tgtadm unbinds those with -I.
     bool by_name = acl.find(':') != std::string::npos || acl.rfind("iqn.", 0) == 0 || acl.rfind("eui.", 0) == 0;
@@ -253,6 +304,9 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
     std::erase(target->acls, acl);
     repairs.push_back("disallowed " + acl + " on " + d.iqn);
   }
+  // Checked against the record before (want_acl comes from it, the tid from
+  // a listing with unique ids and names) and after: read back.
+  if (acl_changed) BLOCKCSI_RETURN_IF_ERROR(VerifyAclLocked(d, std::stoi(tid), want_acl, live));
   return repairs;
 }
 
@@ -282,6 +336,7 @@ StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desir
   std::vector<std::string> accounts;
   if (!desired.chap.empty()) {
     BLOCKCSI_ASSIGN_OR_RETURN(accounts, ShowAccounts());
+    BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
   }
   auto result = ApplyLocked(desired, live, accounts);
   if (result.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(live);
@@ -303,6 +358,7 @@ std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std
     auto shown = ShowAccounts();
     if (shown.ok()) {
       accounts = std::move(shown).value();
+      read = CheckAccountsListed(*live, accounts);
     } else {
       read = shown.status();
     }
@@ -324,6 +380,7 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
   std::lock_guard lock(mu_);
   BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
   BLOCKCSI_ASSIGN_OR_RETURN(auto accounts, ShowAccounts());
+  BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
   std::vector<std::string> repairs;
   std::set<std::string> wanted;
   Status first_error;

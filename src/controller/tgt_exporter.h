@@ -1,6 +1,9 @@
 // TgtExporter: the Exporter for Linux tgt, driving a running tgtd through
-// `tgtadm -C <control port>` (argv via the Executor; CHAP passwords marked
-// Secret). tgtd keeps its configuration in memory only, so everything here
+// `/usr/sbin/tgtadm -C <control port>` (argv via the Executor; CHAP
+// passwords marked Secret). What tgtd prints is trusted only as far as it
+// can be accounted for: duplicate target ids or names, accounts bound but
+// not listed, malformed names are errors, never acted on; every ACL change
+// is read back and compared with the record. tgtd keeps its configuration in memory only, so everything here
 // is re-derivable from the pool by Apply/Reconcile. Thread-safe: one mutex
 // serialises every change (tgtd handles one management request at a time
 // anyway, and target ids are allocated from what `show` returns).
@@ -22,8 +25,11 @@ namespace blockcsi {
 
 class TgtExporter final : public Exporter {
  public:
-  TgtExporter(std::shared_ptr<Executor> executor, int control_port,
+  // `tgtadm` is run by this absolute path, never looked up in PATH (a
+  // writable directory early in PATH would get every CHAP secret).
+  TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm = kDefaultTgtadm,
               std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  static constexpr char kDefaultTgtadm[] = "/usr/sbin/tgtadm";
 
   std::string Kind() const override { return "tgt"; }
   ExportedLunIdentity IdentityFor(const std::string& volume_id) const override;
@@ -53,6 +59,11 @@ class TgtExporter final : public Exporter {
   Status EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
                        std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
   Status AddLun(int tid, const DesiredExport& desired);
+  // After an ACL change: reads tgtd again and checks that the target with
+  // that tid is still the volume's and that its ACL is exactly `want`
+  // (the record's initiators). Refreshes `live`. Needs mu_.
+  Status VerifyAclLocked(const DesiredExport& desired, int tid, const std::set<std::string>& want,
+                         std::vector<TgtTarget>& live);
   // Deletes the accounts of ours (made by this process, or unbound by it from
   // one of our targets) that no target binds any more, so that a CHAP secret
   // does not outlive its last volume in tgtd's memory. Best effort (logged):
@@ -61,6 +72,7 @@ class TgtExporter final : public Exporter {
 
   const std::shared_ptr<Executor> executor_;
   const int control_port_;
+  const std::string tgtadm_;
   const std::chrono::milliseconds timeout_;
   std::mutex mu_;
   // The password each tgtd account was last created with by this process;

@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "attach/chap_rules.h"
+
 namespace blockcsi {
 namespace {
 
@@ -33,9 +35,28 @@ bool Field(std::string_view line, std::string_view key, std::string_view* value)
   return true;
 }
 
+// Quotes at most 120 bytes of a line, unprintable bytes as '?': an error
+// must stay short and printable whatever tgtd printed.
+std::string Excerpt(std::string_view line) {
+  std::string out;
+  for (char c : line.substr(0, 120)) out += (c < 0x20 || c > 0x7e) ? '?' : c;
+  if (line.size() > 120) out += "...";
+  return out;
+}
+
 Status Unexpected(int line_number, std::string_view line) {
-  return InvalidArgument("tgtadm output line " + std::to_string(line_number) + " not understood: \"" +
-                         std::string(line) + "\"");
+  return InvalidArgument("tgtadm output line " + std::to_string(line_number) + " not understood: \"" + Excerpt(line) +
+                         "\"");
+}
+
+// A target name, initiator name or address as we (or an administrator
+// through tgtadm's argv) could have set it: no whitespace, no control bytes.
+bool IsToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c <= 0x20 || c > 0x7e) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -72,7 +93,17 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
       target.iqn = std::string(Trim(line.substr(colon + 1)));
       // A target without a name cannot be matched to a volume: reconcile
       // must see an error, not a nameless target (found by fuzzing).
-      if (target.iqn.empty()) return Unexpected(line_number, line);
+      if (!IsToken(target.iqn) || target.tid <= 0) return Unexpected(line_number, line);
+      // tgtd never lists a tid or a name twice: a second one means the
+      // listing is not what it seems (issue #21: a forged "Target 3:" block
+      // inside an account name made a later bind hit another volume).
+      for (const auto& seen : targets) {
+        if (seen.tid == target.tid || seen.iqn == target.iqn) {
+          return InvalidArgument("tgtadm output line " + std::to_string(line_number) + " lists target " +
+                                 std::to_string(target.tid) + " \"" + Excerpt(target.iqn) +
+                                 "\" a second time; refusing to act on it");
+        }
+      }
       targets.push_back(std::move(target));
       section = Section::kNone;
       continue;
@@ -141,14 +172,16 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
         break;
       case Section::kAccount: {
         constexpr std::string_view kOutgoing = " (outgoing)";
-        if (line.size() > kOutgoing.size() && line.substr(line.size() - kOutgoing.size()) == kOutgoing) {
-          target.outgoing_accounts.emplace_back(line.substr(0, line.size() - kOutgoing.size()));
-        } else {
-          target.incoming_accounts.emplace_back(line);
-        }
+        bool outgoing = line.size() > kOutgoing.size() && line.substr(line.size() - kOutgoing.size()) == kOutgoing;
+        std::string_view user = outgoing ? line.substr(0, line.size() - kOutgoing.size()) : line;
+        // Only names chap_rules.h allows can be ours; anything else was not
+        // made through us and is not acted on.
+        if (!IsValidChapName(user)) return Unexpected(line_number, line);
+        (outgoing ? target.outgoing_accounts : target.incoming_accounts).emplace_back(user);
         break;
       }
       case Section::kAcl:
+        if (!IsToken(line)) return Unexpected(line_number, line);
         target.acls.emplace_back(line);
         break;
       case Section::kNone:
@@ -169,11 +202,15 @@ StatusOr<std::vector<std::string>> ParseTgtadmAccounts(std::string_view text) {
     ++line_number;
     std::string_view line = Trim(raw);
     if (line.empty()) continue;
-    if (line == "Account list:") {
+    if (line == "Account list:" && Indent(raw) == 0) {
+      if (header) return Unexpected(line_number, line);  // tgtd prints it once
       header = true;
       continue;
     }
-    if (!header || Indent(raw) == 0) return Unexpected(line_number, line);
+    if (!header || Indent(raw) == 0 || !IsValidChapName(line)) return Unexpected(line_number, line);
+    for (const auto& seen : accounts) {
+      if (seen == line) return Unexpected(line_number, line);
+    }
     accounts.emplace_back(line);
   }
   return accounts;

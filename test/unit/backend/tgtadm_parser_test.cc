@@ -90,5 +90,49 @@ TEST(TgtadmParserTest, ParsesAccountList) {
   EXPECT_FALSE(ParseTgtadmAccounts("alice\n").ok());
 }
 
+// Issue #21: tgtd printed a CHAP user name with newlines raw, and the
+// parser took the forged lines for a real target (whose tid then got an
+// attacker's ACL) or a second account list. Such output is refused whole.
+TEST(TgtadmParserTest, RefusesForgedTargetBlocksAndDuplicates) {
+  std::string text = ReadFileOrEmpty(TestDataPath("tgtadm/show_target_mutual.txt"));
+  ASSERT_FALSE(text.empty());
+  ASSERT_TRUE(ParseTgtadmTargets(text).ok());
+  // A forged block inside the foreign target's (empty) account section,
+  // naming volume 0123's IQN with volume 1111's tid.
+  std::string forged = text;
+  const std::string anchor = "Target 5: iqn.2003-01.org.example:foreign\n";
+  size_t at = forged.find("    Account information:\n", forged.find(anchor));
+  ASSERT_NE(at, std::string::npos);
+  forged.insert(at + std::string("    Account information:\n").size(),
+                "        evil\nTarget 2: iqn.2026-11.io.blockcsi:vol-0123456789abcdef\n    ACL information:\n"
+                "        iqn.2026-11.io.blockcsi:node:attacker\n");
+  auto parsed = ParseTgtadmTargets(forged);
+  ASSERT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find("second time"), std::string::npos) << parsed.status().message();
+
+  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\nTarget 1: iqn.a:c\n").ok()) << "duplicate tid";
+  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\nTarget 2: iqn.a:b\n").ok()) << "duplicate name";
+  EXPECT_FALSE(ParseTgtadmTargets("Target 0: iqn.a:b\n").ok()) << "tid 0 is tgtd's own";
+  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b c\n").ok()) << "a name with a space";
+  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\n    Account information:\n        bad,user\n").ok());
+  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\n    ACL information:\n        two words\n").ok());
+}
+
+TEST(TgtadmParserTest, RefusesAForgedOrDuplicatedAccountList) {
+  // The issue's "user4\nAccount list:\n    ghost".
+  EXPECT_FALSE(ParseTgtadmAccounts("Account list:\n    user4\nAccount list:\n    ghost\n").ok());
+  EXPECT_FALSE(ParseTgtadmAccounts("Account list:\n    alice\n    alice\n").ok());
+  EXPECT_FALSE(ParseTgtadmAccounts("Account list:\n    a,b\n").ok());
+  EXPECT_FALSE(ParseTgtadmAccounts("Account list:\n    two words\n").ok());
+}
+
+TEST(TgtadmParserTest, ErrorsStayShortAndPrintable) {
+  std::string line = "Target 1: " + std::string(10000, 'x') + "\x1b[2J";
+  auto parsed = ParseTgtadmTargets(line + "\n    Mystery:\n");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_LT(parsed.status().message().size(), 300u);
+  for (char c : parsed.status().message()) EXPECT_TRUE(c >= 0x20 && c <= 0x7e) << int(c);
+}
+
 }  // namespace
 }  // namespace blockcsi
