@@ -33,6 +33,7 @@ struct AgentConfig {
   std::string configfs_root = "/sys/kernel/config";
   int tgt_control_port = 0;
   std::string tgtadm = "/usr/sbin/tgtadm";
+  std::string tgt_control = "socket";
   double overcommit_ratio = 1.0;
   std::vector<std::string> portals;
   std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
@@ -63,6 +64,10 @@ int Main(int argc, char** argv) {
   app.add_option("--tgt-control-port", c.tgt_control_port, "tgtd control port (tgtadm -C)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--tgtadm", c.tgtadm, "tgtadm program, by absolute path (PATH is never searched)")
+      ->capture_default_str();
+  app.add_option("--tgt-control", c.tgt_control,
+                 "How tgtd is driven: socket (its management socket; no CHAP secret in any argv) or tgtadm")
+      ->check(CLI::IsMember({"socket", "tgtadm"}))
       ->capture_default_str();
   app.add_option("--overcommit-ratio", c.overcommit_ratio,
                  "Thin provisioning: a new volume (or a grow) may take up to the pool's free space times this; "
@@ -134,6 +139,7 @@ int Main(int argc, char** argv) {
   options.configfs_root = c.configfs_root;
   options.tgt_control_port = c.tgt_control_port;
   options.tgtadm = c.tgtadm;
+  options.tgt_control = c.tgt_control;
   options.overcommit_ratio = c.overcommit_ratio;
   options.portals = c.portals;
   options.iqn_prefix = c.iqn_prefix;

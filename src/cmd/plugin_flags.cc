@@ -75,6 +75,11 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
   app.add_option("--tgtadm", c.tgtadm, "tgtadm program for --backend local, by absolute path (PATH is never searched)")
       ->group(controller)
       ->capture_default_str();
+  app.add_option("--tgt-control", c.tgt_control,
+                 "--backend local: how tgtd is driven, socket (no CHAP secret in any argv) or tgtadm")
+      ->check(CLI::IsMember({"socket", "tgtadm"}))
+      ->group(controller)
+      ->capture_default_str();
   app.add_option("--overcommit-ratio", c.overcommit_ratio,
                  "--backend local: a new volume (or a grow) may take up to the pool's free space times this")
       ->check(CLI::Range(0.001, 1000.0))
@@ -130,9 +135,10 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
   // --backend-config names every backend itself; a flag of the single
   // backend next to it would be silently ignored, so it is refused.
   if (!config.backend_config.empty()) {
-    for (const char* flag : {"--backend", "--pool", "--tgt-control-port", "--tgtadm", "--overcommit-ratio", "--portal",
-                             "--iqn-prefix", "--reconcile-interval", "--target-agent", "--tls-cert", "--tls-key",
-                             "--tls-ca", "--insecure", "--ceph-conf", "--ceph-user", "--ceph-keyring", "--rbd-pool"}) {
+    for (const char* flag :
+         {"--backend", "--pool", "--tgt-control-port", "--tgtadm", "--tgt-control", "--overcommit-ratio", "--portal",
+          "--iqn-prefix", "--reconcile-interval", "--target-agent", "--tls-cert", "--tls-key", "--tls-ca", "--insecure",
+          "--ceph-conf", "--ceph-user", "--ceph-keyring", "--rbd-pool"}) {
       if (app.count(flag) > 0) {
         std::cerr << "blockcsi: " << flag << " cannot be combined with --backend-config (set it in the file)\n";
         return 2;

@@ -62,6 +62,8 @@ Status ApplyKey(std::string_view key, std::string_view value, BackendOptions& o)
     o.tgt_control_port = port;
   } else if (key == "tgtadm") {
     o.tgtadm = v;
+  } else if (key == "tgt-control") {
+    o.tgt_control = v;
   } else if (key == "overcommit-ratio") {
     BLOCKCSI_ASSIGN_OR_RETURN(o.overcommit_ratio, ParseOvercommitRatio(v));
   } else if (key == "portal") {

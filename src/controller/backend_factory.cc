@@ -8,6 +8,7 @@
 #include "controller/local_backend.h"
 #include "controller/remote_backend.h"
 #include "controller/tgt_exporter.h"
+#include "controller/tgtd_socket.h"
 #ifdef BLOCKCSI_WITH_RBD
 #include "controller/rbd_backend.h"
 #endif
@@ -31,8 +32,15 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& optio
       if (options.tgtadm.empty() || options.tgtadm.front() != '/') {
         return InvalidArgument("--tgtadm must be an absolute path, not \"" + options.tgtadm + "\"");
       }
-      exporter = std::make_shared<TgtExporter>(std::shared_ptr<Executor>(MakeProcessExecutor()),
-                                               options.tgt_control_port, options.tgtadm);
+      std::shared_ptr<Executor> control;
+      if (options.tgt_control == "socket") {
+        control = std::make_shared<TgtdSocketExecutor>();
+      } else if (options.tgt_control == "tgtadm") {
+        control = std::shared_ptr<Executor>(MakeProcessExecutor());
+      } else {
+        return InvalidArgument("--tgt-control must be socket or tgtadm, not \"" + options.tgt_control + "\"");
+      }
+      exporter = std::make_shared<TgtExporter>(std::move(control), options.tgt_control_port, options.tgtadm);
     } else if (options.target == "lio") {
       exporter = std::make_shared<LioExporter>(options.configfs_root, options.portals);
     } else {

@@ -13,6 +13,7 @@
 #include "controller/local_backend.h"
 #include "controller/tgt_exporter.h"
 #include "controller/tgtadm_parser.h"
+#include "controller/tgtd_socket.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -39,8 +40,8 @@ class TgtdInputTest : public ::testing::Test {
     options.portals = {tgtd_->portal()};
     options.iqn_prefix = kPrefix;
     options.reconcile_interval = std::chrono::milliseconds(0);
-    auto exporter =
-        std::make_shared<TgtExporter>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd_->control_port());
+    // Over tgtd's management socket, as blockcsi-target runs by default.
+    auto exporter = std::make_shared<TgtExporter>(std::make_shared<TgtdSocketExecutor>(), tgtd_->control_port());
     auto backend = LocalBackend::Open(pool_.path(), exporter, options);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
