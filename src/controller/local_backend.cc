@@ -384,10 +384,22 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
   KeyedMutex::Lock id_lock(locks_.get(), volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();
-  size_t before = record->grants.size();
-  std::erase_if(record->grants, [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; });
-  if (record->grants.size() != before) {
-    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
+  VolumeRecord revoked = *record;
+  std::erase_if(revoked.grants, [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; });
+  const bool was_granted = revoked.grants.size() != record->grants.size();
+  // Access goes first, the record after (the reverse of a grant): the
+  // target's ACL never lists an initiator the record does not (issue #21).
+  // If the daemon cannot be changed (down, or its listing not trusted), the
+  // call fails with the grant still recorded and the CO retries; a crash
+  // between the two steps leaves a recorded grant without its ACL, which
+  // reconcile restores until the retried revoke completes. The ACL goes out
+  // before the sessions are closed, so the initiator cannot come back in;
+  // both run even when the grant was already gone, so a retry still fences.
+  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(revoked));
+  FaultPoint("controller.unpublish.after-acl-removed");
+  BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record->target_iqn, initiator_iqn));
+  if (was_granted) {
+    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(revoked));
     BLOCKCSI_RETURN_IF_ERROR(Fault("revoke:recorded"));
     FaultPoint("controller.unpublish.after-grant-removed");
   }
@@ -395,15 +407,7 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
     std::lock_guard lock(chap_mu_);
     if (auto it = chap_.find(volume_id); it != chap_.end()) it->second.erase(initiator_iqn);
   }
-  // ACL out first, then the sessions: the initiator cannot come back in.
-  // Both run even when the grant was already gone, so a retry after a crash
-  // still fences.
-  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));
-  FaultPoint("controller.unpublish.after-acl-removed");
-  BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record->target_iqn, initiator_iqn));
-  if (record->grants.size() != before) {
-    LogInfo("access revoked", {{"volume", volume_id}, {"initiator", initiator_iqn}});
-  }
+  if (was_granted) LogInfo("access revoked", {{"volume", volume_id}, {"initiator", initiator_iqn}});
   return OkStatus();
 }
 

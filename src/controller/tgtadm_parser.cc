@@ -49,6 +49,12 @@ Status Unexpected(int line_number, std::string_view line) {
                          "\"");
 }
 
+Status Incomplete(int line_number, const TgtTarget& target) {
+  return InvalidArgument("tgtadm output line " + std::to_string(line_number) + ": target " +
+                         std::to_string(target.tid) + " \"" + Excerpt(target.iqn) +
+                         "\" ends before all its sections (system, I_T nexus, LUN, account, ACL)");
+}
+
 // A target name, initiator name or address as we (or an administrator
 // through tgtadm's argv) could have set it: no whitespace, no control bytes.
 bool IsToken(std::string_view s) {
@@ -85,6 +91,7 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
     if (indent == 0) {
       // "Target 1: iqn..."
       if (!StartsWith(line, "Target ")) return Unexpected(line_number, line);
+      if (!targets.empty() && section != Section::kAcl) return Incomplete(line_number, targets.back());
       size_t colon = line.find(':');
       TgtTarget target;
       if (colon == std::string_view::npos || !ParseNumber(line.substr(7, colon - 7), &target.tid)) {
@@ -111,19 +118,26 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
     if (targets.empty()) return Unexpected(line_number, line);
     TgtTarget& target = targets.back();
     if (indent == 4) {
+      Section next = Section::kNone;
       if (line == "System information:") {
-        section = Section::kSystem;
+        next = Section::kSystem;
       } else if (line == "I_T nexus information:") {
-        section = Section::kNexus;
+        next = Section::kNexus;
       } else if (line == "LUN information:") {
-        section = Section::kLun;
+        next = Section::kLun;
       } else if (line == "Account information:") {
-        section = Section::kAccount;
+        next = Section::kAccount;
       } else if (line == "ACL information:") {
-        section = Section::kAcl;
-      } else {
+        next = Section::kAcl;
+      }
+      // tgtd prints each section once, in this order. A name with newlines
+      // can insert lines into one section, but the real block's remaining
+      // sections still follow: a forged block always shows up here as a
+      // section out of order or a target without all of them.
+      if (next == Section::kNone || static_cast<int>(next) != static_cast<int>(section) + 1) {
         return Unexpected(line_number, line);
       }
+      section = next;
       continue;
     }
     switch (section) {
@@ -188,6 +202,7 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
         return Unexpected(line_number, line);
     }
   }
+  if (!targets.empty() && section != Section::kAcl) return Incomplete(line_number, targets.back());
   return targets;
 }
 

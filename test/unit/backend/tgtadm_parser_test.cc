@@ -90,6 +90,19 @@ TEST(TgtadmParserTest, ParsesAccountList) {
   EXPECT_FALSE(ParseTgtadmAccounts("alice\n").ok());
 }
 
+// One target as tgtd 1.0.85 lists it (every section, in order); `account`
+// and `acl` are printed raw, as tgtd does.
+std::string Block(int tid, const std::string& name, const std::string& account = "", const std::string& acl = "") {
+  std::string out = "Target " + std::to_string(tid) + ": " + name + "\n";
+  out += "    System information:\n        Driver: iscsi\n        State: ready\n";
+  out += "    I_T nexus information:\n    LUN information:\n        LUN: 0\n            Type: controller\n";
+  out += "    Account information:\n";
+  if (!account.empty()) out += "        " + account + "\n";
+  out += "    ACL information:\n";
+  if (!acl.empty()) out += "        " + acl + "\n";
+  return out;
+}
+
 // Issue #21: tgtd printed a CHAP user name with newlines raw, and the
 // parser took the forged lines for a real target (whose tid then got an
 // attacker's ACL) or a second account list. Such output is refused whole.
@@ -108,14 +121,35 @@ TEST(TgtadmParserTest, RefusesForgedTargetBlocksAndDuplicates) {
                 "        iqn.2026-11.io.blockcsi:node:attacker\n");
   auto parsed = ParseTgtadmTargets(forged);
   ASSERT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(parsed.status().message().find("second time"), std::string::npos) << parsed.status().message();
+  EXPECT_NE(parsed.status().message().find("target 5"), std::string::npos) << parsed.status().message();
 
-  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\nTarget 1: iqn.a:c\n").ok()) << "duplicate tid";
-  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\nTarget 2: iqn.a:b\n").ok()) << "duplicate name";
-  EXPECT_FALSE(ParseTgtadmTargets("Target 0: iqn.a:b\n").ok()) << "tid 0 is tgtd's own";
-  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b c\n").ok()) << "a name with a space";
-  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\n    Account information:\n        bad,user\n").ok());
-  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\n    ACL information:\n        two words\n").ok());
+  ASSERT_TRUE(ParseTgtadmTargets(Block(1, "iqn.a:b") + Block(2, "iqn.a:c", "alice", "iqn.x:n1")).ok());
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b") + Block(1, "iqn.a:c")).ok()) << "duplicate tid";
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b") + Block(2, "iqn.a:b")).ok()) << "duplicate name";
+  EXPECT_FALSE(ParseTgtadmTargets(Block(0, "iqn.a:b")).ok()) << "tid 0 is tgtd's own";
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b c")).ok()) << "a name with a space";
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b", "bad,user")).ok());
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b", "", "two words")).ok());
+  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\n").ok()) << "a target without its sections";
+}
+
+// Found by the agent_acl fuzzer: a forged block with a new tid and a new
+// name, inside an account section, took the real target's ACL lines for
+// its own, so a revoke saw no ACL to remove. Sections out of order or
+// missing now refuse the listing.
+TEST(TgtadmParserTest, RefusesAForgedBlockThatStealsTheNextSections) {
+  std::string real = Block(1, "iqn.2026-11.io.blockcsi:vol-1", "u\nTarget 9: x", "iqn.x:node-c");
+  ASSERT_NE(real.find("\nTarget 9: x\n    ACL information:\n        iqn.x:node-c"), std::string::npos) << real;
+  auto parsed = ParseTgtadmTargets(real);
+  EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+  // A whole forged block (every section) still leaves the real block's
+  // ACL section following the forged one's.
+  std::string whole = Block(1, "iqn.2026-11.io.blockcsi:vol-1",
+                            "u\nTarget 9: x\n    System information:\n    I_T nexus information:\n"
+                            "    LUN information:\n    Account information:\n    ACL information:",
+                            "iqn.x:node-c");
+  EXPECT_FALSE(ParseTgtadmTargets(whole).ok());
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b") + "    ACL information:\n").ok()) << "a section twice";
 }
 
 TEST(TgtadmParserTest, RefusesAForgedOrDuplicatedAccountList) {
