@@ -146,7 +146,8 @@ LocalBackend::LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter>
 StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& pool_dir,
                                                            std::shared_ptr<Exporter> exporter,
                                                            LocalBackendOptions options) {
-  if (options.iqn_prefix.rfind("iqn.", 0) != 0 || options.iqn_prefix.find(':') != std::string::npos) {
+  if (options.iqn_prefix.rfind("iqn.", 0) != 0 || options.iqn_prefix.find(':') != std::string::npos ||
+      !ValidateIscsiName(options.iqn_prefix + ":vol-0000000000000000").ok()) {
     return InvalidArgument("IQN prefix \"" + options.iqn_prefix + "\" must look like iqn.YYYY-MM.reversed.domain");
   }
   PoolOptions pool_options;
