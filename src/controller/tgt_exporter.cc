@@ -107,25 +107,33 @@ Status CheckAccountsListed(const std::vector<TgtTarget>& live, const std::vector
 
 }  // namespace
 
-Status TgtExporter::VerifyAclLocked(const DesiredExport& d, int tid, const std::set<std::string>& want,
-                                    std::vector<TgtTarget>& live) {
-  BLOCKCSI_ASSIGN_OR_RETURN(live, ShowTargets());
-  const TgtTarget* target = nullptr;
-  for (const auto& t : live) {
-    if (t.tid == tid) target = &t;
+std::vector<Status> TgtExporter::VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live) {
+  auto shown = ShowTargets();
+  if (!shown.ok()) return std::vector<Status>(checks.size(), shown.status());
+  live = std::move(shown).value();
+  std::vector<Status> out;
+  for (const auto& c : checks) {
+    const TgtTarget* target = nullptr;
+    for (const auto& t : live) {
+      if (t.tid == c.tid) target = &t;
+    }
+    if (target == nullptr || target->iqn != c.iqn) {
+      out.push_back(Internal("ACL check of volume " + c.volume_id + ": tgtd's target " + std::to_string(c.tid) +
+                             " is " + (target == nullptr ? std::string("gone") : "\"" + target->iqn + "\"") + ", not " +
+                             c.iqn));
+      continue;
+    }
+    std::set<std::string> have(target->acls.begin(), target->acls.end());
+    if (have != c.want) {
+      std::string listed;
+      for (const auto& a : have) listed += (listed.empty() ? "" : ", ") + a;
+      out.push_back(Internal("ACL check of volume " + c.volume_id + ": tgtd lets in {" + listed +
+                             "}, which is not what its record lists"));
+      continue;
+    }
+    out.push_back(OkStatus());
   }
-  if (target == nullptr || target->iqn != d.iqn) {
-    return Internal("ACL check of volume " + d.volume_id + ": tgtd's target " + std::to_string(tid) + " is " +
-                    (target == nullptr ? std::string("gone") : "\"" + target->iqn + "\"") + ", not " + d.iqn);
-  }
-  std::set<std::string> have(target->acls.begin(), target->acls.end());
-  if (have != want) {
-    std::string listed;
-    for (const auto& a : have) listed += (listed.empty() ? "" : ", ") + a;
-    return Internal("ACL check of volume " + d.volume_id + ": tgtd lets in {" + listed +
-                    "}, which is not what its record lists");
-  }
-  return OkStatus();
+  return out;
 }
 
 Status TgtExporter::AddLun(int tid, const DesiredExport& d) {
@@ -174,7 +182,8 @@ Status TgtExporter::EnsureAccount(const std::string& user, const std::string& pa
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
-                                                            std::vector<std::string>& live_accounts) {
+                                                            std::vector<std::string>& live_accounts,
+                                                            std::vector<AclCheck>* deferred, size_t slot) {
   std::vector<std::string> repairs;
   TgtTarget* target = FindTarget(live, d.iqn);
   if (target == nullptr) {
@@ -306,7 +315,14 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
   }
   // Checked against the record before (want_acl comes from it, the tid from
   // a listing with unique ids and names) and after: read back.
-  if (acl_changed) BLOCKCSI_RETURN_IF_ERROR(VerifyAclLocked(d, std::stoi(tid), want_acl, live));
+  if (acl_changed) {
+    AclCheck check{slot, d.volume_id, d.iqn, std::stoi(tid), want_acl};
+    if (deferred != nullptr) {
+      deferred->push_back(std::move(check));
+    } else {
+      BLOCKCSI_RETURN_IF_ERROR(VerifyAclsLocked({check}, live).front());
+    }
+  }
   return repairs;
 }
 
@@ -364,12 +380,20 @@ std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std
     }
   }
   out.reserve(desired.size());
-  for (const auto& d : desired) {
+  std::vector<AclCheck> checks;
+  for (size_t i = 0; i < desired.size(); ++i) {
     if (!read.ok()) {
       out.push_back(read);
       continue;
     }
-    out.push_back(ApplyLocked(d, *live, accounts));
+    out.push_back(ApplyLocked(desired[i], *live, accounts, &checks, i));
+  }
+  // Every ACL change of the batch read back with one listing.
+  if (!checks.empty()) {
+    auto verified = VerifyAclsLocked(checks, *live);
+    for (size_t k = 0; k < checks.size(); ++k) {
+      if (!verified[k].ok()) out[checks[k].slot] = verified[k];
+    }
   }
   if (read.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(*live);
   return out;
@@ -384,9 +408,11 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
   std::vector<std::string> repairs;
   std::set<std::string> wanted;
   Status first_error;
-  for (const auto& d : desired) {
+  std::vector<AclCheck> checks;
+  for (size_t i = 0; i < desired.size(); ++i) {
+    const DesiredExport& d = desired[i];
     wanted.insert(d.iqn);
-    auto r = ApplyLocked(d, live, accounts);
+    auto r = ApplyLocked(d, live, accounts, &checks, i);
     if (!r.ok()) {
       // One broken export must not stop the others from being repaired.
       LogError("reconcile: cannot repair export", {{"volume", d.volume_id}, {"error", r.status().ToString()}});
@@ -394,6 +420,14 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
       continue;
     }
     repairs.insert(repairs.end(), r->begin(), r->end());
+  }
+  if (!checks.empty()) {
+    auto verified = VerifyAclsLocked(checks, live);
+    for (size_t k = 0; k < checks.size(); ++k) {
+      if (verified[k].ok()) continue;
+      LogError("reconcile: ACL not as recorded", {{"volume", checks[k].volume_id}, {"error", verified[k].ToString()}});
+      if (first_error.ok()) first_error = verified[k];
+    }
   }
   std::string ns = iqn_prefix + ":";
   for (const auto& t : live) {

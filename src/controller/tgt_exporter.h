@@ -53,17 +53,25 @@ class TgtExporter final : public Exporter {
   Status Run(const Command& command, const std::string& what, const std::string& tolerated = "");
   StatusOr<std::vector<TgtTarget>> ShowTargets();
   StatusOr<std::vector<std::string>> ShowAccounts();
-  // Both need mu_ held.
+  // An ACL change to read back: the target `tid` must be the volume's and
+  // let in exactly `want` (the record's initiators).
+  struct AclCheck {
+    size_t slot = 0;  // which export of a batch
+    std::string volume_id, iqn;
+    int tid = 0;
+    std::set<std::string> want;
+  };
+  // Both need mu_ held. ApplyLocked reads an ACL change back at once, or,
+  // with `deferred`, leaves the check to the caller (one read per batch).
   StatusOr<std::vector<std::string>> ApplyLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
-                                                 std::vector<std::string>& live_accounts);
+                                                 std::vector<std::string>& live_accounts,
+                                                 std::vector<AclCheck>* deferred = nullptr, size_t slot = 0);
   Status EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
                        std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
   Status AddLun(int tid, const DesiredExport& desired);
-  // After an ACL change: reads tgtd again and checks that the target with
-  // that tid is still the volume's and that its ACL is exactly `want`
-  // (the record's initiators). Refreshes `live`. Needs mu_.
-  Status VerifyAclLocked(const DesiredExport& desired, int tid, const std::set<std::string>& want,
-                         std::vector<TgtTarget>& live);
+  // After ACL changes: reads tgtd again (once) and runs each check; one
+  // status per check. Refreshes `live`. Needs mu_.
+  std::vector<Status> VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live);
   // Deletes the accounts of ours (made by this process, or unbound by it from
   // one of our targets) that no target binds any more, so that a CHAP secret
   // does not outlive its last volume in tgtd's memory. Best effort (logged):
