@@ -14,6 +14,13 @@ namespace {
 // before they reach an exporter; this only guards against misuse.
 std::string HexOf(const std::string& volume_id) { return std::string(IdHex(volume_id)); }
 
+// What an operator can do about a listing we refuse: it holds something
+// blockcsi does not make (an account or target made by hand or by an older
+// version), which only they can judge and remove.
+constexpr char kUntrustedHint[] =
+    " (look for an account or target blockcsi did not make: tgtadm -C <port> --lld iscsi --op show --mode "
+    "account|target; remove it with --op delete)";
+
 // tgtd reports sizes in decimal megabytes, rounded down.
 uint64_t TgtMegabytes(uint64_t bytes) { return bytes / 1000000; }
 
@@ -68,7 +75,10 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
   auto parsed = ParseTgtadmTargets(result.stdout_text);
   // Output we cannot account for is tgtd's (or a forger's) problem, not the
   // caller's bad input: INTERNAL, and nothing is changed on its strength.
-  if (!parsed.ok()) return Internal("tgtd's target list cannot be trusted: " + parsed.status().message());
+  if (!parsed.ok()) {
+    return Internal("tgtd's target list cannot be trusted, nothing changed: " + parsed.status().message() +
+                    kUntrustedHint);
+  }
   return parsed;
 }
 
@@ -81,7 +91,10 @@ StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
                        " does not answer: " + result.stderr_text);
   }
   auto parsed = ParseTgtadmAccounts(result.stdout_text);
-  if (!parsed.ok()) return Internal("tgtd's account list cannot be trusted: " + parsed.status().message());
+  if (!parsed.ok()) {
+    return Internal("tgtd's account list cannot be trusted, nothing changed: " + parsed.status().message() +
+                    kUntrustedHint);
+  }
   return parsed;
 }
 
