@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -327,6 +329,70 @@ TEST_F(AgentTest, IdleConnectionFloodIsBoundedAndARealClientIsServed) {
   EXPECT_LE(now, baseline + 20) << "idle unauthenticated connections are held";
   for (int fd : flood) ::close(fd);
   EXPECT_TRUE((*client)->Healthy().ok());
+}
+
+// Issue #21: CHAP passwords were on tgtadm's command line, readable by any
+// local user in /proc while it ran. The agent drives tgtd over its socket
+// by default: while CHAP grants run, no process on the host shows the
+// secret in its argv or environment, and the agent starts no tgtadm. Also:
+// a request past the server's message limit is refused unread.
+TEST_F(AgentTest, NoSecretInAnyProcessArgvAndOversizedRequestsAreRefused) {
+  auto agent = StartTlsAgent();
+  auto remote = MakeRemoteBackend(Remote("client.crt", "client.key"));
+  ASSERT_TRUE(remote.ok());
+  CreateVolumeSpec spec;
+  spec.name = "pvc-argv";
+  spec.size_bytes = 4 * kMiB;
+  auto v = (*remote)->CreateVolume(spec);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const std::string secret = "argv-S3cret-watch-91";
+  std::atomic<bool> done{false};
+  std::atomic<int> sightings{0}, tgtadm_children{0}, scans{0};
+  const std::string agent_pid = std::to_string(agent->pid());
+  std::thread watcher([&] {
+    while (!done) {
+      for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        std::string pid = e.path().filename();
+        if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
+        for (const char* f : {"/cmdline", "/environ"}) {
+          if (testing::ReadFileOrEmpty(e.path().string() + f).find(secret) != std::string::npos) ++sightings;
+        }
+        std::string stat = testing::ReadFileOrEmpty(e.path().string() + "/stat");
+        auto close = stat.rfind(')');
+        if (stat.find("(tgtadm)") != std::string::npos && close != std::string::npos &&
+            stat.substr(close + 4, agent_pid.size() + 1) == agent_pid + " ") {
+          ++tgtadm_children;
+        }
+      }
+      ++scans;
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE((*remote)->GrantAccess(v->id, {kNodeA, "node-a", false, "rwo", {"argvuser", secret, "", ""}}).ok());
+    ASSERT_TRUE((*remote)->RevokeAccess(v->id, kNodeA).ok());
+  }
+  done = true;
+  watcher.join();
+  EXPECT_GT(scans.load(), 0);
+  EXPECT_EQ(sightings.load(), 0) << "a CHAP secret was visible in /proc/<pid>/cmdline or environ";
+  EXPECT_EQ(tgtadm_children.load(), 0) << "the agent ran tgtadm";
+
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = testing::ReadFileOrEmpty(pki_.Path("ca.crt"));
+  tls.pem_cert_chain = testing::ReadFileOrEmpty(pki_.Path("client.crt"));
+  tls.pem_private_key = testing::ReadFileOrEmpty(pki_.Path("client.key"));
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(64 << 20);
+  auto stub = target::v1::TargetAgent::NewStub(
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port_), grpc::SslCredentials(tls), args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  target::v1::CreateVolumeRequest big;
+  big.set_name(std::string(5 << 20, 'n'));
+  big.set_size_bytes(4 * kMiB);
+  target::v1::Volume out;
+  grpc::Status st = stub->CreateVolume(&ctx, big, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
 }
 
 TEST_F(AgentTest, InsecureTcpAndUnixSocketServeWhenAskedFor) {
