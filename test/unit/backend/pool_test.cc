@@ -253,6 +253,13 @@ TEST(PoolTest, SizesThePoolCanNeverHoldAreOutOfRangeAndLeaveNothing) {
     EXPECT_TRUE(Names(dir.Join("volumes")).empty());
     EXPECT_FALSE((*pool)->GetVolume(r.id).has_value());
   }
+  // A grow to such a size is refused the same way, and the image keeps its size.
+  VolumeRecord small = Record("pvc-small", 4 * kMiB);
+  ASSERT_TRUE((*pool)->CreateVolume(small, "").ok());
+  EXPECT_EQ((*pool)->GrowImage(small.id, uint64_t{1} << 50).code(), StatusCode::kOutOfRange);
+  struct stat st {};
+  ASSERT_EQ(::stat((*pool)->ImagePath(small.id).c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB);
 }
 
 TEST(PoolTest, OvercommitRatioBoundsEachNewVolumeAndEachGrow) {
