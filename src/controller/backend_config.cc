@@ -31,8 +31,8 @@ bool IsAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); 
 // Which keys belong to which kind; `kind` and `default` belong to all.
 const std::set<std::string_view>& KeysOf(std::string_view kind) {
   static const std::set<std::string_view> local{
-      "pool",   "tgt-control-port",   "portal",          "iqn-prefix", "target", "configfs-root",
-      "tgtadm", "reconcile-interval", "overcommit-ratio"};
+      "pool",          "tgt-control-port", "portal",      "iqn-prefix",         "target",
+      "configfs-root", "tgtadm",           "tgt-control", "reconcile-interval", "overcommit-ratio"};
   static const std::set<std::string_view> remote{"target-agent", "tls-cert", "tls-key", "tls-ca", "insecure"};
   static const std::set<std::string_view> rbd{"ceph-conf", "ceph-user", "ceph-keyring", "rbd-pool"};
   static const std::set<std::string_view> none;
