@@ -48,8 +48,9 @@ def test_labels(build_dir):
     return labels
 
 
-START = re.compile(r"^\s*Start\s+\d+: (\S+)")
-END = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (\S+) \.*\s*(\**\s*\w[\w ]*?)\s+([\d.]+) sec")
+# Test names may hold spaces (value-parameterized gtest cases).
+START = re.compile(r"^\s*Start\s+\d+: (.+?)\s*$")
+END = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (.+?) \.+\s*(\**\s*\w[\w ]*?)\s+([\d.]+) sec")
 
 
 def label_table(build_dir, timed_log):

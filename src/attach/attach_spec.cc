@@ -3,6 +3,7 @@
 #include <cctype>
 #include <string_view>
 
+#include "attach/chap_rules.h"
 #include "attach/iscsi_names.h"
 #include "attach/publish_context.h"
 
@@ -36,19 +37,6 @@ std::vector<std::string> SplitList(const std::string& text) {
     start = comma + 1;
   }
   return out;
-}
-
-// A CHAP name or secret: printable, bounded (open-iscsi and tgt both cap
-// them at 255). The value never appears in the message.
-Status ValidateChapField(const std::string& value, const char* key, const std::string& where) {
-  if (value.empty()) return InvalidArgument(where + "node-stage secret " + key + " is empty");
-  if (value.size() > 255) return InvalidArgument(where + "node-stage secret " + key + " is longer than 255 bytes");
-  for (char c : value) {
-    if (c < 0x20 || c > 0x7e) {
-      return InvalidArgument(where + "node-stage secret " + key + " contains a non-printable character");
-    }
-  }
-  return OkStatus();
 }
 
 // Pool, image and cephx names: Ceph allows more, but nothing we create or
@@ -199,38 +187,19 @@ StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
   BLOCKCSI_RETURN_IF_ERROR(ValidateIscsiName(initiator_iqn).WithContext(where + "initiator name"));
   spec.initiator_iqn = initiator_iqn;
 
-  const std::string* user = Find(secrets, secret_keys::kChapUsername);
-  const std::string* password = Find(secrets, secret_keys::kChapPassword);
-  const std::string* mutual_user = Find(secrets, secret_keys::kChapMutualUsername);
-  const std::string* mutual_password = Find(secrets, secret_keys::kChapMutualPassword);
-  bool have_user = user != nullptr && !user->empty();
-  if (chap_required && !have_user) {
+  auto secret = [&](const char* key) {
+    const std::string* v = Find(secrets, key);
+    return v == nullptr ? std::string() : *v;
+  };
+  ChapCredentials chap{secret(secret_keys::kChapUsername), secret(secret_keys::kChapPassword),
+                       secret(secret_keys::kChapMutualUsername), secret(secret_keys::kChapMutualPassword)};
+  if (chap_required && chap.username.empty()) {
     return InvalidArgument(where + "the target requires CHAP but the node-stage secrets have no " +
                            secret_keys::kChapUsername);
   }
-  if (have_user) {
-    BLOCKCSI_RETURN_IF_ERROR(ValidateChapField(*user, secret_keys::kChapUsername, where));
-    if (password == nullptr) {
-      return InvalidArgument(where + "node-stage secrets have " + secret_keys::kChapUsername + " but no " +
-                             secret_keys::kChapPassword);
-    }
-    BLOCKCSI_RETURN_IF_ERROR(ValidateChapField(*password, secret_keys::kChapPassword, where));
-    spec.chap.username = *user;
-    spec.chap.password = *password;
-    if (mutual_user != nullptr && !mutual_user->empty()) {
-      BLOCKCSI_RETURN_IF_ERROR(ValidateChapField(*mutual_user, secret_keys::kChapMutualUsername, where));
-      if (mutual_password == nullptr) {
-        return InvalidArgument(where + "node-stage secrets have " + secret_keys::kChapMutualUsername + " but no " +
-                               secret_keys::kChapMutualPassword);
-      }
-      BLOCKCSI_RETURN_IF_ERROR(ValidateChapField(*mutual_password, secret_keys::kChapMutualPassword, where));
-      spec.chap.mutual_username = *mutual_user;
-      spec.chap.mutual_password = *mutual_password;
-    }
-  } else if (mutual_user != nullptr && !mutual_user->empty()) {
-    return InvalidArgument(where + "node-stage secrets have " + secret_keys::kChapMutualUsername +
-                           " without one-way CHAP (" + secret_keys::kChapUsername + ")");
-  }
+  // The same rules the controller and the target applied (chap_rules.h).
+  BLOCKCSI_RETURN_IF_ERROR(ValidateChapCredentials(chap, where + "node-stage secret"));
+  spec.chap = std::move(chap);
   return spec;
 }
 

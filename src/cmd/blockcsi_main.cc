@@ -87,6 +87,9 @@ int Main(int argc, char** argv) {
     backend_options.kind = config.backend;
     backend_options.pool_dir = config.pool_dir;
     backend_options.tgt_control_port = config.tgt_control_port;
+    backend_options.tgtadm = config.tgtadm;
+    backend_options.tgt_control = config.tgt_control;
+    backend_options.overcommit_ratio = config.overcommit_ratio;
     backend_options.portals = config.portals;
     backend_options.iqn_prefix = config.iqn_prefix;
     backend_options.reconcile_interval = config.reconcile_interval;

@@ -6,12 +6,19 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
+#include <set>
 
+#include "cmd/agent_tls.h"
 #include "cmd/grpc_server.h"
 #include "common/atomic_file.h"
 #include "common/duration.h"
@@ -32,11 +39,17 @@ struct AgentConfig {
   std::string target = "tgt";
   std::string configfs_root = "/sys/kernel/config";
   int tgt_control_port = 0;
+  std::string tgtadm = "/usr/sbin/tgtadm";
+  std::string tgt_control = "socket";
+  double overcommit_ratio = 1.0;
   std::vector<std::string> portals;
   std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
   std::string reconcile_interval = "30s";
   std::string shutdown_grace = "10s";
   std::string tls_cert, tls_key, tls_ca;
+  std::vector<std::string> allowed_clients;  // client certificate names; empty: any the CA signed
+  std::string socket_mode = "0660";
+  std::string handshake_timeout = "10s";
   bool insecure = false;
   std::string log_format = "text";
   std::string log_level = "info";
@@ -60,6 +73,17 @@ int Main(int argc, char** argv) {
   app.add_option("--configfs-root", c.configfs_root, "configfs mount for --target lio")->capture_default_str();
   app.add_option("--tgt-control-port", c.tgt_control_port, "tgtd control port (tgtadm -C)")
       ->check(CLI::Range(0, 65535));
+  app.add_option("--tgtadm", c.tgtadm, "tgtadm program, by absolute path (PATH is never searched)")
+      ->capture_default_str();
+  app.add_option("--tgt-control", c.tgt_control,
+                 "How tgtd is driven: socket (its management socket; no CHAP secret in any argv) or tgtadm")
+      ->check(CLI::IsMember({"socket", "tgtadm"}))
+      ->capture_default_str();
+  app.add_option("--overcommit-ratio", c.overcommit_ratio,
+                 "Thin provisioning: a new volume (or a grow) may take up to the pool's free space times this; "
+                 "more is RESOURCE_EXHAUSTED (more than the whole pool file system times this: OUT_OF_RANGE)")
+      ->check(CLI::Range(0.001, 1000.0))
+      ->capture_default_str();
   app.add_option("--portal", c.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")->required();
   app.add_option("--iqn-prefix", c.iqn_prefix, "IQN prefix of our targets")->capture_default_str();
   app.add_option("--reconcile-interval", c.reconcile_interval, "How often the daemon is reconciled (e.g. 30s)")
@@ -69,6 +93,14 @@ int Main(int argc, char** argv) {
   app.add_option("--tls-cert", c.tls_cert, "Server certificate (PEM)");
   app.add_option("--tls-key", c.tls_key, "Server key (PEM)");
   app.add_option("--tls-ca", c.tls_ca, "CA that must have signed the client's certificate (PEM)");
+  app.add_option("--allowed-client", c.allowed_clients,
+                 "Client certificate name (CN or subject alternative name) allowed to call over mTLS; repeatable. "
+                 "Without it, any certificate the --tls-ca signed has full control (docs/deploy.md, \"Trust model\")");
+  app.add_option("--socket-mode", c.socket_mode, "File mode of the --socket (octal); its group may call the agent")
+      ->capture_default_str();
+  app.add_option("--handshake-timeout", c.handshake_timeout,
+                 "A connection that has not finished its TLS handshake by then is closed")
+      ->capture_default_str();
   app.add_flag("--insecure", c.insecure, "Serve TCP without TLS (tests only)");
   app.add_option("--log-format", c.log_format, "text or json")->check(CLI::IsMember({"text", "json"}));
   app.add_option("--log-level", c.log_level, "debug, info, warn, error");
@@ -93,11 +125,31 @@ int Main(int argc, char** argv) {
   if (!interval.ok()) return Fail("--reconcile-interval: " + interval.status().message());
   auto grace = ParseDuration(c.shutdown_grace);
   if (!grace.ok()) return Fail("--shutdown-grace: " + grace.status().message());
+  auto handshake = ParseDuration(c.handshake_timeout);
+  if (!handshake.ok() || handshake->count() <= 0) return Fail("--handshake-timeout must be a positive duration");
+  ServerLimits limits;
+  limits.handshake_timeout = *handshake;
+  // Every connection is a file descriptor until its handshake times out: take
+  // the hard limit the host grants (often 1024 soft of 524288 hard), so a
+  // burst of idle sockets does not run the agent out of descriptors for its
+  // pool and tgtd's socket.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  unsigned socket_mode = 0;
+  {
+    char* end = nullptr;
+    unsigned long m = std::strtoul(c.socket_mode.c_str(), &end, 8);
+    if (c.socket_mode.empty() || *end != '\0' || m > 0777) return Fail("--socket-mode must be an octal mode like 0660");
+    socket_mode = static_cast<unsigned>(m);
+  }
   if (c.listen.empty() && c.socket.empty()) return Fail("give --listen HOST:PORT and/or --socket PATH");
   bool tls = !c.tls_cert.empty() || !c.tls_key.empty() || !c.tls_ca.empty();
   if (tls && (c.tls_cert.empty() || c.tls_key.empty() || c.tls_ca.empty())) {
     return Fail("mTLS needs all of --tls-cert, --tls-key and --tls-ca");
   }
+  if (!c.allowed_clients.empty() && !tls) return Fail("--allowed-client needs mTLS (--tls-cert, --tls-key, --tls-ca)");
   if (!c.listen.empty() && !tls && !c.insecure) {
     return Fail("refusing to serve plain TCP on " + c.listen.front() +
                 ": give --tls-cert, --tls-key and --tls-ca (clients must present a certificate signed by that CA), "
@@ -106,6 +158,8 @@ int Main(int argc, char** argv) {
 
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
   if (tls) {
+    // Before anything else starts: a broken or exposed key fails here, by name.
+    if (Status st = CheckTlsFiles(c.tls_cert, c.tls_key, c.tls_ca); !st.ok()) return Fail(st.message());
     grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     auto ca = ReadFileToString(c.tls_ca);
     auto cert = ReadFileToString(c.tls_cert);
@@ -116,6 +170,10 @@ int Main(int argc, char** argv) {
     ssl.pem_root_certs = *ca;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     tcp_credentials = grpc::SslServerCredentials(ssl);
+    if (!c.allowed_clients.empty()) {
+      tcp_credentials->SetAuthMetadataProcessor(
+          MakeClientAllowList(std::set<std::string>(c.allowed_clients.begin(), c.allowed_clients.end())));
+    }
   }
 
   BackendOptions options;
@@ -124,6 +182,9 @@ int Main(int argc, char** argv) {
   options.target = c.target;
   options.configfs_root = c.configfs_root;
   options.tgt_control_port = c.tgt_control_port;
+  options.tgtadm = c.tgtadm;
+  options.tgt_control = c.tgt_control;
+  options.overcommit_ratio = c.overcommit_ratio;
   options.portals = c.portals;
   options.iqn_prefix = c.iqn_prefix;
   options.reconcile_interval = *interval;
@@ -148,8 +209,16 @@ int Main(int argc, char** argv) {
   }
   builder.RegisterService(&service);
   AddRpcLogging(builder);
+  ApplyServerLimits(builder, limits);
+  // The socket is born without any access for others (no window in which a
+  // local user could connect), then gets --socket-mode.
+  mode_t old_umask = ::umask(0177);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ::umask(old_umask);
   if (!server) return Fail("cannot listen on the given addresses", 1);
+  if (!c.socket.empty() && ::chmod(c.socket.c_str(), socket_mode) != 0) {
+    return Fail("cannot set mode of " + c.socket + ": " + std::strerror(errno), 1);
+  }
   for (size_t i = 0; i < c.listen.size(); ++i) {
     if (ports[i] == 0) return Fail("cannot listen on " + c.listen[i], 1);
     LogInfo("serving", {{"address", c.listen[i]}, {"port", std::to_string(ports[i])}});

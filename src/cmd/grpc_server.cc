@@ -1,5 +1,6 @@
 #include "cmd/grpc_server.h"
 
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -11,6 +12,22 @@
 #include "common/rpc_logging.h"
 
 namespace blockcsi {
+
+void ApplyServerLimits(grpc::ServerBuilder& builder, const ServerLimits& limits) {
+  builder.SetMaxReceiveMessageSize(limits.max_receive_message_bytes);
+  builder.SetMaxSendMessageSize(limits.max_send_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, static_cast<int>(limits.handshake_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(limits.keepalive_time.count()));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(limits.keepalive_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(limits.max_connection_idle.count()));
+  grpc::ResourceQuota quota("blockcsi-server");
+  quota.SetMaxThreads(limits.max_threads);
+  quota.Resize(static_cast<size_t>(limits.max_memory_bytes));
+  builder.SetResourceQuota(quota);
+}
 
 void BlockTerminationSignals() {
   sigset_t set;
@@ -30,6 +47,7 @@ Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Ser
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   for (grpc::Service* service : services) builder.RegisterService(service);
   AddRpcLogging(builder);
+  ApplyServerLimits(builder, ServerLimits{});
   // Pollers wake this often to notice a shutdown; gRPC's default (1 s and
   // more) would make every SIGTERM and every test teardown that much slower.
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 100);

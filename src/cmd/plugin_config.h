@@ -44,6 +44,9 @@ struct PluginConfig {
   std::vector<std::string> known_node_ids;
   std::string pool_dir;
   int tgt_control_port = 0;
+  std::string tgtadm = "/usr/sbin/tgtadm";
+  std::string tgt_control = "socket";  // --backend local: socket | tgtadm
+  double overcommit_ratio = 1.0;       // --backend local: see PoolOptions::overcommit_ratio
   std::vector<std::string> portals;
   std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
   std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};

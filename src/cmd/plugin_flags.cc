@@ -77,6 +77,19 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
   app.add_option("--tgt-control-port", c.tgt_control_port, "tgtd control port for --backend local")
       ->check(CLI::Range(0, 65535))
       ->group(controller);
+  app.add_option("--tgtadm", c.tgtadm, "tgtadm program for --backend local, by absolute path (PATH is never searched)")
+      ->group(controller)
+      ->capture_default_str();
+  app.add_option("--tgt-control", c.tgt_control,
+                 "--backend local: how tgtd is driven, socket (no CHAP secret in any argv) or tgtadm")
+      ->check(CLI::IsMember({"socket", "tgtadm"}))
+      ->group(controller)
+      ->capture_default_str();
+  app.add_option("--overcommit-ratio", c.overcommit_ratio,
+                 "--backend local: a new volume (or a grow) may take up to the pool's free space times this")
+      ->check(CLI::Range(0.001, 1000.0))
+      ->group(controller)
+      ->capture_default_str();
   app.add_option("--portal", c.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")->group(controller);
   app.add_option("--known-node-ids", c.known_node_ids,
                  "Node ids ControllerPublishVolume accepts besides --node-id in --mode all (comma-separated or "
@@ -132,9 +145,10 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
   // --backend-config names every backend itself; a flag of the single
   // backend next to it would be silently ignored, so it is refused.
   if (!config.backend_config.empty()) {
-    for (const char* flag : {"--backend", "--pool", "--tgt-control-port", "--portal", "--iqn-prefix",
-                             "--reconcile-interval", "--target-agent", "--tls-cert", "--tls-key", "--tls-ca",
-                             "--insecure", "--ceph-conf", "--ceph-user", "--ceph-keyring", "--rbd-pool"}) {
+    for (const char* flag :
+         {"--backend", "--pool", "--tgt-control-port", "--tgtadm", "--tgt-control", "--overcommit-ratio", "--portal",
+          "--iqn-prefix", "--reconcile-interval", "--target-agent", "--tls-cert", "--tls-key", "--tls-ca", "--insecure",
+          "--ceph-conf", "--ceph-user", "--ceph-keyring", "--rbd-pool"}) {
       if (app.count(flag) > 0) {
         std::cerr << "blockcsi: " << flag << " cannot be combined with --backend-config (set it in the file)\n";
         return 2;

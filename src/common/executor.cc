@@ -147,6 +147,23 @@ namespace {
 // Fixed upper bound on captured output so a runaway child cannot exhaust memory.
 constexpr size_t kMaxCapture = size_t{16} << 20;
 
+// A program named without a directory is looked up here, in this order, and
+// never through $PATH (issue #21): a directory early in PATH that someone
+// else can write (~/.cargo/bin, /usr/local/sbin) would otherwise run their
+// program as root with our arguments, CHAP secrets included. Programs
+// elsewhere are configured by absolute path (e.g. --tgtadm).
+constexpr const char* kProgramDirs[] = {"/usr/sbin", "/usr/bin", "/sbin", "/bin"};
+
+// "" when there is no such program in kProgramDirs.
+std::string ResolveProgram(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  for (const char* dir : kProgramDirs) {
+    std::string candidate = std::string(dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
 class ProcessExecutor final : public Executor {
  public:
   StatusOr<CommandResult> Run(const Command& command) override {
@@ -165,6 +182,14 @@ class ProcessExecutor final : public Executor {
     }
 
     // Everything the child needs is prepared before fork: no allocation after.
+    std::string program = ResolveProgram(command.args()[0].value);
+    if (program.empty()) {
+      CloseBoth(out_pipe);
+      CloseBoth(err_pipe);
+      CloseBoth(in_pipe);
+      return NotFound("cannot run " + command.args()[0].value +
+                      ": no such program in /usr/sbin, /usr/bin, /sbin or /bin (PATH is not searched)");
+    }
     std::vector<std::string> argv_storage = command.Argv();
     std::vector<char*> argv;
     for (auto& a : argv_storage) argv.push_back(a.data());
@@ -197,7 +222,7 @@ class ProcessExecutor final : public Executor {
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::execvpe(argv[0], argv.data(), envp.data());
+      ::execve(program.c_str(), argv.data(), envp.data());
       const char msg[] = "exec failed\n";
       ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
       (void)ignored;

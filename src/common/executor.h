@@ -1,5 +1,6 @@
 // Executor: the only way our code runs another program. argv only, never a
-// shell; every command has a timeout after which the child (and its process
+// shell, never a $PATH lookup (a bare name is found in /usr/sbin, /usr/bin,
+// /sbin, /bin only; anything else by absolute path); every command has a timeout after which the child (and its process
 // group) is killed; arguments marked sensitive never appear in logs or error
 // messages. Implementations must be thread-safe.
 #pragma once

@@ -55,14 +55,35 @@ std::string Timestamp() {
   return buf;
 }
 
-// Text values containing spaces or quotes are quoted so lines stay parseable.
+// No field value is printed whole past this: a request field that slipped
+// past validation must not turn into megabytes of log.
+constexpr size_t kMaxFieldBytes = 4096;
+
+std::string Bounded(std::string_view value) {
+  if (value.size() <= kMaxFieldBytes) return std::string(value);
+  return std::string(value.substr(0, kMaxFieldBytes)) + "...(" + std::to_string(value.size()) + " bytes)";
+}
+
+// Control bytes (NUL, CR, LF, ESC...), DEL and non-ASCII never reach the log
+// raw: a value holding one is printed as an escaped JSON string, so no value
+// can forge a line, move the cursor or hide text (issue #21).
+bool NeedsEscaping(std::string_view value) {
+  for (char c : value) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) return true;
+  }
+  return false;
+}
+
+// Text values containing spaces, quotes or anything unprintable are quoted
+// and escaped so lines stay parseable.
 void AppendTextValue(std::string& out, std::string_view value) {
-  bool needs_quotes = value.empty() || value.find_first_of(" \t\"=\n") != std::string_view::npos;
+  bool needs_quotes = value.empty() || value.find_first_of(" \"=") != std::string_view::npos || NeedsEscaping(value);
   if (!needs_quotes) {
     out += value;
     return;
   }
-  out += nlohmann::json(std::string(value)).dump();
+  out += nlohmann::json(std::string(value)).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
 }
 
 std::string Format(const LoggingState& state, LogLevel level, std::string_view message, LogFields fields) {
@@ -74,7 +95,7 @@ std::string Format(const LoggingState& state, LogLevel level, std::string_view m
     if (!tls_request_id.empty()) line["request_id"] = tls_request_id;
     line["msg"] = std::string(message);
     for (const auto& [key, value] : fields) {
-      if (!value.empty()) line[std::string(key)] = std::string(value);
+      if (!value.empty()) line[std::string(key)] = Bounded(value);
     }
     return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
@@ -89,13 +110,18 @@ std::string Format(const LoggingState& state, LogLevel level, std::string_view m
     out += ']';
   }
   out += ' ';
-  out += message;
+  // Messages are constants in our code, but escape them too: one rule.
+  if (NeedsEscaping(message)) {
+    AppendTextValue(out, Bounded(message));
+  } else {
+    out += message;
+  }
   for (const auto& [key, value] : fields) {
     if (value.empty()) continue;  // absent, not "": keeps lines short at 3 a.m.
     out += ' ';
     out += key;
     out += '=';
-    AppendTextValue(out, value);
+    AppendTextValue(out, Bounded(value));
   }
   return out;
 }

@@ -84,6 +84,10 @@ Status ErrnoToStatus(int err, std::string_view what) {
     case ENOTDIR:
       code = StatusCode::kInvalidArgument;
       break;
+    case EFBIG:  // larger than the file system's largest file: no retry helps
+    case EOVERFLOW:
+      code = StatusCode::kOutOfRange;
+      break;
     case ENOSPC:
     case EDQUOT:
     case EMFILE:

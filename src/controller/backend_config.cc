@@ -6,6 +6,7 @@
 
 #include "common/atomic_file.h"
 #include "common/duration.h"
+#include "controller/pool.h"
 #include "controller/routing_backend.h"
 #ifdef BLOCKCSI_WITH_RBD
 #include "controller/rbd_secret_backend.h"
@@ -29,8 +30,9 @@ bool IsAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); 
 
 // Which keys belong to which kind; `kind` and `default` belong to all.
 const std::set<std::string_view>& KeysOf(std::string_view kind) {
-  static const std::set<std::string_view> local{"pool",          "tgt-control-port",  "portal", "iqn-prefix", "target",
-                                                "configfs-root", "reconcile-interval"};
+  static const std::set<std::string_view> local{
+      "pool",          "tgt-control-port", "portal",      "iqn-prefix",         "target",
+      "configfs-root", "tgtadm",           "tgt-control", "reconcile-interval", "overcommit-ratio"};
   static const std::set<std::string_view> remote{"target-agent", "tls-cert", "tls-key", "tls-ca", "insecure"};
   static const std::set<std::string_view> rbd{"ceph-conf", "ceph-user", "ceph-keyring", "rbd-pool"};
   static const std::set<std::string_view> none;
@@ -58,6 +60,12 @@ Status ApplyKey(std::string_view key, std::string_view value, BackendOptions& o)
       return InvalidArgument("want a port 0-65535, not \"" + v + "\"");
     }
     o.tgt_control_port = port;
+  } else if (key == "tgtadm") {
+    o.tgtadm = v;
+  } else if (key == "tgt-control") {
+    o.tgt_control = v;
+  } else if (key == "overcommit-ratio") {
+    BLOCKCSI_ASSIGN_OR_RETURN(o.overcommit_ratio, ParseOvercommitRatio(v));
   } else if (key == "portal") {
     o.portals.push_back(v);
   } else if (key == "iqn-prefix") {

@@ -8,6 +8,7 @@
 #include "controller/local_backend.h"
 #include "controller/remote_backend.h"
 #include "controller/tgt_exporter.h"
+#include "controller/tgtd_socket.h"
 #ifdef BLOCKCSI_WITH_RBD
 #include "controller/rbd_backend.h"
 #endif
@@ -23,10 +24,23 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& optio
       return InvalidArgument("--portal HOST:PORT is required for --backend local (nodes log in there)");
     }
     if (options.reconcile_interval.count() <= 0) return InvalidArgument("--reconcile-interval must be positive");
+    if (!(options.overcommit_ratio > 0 && options.overcommit_ratio <= 1000)) {
+      return InvalidArgument("--overcommit-ratio must be above 0 and at most 1000");
+    }
     std::shared_ptr<Exporter> exporter;
     if (options.target == "tgt") {
-      exporter =
-          std::make_shared<TgtExporter>(std::shared_ptr<Executor>(MakeProcessExecutor()), options.tgt_control_port);
+      if (options.tgtadm.empty() || options.tgtadm.front() != '/') {
+        return InvalidArgument("--tgtadm must be an absolute path, not \"" + options.tgtadm + "\"");
+      }
+      std::shared_ptr<Executor> control;
+      if (options.tgt_control == "socket") {
+        control = std::make_shared<TgtdSocketExecutor>();
+      } else if (options.tgt_control == "tgtadm") {
+        control = std::shared_ptr<Executor>(MakeProcessExecutor());
+      } else {
+        return InvalidArgument("--tgt-control must be socket or tgtadm, not \"" + options.tgt_control + "\"");
+      }
+      exporter = std::make_shared<TgtExporter>(std::move(control), options.tgt_control_port, options.tgtadm);
     } else if (options.target == "lio") {
       exporter = std::make_shared<LioExporter>(options.configfs_root, options.portals);
     } else {
@@ -36,6 +50,7 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& optio
     local.portals = options.portals;
     local.iqn_prefix = options.iqn_prefix;
     local.reconcile_interval = options.reconcile_interval;
+    local.overcommit_ratio = options.overcommit_ratio;
     // Test-only kill points inside the pool's own steps (the image placed but
     // not yet recorded, the record gone but the image not yet): armed through
     // BLOCKCSI_FAULT_POINT as controller.pool.<step> (agent.pool.<step> in the

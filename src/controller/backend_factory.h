@@ -25,6 +25,13 @@ struct BackendOptions {
   std::string target = "tgt";                        // tgt | lio (the daemon the local pool exports through)
   std::string configfs_root = "/sys/kernel/config";  // lio only
   std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};
+  std::string tgtadm = "/usr/sbin/tgtadm";  // absolute; never looked up in PATH
+  // How tgtd is driven: "socket" (its management socket, tgtd_socket.h: no
+  // tgtadm process, so no CHAP secret in any argv) or "tgtadm" (exec).
+  std::string tgt_control = "socket";
+  // Thin provisioning: a new volume (or a grow) may take at most the pool's
+  // free space times this (pool.h, PoolOptions::overcommit_ratio).
+  double overcommit_ratio = 1.0;
   // remote
   std::string target_agent;  // HOST:PORT or unix:///path
   std::string tls_cert, tls_key, tls_ca;

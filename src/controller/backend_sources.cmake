@@ -7,6 +7,7 @@ blockcsi_library(blockcsi_backend
     ${CMAKE_CURRENT_SOURCE_DIR}/pool.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/tgtadm_parser.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/tgt_exporter.cc
+    ${CMAKE_CURRENT_SOURCE_DIR}/tgtd_socket.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/lio_exporter.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/local_backend.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/target_proto.cc

@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "attach/chap_rules.h"
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "common/fs_options.h"
@@ -204,6 +205,10 @@ StatusOr<ChapCredentials> ChapFromSecrets(const google::protobuf::Map<std::strin
   if (chap.password.empty()) return missing(secret_keys::kChapPassword);
   if (!chap.mutual_username.empty() && chap.mutual_password.empty()) return missing(secret_keys::kChapMutualPassword);
   if (chap.mutual_username.empty() && !chap.mutual_password.empty()) return missing(secret_keys::kChapMutualUsername);
+  // The rules the target and the node apply too (chap_rules.h): refused here
+  // before anything reaches the backend.
+  BLOCKCSI_RETURN_IF_ERROR(
+      ValidateChapCredentials(chap, "volume " + Quoted(volume_id) + ": controller-publish secret"));
   return chap;
 }
 

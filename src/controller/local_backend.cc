@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "attach/chap_rules.h"
+#include "attach/iscsi_names.h"
 #include "common/fault_points.h"
 #include "common/logging.h"
 #include "controller/volume_id.h"
@@ -63,15 +65,46 @@ Status NotOurVolume(const std::string& id) {
   return NotFound("volume " + QuoteId(id) + " not found (not a target-backend volume id)");
 }
 
-// An initiator name we put in an ACL: iqn./eui./naa. form, printable, no
-// spaces or commas (tgtadm argument syntax), at most 223 bytes (RFC 3720).
+// An initiator name we put in an ACL: an iSCSI name (RFC 3720: iqn./eui./
+// naa. form, at most 223 bytes), which also keeps tgtadm's argument and
+// output syntax (no spaces, commas, '=' or newlines) out of it.
 Status ValidateInitiatorName(const std::string& volume_id, const std::string& iqn) {
-  bool shape = iqn.rfind("iqn.", 0) == 0 || iqn.rfind("eui.", 0) == 0 || iqn.rfind("naa.", 0) == 0;
-  bool chars = std::all_of(iqn.begin(), iqn.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == ':';
-  });
-  if (!shape || !chars || iqn.size() > 223) {
-    return InvalidArgument("initiator name " + QuoteId(iqn) + " for volume " + volume_id + " is not a valid IQN");
+  return ValidateIscsiName(iqn).WithContext("initiator of volume " + volume_id);
+}
+
+// CSI's general limit for a string field (spec, "Size Limits"); names and
+// node ids end up in records and log lines, so bound them.
+constexpr size_t kMaxNameBytes = 128;
+constexpr size_t kMaxNodeIdBytes = 256;       // CSI's limit for node_id
+constexpr size_t kMaxParametersBytes = 4096;  // CSI's limit for a map<string, string>
+
+// Text a record keeps and a log line prints: printable ASCII only, so no
+// control byte (NUL, newline, escape) can forge a log line or a record
+// field, and bounded. The message never echoes the value.
+Status ValidateText(std::string_view value, const std::string& what, size_t max_bytes, bool allow_empty = false) {
+  if (value.empty() && !allow_empty) return InvalidArgument(what + " is empty");
+  if (value.size() > max_bytes) {
+    return InvalidArgument(what + " is " + std::to_string(value.size()) + " bytes, more than the " +
+                           std::to_string(max_bytes) + " allowed");
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] < 0x20 || value[i] > 0x7e) {
+      return InvalidArgument(what + " has a byte outside printable ASCII at offset " + std::to_string(i));
+    }
+  }
+  return OkStatus();
+}
+
+Status ValidateParameters(const std::map<std::string, std::string>& parameters, const std::string& what) {
+  size_t total = 0;
+  for (const auto& [k, v] : parameters) {
+    total += k.size() + v.size();
+    if (total > kMaxParametersBytes) {
+      return InvalidArgument("parameters of " + what + " are more than " + std::to_string(kMaxParametersBytes) +
+                             " bytes");
+    }
+    BLOCKCSI_RETURN_IF_ERROR(ValidateText(k, "a parameter name of " + what, kMaxParametersBytes));
+    BLOCKCSI_RETURN_IF_ERROR(ValidateText(v, "parameter " + k + " of " + what, kMaxParametersBytes, true));
   }
   return OkStatus();
 }
@@ -113,11 +146,13 @@ LocalBackend::LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter>
 StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& pool_dir,
                                                            std::shared_ptr<Exporter> exporter,
                                                            LocalBackendOptions options) {
-  if (options.iqn_prefix.rfind("iqn.", 0) != 0 || options.iqn_prefix.find(':') != std::string::npos) {
+  if (options.iqn_prefix.rfind("iqn.", 0) != 0 || options.iqn_prefix.find(':') != std::string::npos ||
+      !ValidateIscsiName(options.iqn_prefix + ":vol-0000000000000000").ok()) {
     return InvalidArgument("IQN prefix \"" + options.iqn_prefix + "\" must look like iqn.YYYY-MM.reversed.domain");
   }
   PoolOptions pool_options;
   pool_options.fault_hook = options.fault_hook;
+  pool_options.overcommit_ratio = options.overcommit_ratio;
   BLOCKCSI_ASSIGN_OR_RETURN(auto pool, Pool::Open(pool_dir, pool_options));
   std::shared_ptr<LocalBackend> backend(new LocalBackend(std::move(pool), std::move(exporter), std::move(options)));
   if (auto r = backend->ReconcileNow(); !r.ok()) {
@@ -179,7 +214,8 @@ Status LocalBackend::ApplyExport(const VolumeRecord& record) {
 }
 
 StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) {
-  if (spec.name.empty()) return InvalidArgument("volume name is empty");
+  BLOCKCSI_RETURN_IF_ERROR(ValidateText(spec.name, "volume name", kMaxNameBytes));
+  BLOCKCSI_RETURN_IF_ERROR(ValidateParameters(spec.parameters, "volume \"" + spec.name + "\""));
   if (spec.size_bytes == 0 || spec.size_bytes % kTargetAllocationGranularity != 0) {
     return InvalidArgument("size " + std::to_string(spec.size_bytes) + " of volume \"" + spec.name +
                            "\" is not a positive multiple of 1 MiB");
@@ -317,12 +353,11 @@ StatusOr<VolumeRecord> LocalBackend::ExpandVolume(const std::string& volume_id, 
 StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, const AccessGrant& grant) {
   if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
   BLOCKCSI_RETURN_IF_ERROR(ValidateInitiatorName(volume_id, grant.initiator_iqn));
-  if (grant.chap.enabled() && grant.chap.password.empty()) {
-    return InvalidArgument("CHAP user for volume " + volume_id + " has no password");
-  }
-  if (grant.chap.mutual() && (!grant.chap.enabled() || grant.chap.mutual_password.empty())) {
-    return InvalidArgument("mutual CHAP for volume " + volume_id + " needs both one-way credentials and a password");
-  }
+  BLOCKCSI_RETURN_IF_ERROR(ValidateText(grant.node_id, "node id of volume " + volume_id, kMaxNodeIdBytes, true));
+  BLOCKCSI_RETURN_IF_ERROR(ValidateText(grant.capability, "access mode of volume " + volume_id, kMaxNameBytes, true));
+  // Every field of the credentials, whoever sent them (the agent's clients
+  // are not trusted more than the controller's): chap_rules.h.
+  BLOCKCSI_RETURN_IF_ERROR(ValidateChapCredentials(grant.chap, "volume " + volume_id + ": CHAP"));
   std::shared_lock op(reconcile_mu_);
   KeyedMutex::Lock id_lock(locks_.get(), volume_id);
   auto record = pool_->GetVolume(volume_id);
@@ -395,10 +430,22 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
   KeyedMutex::Lock id_lock(locks_.get(), volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();
-  size_t before = record->grants.size();
-  std::erase_if(record->grants, [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; });
-  if (record->grants.size() != before) {
-    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
+  VolumeRecord revoked = *record;
+  std::erase_if(revoked.grants, [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; });
+  const bool was_granted = revoked.grants.size() != record->grants.size();
+  // Access goes first, the record after (the reverse of a grant): the
+  // target's ACL never lists an initiator the record does not (issue #21).
+  // If the daemon cannot be changed (down, or its listing not trusted), the
+  // call fails with the grant still recorded and the CO retries; a crash
+  // between the two steps leaves a recorded grant without its ACL, which
+  // reconcile restores until the retried revoke completes. The ACL goes out
+  // before the sessions are closed, so the initiator cannot come back in;
+  // both run even when the grant was already gone, so a retry still fences.
+  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(revoked));
+  FaultPoint("controller.unpublish.after-acl-removed");
+  BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record->target_iqn, initiator_iqn));
+  if (was_granted) {
+    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(revoked));
     BLOCKCSI_RETURN_IF_ERROR(Fault("revoke:recorded"));
     FaultPoint("controller.unpublish.after-grant-removed");
   }
@@ -406,15 +453,7 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
     std::lock_guard lock(chap_mu_);
     if (auto it = chap_.find(volume_id); it != chap_.end()) it->second.erase(initiator_iqn);
   }
-  // ACL out first, then the sessions: the initiator cannot come back in.
-  // Both run even when the grant was already gone, so a retry after a crash
-  // still fences.
-  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));
-  FaultPoint("controller.unpublish.after-acl-removed");
-  BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record->target_iqn, initiator_iqn));
-  if (record->grants.size() != before) {
-    LogInfo("access revoked", {{"volume", volume_id}, {"initiator", initiator_iqn}});
-  }
+  if (was_granted) LogInfo("access revoked", {{"volume", volume_id}, {"initiator", initiator_iqn}});
   return OkStatus();
 }
 
@@ -498,7 +537,7 @@ StatusOr<Page<VolumeRecord>> LocalBackend::ListVolumes(const std::string& start_
 StatusOr<uint64_t> LocalBackend::AvailableBytes() { return pool_->AvailableBytes(); }
 
 StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_volume_id, const std::string& name) {
-  if (name.empty()) return InvalidArgument("snapshot name is empty");
+  BLOCKCSI_RETURN_IF_ERROR(ValidateText(name, "snapshot name", kMaxNameBytes));
   if (!IsVolumeId(source_volume_id)) {
     return NotFound("source volume " + QuoteId(source_volume_id) + " of snapshot \"" + name + "\" not found");
   }

@@ -5,7 +5,9 @@
 //
 // Order of every change: the pool record first, then the live export, so a
 // crash or a daemon restart leaves the record as the truth and the next
-// reconcile converges on it. CHAP secrets live in this object's memory only.
+// reconcile converges on it — except a revoke, which takes the ACL off
+// before the record, so that no ACL ever lets in an initiator the record
+// does not list (issue #21). CHAP secrets live in this object's memory only.
 //
 // Thread-safe: operations on one volume, snapshot or name are serialised
 // by per-key locks (a second caller waits, it is not refused); the
@@ -33,6 +35,8 @@ struct LocalBackendOptions {
   std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
   // 0: no background loop (ReconcileNow only).
   std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};
+  // The pool's thin-provisioning policy (PoolOptions::overcommit_ratio).
+  double overcommit_ratio = 1.0;
   // Test-only: see FaultHook; also passed to the pool.
   FaultHook fault_hook;
 };

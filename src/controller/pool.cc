@@ -9,7 +9,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -267,10 +272,16 @@ Status Pool::PlaceImage(const std::string& id, uint64_t size_bytes, const std::s
   if (source_image.empty()) {
     Fd fd(::open(staged.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (fd.get() < 0) return ErrnoToStatus(errno, "create " + staged);
+    Status sized = OkStatus();
     if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
-      return ErrnoToStatus(errno, "size image of volume " + id);
+      sized = ErrnoToStatus(errno, "size image of volume " + id);
+    } else if (::fsync(fd.get()) != 0) {
+      sized = ErrnoToStatus(errno, "fsync " + staged);
     }
-    if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, "fsync " + staged);
+    if (!sized.ok()) {
+      ::unlink(staged.c_str());  // a failed create leaves nothing in tmp/
+      return sized;
+    }
     if (method != nullptr) *method = CopyMethod::kNone;
   } else {
     ::unlink(staged.c_str());  // a leftover of a failed attempt at the same id
@@ -295,9 +306,14 @@ Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_
     std::lock_guard lock(mu_);
     if (volumes_.count(record.id)) return AlreadyExists("volume " + record.id + " already exists in the pool");
   }
+  BLOCKCSI_RETURN_IF_ERROR(CheckRoom(record.size_bytes, "volume " + record.id));
   BLOCKCSI_RETURN_IF_ERROR(PlaceImage(record.id, record.size_bytes, source_image, method));
   // The commit point: from here on the volume exists.
-  BLOCKCSI_RETURN_IF_ERROR(WriteFileAtomically(VolumeRecordPath(record.id), VolumeToJson(record)));
+  if (Status written = WriteFileAtomically(VolumeRecordPath(record.id), VolumeToJson(record)); !written.ok()) {
+    // A failed create leaves nothing behind (a crash here is cleaned by Open).
+    ::unlink(ImagePath(record.id).c_str());
+    return written;
+  }
   std::lock_guard lock(mu_);
   volumes_[record.id] = record;
   return OkStatus();
@@ -319,6 +335,7 @@ Status Pool::GrowImage(const std::string& id, uint64_t size_bytes) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, "stat image of volume " + id);
   if (static_cast<uint64_t>(st.st_size) >= size_bytes) return OkStatus();
+  BLOCKCSI_RETURN_IF_ERROR(CheckRoom(size_bytes - static_cast<uint64_t>(st.st_size), "growth of volume " + id));
   if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
     return ErrnoToStatus(errno, "grow image of volume " + id);
   }
@@ -384,10 +401,54 @@ Status Pool::DeleteSnapshot(const std::string& id) {
   return RemoveFileDurably(ImagePath(id));
 }
 
+StatusOr<double> ParseOvercommitRatio(std::string_view text) {
+  std::string copy(text);
+  char* end = nullptr;
+  errno = 0;
+  double ratio = std::strtod(copy.c_str(), &end);
+  // strtod skips leading blanks and reads "inf"/"nan": refuse those.
+  bool digit_first = !copy.empty() && (std::isdigit(static_cast<unsigned char>(copy.front())) || copy.front() == '.');
+  if (!digit_first || end != copy.c_str() + copy.size() || errno != 0 || !std::isfinite(ratio) || ratio <= 0 ||
+      ratio > 1000) {
+    return InvalidArgument("overcommit ratio must be a number above 0 and at most 1000, not \"" + copy.substr(0, 40) +
+                           "\"");
+  }
+  return ratio;
+}
+
+namespace {
+
+// Bytes times the ratio, saturating instead of overflowing.
+uint64_t Scaled(uint64_t bytes, double ratio) {
+  long double v = static_cast<long double>(bytes) * ratio;
+  if (v >= static_cast<long double>(std::numeric_limits<uint64_t>::max())) return std::numeric_limits<uint64_t>::max();
+  return static_cast<uint64_t>(v);
+}
+
+}  // namespace
+
 StatusOr<uint64_t> Pool::AvailableBytes() const {
   struct statvfs vfs {};
   if (::statvfs(dir_.c_str(), &vfs) != 0) return ErrnoToStatus(errno, "statvfs pool " + dir_);
-  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  return Scaled(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize, options_.overcommit_ratio);
+}
+
+Status Pool::CheckRoom(uint64_t bytes, const std::string& what) const {
+  struct statvfs vfs {};
+  if (::statvfs(dir_.c_str(), &vfs) != 0) return ErrnoToStatus(errno, "statvfs pool " + dir_);
+  const uint64_t total = Scaled(static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize, options_.overcommit_ratio);
+  const uint64_t free = Scaled(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize, options_.overcommit_ratio);
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%g", options_.overcommit_ratio);
+  if (bytes > static_cast<uint64_t>(std::numeric_limits<off_t>::max()) || bytes > total) {
+    return OutOfRange(what + ": " + std::to_string(bytes) + " bytes is more than the pool can ever hold (" +
+                      std::to_string(total) + " bytes: its file system times the overcommit ratio " + ratio + ")");
+  }
+  if (bytes > free) {
+    return ResourceExhausted(what + ": " + std::to_string(bytes) + " bytes is more than the pool allows now (" +
+                             std::to_string(free) + " bytes: its free space times the overcommit ratio " + ratio + ")");
+  }
+  return OkStatus();
 }
 
 Status Pool::Healthy() const {

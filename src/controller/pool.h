@@ -42,7 +42,16 @@ using FaultHook = std::function<Status(std::string_view step)>;
 
 struct PoolOptions {
   FaultHook fault_hook;
+  // Thin provisioning (issue #21): images are sparse, so a new volume (or
+  // the growth of one) is allowed up to the pool file system's free space
+  // times this ratio, RESOURCE_EXHAUSTED past it; more than the whole file
+  // system times this ratio is OUT_OF_RANGE (no delete would make room).
+  // 1.0: no volume bigger than the free space; 3.0: up to three times it.
+  double overcommit_ratio = 1.0;
 };
+
+// Parses an overcommit ratio flag: a finite number in (0, 1000].
+StatusOr<double> ParseOvercommitRatio(std::string_view text);
 
 // How an image was copied: for logs and tests.
 enum class CopyMethod { kNone, kReflink, kSparseCopy };
@@ -81,7 +90,12 @@ class Pool {
   Status CreateSnapshot(const SnapshotRecord& record, CopyMethod* method = nullptr);
   Status DeleteSnapshot(const std::string& id);
 
+  // The largest new volume the overcommit policy allows now: free space
+  // times the ratio.
   StatusOr<uint64_t> AvailableBytes() const;
+  // The overcommit policy for `bytes` more of sparse image; `what` names
+  // the volume in the message.
+  Status CheckRoom(uint64_t bytes, const std::string& what) const;
   // The pool directory is readable and writable.
   Status Healthy() const;
 

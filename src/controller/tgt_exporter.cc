@@ -14,6 +14,13 @@ namespace {
 // before they reach an exporter; this only guards against misuse.
 std::string HexOf(const std::string& volume_id) { return std::string(IdHex(volume_id)); }
 
+// What an operator can do about a listing we refuse: it holds something
+// blockcsi does not make (an account or target made by hand or by an older
+// version), which only they can judge and remove.
+constexpr char kUntrustedHint[] =
+    " (look for an account or target blockcsi did not make: tgtadm -C <port> --lld iscsi --op show --mode "
+    "account|target; remove it with --op delete)";
+
 // tgtd reports sizes in decimal megabytes, rounded down.
 uint64_t TgtMegabytes(uint64_t bytes) { return bytes / 1000000; }
 
@@ -30,8 +37,9 @@ TgtTarget* FindTarget(std::vector<TgtTarget>& live, const std::string& iqn) {
 
 }  // namespace
 
-TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::chrono::milliseconds timeout)
-    : executor_(std::move(executor)), control_port_(control_port), timeout_(timeout) {}
+TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm,
+                         std::chrono::milliseconds timeout)
+    : executor_(std::move(executor)), control_port_(control_port), tgtadm_(std::move(tgtadm)), timeout_(timeout) {}
 
 std::string TgtExporter::ScsiIdFor(const std::string& volume_id) { return "b10cc5a1" + HexOf(volume_id); }
 
@@ -40,7 +48,7 @@ ExportedLunIdentity TgtExporter::IdentityFor(const std::string& volume_id) const
 }
 
 Command TgtExporter::Tgtadm() const {
-  Command c("tgtadm");
+  Command c(tgtadm_);
   c.Arg("-C").Arg(std::to_string(control_port_)).Arg("--lld").Arg("iscsi").Timeout(timeout_);
   return c;
 }
@@ -63,7 +71,14 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
     return Unavailable("tgtd on control port " + std::to_string(control_port_) +
                        " does not answer: " + FailureLine(c, result));
   }
-  return ParseTgtadmTargets(result.stdout_text);
+  auto parsed = ParseTgtadmTargets(result.stdout_text);
+  // Output we cannot account for is tgtd's (or a forger's) problem, not the
+  // caller's bad input: INTERNAL, and nothing is changed on its strength.
+  if (!parsed.ok()) {
+    return Internal("tgtd's target list cannot be trusted, nothing changed: " + parsed.status().message() +
+                    kUntrustedHint);
+  }
+  return parsed;
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
@@ -74,10 +89,64 @@ StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
     return Unavailable("tgtd on control port " + std::to_string(control_port_) +
                        " does not answer: " + FailureLine(c, result));
   }
-  return ParseTgtadmAccounts(result.stdout_text);
+  auto parsed = ParseTgtadmAccounts(result.stdout_text);
+  if (!parsed.ok()) {
+    return Internal("tgtd's account list cannot be trusted, nothing changed: " + parsed.status().message() +
+                    kUntrustedHint);
+  }
+  return parsed;
 }
 
 Status TgtExporter::Healthy() { return ShowTargets().status(); }
+
+namespace {
+
+// Every account a target binds must be one tgtd lists: anything else means
+// the two listings disagree (or one was forged), and nothing is changed.
+Status CheckAccountsListed(const std::vector<TgtTarget>& live, const std::vector<std::string>& accounts) {
+  for (const auto& t : live) {
+    for (const auto* bound : {&t.incoming_accounts, &t.outgoing_accounts}) {
+      for (const auto& user : *bound) {
+        if (!Contains(accounts, user)) {
+          return Internal("tgtd output not accounted for: target " + std::to_string(t.tid) + " binds CHAP account \"" +
+                          user + "\" that its account list does not have");
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::vector<Status> TgtExporter::VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live) {
+  auto shown = ShowTargets();
+  if (!shown.ok()) return std::vector<Status>(checks.size(), shown.status());
+  live = std::move(shown).value();
+  std::vector<Status> out;
+  for (const auto& c : checks) {
+    const TgtTarget* target = nullptr;
+    for (const auto& t : live) {
+      if (t.tid == c.tid) target = &t;
+    }
+    if (target == nullptr || target->iqn != c.iqn) {
+      out.push_back(Internal("ACL check of volume " + c.volume_id + ": tgtd's target " + std::to_string(c.tid) +
+                             " is " + (target == nullptr ? std::string("gone") : "\"" + target->iqn + "\"") + ", not " +
+                             c.iqn));
+      continue;
+    }
+    std::set<std::string> have(target->acls.begin(), target->acls.end());
+    if (have != c.want) {
+      std::string listed;
+      for (const auto& a : have) listed += (listed.empty() ? "" : ", ") + a;
+      out.push_back(Internal("ACL check of volume " + c.volume_id + ": tgtd lets in {" + listed +
+                             "}, which is not what its record lists"));
+      continue;
+    }
+    out.push_back(OkStatus());
+  }
+  return out;
+}
 
 Status TgtExporter::AddLun(int tid, const DesiredExport& d) {
   std::string t = std::to_string(tid);
@@ -125,7 +194,8 @@ Status TgtExporter::EnsureAccount(const std::string& user, const std::string& pa
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
-                                                            std::vector<std::string>& live_accounts) {
+                                                            std::vector<std::string>& live_accounts,
+                                                            std::vector<AclCheck>* deferred, size_t slot) {
   std::vector<std::string> repairs;
   TgtTarget* target = FindTarget(live, d.iqn);
   if (target == nullptr) {
@@ -229,8 +299,10 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
     }
     want_acl.insert(acl.initiator_iqn);
   }
+  bool acl_changed = false;
   for (const auto& initiator : want_acl) {
     if (Contains(target->acls, initiator)) continue;
+    acl_changed = true;
     Command bind = Tgtadm();
     bind.Args({"--op", "bind", "--mode", "target", "--tid", tid, "--initiator-name", initiator});
     BLOCKCSI_RETURN_IF_ERROR(Run(bind, "allow " + initiator + " on volume " + d.volume_id, "already exists"));
@@ -239,6 +311,7 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
   }
   for (const auto& acl : std::vector<std::string>(target->acls)) {
     if (want_acl.count(acl)) continue;
+    acl_changed = true;
     Command unbind = Tgtadm();
     // An ACL entry we did not make could be an address; tgtadm unbinds those with -I.
     bool by_name = acl.find(':') != std::string::npos || acl.rfind("iqn.", 0) == 0 || acl.rfind("eui.", 0) == 0;
@@ -251,6 +324,16 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
     BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "disallow " + acl + " on volume " + d.volume_id, "does not exist"));
     std::erase(target->acls, acl);
     repairs.push_back("disallowed " + acl + " on " + d.iqn);
+  }
+  // Checked against the record before (want_acl comes from it, the tid from
+  // a listing with unique ids and names) and after: read back.
+  if (acl_changed) {
+    AclCheck check{slot, d.volume_id, d.iqn, std::stoi(tid), want_acl};
+    if (deferred != nullptr) {
+      deferred->push_back(std::move(check));
+    } else {
+      BLOCKCSI_RETURN_IF_ERROR(VerifyAclsLocked({check}, live).front());
+    }
   }
   return repairs;
 }
@@ -281,6 +364,7 @@ StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desir
   std::vector<std::string> accounts;
   if (!desired.chap.empty()) {
     BLOCKCSI_ASSIGN_OR_RETURN(accounts, ShowAccounts());
+    BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
   }
   auto result = ApplyLocked(desired, live, accounts);
   if (result.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(live);
@@ -302,17 +386,26 @@ std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std
     auto shown = ShowAccounts();
     if (shown.ok()) {
       accounts = std::move(shown).value();
+      read = CheckAccountsListed(*live, accounts);
     } else {
       read = shown.status();
     }
   }
   out.reserve(desired.size());
-  for (const auto& d : desired) {
+  std::vector<AclCheck> checks;
+  for (size_t i = 0; i < desired.size(); ++i) {
     if (!read.ok()) {
       out.push_back(read);
       continue;
     }
-    out.push_back(ApplyLocked(d, *live, accounts));
+    out.push_back(ApplyLocked(desired[i], *live, accounts, &checks, i));
+  }
+  // Every ACL change of the batch read back with one listing.
+  if (!checks.empty()) {
+    auto verified = VerifyAclsLocked(checks, *live);
+    for (size_t k = 0; k < checks.size(); ++k) {
+      if (!verified[k].ok()) out[checks[k].slot] = verified[k];
+    }
   }
   if (read.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(*live);
   return out;
@@ -323,12 +416,15 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
   std::lock_guard lock(mu_);
   BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
   BLOCKCSI_ASSIGN_OR_RETURN(auto accounts, ShowAccounts());
+  BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
   std::vector<std::string> repairs;
   std::set<std::string> wanted;
   Status first_error;
-  for (const auto& d : desired) {
+  std::vector<AclCheck> checks;
+  for (size_t i = 0; i < desired.size(); ++i) {
+    const DesiredExport& d = desired[i];
     wanted.insert(d.iqn);
-    auto r = ApplyLocked(d, live, accounts);
+    auto r = ApplyLocked(d, live, accounts, &checks, i);
     if (!r.ok()) {
       // One broken export must not stop the others from being repaired.
       LogError("reconcile: cannot repair export", {{"volume", d.volume_id}, {"error", r.status().ToString()}});
@@ -336,6 +432,14 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
       continue;
     }
     repairs.insert(repairs.end(), r->begin(), r->end());
+  }
+  if (!checks.empty()) {
+    auto verified = VerifyAclsLocked(checks, live);
+    for (size_t k = 0; k < checks.size(); ++k) {
+      if (verified[k].ok()) continue;
+      LogError("reconcile: ACL not as recorded", {{"volume", checks[k].volume_id}, {"error", verified[k].ToString()}});
+      if (first_error.ok()) first_error = verified[k];
+    }
   }
   std::string ns = iqn_prefix + ":";
   for (const auto& t : live) {

@@ -1,6 +1,9 @@
 // TgtExporter: the Exporter for Linux tgt, driving a running tgtd through
-// `tgtadm -C <control port>` (argv via the Executor; CHAP passwords marked
-// Secret). tgtd keeps its configuration in memory only, so everything here
+// `/usr/sbin/tgtadm -C <control port>` (argv via the Executor; CHAP
+// passwords marked Secret). What tgtd prints is trusted only as far as it
+// can be accounted for: duplicate target ids or names, accounts bound but
+// not listed, malformed names are errors, never acted on; every ACL change
+// is read back and compared with the record. tgtd keeps its configuration in memory only, so everything here
 // is re-derivable from the pool by Apply/Reconcile. Thread-safe: one mutex
 // serialises every change (tgtd handles one management request at a time
 // anyway, and target ids are allocated from what `show` returns).
@@ -22,8 +25,11 @@ namespace blockcsi {
 
 class TgtExporter final : public Exporter {
  public:
-  TgtExporter(std::shared_ptr<Executor> executor, int control_port,
+  // `tgtadm` is run by this absolute path, never looked up in PATH (a
+  // writable directory early in PATH would get every CHAP secret).
+  TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm = kDefaultTgtadm,
               std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  static constexpr char kDefaultTgtadm[] = "/usr/sbin/tgtadm";
 
   std::string Kind() const override { return "tgt"; }
   ExportedLunIdentity IdentityFor(const std::string& volume_id) const override;
@@ -47,12 +53,25 @@ class TgtExporter final : public Exporter {
   Status Run(const Command& command, const std::string& what, const std::string& tolerated = "");
   StatusOr<std::vector<TgtTarget>> ShowTargets();
   StatusOr<std::vector<std::string>> ShowAccounts();
-  // Both need mu_ held.
+  // An ACL change to read back: the target `tid` must be the volume's and
+  // let in exactly `want` (the record's initiators).
+  struct AclCheck {
+    size_t slot = 0;  // which export of a batch
+    std::string volume_id, iqn;
+    int tid = 0;
+    std::set<std::string> want;
+  };
+  // Both need mu_ held. ApplyLocked reads an ACL change back at once, or,
+  // with `deferred`, leaves the check to the caller (one read per batch).
   StatusOr<std::vector<std::string>> ApplyLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
-                                                 std::vector<std::string>& live_accounts);
+                                                 std::vector<std::string>& live_accounts,
+                                                 std::vector<AclCheck>* deferred = nullptr, size_t slot = 0);
   Status EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
                        std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
   Status AddLun(int tid, const DesiredExport& desired);
+  // After ACL changes: reads tgtd again (once) and runs each check; one
+  // status per check. Refreshes `live`. Needs mu_.
+  std::vector<Status> VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live);
   // Deletes the accounts of ours (made by this process, or unbound by it from
   // one of our targets) that no target binds any more, so that a CHAP secret
   // does not outlive its last volume in tgtd's memory. Best effort (logged):
@@ -61,6 +80,7 @@ class TgtExporter final : public Exporter {
 
   const std::shared_ptr<Executor> executor_;
   const int control_port_;
+  const std::string tgtadm_;
   const std::chrono::milliseconds timeout_;
   std::mutex mu_;
   // The password each tgtd account was last created with by this process;

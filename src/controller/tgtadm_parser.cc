@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "attach/chap_rules.h"
+
 namespace blockcsi {
 namespace {
 
@@ -33,9 +35,34 @@ bool Field(std::string_view line, std::string_view key, std::string_view* value)
   return true;
 }
 
+// Quotes at most 120 bytes of a line, unprintable bytes as '?': an error
+// must stay short and printable whatever tgtd printed.
+std::string Excerpt(std::string_view line) {
+  std::string out;
+  for (char c : line.substr(0, 120)) out += (c < 0x20 || c > 0x7e) ? '?' : c;
+  if (line.size() > 120) out += "...";
+  return out;
+}
+
 Status Unexpected(int line_number, std::string_view line) {
-  return InvalidArgument("tgtadm output line " + std::to_string(line_number) + " not understood: \"" +
-                         std::string(line) + "\"");
+  return InvalidArgument("tgtadm output line " + std::to_string(line_number) + " not understood: \"" + Excerpt(line) +
+                         "\"");
+}
+
+Status Incomplete(int line_number, const TgtTarget& target) {
+  return InvalidArgument("tgtadm output line " + std::to_string(line_number) + ": target " +
+                         std::to_string(target.tid) + " \"" + Excerpt(target.iqn) +
+                         "\" ends before all its sections (system, I_T nexus, LUN, account, ACL)");
+}
+
+// A target name, initiator name or address as we (or an administrator
+// through tgtadm's argv) could have set it: no whitespace, no control bytes.
+bool IsToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c <= 0x20 || c > 0x7e) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -64,6 +91,7 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
     if (indent == 0) {
       // "Target 1: iqn..."
       if (!StartsWith(line, "Target ")) return Unexpected(line_number, line);
+      if (!targets.empty() && section != Section::kAcl) return Incomplete(line_number, targets.back());
       size_t colon = line.find(':');
       TgtTarget target;
       if (colon == std::string_view::npos || !ParseNumber(line.substr(7, colon - 7), &target.tid)) {
@@ -72,7 +100,17 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
       target.iqn = std::string(Trim(line.substr(colon + 1)));
       // A target without a name cannot be matched to a volume: reconcile
       // must see an error, not a nameless target (found by fuzzing).
-      if (target.iqn.empty()) return Unexpected(line_number, line);
+      if (!IsToken(target.iqn) || target.tid <= 0) return Unexpected(line_number, line);
+      // tgtd never lists a tid or a name twice: a second one means the
+      // listing is not what it seems (issue #21: a forged "Target 3:" block
+      // inside an account name made a later bind hit another volume).
+      for (const auto& seen : targets) {
+        if (seen.tid == target.tid || seen.iqn == target.iqn) {
+          return InvalidArgument("tgtadm output line " + std::to_string(line_number) + " lists target " +
+                                 std::to_string(target.tid) + " \"" + Excerpt(target.iqn) +
+                                 "\" a second time; refusing to act on it");
+        }
+      }
       targets.push_back(std::move(target));
       section = Section::kNone;
       continue;
@@ -80,19 +118,26 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
     if (targets.empty()) return Unexpected(line_number, line);
     TgtTarget& target = targets.back();
     if (indent == 4) {
+      Section next = Section::kNone;
       if (line == "System information:") {
-        section = Section::kSystem;
+        next = Section::kSystem;
       } else if (line == "I_T nexus information:") {
-        section = Section::kNexus;
+        next = Section::kNexus;
       } else if (line == "LUN information:") {
-        section = Section::kLun;
+        next = Section::kLun;
       } else if (line == "Account information:") {
-        section = Section::kAccount;
+        next = Section::kAccount;
       } else if (line == "ACL information:") {
-        section = Section::kAcl;
-      } else {
+        next = Section::kAcl;
+      }
+      // tgtd prints each section once, in this order. A name with newlines
+      // can insert lines into one section, but the real block's remaining
+      // sections still follow: a forged block always shows up here as a
+      // section out of order or a target without all of them.
+      if (next == Section::kNone || static_cast<int>(next) != static_cast<int>(section) + 1) {
         return Unexpected(line_number, line);
       }
+      section = next;
       continue;
     }
     switch (section) {
@@ -141,20 +186,23 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
         break;
       case Section::kAccount: {
         constexpr std::string_view kOutgoing = " (outgoing)";
-        if (line.size() > kOutgoing.size() && line.substr(line.size() - kOutgoing.size()) == kOutgoing) {
-          target.outgoing_accounts.emplace_back(line.substr(0, line.size() - kOutgoing.size()));
-        } else {
-          target.incoming_accounts.emplace_back(line);
-        }
+        bool outgoing = line.size() > kOutgoing.size() && line.substr(line.size() - kOutgoing.size()) == kOutgoing;
+        std::string_view user = outgoing ? line.substr(0, line.size() - kOutgoing.size()) : line;
+        // Only names chap_rules.h allows can be ours; anything else was not
+        // made through us and is not acted on.
+        if (!IsValidChapName(user)) return Unexpected(line_number, line);
+        (outgoing ? target.outgoing_accounts : target.incoming_accounts).emplace_back(user);
         break;
       }
       case Section::kAcl:
+        if (!IsToken(line)) return Unexpected(line_number, line);
         target.acls.emplace_back(line);
         break;
       case Section::kNone:
         return Unexpected(line_number, line);
     }
   }
+  if (!targets.empty() && section != Section::kAcl) return Incomplete(line_number, targets.back());
   return targets;
 }
 
@@ -169,11 +217,15 @@ StatusOr<std::vector<std::string>> ParseTgtadmAccounts(std::string_view text) {
     ++line_number;
     std::string_view line = Trim(raw);
     if (line.empty()) continue;
-    if (line == "Account list:") {
+    if (line == "Account list:" && Indent(raw) == 0) {
+      if (header) return Unexpected(line_number, line);  // tgtd prints it once
       header = true;
       continue;
     }
-    if (!header || Indent(raw) == 0) return Unexpected(line_number, line);
+    if (!header || Indent(raw) == 0 || !IsValidChapName(line)) return Unexpected(line_number, line);
+    for (const auto& seen : accounts) {
+      if (seen == line) return Unexpected(line_number, line);
+    }
     accounts.emplace_back(line);
   }
   return accounts;

@@ -33,7 +33,8 @@ class CountingExecutor final : public Executor {
  public:
   explicit CountingExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
   StatusOr<CommandResult> Run(const Command& command) override {
-    if (!command.args().empty() && command.args().front().value == "tgtadm") ++tgtadm_;
+    const std::string& program = command.args().empty() ? std::string() : command.args().front().value;
+    if (program.size() >= 6 && program.compare(program.size() - 6, 6, "tgtadm") == 0) ++tgtadm_;
     return inner_->Run(command);
   }
   long tgtadm() const { return tgtadm_.load(); }

@@ -202,6 +202,25 @@ TEST(AttachSpecTest, SecretsNeverAppearInErrors) {
   EXPECT_NE(spec.status().message().find(secret_keys::kChapPassword), std::string::npos);
 }
 
+// Issue #21: the node applies the rules the controller and the target do
+// (chap_rules.h); a password without a user was silently ignored (no CHAP).
+TEST(AttachSpecTest, StageSecretsFollowTheOneChapRuleSet) {
+  auto context = GoodContext();
+  auto password_only = Parse(context, {{secret_keys::kChapPassword, "s3cret-pass-12"}});
+  ASSERT_FALSE(password_only.ok()) << "a password without a user must not mean \"no CHAP\"";
+  EXPECT_EQ(password_only.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(password_only.status().message().find("vol-1"), std::string::npos);
+  for (const std::string& user : {std::string("a,b"), std::string("u\nTarget 1: x"), std::string(256, 'u')}) {
+    auto spec = Parse(context, {{secret_keys::kChapUsername, user}, {secret_keys::kChapPassword, "s3cret-pass-12"}});
+    EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument) << user.substr(0, 10);
+  }
+  auto short_secret = Parse(context, {{secret_keys::kChapUsername, "alice"}, {secret_keys::kChapPassword, "6bytes"}});
+  EXPECT_EQ(short_secret.status().code(), StatusCode::kInvalidArgument);
+  auto ok = Parse(context, {{secret_keys::kChapUsername, "alice"}, {secret_keys::kChapPassword, "s3cret-pass-12"}});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->chap.username, "alice");
+}
+
 TEST(AttachSpecTest, RejectsABadInitiatorName) {
   auto spec = ParseAttachSpec("vol-1", GoodContext(), {}, "not-an-iqn");
   ASSERT_FALSE(spec.ok());

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -219,6 +220,104 @@ TEST(PoolTest, AvailableBytesIsPositive) {
   auto free = (*pool)->AvailableBytes();
   ASSERT_TRUE(free.ok());
   EXPECT_GT(*free, 0u);
+}
+
+struct FsBytes {
+  uint64_t total = 0;
+  uint64_t free = 0;
+};
+FsBytes StatFs(const std::string& dir) {
+  struct statvfs vfs {};
+  EXPECT_EQ(::statvfs(dir.c_str(), &vfs), 0);
+  return {static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize, static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize};
+}
+
+uint64_t RoundUpMiB(uint64_t v) { return (v + kMiB - 1) / kMiB * kMiB; }
+
+// Issue #21: 2^44 bytes gave INTERNAL "File too large" and left a 0-byte
+// tmp/vol-*.img behind until a restart.
+TEST(PoolTest, SizesThePoolCanNeverHoldAreOutOfRangeAndLeaveNothing) {
+  TempDir dir;
+  auto pool = Pool::Open(dir.path());
+  ASSERT_TRUE(pool.ok());
+  FsBytes fs = StatFs(dir.path());
+  for (uint64_t size : {uint64_t{1} << 44, uint64_t{1} << 50, RoundUpMiB(fs.total) + kMiB, uint64_t{1} << 63}) {
+    if (size <= fs.total) continue;  // a pool file system above 16 TiB: that size is not "never"
+    SCOPED_TRACE(size);
+    VolumeRecord r = Record("pvc-huge", size);
+    Status st = (*pool)->CreateVolume(r, "");
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.ToString();
+    EXPECT_NE(st.message().find(r.id), std::string::npos) << st.message();
+    EXPECT_TRUE(Names(dir.Join("tmp")).empty());
+    EXPECT_TRUE(Names(dir.Join("images")).empty());
+    EXPECT_TRUE(Names(dir.Join("volumes")).empty());
+    EXPECT_FALSE((*pool)->GetVolume(r.id).has_value());
+  }
+  // A grow to such a size is refused the same way, and the image keeps its size.
+  VolumeRecord small = Record("pvc-small", 4 * kMiB);
+  ASSERT_TRUE((*pool)->CreateVolume(small, "").ok());
+  EXPECT_EQ((*pool)->GrowImage(small.id, uint64_t{1} << 50).code(), StatusCode::kOutOfRange);
+  struct stat st {};
+  ASSERT_EQ(::stat((*pool)->ImagePath(small.id).c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB);
+}
+
+TEST(PoolTest, OvercommitRatioBoundsEachNewVolumeAndEachGrow) {
+  TempDir dir;
+  // 256 MiB really allocated on the pool's file system (a tmpfs /tmp may be
+  // nearly empty), so that "more than the free space" and "less than the
+  // whole file system" have room between them.
+  TempDir ballast;
+  {
+    int fd = ::open(ballast.Join("ballast").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::posix_fallocate(fd, 0, 256 * kMiB), 0);
+    ::close(fd);
+  }
+  FsBytes fs = StatFs(dir.path());
+  // Over a quarter of the free space (by 32 MiB: other writers on this
+  // machine would have to free 128 MiB meanwhile to make it fit) yet within
+  // a quarter of the file system.
+  const uint64_t size = RoundUpMiB(fs.free / 4) + 32 * kMiB;
+  ASSERT_LT(size, fs.total / 4);
+  {
+    PoolOptions quarter;
+    quarter.overcommit_ratio = 0.25;
+    auto pool = Pool::Open(dir.path(), quarter);
+    ASSERT_TRUE(pool.ok());
+    EXPECT_LE(*(*pool)->AvailableBytes(), fs.free / 4 + 64 * kMiB) << "GetCapacity reports what the policy allows";
+    VolumeRecord r = Record("pvc-over", size);
+    Status st = (*pool)->CreateVolume(r, "");
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+    EXPECT_NE(st.message().find("overcommit ratio 0.25"), std::string::npos) << st.message();
+    EXPECT_TRUE(Names(dir.Join("tmp")).empty());
+    EXPECT_TRUE(Names(dir.Join("images")).empty());
+    // A grow past the policy is refused the same way, and the image keeps its size.
+    VolumeRecord small = Record("pvc-small", 8 * kMiB);
+    ASSERT_TRUE((*pool)->CreateVolume(small, "").ok());
+    EXPECT_EQ((*pool)->GrowImage(small.id, 8 * kMiB + size).code(), StatusCode::kResourceExhausted);
+    struct stat st_small {};
+    ASSERT_EQ(::stat((*pool)->ImagePath(small.id).c_str(), &st_small), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st_small.st_size), 8 * kMiB);
+  }
+  {
+    PoolOptions thin;
+    thin.overcommit_ratio = 4.5;  // the same size fits a ratio of more than 4
+    auto pool = Pool::Open(dir.path(), thin);
+    ASSERT_TRUE(pool.ok());
+    VolumeRecord r = Record("pvc-thin", size);
+    ASSERT_TRUE((*pool)->CreateVolume(r, "").ok());
+    EXPECT_LT(AllocatedBytes((*pool)->ImagePath(r.id)), kMiB) << "thin volumes stay sparse";
+    ASSERT_TRUE((*pool)->DeleteVolume(r.id).ok());
+  }
+}
+
+TEST(PoolTest, OvercommitRatioFlagParses) {
+  EXPECT_EQ(*ParseOvercommitRatio("1"), 1.0);
+  EXPECT_EQ(*ParseOvercommitRatio("2.5"), 2.5);
+  for (const char* bad : {"", "0", "-1", "nan", "inf", "1e9", "1x", " 1"}) {
+    EXPECT_EQ(ParseOvercommitRatio(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace

@@ -90,5 +90,83 @@ TEST(TgtadmParserTest, ParsesAccountList) {
   EXPECT_FALSE(ParseTgtadmAccounts("alice\n").ok());
 }
 
+// One target as tgtd 1.0.85 lists it (every section, in order); `account`
+// and `acl` are printed raw, as tgtd does.
+std::string Block(int tid, const std::string& name, const std::string& account = "", const std::string& acl = "") {
+  std::string out = "Target " + std::to_string(tid) + ": " + name + "\n";
+  out += "    System information:\n        Driver: iscsi\n        State: ready\n";
+  out += "    I_T nexus information:\n    LUN information:\n        LUN: 0\n            Type: controller\n";
+  out += "    Account information:\n";
+  if (!account.empty()) out += "        " + account + "\n";
+  out += "    ACL information:\n";
+  if (!acl.empty()) out += "        " + acl + "\n";
+  return out;
+}
+
+// Issue #21: tgtd printed a CHAP user name with newlines raw, and the
+// parser took the forged lines for a real target (whose tid then got an
+// attacker's ACL) or a second account list. Such output is refused whole.
+TEST(TgtadmParserTest, RefusesForgedTargetBlocksAndDuplicates) {
+  std::string text = ReadFileOrEmpty(TestDataPath("tgtadm/show_target_mutual.txt"));
+  ASSERT_FALSE(text.empty());
+  ASSERT_TRUE(ParseTgtadmTargets(text).ok());
+  // A forged block inside the foreign target's (empty) account section,
+  // naming volume 0123's IQN with volume 1111's tid.
+  std::string forged = text;
+  const std::string anchor = "Target 5: iqn.2003-01.org.example:foreign\n";
+  size_t at = forged.find("    Account information:\n", forged.find(anchor));
+  ASSERT_NE(at, std::string::npos);
+  forged.insert(at + std::string("    Account information:\n").size(),
+                "        evil\nTarget 2: iqn.2026-11.io.blockcsi:vol-0123456789abcdef\n    ACL information:\n"
+                "        iqn.2026-11.io.blockcsi:node:attacker\n");
+  auto parsed = ParseTgtadmTargets(forged);
+  ASSERT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find("target 5"), std::string::npos) << parsed.status().message();
+
+  ASSERT_TRUE(ParseTgtadmTargets(Block(1, "iqn.a:b") + Block(2, "iqn.a:c", "alice", "iqn.x:n1")).ok());
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b") + Block(1, "iqn.a:c")).ok()) << "duplicate tid";
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b") + Block(2, "iqn.a:b")).ok()) << "duplicate name";
+  EXPECT_FALSE(ParseTgtadmTargets(Block(0, "iqn.a:b")).ok()) << "tid 0 is tgtd's own";
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b c")).ok()) << "a name with a space";
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b", "bad,user")).ok());
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b", "", "two words")).ok());
+  EXPECT_FALSE(ParseTgtadmTargets("Target 1: iqn.a:b\n").ok()) << "a target without its sections";
+}
+
+// Found by the agent_acl fuzzer: a forged block with a new tid and a new
+// name, inside an account section, took the real target's ACL lines for
+// its own, so a revoke saw no ACL to remove. Sections out of order or
+// missing now refuse the listing.
+TEST(TgtadmParserTest, RefusesAForgedBlockThatStealsTheNextSections) {
+  std::string real = Block(1, "iqn.2026-11.io.blockcsi:vol-1", "u\nTarget 9: x", "iqn.x:node-c");
+  ASSERT_NE(real.find("\nTarget 9: x\n    ACL information:\n        iqn.x:node-c"), std::string::npos) << real;
+  auto parsed = ParseTgtadmTargets(real);
+  EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+  // A whole forged block (every section) still leaves the real block's
+  // ACL section following the forged one's.
+  std::string whole = Block(1, "iqn.2026-11.io.blockcsi:vol-1",
+                            "u\nTarget 9: x\n    System information:\n    I_T nexus information:\n"
+                            "    LUN information:\n    Account information:\n    ACL information:",
+                            "iqn.x:node-c");
+  EXPECT_FALSE(ParseTgtadmTargets(whole).ok());
+  EXPECT_FALSE(ParseTgtadmTargets(Block(1, "iqn.a:b") + "    ACL information:\n").ok()) << "a section twice";
+}
+
+TEST(TgtadmParserTest, RefusesAForgedOrDuplicatedAccountList) {
+  // The issue's "user4\nAccount list:\n    ghost".
+  EXPECT_FALSE(ParseTgtadmAccounts("Account list:\n    user4\nAccount list:\n    ghost\n").ok());
+  EXPECT_FALSE(ParseTgtadmAccounts("Account list:\n    alice\n    alice\n").ok());
+  EXPECT_FALSE(ParseTgtadmAccounts("Account list:\n    a,b\n").ok());
+  EXPECT_FALSE(ParseTgtadmAccounts("Account list:\n    two words\n").ok());
+}
+
+TEST(TgtadmParserTest, ErrorsStayShortAndPrintable) {
+  std::string line = "Target 1: " + std::string(10000, 'x') + "\x1b[2J";
+  auto parsed = ParseTgtadmTargets(line + "\n    Mystery:\n");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_LT(parsed.status().message().size(), 300u);
+  for (char c : parsed.status().message()) EXPECT_TRUE(c >= 0x20 && c <= 0x7e) << int(c);
+}
+
 }  // namespace
 }  // namespace blockcsi

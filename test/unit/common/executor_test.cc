@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include <thread>
 
@@ -144,6 +149,37 @@ TEST(ExecutorTest, MissingProgramIsNotFound) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find("/nonexistent/iscsiadm"), std::string::npos);
+}
+
+// Issue #21: tgtadm was found through PATH (~/.cargo/bin, /usr/local/sbin
+// before /usr/sbin). A program planted in a PATH directory never runs; a
+// bare name is taken from the system directories only.
+TEST(ExecutorTest, BareNamesAreNeverLookedUpInPath) {
+  testing::TempDir dir;
+  std::string planted = dir.Join("planted");
+  std::string marker = dir.Join("ran");
+  for (const char* name : {"blockcsi-planted-probe", "losetup"}) {
+    std::string script = dir.Join(name);
+    FILE* f = std::fopen(script.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "#!/bin/sh\ntouch %s\n", marker.c_str());
+    std::fclose(f);
+    ASSERT_EQ(::chmod(script.c_str(), 0755), 0);
+  }
+  const char* old = std::getenv("PATH");
+  std::string saved = old != nullptr ? old : "";
+  ::setenv("PATH", dir.path().c_str(), 1);
+  auto exec = MakeProcessExecutor();
+  auto missing = exec->Run(Command("blockcsi-planted-probe"));
+  auto system = exec->Run(Command("losetup").Arg("--version"));
+  ::setenv("PATH", saved.c_str(), 1);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("PATH is not searched"), std::string::npos);
+  ASSERT_TRUE(system.ok()) << system.status().ToString();
+  EXPECT_EQ(system->exit_code, 0) << "losetup from /usr/sbin, not the planted one";
+  EXPECT_NE(system->stdout_text.find("losetup"), std::string::npos);
+  EXPECT_NE(::access(marker.c_str(), F_OK), 0) << "a program planted in PATH ran";
 }
 
 }  // namespace

@@ -62,5 +62,16 @@ TEST(StatusTest, WithContextKeepsCode) {
   EXPECT_EQ(st.ToString(), "NOT_FOUND: volume vol-3: no such file");
 }
 
+// Issue #21: a 10 KB request field made a ~20 KB error the client could not
+// receive (gRPC puts it in a header); NUL and newlines reached its logs raw.
+TEST(GrpcStatusTest, MessagesAreBoundedAndEscapedOnTheWire) {
+  grpc::Status big = ToGrpcStatus(InvalidArgument("volume \"" + std::string(20000, 'n') + "\" is bad"));
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(big.error_message().size(), 2100u);
+  EXPECT_NE(big.error_message().find("(20016 bytes)"), std::string::npos) << big.error_message().substr(2040);
+  grpc::Status raw = ToGrpcStatus(NotFound(std::string("a\nb") + '\0' + "c"));
+  EXPECT_EQ(raw.error_message(), "a\\x0ab\\x00c");
+}
+
 }  // namespace
 }  // namespace blockcsi

@@ -62,6 +62,20 @@ TEST(BackendConfigTest, ASingleBackendIsTheDefaultWithoutSaying) {
   EXPECT_EQ(config->backends[0].options.ceph_user, "u");
 }
 
+// Issue #21: the local backend's tgtd control and thin-provisioning keys.
+TEST(BackendConfigTest, LocalBackendTakesTgtControlAndOvercommitKeys) {
+  auto config = ParseBackendConfig(
+      "[backend l]\nkind = local\npool = /p\ntgtadm = /opt/tgt/sbin/tgtadm\ntgt-control = tgtadm\n"
+      "overcommit-ratio = 2.5\n",
+      "x");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->backends[0].options.tgtadm, "/opt/tgt/sbin/tgtadm");
+  EXPECT_EQ(config->backends[0].options.tgt_control, "tgtadm");
+  EXPECT_EQ(config->backends[0].options.overcommit_ratio, 2.5);
+  auto bad = ParseBackendConfig("[backend l]\nkind = local\npool = /p\novercommit-ratio = 0\n", "x");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
 struct BadCase {
   const char* text;
   const char* expected;  // a part of the message

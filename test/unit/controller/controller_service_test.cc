@@ -655,6 +655,36 @@ TEST_F(ControllerServiceTest, ChapVolumeNeedsSecretsAndNeverLeaksThem) {
   EXPECT_THAT(log, Not(HasSubstr(kSecretMutual)));
 }
 
+// Issue #21: the controller applies the same CHAP rules as the agent and the
+// node (chap_rules.h) before anything reaches the backend.
+TEST_F(ControllerServiceTest, ChapSecretsThatTgtdWouldMisreadAreRefusedBeforeTheBackend) {
+  std::string id = MakeVolume("pvc-chap-rules", {{"chap", "true"}});
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"a,b", kSecretPassword},                                            // tgtadm's parameter separator
+      {"evil\nTarget 3: iqn.2026-11.io.blockcsi:vol-x", kSecretPassword},  // forged output line
+      {"user1", "6bytes"},                                                 // shorter than 12 bytes
+      {"user1", std::string(10 * 1024, 'p')},                              // longer than tgtd's 255
+      {std::string(10 * 1024, 'u'), kSecretPassword},
+  };
+  for (const auto& [user, password] : bad) {
+    auto r = PublishRequest(id, "n1");
+    (*r.mutable_secrets())["chap-username"] = user;
+    (*r.mutable_secrets())["chap-password"] = password;
+    grpc::Status st = Publish(r);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << user.substr(0, 20);
+    EXPECT_THAT(st.error_message(), HasSubstr(id));
+    EXPECT_LT(st.error_message().size(), 400u);
+    EXPECT_THAT(st.error_message(), Not(HasSubstr(password)));
+    EXPECT_TRUE(backend_->GetVolume(id)->grants.empty()) << "the backend was asked anyway";
+  }
+  auto same = PublishRequest(id, "n1");
+  (*same.mutable_secrets())["chap-username"] = "user1";
+  (*same.mutable_secrets())["chap-password"] = kSecretPassword;
+  (*same.mutable_secrets())["chap-mutual-username"] = "target1";
+  (*same.mutable_secrets())["chap-mutual-password"] = kSecretPassword;
+  EXPECT_EQ(Publish(same).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "one secret for both directions";
+}
+
 TEST_F(ControllerServiceTest, StaticVolumeContextCanAskForChap) {
   std::string id = MakeVolume("pvc-static");
   auto r = PublishRequest(id, "n1");

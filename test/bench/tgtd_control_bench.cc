@@ -1,0 +1,97 @@
+// tgtd_control_bench: one tgtd management call through tgtd's socket
+// (TgtdSocketExecutor, what blockcsi-target uses by default) against the
+// same call through an exec of /usr/sbin/tgtadm (issue #21), on a real
+// tgtd holding --targets targets. Per call: `--op show --mode target` and
+// the secret-carrying pair `account new` + `account delete`. Rounds
+// alternate which side goes first; the first --warmup rounds are dropped;
+// median and p90 of the rest are printed. Asserts nothing. Root and tgt.
+//   tgtd_control_bench [--rounds 200] [--warmup 10] [--targets 20]
+#include <cstdlib>
+#include <memory>
+
+#include "bench/bench_report.h"
+#include "common/executor.h"
+#include "controller/tgt_exporter.h"
+#include "controller/tgtd_socket.h"
+#include "support/tgtd_harness.h"
+
+namespace blockcsi::bench {
+namespace {
+
+int Main(int argc, char** argv) {
+  int rounds = 200, warmup = 10, targets = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    int value = std::atoi(argv[i + 1]);
+    if (flag == "--rounds") {
+      rounds = value;
+    } else if (flag == "--warmup") {
+      warmup = value;
+    } else if (flag == "--targets") {
+      targets = value;
+    } else {
+      std::fprintf(stderr, "usage: tgtd_control_bench [--rounds N] [--warmup W] [--targets T]\n");
+      return 2;
+    }
+  }
+  std::string error;
+  auto tgtd = testing::TgtdHarness::Start(&error);
+  if (!tgtd) {
+    std::fprintf(stderr, "tgtd_control_bench: %s\n", error.c_str());
+    return 1;
+  }
+  auto exec = MakeProcessExecutor();
+  TgtdSocketExecutor socket;
+  auto tgtadm = [&](std::vector<std::string> args) {
+    Command c(TgtExporter::kDefaultTgtadm);
+    c.Args({"-C", std::to_string(tgtd->control_port()), "--lld", "iscsi"}).Args(args);
+    return c;
+  };
+  for (int t = 1; t <= targets; ++t) {
+    auto r = socket.Run(tgtadm({"--op", "new", "--mode", "target", "--tid", std::to_string(t), "-T",
+                                "iqn.2026-11.io.blockcsi:bench-" + std::to_string(t)}));
+    if (!r.ok() || r->exit_code != 0) {
+      std::fprintf(stderr, "tgtd_control_bench: cannot create target %d\n", t);
+      return 1;
+    }
+  }
+  Command show = tgtadm({"--op", "show", "--mode", "target"});
+  Command add = tgtadm({"--op", "new", "--mode", "account", "--user", "benchuser", "--password"});
+  add.Secret("bench-pass-1234");
+  Command del = tgtadm({"--op", "delete", "--mode", "account", "--user", "benchuser"});
+
+  std::vector<double> show_exec, show_socket, pair_exec, pair_socket;
+  long failures = 0;
+  auto time_one = [&](Executor& e, const Command& c) {
+    auto t0 = Clock::now();
+    auto r = e.Run(c);
+    double ms = Ms(Clock::now() - t0);
+    if (!r.ok() || r->exit_code != 0) ++failures;
+    return ms;
+  };
+  for (int round = 0; round < rounds + warmup; ++round) {
+    bool keep = round >= warmup;
+    for (int side = 0; side < 2; ++side) {
+      bool use_socket = (round + side) % 2 == 0;  // alternate who goes first
+      Executor& e = use_socket ? static_cast<Executor&>(socket) : *exec;
+      double s = time_one(e, show);
+      double p = time_one(e, add) + time_one(e, del);
+      if (!keep) continue;
+      (use_socket ? show_socket : show_exec).push_back(s);
+      (use_socket ? pair_socket : pair_exec).push_back(p);
+    }
+  }
+  std::printf("tgtd_control_bench: %d rounds (+%d warm-up), %d targets, tgtd on control port %d\n", rounds, warmup,
+              targets, tgtd->control_port());
+  Report("show target, socket (median)", Median(show_socket), Median(show_exec), "ms", "exec tgtadm");
+  Report("show target, socket (p90)", P90(show_socket), P90(show_exec), "ms", "exec tgtadm");
+  Report("account new+delete, socket (median)", Median(pair_socket), Median(pair_exec), "ms", "exec tgtadm");
+  Report("account new+delete, socket (p90)", P90(pair_socket), P90(pair_exec), "ms", "exec tgtadm");
+  ReportCount("failed calls", failures);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace blockcsi::bench
+
+int main(int argc, char** argv) { return blockcsi::bench::Main(argc, argv); }

@@ -1,0 +1,294 @@
+// Fuzz target "agent_acl" (issue #21): arbitrary volume names, initiator
+// names and CHAP credentials go through the agent's backend (LocalBackend +
+// TgtExporter) driving a scripted tgtd, and after every operation the
+// invariant must hold: no target's ACL holds an initiator its volume's record
+// does not list. The scripted tgtd is faithful where the issue's attack
+// lived: tgtadm's "key=value,..." request is split on ',' and '=' as tgtd
+// does, and `show` prints names raw, newlines and all.
+//
+// Input: one operation per line, fields separated by '|', "\n" inside a
+// field is a newline:
+//   C|name                       CreateVolume (4 MiB)
+//   G|v|initiator|user|password[|mutual user|mutual password]   GrantAccess
+//   R|v|initiator                RevokeAccess
+//   K|v                          CheckVolume
+//   D|v                          DeleteVolume
+//   X                            ReconcileNow
+// where v picks one of the volumes created so far (modulo their count), and
+// "{iqnN}" in a field stands for the target IQN of volume N (an attacker
+// learns it from the Volume the agent returns).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/executor.h"
+#include "common/logging.h"
+#include "controller/local_backend.h"
+#include "controller/tgt_exporter.h"
+
+#define FUZZ_CHECK(cond)       \
+  do {                         \
+    if (!(cond)) std::abort(); \
+  } while (0)
+
+namespace {
+
+using blockcsi::Command;
+using blockcsi::CommandResult;
+using blockcsi::StatusOr;
+
+// An in-memory tgtd behind tgtadm's command line.
+class ScriptedTgtd final : public blockcsi::Executor {
+ public:
+  struct Target {
+    std::string name;
+    bool lun = false;
+    std::string path, serial;
+    std::vector<std::string> in, out, acls;
+  };
+
+  StatusOr<CommandResult> Run(const Command& command) override {
+    std::map<std::string, std::string> opt;
+    std::vector<std::string> order;
+    const auto& args = command.args();
+    for (size_t i = 1; i < args.size(); ++i) {
+      const std::string& k = args[i].value;
+      if (k == "--outgoing" || k == "--force") {
+        opt[k] = "1";
+      } else if (i + 1 < args.size()) {
+        opt[k] = args[++i].value;
+      }
+    }
+    // tgtadm's request parameters, then tgtd's reading of them.
+    std::string params;
+    auto add = [&](const char* key, const char* opt_name) {
+      if (opt.count(opt_name)) params += (params.empty() ? "" : ",") + std::string(key) + "=" + opt[opt_name];
+    };
+    add("path", "-b");
+    add("targetname", "-T");
+    add("initiator-address", "-I");
+    add("initiator-name", "--initiator-name");
+    add("user", "--user");
+    add("password", "--password");
+    std::map<std::string, std::string> p;
+    std::stringstream ss(params);
+    for (std::string item; std::getline(ss, item, ',');) {
+      auto eq = item.find('=');
+      if (eq != std::string::npos) p[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    const std::string op = opt["--op"], mode = opt["--mode"];
+    int tid = opt.count("--tid") ? std::atoi(opt["--tid"].c_str()) : -1;
+    Target* t = targets_.count(tid) ? &targets_[tid] : nullptr;
+    auto fail = [](const char* why) {
+      CommandResult r;
+      r.exit_code = 22;
+      r.stderr_text = std::string("tgtadm: ") + why + "\n";
+      return r;
+    };
+    CommandResult ok;
+    ok.exit_code = 0;
+    if (mode == "target" && op == "show") {
+      ok.stdout_text = ShowTargets();
+    } else if (mode == "account" && op == "show") {
+      if (!accounts_.empty()) ok.stdout_text = "Account list:\n";
+      for (const auto& [name, pw] : accounts_) ok.stdout_text += "    " + name + "\n";
+    } else if (mode == "target" && op == "new") {
+      if (t != nullptr) return fail("this target already exists");
+      targets_[tid].name = p["targetname"];
+    } else if (mode == "target" && op == "delete") {
+      if (t == nullptr) return fail("can't find the target");
+      targets_.erase(tid);
+    } else if (mode == "target" && (op == "bind" || op == "unbind")) {
+      if (t == nullptr) return fail("can't find the target");
+      std::string who = p.count("initiator-name") ? p["initiator-name"] : p["initiator-address"];
+      bool has = std::find(t->acls.begin(), t->acls.end(), who) != t->acls.end();
+      if (op == "bind") {
+        if (has) return fail("this access control rule already exists");
+        t->acls.push_back(who);
+      } else {
+        if (!has) return fail("this access control rule does not exist");
+        std::erase(t->acls, who);
+      }
+    } else if (mode == "logicalunit") {
+      if (t == nullptr) return fail("can't find the target");
+      if (op == "new") {
+        t->lun = true;
+        t->path = p["path"];
+      } else if (op == "delete") {
+        t->lun = false;
+      } else if (op == "update") {
+        std::string ops = opt["--params"];
+        auto sn = ops.find("scsi_sn=");
+        if (sn != std::string::npos) t->serial = ops.substr(sn + 8, ops.find(',', sn) - sn - 8);
+      }
+    } else if (mode == "account" && op == "new") {
+      if (accounts_.count(p["user"])) return fail("this account already exists");
+      accounts_[p["user"]] = p["password"];  // "a,b" makes account "a": half-made, as tgtd does
+    } else if (mode == "account" && op == "delete") {
+      if (!accounts_.erase(p["user"])) return fail("can't find the account");
+      for (auto& [id, target] : targets_) {
+        std::erase(target.in, p["user"]);
+        std::erase(target.out, p["user"]);
+      }
+    } else if (mode == "account" && (op == "bind" || op == "unbind")) {
+      if (t == nullptr) return fail("can't find the target");
+      if (!accounts_.count(p["user"])) return fail("can't find the account");
+      auto& list = opt.count("--outgoing") ? t->out : t->in;
+      bool has = std::find(list.begin(), list.end(), p["user"]) != list.end();
+      if (op == "bind") {
+        if (has) return fail("this binding already exists");
+        list.push_back(p["user"]);
+      } else {
+        if (!has) return fail("can't find the binding");
+        std::erase(list, p["user"]);
+      }
+    } else if (mode == "conn") {
+      return fail("can't find the connection");
+    } else {
+      return fail("invalid request");
+    }
+    return ok;
+  }
+
+  const std::map<int, Target>& targets() const { return targets_; }
+
+ private:
+  // tgtd's format (usr/target.c), names printed raw.
+  std::string ShowTargets() const {
+    std::string out;
+    for (const auto& [tid, t] : targets_) {
+      out += "Target " + std::to_string(tid) + ": " + t.name + "\n";
+      out += "    System information:\n        Driver: iscsi\n        State: ready\n";
+      out += "    I_T nexus information:\n    LUN information:\n";
+      out += "        LUN: 0\n            Type: controller\n            Backing store path: None\n";
+      if (t.lun) {
+        struct stat st {};
+        uint64_t bytes = ::stat(t.path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+        out += "        LUN: 1\n            Type: disk\n            SCSI SN: " + t.serial + "\n";
+        out += "            Size: " + std::to_string(bytes / 1000000) + " MB, Block size: 512\n";
+        out += "            Backing store path: " + t.path + "\n";
+      }
+      out += "    Account information:\n";
+      for (const auto& a : t.in) out += "        " + a + "\n";
+      for (const auto& a : t.out) out += "        " + a + " (outgoing)\n";
+      out += "    ACL information:\n";
+      for (const auto& a : t.acls) out += "        " + a + "\n";
+    }
+    return out;
+  }
+
+  std::map<int, Target> targets_;
+  std::map<std::string, std::string> accounts_;
+};
+
+std::vector<std::string> Fields(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '|') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == 'n') {
+      cur += '\n';
+      ++i;
+    } else {
+      cur += line[i];
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+// The invariant, on the scripted tgtd's own state (not through our parser).
+void CheckAcls(blockcsi::LocalBackend& backend, const ScriptedTgtd& tgtd) {
+  auto page = backend.ListVolumes("", 0);
+  FUZZ_CHECK(page.ok());
+  std::map<std::string, std::set<std::string>> allowed;  // target IQN -> initiators the record lists
+  for (const auto& v : page->items) {
+    for (const auto& g : v.grants) allowed[v.target_iqn].insert(g.initiator_iqn);
+  }
+  for (const auto& [tid, t] : tgtd.targets()) {
+    for (const auto& acl : t.acls) FUZZ_CHECK(allowed[t.name].count(acl) == 1);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static bool quiet = [] {
+    blockcsi::InitLogging("fuzz", blockcsi::LogFormat::kText, blockcsi::LogLevel::kError);
+    static std::string sink;
+    blockcsi::SetLogCaptureForTest(&sink);
+    return true;
+  }();
+  (void)quiet;
+  if (size > 4096) return 0;
+  char dir_template[] = "/dev/shm/blockcsi-fuzz-XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) return 0;
+  const std::string pool = dir_template;
+  auto tgtd = std::make_shared<ScriptedTgtd>();
+  {
+    blockcsi::LocalBackendOptions options;
+    options.portals = {"127.0.0.1:3260"};
+    options.reconcile_interval = std::chrono::milliseconds(0);
+    options.overcommit_ratio = 1000;
+    auto exporter = std::make_shared<blockcsi::TgtExporter>(tgtd, 1);
+    auto opened = blockcsi::LocalBackend::Open(pool, exporter, options);
+    FUZZ_CHECK(opened.ok());
+    blockcsi::LocalBackend& backend = **opened;
+    std::vector<std::string> volumes;
+    std::stringstream lines(std::string(reinterpret_cast<const char*>(data), size));
+    int ops = 0;
+    for (std::string line; std::getline(lines, line) && ops < 32; ++ops) {
+      for (size_t n = 0; n < volumes.size() && n < 10; ++n) {
+        const std::string key = "{iqn" + std::to_string(n) + "}";
+        for (size_t at; (at = line.find(key)) != std::string::npos;) {
+          line.replace(at, key.size(), "iqn.2026-11.io.blockcsi:" + volumes[n]);
+        }
+      }
+      auto f = Fields(line);
+      auto vol = [&](size_t i) -> std::string {
+        if (volumes.empty() || f.size() <= i) return "vol-0000000000000000";
+        return volumes[static_cast<size_t>(std::atoi(f[i].c_str())) % volumes.size()];
+      };
+      auto field = [&](size_t i) { return f.size() > i ? f[i] : std::string(); };
+      if (f[0] == "C") {
+        blockcsi::CreateVolumeSpec spec;
+        spec.name = field(1);
+        spec.size_bytes = 4u << 20;
+        auto v = backend.CreateVolume(spec);
+        if (v.ok()) volumes.push_back(v->id);
+      } else if (f[0] == "G") {
+        blockcsi::AccessGrant grant;
+        grant.initiator_iqn = field(2);
+        grant.node_id = "n";
+        grant.capability = "rwo";
+        grant.chap = {field(3), field(4), field(5), field(6)};
+        (void)backend.GrantAccess(vol(1), grant);
+      } else if (f[0] == "R") {
+        (void)backend.RevokeAccess(vol(1), field(2));
+      } else if (f[0] == "K") {
+        (void)backend.CheckVolume(vol(1));
+      } else if (f[0] == "D") {
+        (void)backend.DeleteVolume(vol(1));
+      } else if (f[0] == "X") {
+        (void)backend.ReconcileNow();
+      }
+      CheckAcls(backend, *tgtd);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(pool, ec);
+  return 0;
+}
