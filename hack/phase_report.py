@@ -129,7 +129,9 @@ def main():
         return 2
     phase_table(sys.argv[1])
     label_table(sys.argv[2], sys.argv[3])
-    skipped_tests(sys.argv[2])
+    # Without this run's ctest output, LastTest.log would be an older run's.
+    if os.path.exists(sys.argv[3]) and os.path.getsize(sys.argv[3]) > 0:
+        skipped_tests(sys.argv[2])
     return 0
 
 

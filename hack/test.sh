@@ -15,7 +15,18 @@ root="$PWD"
 
 phases="$(mktemp)"
 side_log="$(mktemp)"
-trap 'rm -f "$phases" "$side_log"' EXIT
+reported=0
+# A phase that fails stops the script: still say how long each phase took.
+finish() {
+  local status=$?
+  if [ "$reported" = 0 ] && [ -s "$phases" ]; then
+    echo "==== wall time per phase (stopped early)"
+    python3 "$root/hack/phase_report.py" "$phases" "${BUILD_DIR:-build}" /dev/null || true
+  fi
+  rm -f "$phases" "$side_log"
+  exit "$status"
+}
+trap finish EXIT
 # phase NAME COMMAND...: runs it and records its wall time.
 phase() {
   local name="$1" start=$EPOCHREALTIME status=0
@@ -80,6 +91,7 @@ echo "==== static checks and fuzz (ran beside the tests)"
 cat "$side_log"
 
 echo "==== wall time per phase"
+reported=1
 python3 "$root/hack/phase_report.py" "$phases" "$BUILD_DIR" "$ctest_log" || true
 if [ "$side_status" -ne 0 ]; then
   echo "test.sh: static checks or fuzz FAILED (see above)" >&2

@@ -148,8 +148,12 @@ TEST_F(TgtdInputTest, ForgedOutputAlreadyInTgtdIsRefusedNotActedOn) {
   ASSERT_EQ(code, 0);
   EXPECT_EQ(LiveTarget(victim.target_iqn).acls, std::vector<std::string>{kVictimNode});
   EXPECT_TRUE(LiveTarget(attacker.target_iqn).acls.empty());
-  // Once the forged account is gone, the backend converges again.
+  // Once the forged account is gone, the backend converges again. The refused
+  // grant was final (INTERNAL), so it was rolled back whole (issue #15): the
+  // reconcile restores nothing, and the attacher's retry grants it.
   EXPECT_TRUE(backend_->ReconcileNow().ok());
+  EXPECT_TRUE(LiveTarget(attacker.target_iqn).acls.empty());
+  ASSERT_TRUE(backend_->GrantAccess(attacker.id, {kAttackerNode, "node-attacker", false, "rwo", {}}).ok());
   EXPECT_EQ(LiveTarget(attacker.target_iqn).acls, std::vector<std::string>{kAttackerNode});
 }
 
