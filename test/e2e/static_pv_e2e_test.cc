@@ -195,6 +195,27 @@ TEST_F(StaticPvTest, AnExistingLunIsUsedAsIsAndLeftAsTheAdminMadeIt) {
   ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail()));
 }
 
+TEST_F(StaticPvTest, WithoutSerialTheLunIsNamedByTargetAndNumberAlone) {
+  // An in-tree PV has no serial: the LUN is taken by IQN and number, as the
+  // in-tree plugin did, and the record keeps an empty identity.
+  e2e::PersistentVolume pv = StaticPv("array-a-no-serial");
+  pv.volume_context.erase("serial");
+  testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope(pv.volume_id));
+  ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail())) << sim_->EventLog();
+  e2e::Pod pod;
+  ASSERT_TRUE(testing::GrpcOk(sim_->RunPod("reader", kNode, pv, &pod), plugin_->LogTail())) << sim_->EventLog();
+  EXPECT_EQ(testing::ReadFileOrEmpty(pod.volume_path + "/hello.txt"), kContent);
+  csi::v1::NodeGetVolumeStatsResponse stats;
+  ASSERT_TRUE(testing::GrpcOk(sim_->VolumeStats(pod, &stats), plugin_->LogTail()));
+  ASSERT_GE(stats.usage_size(), 1);
+  EXPECT_GT(stats.usage(0).total(), 0);
+  ASSERT_TRUE(testing::GrpcOk(sim_->DeletePod(pod), plugin_->LogTail())) << sim_->EventLog();
+  ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << sim_->EventLog();
+  std::vector<std::string> leaked = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(pv.volume_id)));
+  EXPECT_TRUE(leaked.empty()) << testing::DescribeItems(leaked);
+  EXPECT_EQ(Uuid(), uuid_) << "the LUN was formatted";
+}
+
 TEST_F(StaticPvTest, AWrongSerialIsRefusedAndLeavesNothing) {
   e2e::PersistentVolume pv = StaticPv("array-a-wrong", {{"serial", "SOMETHINGELSE"}});
   ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
