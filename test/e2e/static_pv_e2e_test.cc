@@ -216,6 +216,34 @@ TEST_F(StaticPvTest, WithoutSerialTheLunIsNamedByTargetAndNumberAlone) {
   EXPECT_EQ(Uuid(), uuid_) << "the LUN was formatted";
 }
 
+TEST_F(StaticPvTest, InitiatorNameLogsInAsTheInitiatorTheArraysAclNames) {
+  // The admin's ACL names another initiator than the node's (a PV moved
+  // from the in-tree plugin with initiatorName set).
+  const std::string custom = "iqn.1994-05.com.example:worker-legacy";
+  Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "7", "--initiator-name", InitiatorIqnForNode(kNode)});
+  Tgtadm({"--op", "bind", "--mode", "target", "--tid", "7", "--initiator-name", custom});
+  admin_config_ = AdminConfig(*array_);
+
+  // Without initiatorName the node's own initiator is refused by the ACL.
+  e2e::PersistentVolume plain = StaticPv("array-a-plain");
+  ASSERT_TRUE(testing::GrpcOk(sim_->Attach(plain, kNode), plugin_->LogTail()));
+  const auto* va = sim_->FindAttachment(plain.volume_id, kNode);
+  ASSERT_NE(va, nullptr);
+  grpc::Status st = sim_->StageOnce(kNode, plain, va->attachment_metadata, sim_->StagingPath(kNode, plain.volume_id));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  ASSERT_TRUE(testing::GrpcOk(sim_->Detach(plain, kNode), plugin_->LogTail()));
+
+  e2e::PersistentVolume pv = StaticPv("array-a-legacy", {{"initiatorName", custom}});
+  ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail())) << sim_->EventLog();
+  e2e::Pod pod;
+  ASSERT_TRUE(testing::GrpcOk(sim_->RunPod("reader", kNode, pv, &pod), plugin_->LogTail())) << sim_->EventLog();
+  EXPECT_EQ(testing::ReadFileOrEmpty(pod.volume_path + "/hello.txt"), kContent);
+  EXPECT_NE(array_->ShowTargets().find(custom), std::string::npos);
+  ASSERT_TRUE(testing::GrpcOk(sim_->DeletePod(pod), plugin_->LogTail())) << sim_->EventLog();
+  ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << sim_->EventLog();
+  EXPECT_EQ(AdminConfig(*array_), admin_config_) << "the array's ACLs changed";
+}
+
 TEST_F(StaticPvTest, AWrongSerialIsRefusedAndLeavesNothing) {
   e2e::PersistentVolume pv = StaticPv("array-a-wrong", {{"serial", "SOMETHINGELSE"}});
   ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
