@@ -244,6 +244,32 @@ TEST_F(StaticPvTest, InitiatorNameLogsInAsTheInitiatorTheArraysAclNames) {
   EXPECT_EQ(AdminConfig(*array_), admin_config_) << "the array's ACLs changed";
 }
 
+TEST_F(StaticPvTest, ChapAuthSessionLogsInWithTheNodeStageSecret) {
+  const std::string password = "array-chap-Secret-42";
+  Tgtadm({"--op", "new", "--mode", "account", "--user", "k8s-node", "--password", password});
+  Tgtadm({"--op", "bind", "--mode", "account", "--tid", "7", "--user", "k8s-node"});
+  admin_config_ = AdminConfig(*array_);
+
+  e2e::PersistentVolume pv = StaticPv("array-a-chap", {{"chapAuthSession", "true"}});
+  ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
+  EXPECT_EQ(sim_->FindAttachment(pv.volume_id, kNode)->attachment_metadata.at("chapRequired"), "true");
+  // No node-stage secret: the node says which key is missing.
+  grpc::Status st = sim_->StageOnce(kNode, pv, sim_->FindAttachment(pv.volume_id, kNode)->attachment_metadata,
+                                    sim_->StagingPath(kNode, pv.volume_id));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("chap-username"), std::string::npos) << st.error_message();
+
+  pv.node_stage_secrets = {{"chap-username", "k8s-node"}, {"chap-password", password}};
+  e2e::Pod pod;
+  ASSERT_TRUE(testing::GrpcOk(sim_->RunPod("reader", kNode, pv, &pod), plugin_->LogTail())) << sim_->EventLog();
+  EXPECT_EQ(testing::ReadFileOrEmpty(pod.volume_path + "/hello.txt"), kContent);
+  ASSERT_TRUE(testing::GrpcOk(sim_->DeletePod(pod), plugin_->LogTail())) << sim_->EventLog();
+  ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << sim_->EventLog();
+  EXPECT_EQ(AdminConfig(*array_), admin_config_) << "the array's ACLs or accounts changed";
+  EXPECT_EQ(testing::ReadFileOrEmpty(plugin_->log_path()).find(password), std::string::npos)
+      << "the CHAP password reached the plugin's log";
+}
+
 TEST_F(StaticPvTest, AWrongSerialIsRefusedAndLeavesNothing) {
   e2e::PersistentVolume pv = StaticPv("array-a-wrong", {{"serial", "SOMETHINGELSE"}});
   ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
