@@ -270,6 +270,22 @@ TEST_F(StaticPvTest, ChapAuthSessionLogsInWithTheNodeStageSecret) {
       << "the CHAP password reached the plugin's log";
 }
 
+TEST_F(StaticPvTest, AnotherFilesystemThanThePvSaysIsRefusedNeverFormatted) {
+  // The PV says xfs; the LUN carries the admin's ext4: never mkfs over it.
+  e2e::PersistentVolume pv = StaticPv("array-a-xfs", {{"fsType", "xfs"}});
+  pv.capability = testing::MountCapability("xfs");
+  ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
+  const auto* va = sim_->FindAttachment(pv.volume_id, kNode);
+  ASSERT_NE(va, nullptr);
+  testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope(pv.volume_id));
+  grpc::Status st = sim_->StageOnce(kNode, pv, va->attachment_metadata, sim_->StagingPath(kNode, pv.volume_id));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  std::vector<std::string> leaked = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(pv.volume_id)));
+  EXPECT_TRUE(leaked.empty()) << testing::DescribeItems(leaked);
+  EXPECT_EQ(Uuid(), uuid_) << "the LUN was formatted";
+  ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail()));
+}
+
 TEST_F(StaticPvTest, AWrongSerialIsRefusedAndLeavesNothing) {
   e2e::PersistentVolume pv = StaticPv("array-a-wrong", {{"serial", "SOMETHINGELSE"}});
   ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
