@@ -286,6 +286,53 @@ TEST_F(StaticPvTest, AnotherFilesystemThanThePvSaysIsRefusedNeverFormatted) {
   ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail()));
 }
 
+TEST_F(StaticPvTest, TheNodeGrowsTheFilesystemAfterTheAdminGrewTheLun) {
+  // xfs: a mounted ext4 grows only with CAP_SYS_RESOURCE, which this
+  // machine's root lacks; xfs grows online here.
+  const std::string image = dir_.Join("array-disk2.img");
+  ExecResult mkfs = Exec({"truncate", "-s", "320M", image});
+  ASSERT_EQ(mkfs.code, 0) << mkfs.out;
+  mkfs = Exec({"mkfs.xfs", "-q", "-f", image});
+  if (mkfs.code != 0) GTEST_SKIP() << "requires mkfs.xfs: " << mkfs.out;
+  const std::string iqn = "iqn.2003-01.org.example:array.disk2";
+  Tgtadm({"--op", "new", "--mode", "target", "--tid", "8", "-T", iqn});
+  Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "8", "--lun", "1", "-b", image});
+  Tgtadm({"--op", "bind", "--mode", "target", "--tid", "8", "--initiator-name", InitiatorIqnForNode(kNode)});
+
+  e2e::PersistentVolume pv = StaticPv("array-a-disk2", {{"iqn", iqn}, {"fsType", "xfs"}});
+  pv.volume_context.erase("serial");
+  pv.capability = testing::MountCapability("xfs");
+  ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
+  e2e::Pod pod;
+  ASSERT_TRUE(testing::GrpcOk(sim_->RunPod("grower", kNode, pv, &pod), plugin_->LogTail())) << sim_->EventLog();
+  std::ofstream(pod.volume_path + "/kept.txt") << "kept across the grow\n";
+  csi::v1::NodeGetVolumeStatsResponse before;
+  ASSERT_TRUE(testing::GrpcOk(sim_->VolumeStats(pod, &before), plugin_->LogTail()));
+
+  // The admin grows the LUN (tgtd refreshes a LUN's size by re-adding it).
+  ASSERT_EQ(Exec({"truncate", "-s", "640M", image}).code, 0);
+  Tgtadm({"--op", "delete", "--mode", "logicalunit", "--tid", "8", "--lun", "1"});
+  Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "8", "--lun", "1", "-b", image});
+
+  csi::v1::NodeExpandVolumeRequest req;
+  req.set_volume_id(pv.volume_id);
+  req.set_volume_path(pod.volume_path);
+  req.set_staging_target_path(sim_->StagingPath(kNode, pv.volume_id));
+  req.mutable_capacity_range()->set_required_bytes(640LL << 20);
+  *req.mutable_volume_capability() = pv.capability;
+  csi::v1::NodeExpandVolumeResponse resp;
+  ASSERT_TRUE(
+      testing::GrpcOk(plugin_->node().NodeExpandVolume(testing::Deadline().get(), req, &resp), plugin_->LogTail()));
+  EXPECT_GE(resp.capacity_bytes(), 640LL << 20);
+  csi::v1::NodeGetVolumeStatsResponse after;
+  ASSERT_TRUE(testing::GrpcOk(sim_->VolumeStats(pod, &after), plugin_->LogTail()));
+  ASSERT_GE(after.usage_size(), 1);
+  EXPECT_GT(after.usage(0).total(), before.usage(0).total() + (200LL << 20));
+  EXPECT_EQ(testing::ReadFileOrEmpty(pod.volume_path + "/kept.txt"), "kept across the grow\n");
+  ASSERT_TRUE(testing::GrpcOk(sim_->DeletePod(pod), plugin_->LogTail())) << sim_->EventLog();
+  ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << sim_->EventLog();
+}
+
 TEST_F(StaticPvTest, AWrongSerialIsRefusedAndLeavesNothing) {
   e2e::PersistentVolume pv = StaticPv("array-a-wrong", {{"serial", "SOMETHINGELSE"}});
   ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
