@@ -360,6 +360,7 @@ TEST_F(StaticPvTest, AnUnreachablePortalOrIqnIsUnavailableAndLeavesNothing) {
     grpc::Status st = sim_->StageOnce(kNode, pv, va->attachment_metadata, sim_->StagingPath(kNode, pv.volume_id));
     EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << handle << ": " << st.error_message();
     EXPECT_NE(st.error_message().find(handle), std::string::npos) << st.error_message();
+    EXPECT_EQ(st.error_message().find('\n'), std::string::npos) << "not one line: " << st.error_message();
     std::vector<std::string> leaked = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(pv.volume_id)));
     EXPECT_TRUE(leaked.empty()) << handle << ":\n" << testing::DescribeItems(leaked);
     ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << handle;
