@@ -507,6 +507,14 @@ Status ControllerService::PublishStatic(const csi::v1::ControllerPublishVolumeRe
                            "<array>-<lun>\"");
   }
   BLOCKCSI_ASSIGN_OR_RETURN(auto context, StaticPublishContext(id, volume_context, read_only));
+  // The spec's NOT_FOUND for an unknown node holds for static volumes too.
+  if (options_.node_exists) {
+    auto exists = options_.node_exists(request.node_id());
+    if (!exists.ok()) return Named(exists.status(), "node", request.node_id());
+    if (!*exists) {
+      return NotFound("node " + Quoted(request.node_id()) + " does not exist (publishing volume " + Quoted(id) + ")");
+    }
+  }
   for (const auto& [k, v] : context) (*response->mutable_publish_context())[k] = v;
   LogInfo("static volume published (nothing granted)", {{"volume", id},
                                                         {"node", request.node_id()},

@@ -162,6 +162,21 @@ TEST_F(StaticVolumeControllerTest, BadAttributesAreInvalidArgumentNamingTheAttri
   EXPECT_EQ(backend_->TotalCalls(), 0);
 }
 
+TEST_F(StaticVolumeControllerTest, AnUnknownNodeIsNotFoundForAStaticVolumeToo) {
+  ControllerOptions options;
+  options.node_exists = [](const std::string& node) -> StatusOr<bool> { return node == "node-2"; };
+  ControllerService service(backend_, options);
+  grpc::ServerContext ctx;
+  auto request = Request(Attributes());
+  csi::v1::ControllerPublishVolumeResponse out;
+  grpc::Status st = service.ControllerPublishVolume(&ctx, &request, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+  EXPECT_THAT(st.error_message(), AllOf(HasSubstr("node-1"), HasSubstr(kHandle)));
+  request.set_node_id("node-2");
+  EXPECT_TRUE(service.ControllerPublishVolume(&ctx, &request, &out).ok());
+  EXPECT_EQ(backend_->TotalCalls(), 0);
+}
+
 TEST_F(StaticVolumeControllerTest, AProvisionedVolumeContextStillGoesToTheBackend) {
   // fsType alone is what blockcsi's own volumes carry: not static.
   csi::v1::ControllerPublishVolumeResponse out;
