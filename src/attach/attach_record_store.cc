@@ -31,6 +31,7 @@ std::string AttachRecordToJson(const AttachRecord& r) {
     j["rbd_user"] = r.rbd_user;
   }
   j["read_only"] = r.read_only;
+  if (r.static_volume) j["static"] = true;
   j["state"] = r.state;
   j["device_path"] = r.device_path;
   j["size_bytes"] = r.size_bytes;
@@ -57,6 +58,7 @@ StatusOr<AttachRecord> AttachRecordFromJson(const std::string& text, const std::
     r.rbd_monitors = j.value("rbd_monitors", "");
     r.rbd_user = j.value("rbd_user", "");
     r.read_only = j.value("read_only", false);
+    r.static_volume = j.value("static", false);
     r.state = j.value("state", "");
     r.device_path = j.value("device_path", "");
     r.size_bytes = j.value("size_bytes", uint64_t{0});

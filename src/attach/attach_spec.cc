@@ -173,9 +173,13 @@ StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
     if (!normalized.ok()) return normalized.status().WithContext(where + "publish_context " + publish_context::kWwn);
     spec.expected_wwn = *normalized;
   }
+  BLOCKCSI_ASSIGN_OR_RETURN(spec.static_volume,
+                            ParseBool(publish_context, publish_context::kStatic, where + "publish_context "));
   // Without an identity the node cannot tell the right LUN from a wrong one
-  // (a reused LUN number, a stale ACL): refuse rather than guess.
-  if (spec.expected_serial.empty() && spec.expected_wwn.empty()) {
+  // (a reused LUN number, a stale ACL): refuse rather than guess. A static
+  // volume's admin may not know it (another vendor's array); the PV then
+  // names the LUN by target and number alone, as the in-tree plugin did.
+  if (!spec.static_volume && spec.expected_serial.empty() && spec.expected_wwn.empty()) {
     return InvalidArgument(where + "publish_context has neither " + publish_context::kSerial + " nor " +
                            publish_context::kWwn + "; the node needs the LUN's identity to verify it");
   }
@@ -186,6 +190,17 @@ StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
 
   BLOCKCSI_RETURN_IF_ERROR(ValidateIscsiName(initiator_iqn).WithContext(where + "initiator name"));
   spec.initiator_iqn = initiator_iqn;
+  // A static PV may name the initiator the array's ACL was written for.
+  if (const std::string* own = Find(publish_context, publish_context::kInitiatorName);
+      own != nullptr && !own->empty()) {
+    if (!spec.static_volume) {
+      return InvalidArgument(where + "publish_context " + publish_context::kInitiatorName +
+                             " is only for static volumes");
+    }
+    BLOCKCSI_RETURN_IF_ERROR(
+        ValidateIscsiName(*own).WithContext(where + "publish_context " + publish_context::kInitiatorName));
+    spec.initiator_iqn = *own;
+  }
 
   auto secret = [&](const char* key) {
     const std::string* v = Find(secrets, key);

@@ -37,6 +37,10 @@ struct AttachSpec {
   bool read_only = false;
   std::string initiator_iqn;  // this node's, see initiator.h
   ChapCredentials chap;       // from node-stage secrets when chapRequired
+  // A LUN blockcsi did not create (publish_context static=true, see
+  // static_volume.h): serial/wwn may be empty, and initiator_iqn may be the
+  // PV's initiatorName instead of this node's.
+  bool static_volume = false;
   // Transport "rbd" only; portals/target_iqn/lun stay empty and
   // expected_serial carries the image id, so the shared identity check
   // (VerifyLunIdentity against what the connector reads) covers both.

@@ -38,6 +38,14 @@ class IscsiConnector final : public Connector {
   void Prepare(const AttachSpec&, AttachRecord* record) override { record->connector_state["iface"] = o_.iface; }
 
   StatusOr<ConnectResult> Connect(const AttachSpec& spec, AttachRecord* record) override {
+    // One iface carries this node's initiator name; a static PV's own
+    // initiatorName (issue #24) would need an iface per name, which this
+    // connector does not make: refuse rather than log in as someone else.
+    if (spec.static_volume && spec.initiator_iqn != o_.initiator_iqn) {
+      return FailedPrecondition("volume \"" + spec.volume_id + "\": initiatorName " + spec.initiator_iqn +
+                                " differs from this node's initiator " + o_.initiator_iqn +
+                                "; the kernel iscsi connector logs in only as the node's initiator");
+    }
     BLOCKCSI_RETURN_IF_ERROR(EnsureIface());
     // Portals are logged in to in parallel: a dead portal costs its login
     // timeout and retries, and must not add them to the healthy paths' time.

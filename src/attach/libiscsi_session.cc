@@ -21,6 +21,17 @@ extern "C" {
 namespace blockcsi {
 namespace {
 
+// libiscsi's last error as one line: some of its texts end in a newline,
+// and a CSI error message must be a single line.
+std::string IscsiError(iscsi_context* ctx) {
+  std::string text = iscsi_get_error(ctx);
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  size_t end = text.find_last_not_of(' ');
+  return end == std::string::npos ? std::string() : text.substr(0, end + 1);
+}
+
 StatusCode LoginFailureCode(const std::string& error) {
   if (error.find("Authentication failure") != std::string::npos) return StatusCode::kPermissionDenied;
   // Mutual CHAP: the target failed to prove its own secret.
@@ -87,7 +98,7 @@ Status Await(iscsi_context* ctx, const bool& done, std::chrono::steady_clock::ti
       return ErrnoToStatus(errno, what + ": poll");
     }
     if (iscsi_service(ctx, ready > 0 ? pfd.revents : 0) < 0) {
-      return Unavailable(what + ": " + iscsi_get_error(ctx));
+      return Unavailable(what + ": " + IscsiError(ctx));
     }
   }
   return OkStatus();
@@ -104,10 +115,10 @@ iscsi_context* Login(const LibIscsiOptions& o, const std::string& portal, std::s
   Completion c;
   Status st = OkStatus();
   if (iscsi_full_connect_async(ctx, portal.c_str(), o.lun, OnComplete, &c) != 0) {
-    st = Unavailable(iscsi_get_error(ctx));
+    st = Unavailable(IscsiError(ctx));
   } else {
     st = Await(ctx, c.done, std::chrono::steady_clock::now() + o.command_timeout, "login");
-    if (st.ok() && c.status != 0) st = Unavailable(iscsi_get_error(ctx));
+    if (st.ok() && c.status != 0) st = Unavailable(IscsiError(ctx));
   }
   if (!st.ok()) {
     // libiscsi's messages carry status text, never the CHAP secret.
@@ -172,12 +183,12 @@ void LibIscsiSession::Close() {
 Status LibIscsiSession::TaskError(const char* what, scsi_task* task) {
   std::string detail;
   if (task == nullptr) {
-    detail = iscsi_get_error(ctx_);
+    detail = IscsiError(ctx_);
   } else {
     detail = task->status == SCSI_STATUS_CHECK_CONDITION
                  ? std::string("check condition: ") + scsi_sense_key_str(task->sense.key) + " / " +
                        scsi_sense_ascq_str(task->sense.ascq)
-                 : std::string(iscsi_get_error(ctx_));
+                 : std::string(IscsiError(ctx_));
     scsi_free_scsi_task(task);
   }
   return Unavailable(std::string(what) + " on " + target_iqn_ + " lun " + std::to_string(lun_) + " failed: " + detail);
@@ -212,7 +223,7 @@ StatusOr<scsi_task*> LibIscsiSession::RunLocked(const char* what, QueueTask queu
     Completion c;
     scsi_task* task = queue(ctx_, args, OnComplete, &c);
     if (task == nullptr) {
-      Status st = Unavailable(std::string(what) + " on " + target_iqn_ + ": cannot queue: " + iscsi_get_error(ctx_));
+      Status st = Unavailable(std::string(what) + " on " + target_iqn_ + ": cannot queue: " + IscsiError(ctx_));
       DropContextLocked();
       return st;
     }

@@ -26,6 +26,11 @@ inline constexpr char kChapRequired[] = "chapRequired";
 inline constexpr char kTransport[] = "transport";
 // "true" when the attachment is read-only (PUBLISH_READONLY).
 inline constexpr char kReadOnly[] = "readOnly";
+// "true" for a static volume (static_volume.h): a LUN blockcsi did not
+// create, so serial/wwn are optional (checked when given) and the PV may
+// name the initiator the array's ACL expects (kInitiatorName).
+inline constexpr char kStatic[] = "static";
+inline constexpr char kInitiatorName[] = "initiatorName";
 
 // Transport "rbd" (portals, targetIqn, lun and serial/wwn do not apply):
 // the pool and image, the image id the node verifies in place of a SCSI

@@ -35,6 +35,9 @@ struct AttachRecord {
   std::string rbd_monitors;
   std::string rbd_user;
   bool read_only = false;
+  // A LUN blockcsi did not create (a static PV, issue #24): shown as such
+  // by blockctl; the identity fields may be empty.
+  bool static_volume = false;
   // "attaching" (written before login) → "attached" (device known and verified).
   std::string state;
   std::string device_path;  // e.g. /dev/loop3, /dev/sdc, /dev/dm-2; empty until known

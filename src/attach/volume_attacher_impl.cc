@@ -9,8 +9,9 @@ namespace blockcsi {
 bool RecordMatchesSpec(const AttachRecord& r, const AttachSpec& s) {
   return r.transport == s.transport && r.portals == s.portals && r.target_iqn == s.target_iqn && r.lun == s.lun &&
          r.expected_serial == s.expected_serial && r.expected_wwn == s.expected_wwn &&
-         r.initiator_iqn == s.initiator_iqn && r.read_only == s.read_only && r.rbd_pool == s.rbd.pool &&
-         r.rbd_image == s.rbd.image && r.rbd_monitors == s.rbd.monitors && r.rbd_user == s.rbd.user;
+         r.initiator_iqn == s.initiator_iqn && r.read_only == s.read_only && r.static_volume == s.static_volume &&
+         r.rbd_pool == s.rbd.pool && r.rbd_image == s.rbd.image && r.rbd_monitors == s.rbd.monitors &&
+         r.rbd_user == s.rbd.user;
 }
 
 // What the volume is on the storage side, for messages and logs.
@@ -133,6 +134,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
     record.rbd_monitors = spec.rbd.monitors;
     record.rbd_user = spec.rbd.user;
     record.read_only = spec.read_only;
+    record.static_volume = spec.static_volume;
   }
   record.state = kAttachStateAttaching;
   connector_->Prepare(spec, &record);

@@ -114,6 +114,8 @@ std::vector<VolumeView> DescribeVolumes(const NodeSnapshot& s) {
     v.serial = r.expected_serial;
     v.wwn = r.expected_wwn;
     v.size_bytes = r.size_bytes;
+    v.origin = r.static_volume ? kOriginStatic : kOriginProvisioned;
+    v.source = r.transport == "rbd" ? r.rbd_pool + "/" + r.rbd_image : r.target_iqn + " lun " + std::to_string(r.lun);
     StagedAnnotation staged = ParseStagedAnnotation(r);
     v.access_type = staged.access_type;
     v.staging_path = staged.staging_path;
@@ -216,6 +218,11 @@ std::vector<Finding> Classify(const NodeSnapshot& s) {
     }
     f.bridge = v.bridge_owner;
     out.push_back(std::move(f));
+  }
+  // A static PV's LUN (issue #24) belongs to the array's admin, not to a
+  // blockcsi backend: say so next to whatever else is found.
+  for (size_t i = 0; i < out.size() && i < views.size(); ++i) {
+    if (views[i].origin == kOriginStatic) out[i].detail = "static LUN " + views[i].source + "; " + out[i].detail;
   }
 
   std::set<std::string> orphan_bridge_dirs;

@@ -90,9 +90,14 @@ inline StagedAnnotation ParseStagedAnnotation(const AttachRecord& record) { retu
 // "/loop3").
 bool MountUsesDevice(const MountEntry& entry, const std::string& device, const std::string& major_minor);
 
+inline constexpr char kOriginProvisioned[] = "provisioned";
+inline constexpr char kOriginStatic[] = "static";  // a static PV's LUN (issue #24)
+
 struct VolumeView {
   std::string volume_id;
-  std::string state;  // the record's: attaching | attached
+  std::string state;   // the record's: attaching | attached
+  std::string origin;  // kOriginProvisioned | kOriginStatic
+  std::string source;  // "<target iqn> lun <n>" or "<pool>/<image>"
   std::string connector;
   std::string device;
   std::string serial;  // observed when the bridge answers, else expected

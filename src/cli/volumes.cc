@@ -22,8 +22,8 @@ class VolumesVerb final : public Verb {
   int Run(const GlobalOptions& options, const Io& io) override {
     NodeSnapshot snapshot = GatherHostSnapshot(options.state_dir);
     for (const auto& e : snapshot.errors) io.Error(e);
-    Table table({"volume", "state", "device", "serial", "wwn", "access", "fs type", "staging path", "publish paths",
-                 "size", "used", "attachment"});
+    Table table({"volume", "state", "origin", "device", "serial", "wwn", "access", "fs type", "staging path",
+                 "publish paths", "size", "used", "attachment"});
     for (const VolumeView& v : DescribeVolumes(snapshot)) {
       std::string publish;
       for (const auto& p : v.publish_paths) publish += (publish.empty() ? "" : ",") + p;
@@ -36,8 +36,9 @@ class VolumesVerb final : public Verb {
       }
       std::string staging = v.staging_path;
       if (!staging.empty() && v.access_type != "block" && !v.staging_mounted) staging += " (not mounted)";
-      table.AddRow({v.volume_id, v.state, v.device + (v.device.empty() || v.device_present ? "" : " (missing)"),
-                    v.serial, v.wwn, v.access_type, v.fs_type, staging, publish, size, used, v.attachment});
+      table.AddRow({v.volume_id, v.state, v.origin,
+                    v.device + (v.device.empty() || v.device_present ? "" : " (missing)"), v.serial, v.wwn,
+                    v.access_type, v.fs_type, staging, publish, size, used, v.attachment});
     }
     table.Print(io.out, options.format());
     return kExitOk;

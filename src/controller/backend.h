@@ -145,6 +145,14 @@ class VolumeBackend {
 
   // OK when the backend can serve (pool readable, target daemon answering).
   virtual Status Healthy() = 0;
+
+  // Whether `volume_id` has the shape of an id this backend makes. Pure: no
+  // I/O, no lock. The controller asks it before any call that gets only a
+  // volume id (DeleteVolume, ControllerUnpublish, ControllerExpand), so that
+  // a static PV's handle (issue #24) never reaches a backend; and it refuses
+  // a static PV whose handle could be one of ours. The default (true) keeps
+  // a backend that cannot tell on the old path: asked, and OK when unknown.
+  virtual bool MayHoldVolume(const std::string& /*volume_id*/) const { return true; }
 };
 
 }  // namespace blockcsi

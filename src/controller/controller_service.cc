@@ -9,6 +9,7 @@
 #include "attach/chap_rules.h"
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
+#include "attach/static_volume.h"
 #include "common/fs_options.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -343,6 +344,12 @@ grpc::Status ControllerService::DeleteVolume(grpc::ServerContext*, const csi::v1
 Status ControllerService::DoDeleteVolume(const csi::v1::DeleteVolumeRequest& request) {
   const std::string& id = request.volume_id();
   if (id.empty()) return InvalidArgument("DeleteVolume: volume_id is required");
+  // An id no backend makes (a static PV's handle among them) names nothing
+  // of ours: OK, as for any unknown id, and no backend is asked.
+  if (!backend_->MayHoldVolume(id)) {
+    LogInfo("DeleteVolume of an id no backend makes (static PV?): nothing to delete", {{"volume", id}});
+    return OkStatus();
+  }
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "DeleteVolume"));
   auto record = backend_->GetVolume(id);
   if (!record.ok()) {
@@ -390,6 +397,9 @@ Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeReques
   const bool read_only = request.readonly() || IsReadOnlyMode(mode);
   const std::string fingerprint = CapabilityFingerprint(capability);
   const std::string iqn = InitiatorIqnForNode(node_id);
+  const std::map<std::string, std::string> volume_context(request.volume_context().begin(),
+                                                          request.volume_context().end());
+  if (IsStaticVolume(volume_context)) return PublishStatic(request, volume_context, read_only, response);
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerPublishVolume"));
   BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(id));
@@ -478,6 +488,41 @@ Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeReques
   return OkStatus();
 }
 
+// A static volume (issue #24): the PV's attributes name a LUN no backend
+// made. Nothing is granted (the array's admin owns its ACLs) and no backend
+// is asked; the publish_context comes from the attributes alone, so the
+// call is idempotent by construction. Access-mode conflicts between nodes
+// are the CO's to enforce here (there is no grant record to check), and the
+// LUN does not count against --max-volumes-per-node (it holds no grant).
+Status ControllerService::PublishStatic(const csi::v1::ControllerPublishVolumeRequest& request,
+                                        const std::map<std::string, std::string>& volume_context, bool read_only,
+                                        csi::v1::ControllerPublishVolumeResponse* response) {
+  const std::string& id = request.volume_id();
+  // A handle a backend could have made would route DeleteVolume,
+  // ControllerUnpublish and ControllerExpand of this PV to that backend's
+  // volume of the same id: refuse it so that a static PV can never reach one.
+  if (backend_->MayHoldVolume(id)) {
+    return InvalidArgument("volume " + Quoted(id) + ": volumeHandle has the form of a blockcsi-made volume id (" +
+                           backend_->Name() + "); a static PV needs a handle of another form, e.g. \"static-" +
+                           "<array>-<lun>\"");
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(auto context, StaticPublishContext(id, volume_context, read_only));
+  // The spec's NOT_FOUND for an unknown node holds for static volumes too.
+  if (options_.node_exists) {
+    auto exists = options_.node_exists(request.node_id());
+    if (!exists.ok()) return Named(exists.status(), "node", request.node_id());
+    if (!*exists) {
+      return NotFound("node " + Quoted(request.node_id()) + " does not exist (publishing volume " + Quoted(id) + ")");
+    }
+  }
+  for (const auto& [k, v] : context) (*response->mutable_publish_context())[k] = v;
+  LogInfo("static volume published (nothing granted)", {{"volume", id},
+                                                        {"node", request.node_id()},
+                                                        {"target", context[publish_context::kTargetIqn]},
+                                                        {"lun", context[publish_context::kLun]}});
+  return OkStatus();
+}
+
 std::shared_ptr<std::mutex> ControllerService::NodeLimitMutex(const std::string& node_id) {
   std::lock_guard lock(node_limit_mu_);
   auto& mu = node_limit_locks_[node_id];
@@ -523,6 +568,8 @@ Status ControllerService::DoUnpublish(const csi::v1::ControllerUnpublishVolumeRe
   const std::string& node_id = request.node_id();
   if (id.empty()) return InvalidArgument("ControllerUnpublishVolume: volume_id is required");
   if (!node_id.empty() && !ValidateNodeId(node_id).ok()) return OkStatus();
+  // A static PV's handle (or any id no backend makes): nothing was granted.
+  if (!backend_->MayHoldVolume(id)) return OkStatus();
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerUnpublishVolume"));
   std::vector<std::string> iqns;
   if (!node_id.empty()) {

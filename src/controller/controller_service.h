@@ -86,6 +86,9 @@ class ControllerService final : public csi::v1::Controller::Service {
   Status DoDeleteVolume(const csi::v1::DeleteVolumeRequest& request);
   Status DoPublish(const csi::v1::ControllerPublishVolumeRequest& request,
                    csi::v1::ControllerPublishVolumeResponse* response);
+  Status PublishStatic(const csi::v1::ControllerPublishVolumeRequest& request,
+                       const std::map<std::string, std::string>& volume_context, bool read_only,
+                       csi::v1::ControllerPublishVolumeResponse* response);
   Status DoUnpublish(const csi::v1::ControllerUnpublishVolumeRequest& request);
   Status DoValidate(const csi::v1::ValidateVolumeCapabilitiesRequest& request,
                     csi::v1::ValidateVolumeCapabilitiesResponse* response);

@@ -595,6 +595,8 @@ StatusOr<Page<SnapshotRecord>> LocalBackend::ListSnapshots(const std::string& so
   return Paginate(all, start_token, max_entries, &IsSnapshotId);
 }
 
+bool LocalBackend::MayHoldVolume(const std::string& volume_id) const { return IsVolumeId(volume_id); }
+
 Status LocalBackend::Healthy() {
   BLOCKCSI_RETURN_IF_ERROR(pool_->Healthy());
   return exporter_->Healthy();

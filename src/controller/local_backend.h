@@ -75,6 +75,7 @@ class LocalBackend final : public VolumeBackend {
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
   Status Healthy() override;
+  bool MayHoldVolume(const std::string& volume_id) const override;
 
   // One reconcile pass now; returns the repairs made (each is also logged).
   StatusOr<std::vector<std::string>> ReconcileNow();

@@ -337,6 +337,7 @@ class RbdBackend final : public VolumeBackend {
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
   Status Healthy() override;
+  bool MayHoldVolume(const std::string& volume_id) const override { return ParseRbdVolumeId(volume_id).has_value(); }
 
  private:
   std::string Spec(const std::string& image) const { return options_.pool + "/" + image; }

@@ -93,6 +93,7 @@ class RbdSecretBackend final : public VolumeBackend {
     BLOCKCSI_ASSIGN_OR_RETURN(auto b, Connection());
     return b->ListSnapshots(source_volume_id, start_token, max_entries);
   }
+  bool MayHoldVolume(const std::string& volume_id) const override { return ParseRbdVolumeId(volume_id).has_value(); }
   Status Healthy() override {
     std::shared_ptr<VolumeBackend> latest;
     {

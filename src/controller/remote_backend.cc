@@ -9,6 +9,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "controller/target_proto.h"
+#include "controller/volume_id.h"
 #include "target.grpc.pb.h"
 
 namespace blockcsi {
@@ -156,6 +157,8 @@ class RemoteBackend final : public VolumeBackend {
     page.next_token = out.next_token();
     return page;
   }
+  // The agent serves the local backend, whose ids are vol-<hex>.
+  bool MayHoldVolume(const std::string& volume_id) const override { return IsVolumeId(volume_id); }
   Status Healthy() override {
     ProbeResponse out;
     return Call(&TargetAgent::Stub::Probe, ProbeRequest(), &out);

@@ -313,6 +313,12 @@ StatusOr<Page<SnapshotRecord>> RoutingBackend::ListSnapshots(const std::string& 
       [this](const NamedBackend& b, SnapshotRecord r) { return Outer(b, std::move(r)); });
 }
 
+bool RoutingBackend::MayHoldVolume(const std::string& volume_id) const {
+  auto routed = Route("volume", volume_id);
+  // "<name>~..." of a backend not configured here is not a volume here.
+  return routed.ok() && routed->backend->backend->MayHoldVolume(routed->inner_id);
+}
+
 Status RoutingBackend::Healthy() {
   std::string sick;
   StatusCode code = StatusCode::kOk;

@@ -70,6 +70,7 @@ class RoutingBackend final : public VolumeBackend {
                                                int max_entries) override;
   // OK when every backend is; otherwise the sick ones, by name.
   Status Healthy() override;
+  bool MayHoldVolume(const std::string& volume_id) const override;
 
   // "<name>~<inner>", for tests and tools.
   static std::string JoinId(std::string_view backend_name, std::string_view inner_id);

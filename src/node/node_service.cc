@@ -250,7 +250,21 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
     if (already_staged) return OkStatus();
   }
 
-  BLOCKCSI_ASSIGN_OR_RETURN(AttachRecord record, options_.attacher->Attach(plan.spec));
+  auto attached = options_.attacher->Attach(plan.spec);
+  if (!attached.ok()) {
+    Status failed = attached.status();
+    // A static PV's target (issue #24) is not ours: "target not found" there
+    // means a mistyped IQN or an ACL the array's admin has yet to write,
+    // which the CO should keep retrying rather than take as final.
+    if (plan.spec.static_volume && failed.code() == StatusCode::kNotFound) {
+      failed = Unavailable(failed.message());
+    }
+    if (failed.message().find(plan.volume_id) == std::string::npos) {
+      failed = failed.WithContext("volume \"" + plan.volume_id + "\"");
+    }
+    return failed;
+  }
+  AttachRecord record = std::move(*attached);
   Fault("after-attach");
   Status staged = FinishStage(plan, record);
   // kubelet never calls NodeUnstageVolume after a final failure: whatever

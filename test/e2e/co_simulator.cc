@@ -234,6 +234,7 @@ grpc::Status CoSimulator::StageOnce(const std::string& node_id, const Persistent
   *req.mutable_volume_capability() = pv.capability;
   for (const auto& [k, v] : publish_context) (*req.mutable_publish_context())[k] = v;
   for (const auto& [k, v] : pv.volume_context) (*req.mutable_volume_context())[k] = v;
+  for (const auto& [k, v] : pv.node_stage_secrets) (*req.mutable_secrets())[k] = v;
   csi::v1::NodeStageVolumeResponse resp;
   auto ctx = Context();
   grpc::Status st = node->stub->NodeStageVolume(ctx.get(), req, &resp);
@@ -260,6 +261,7 @@ grpc::Status CoSimulator::RunPod(const std::string& pod_name, const std::string&
     *req.mutable_volume_capability() = pv.capability;
     for (const auto& [k, v] : va->attachment_metadata) (*req.mutable_publish_context())[k] = v;
     for (const auto& [k, v] : pv.volume_context) (*req.mutable_volume_context())[k] = v;
+    for (const auto& [k, v] : pv.node_stage_secrets) (*req.mutable_secrets())[k] = v;
     csi::v1::NodeStageVolumeResponse resp;
     grpc::Status st = Retry("NodeStageVolume " + pv.volume_id + " on " + node_id, [&] {
       auto ctx = Context();

@@ -47,6 +47,9 @@ struct PersistentVolume {
   int64_t capacity_bytes = 0;
   std::map<std::string, std::string> volume_context;
   csi::v1::VolumeCapability capability;
+  // The Secret spec.csi.nodeStageSecretRef names, as kubelet reads it for
+  // NodeStageVolume (e.g. a static PV's CHAP credentials).
+  std::map<std::string, std::string> node_stage_secrets;
 };
 
 // storage.k8s.io/v1 VolumeAttachment, as far as a driver sees it.

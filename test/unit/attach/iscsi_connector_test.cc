@@ -242,6 +242,28 @@ TEST_F(IscsiConnectorTest, ChapGoesOnTheNodeRecordAsSecretArguments) {
   EXPECT_EQ(text->find("secret-"), std::string::npos);
 }
 
+// Issue #24: a static PV's initiatorName would need an iface of its own;
+// the kernel connector refuses it before running iscsiadm at all.
+TEST_F(IscsiConnectorTest, StaticVolumeWithAnotherInitiatorNameIsRefusedBeforeAnyLogin) {
+  auto attacher = MakeAttacher();
+  auto spec = ParseAttachSpec("vol-1",
+                              {{publish_context::kPortals, kP1},
+                               {publish_context::kTargetIqn, kTarget},
+                               {publish_context::kLun, "1"},
+                               {publish_context::kStatic, "true"},
+                               {publish_context::kInitiatorName, "iqn.1994-05.com.example:legacy"}},
+                              {}, kInitiator);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  // Only the attacher's usual cleanup runs (deleting a node record that
+  // was never made); no iface, no node record, no login.
+  executor_->ExpectOk(Node(kP1, {"-o", "delete"}));
+  auto record = attacher->Attach(*spec);
+  ASSERT_FALSE(record.ok());
+  EXPECT_EQ(record.status().code(), StatusCode::kFailedPrecondition) << record.status().ToString();
+  EXPECT_NE(record.status().message().find("iqn.1994-05.com.example:legacy"), std::string::npos);
+  EXPECT_EQ(attacher->Get("vol-1").status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(IscsiConnectorTest, RejectedChapIsPermissionDeniedAndLeavesNoNodeRecord) {
   auto attacher = MakeAttacher();
   ExpectIfaceOk();

@@ -42,6 +42,13 @@ int FakeBackend::Calls(const std::string& method) const {
   return it == calls_.end() ? 0 : it->second;
 }
 
+int FakeBackend::TotalCalls() const {
+  std::lock_guard lock(mu_);
+  int total = 0;
+  for (const auto& [method, count] : calls_) total += count;
+  return total;
+}
+
 void FakeBackend::CloseGate(const std::string& method) {
   std::lock_guard lock(mu_);
   gated_method_ = method;

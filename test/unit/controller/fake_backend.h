@@ -40,10 +40,13 @@ class FakeBackend final : public VolumeBackend {
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
   Status Healthy() override;
+  // The fake's ids: "vol-<n>" (what CheckId accepts).
+  bool MayHoldVolume(const std::string& volume_id) const override { return volume_id.starts_with("vol-"); }
 
   // The next call of `method` (e.g. "GrantAccess") fails with `status`.
   void FailNext(const std::string& method, Status status);
   int Calls(const std::string& method) const;
+  int TotalCalls() const;  // of every method
   // While closed, `method` blocks after counting its call; WaitEntered()
   // returns once a call is blocked there.
   void CloseGate(const std::string& method);

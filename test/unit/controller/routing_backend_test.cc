@@ -47,6 +47,18 @@ TEST_F(RoutingBackendTest, MakeRefusesBadConfigurations) {
   EXPECT_THAT(RoutingBackend::Make({{"a", fast_}}, "b").status().message(), HasSubstr("\"b\""));
 }
 
+// Issue #24: the controller keeps a static PV's handle away from every
+// backend, so routing must say "not mine" for ids no configured backend
+// makes, without a call to any of them.
+TEST_F(RoutingBackendTest, MayHoldVolumeAsksTheBackendTheIdNames) {
+  EXPECT_TRUE(routing_->MayHoldVolume("fast~vol-1"));
+  EXPECT_TRUE(routing_->MayHoldVolume("vol-1"));  // no "~": the default backend's
+  EXPECT_FALSE(routing_->MayHoldVolume("fast~array-disk1"));
+  EXPECT_FALSE(routing_->MayHoldVolume("gone~vol-1"));  // backend not configured
+  EXPECT_FALSE(routing_->MayHoldVolume("array-a-disk1"));
+  EXPECT_EQ(fast_->TotalCalls() + slow_->TotalCalls(), 0);
+}
+
 TEST_F(RoutingBackendTest, CreateRoutesByParameterAndIdsCarryTheBackend) {
   auto on_fast = Create("v1", {{"backend", "fast"}});
   ASSERT_TRUE(on_fast.ok()) << on_fast.status().ToString();
