@@ -91,16 +91,21 @@ def label_table(build_dir, timed_log):
 
 
 def skipped_tests(build_dir):
-    """Skipped tests and the reason each printed (gtest's line after ': Skipped', else its last line)."""
+    """Skipped tests and the reason each printed (gtest's line after ': Skipped', else its last line).
+
+    Read before anything runs `ctest -N` (test_labels): that rewrites LastTest.log."""
     log = os.path.join(build_dir, "Testing", "Temporary", "LastTest.log")
     if not os.path.exists(log):
-        return
+        return None
     text = open(log, errors="replace").read()
     found = []
     # Blocks: '<n>/<m> Testing: <name>' ... 'Output:' ... '<end of output>' ... 'Test Skipped.'
     for m in re.finditer(r"\d+/\d+ Testing: (\S+)\n(.*?)(?=\n\d+/\d+ Testing: |\Z)", text, re.S):
         name, body = m.group(1), m.group(2)
-        if "Test Skipped." not in body and "Test Not Run" not in body:
+        # ctest's words for a skip: SKIP_RETURN_CODE, SKIP_REGULAR_EXPRESSION, a
+        # test that could not start.
+        if not any(mark in body for mark in ("Test Skipped", "Skip regular expression found",
+                                             "Skip return code", "Test Not Run")):
             continue
         output = body.split("<end of output>")[0]
         lines = [l.strip() for l in output.splitlines() if l.strip() and not l.startswith("---")]
@@ -114,6 +119,10 @@ def skipped_tests(build_dir):
                       and "start time:" not in l and not l.startswith(("Command:", "Directory:"))]
             reason = useful[-1] if useful else "(no reason printed)"
         found.append((name, reason[:200]))
+    return found
+
+
+def print_skipped(found):
     print()
     if not found:
         print("skipped tests: none")
@@ -127,11 +136,13 @@ def main():
     if len(sys.argv) != 4:
         print(__doc__, file=sys.stderr)
         return 2
+    # Without this run's ctest output, LastTest.log would be an older run's.
+    this_run = os.path.exists(sys.argv[3]) and os.path.getsize(sys.argv[3]) > 0
+    skipped = skipped_tests(sys.argv[2]) if this_run else None
     phase_table(sys.argv[1])
     label_table(sys.argv[2], sys.argv[3])
-    # Without this run's ctest output, LastTest.log would be an older run's.
-    if os.path.exists(sys.argv[3]) and os.path.getsize(sys.argv[3]) > 0:
-        skipped_tests(sys.argv[2])
+    if skipped is not None:
+        print_skipped(skipped)
     return 0
 
 
