@@ -20,6 +20,7 @@
 
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/unique_fd.h"
 #include "controller/volume_id.h"
 
 namespace blockcsi {
@@ -27,23 +28,8 @@ namespace {
 
 using nlohmann::json;
 
-// Closes a descriptor on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 Status FsyncDir(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoToStatus(errno, "open directory " + dir);
   if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, "fsync directory " + dir);
   return OkStatus();
@@ -105,7 +91,7 @@ Status CopyRange(int from, int to, off_t offset, off_t count, const std::string&
 }  // namespace
 
 Status CloneOrSparseCopy(const std::string& from, const std::string& to, uint64_t size_bytes, CopyMethod* method) {
-  Fd src(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd src(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
   if (src.get() < 0) return ErrnoToStatus(errno, "open " + from);
   struct stat st {};
   if (::fstat(src.get(), &st) != 0) return ErrnoToStatus(errno, "stat " + from);
@@ -113,7 +99,7 @@ Status CloneOrSparseCopy(const std::string& from, const std::string& to, uint64_
     return OutOfRange("copy of " + from + " would shrink it from " + std::to_string(st.st_size) + " to " +
                       std::to_string(size_bytes) + " bytes");
   }
-  Fd dst(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  UniqueFd dst(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (dst.get() < 0) return ErrnoToStatus(errno, "create " + to);
   CopyMethod used = CopyMethod::kReflink;
   if (::ioctl(dst.get(), FICLONE, src.get()) != 0) {
@@ -270,7 +256,7 @@ Status Pool::PlaceImage(const std::string& id, uint64_t size_bytes, const std::s
                         CopyMethod* method) {
   std::string staged = dir_ + "/tmp/" + id + ".img";
   if (source_image.empty()) {
-    Fd fd(::open(staged.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    UniqueFd fd(::open(staged.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (fd.get() < 0) return ErrnoToStatus(errno, "create " + staged);
     Status sized = OkStatus();
     if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
@@ -330,7 +316,7 @@ Status Pool::UpdateVolume(const VolumeRecord& record) {
 Status Pool::GrowImage(const std::string& id, uint64_t size_bytes) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(id));
   std::string path = ImagePath(id);
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoToStatus(errno, "open image of volume " + id);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, "stat image of volume " + id);

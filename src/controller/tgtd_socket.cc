@@ -11,6 +11,8 @@
 #include <cstring>
 #include <limits>
 
+#include "common/unique_fd.h"
+
 namespace blockcsi {
 namespace {
 
@@ -180,20 +182,6 @@ std::string Parse(const Command& command, Parsed& p) {
   return "";
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 Status SendAll(int fd, const char* data, size_t size, const std::string& where) {
   while (size > 0) {
     ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
@@ -239,7 +227,7 @@ StatusOr<CommandResult> TgtdSocketExecutor::Run(const Command& command) {
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path) return InvalidArgument("tgtd socket path " + path + " is too long");
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return ErrnoToStatus(errno, "socket for " + where);
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(command.timeout().count() / 1000);
