@@ -97,7 +97,9 @@ class NodeConformanceTest : public ::testing::Test {
     std::string error;
     env_->tgtd = testing::TgtdHarness::Start(&error);
     if (!env_->tgtd) {
-      env_->skip_reason = "cannot start tgtd: " + error;
+      // A machine that could run tgtd and did not is a failed setup, not a skip.
+      env_->skip_reason = testing::TgtdHarness::MissingCapability();
+      env_->start_error = "cannot start tgtd: " + error;
       return;
     }
     env_->plugin = std::make_unique<testing::PluginUnderTest>(env_->dir.path(), env_->tgtd.get());

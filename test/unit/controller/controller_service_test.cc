@@ -606,6 +606,10 @@ TEST_F(ControllerServiceTest, MoreVolumesThanTheNodeMaximumIsResourceExhausted) 
 }
 
 TEST_F(ControllerServiceTest, ChapVolumeNeedsSecretsAndNeverLeaksThem) {
+  // Every level, debug included: a secret logged only at debug would
+  // otherwise pass unseen (the default level is info).
+  InitLogging("blockcsi", LogFormat::kText, LogLevel::kDebug);
+  ASSERT_TRUE(LogEnabled(LogLevel::kDebug));
   std::string log;
   SetLogCaptureForTest(&log);
   std::string id = MakeVolume("pvc-chap", {{"chap", "true"}});
@@ -650,6 +654,7 @@ TEST_F(ControllerServiceTest, ChapVolumeNeedsSecretsAndNeverLeaksThem) {
   EXPECT_THAT(st.error_message(), Not(HasSubstr(kSecretPassword)));
 
   SetLogCaptureForTest(nullptr);
+  InitLogging("blockcsi", LogFormat::kText, LogLevel::kInfo);
   EXPECT_THAT(log, HasSubstr(id)) << "the capture saw the publish";
   EXPECT_THAT(log, Not(HasSubstr(kSecretPassword)));
   EXPECT_THAT(log, Not(HasSubstr(kSecretMutual)));
