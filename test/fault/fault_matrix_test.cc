@@ -116,6 +116,10 @@ const KillPoint kKillPoints[] = {
      "unpublish", true},
     {"agent.publish.after-grant-record/chap", "agent.publish.after-grant-record", Side::kAgent, "publish", true},
     {"agent.unpublish.after-acl-removed/chap", "agent.unpublish.after-acl-removed", Side::kAgent, "unpublish", true},
+    // Inside AttachRecordStore::Put (issue #22): the plugin dies between the
+    // fsync of the new record and its rename, and right after the rename.
+    {"node.stage.record-temp-synced", "record-temp-synced", Side::kNode, "stage"},
+    {"node.stage.record-renamed", "record-renamed", Side::kNode, "stage"},
     {"node.stage.after-connect", "connected", Side::kNode, "stage"},
     {"node.stage.after-attach", "after-attach", Side::kNode, "stage"},
     {"node.stage.after-mkfs", "after-mkfs", Side::kNode, "stage"},

@@ -14,6 +14,7 @@
 
 #include "common/executor.h"
 #include "common/mounter.h"
+#include "support/leak_check.h"
 
 namespace blockcsi::testing {
 
@@ -83,16 +84,10 @@ std::vector<std::string> MountsUnder(const std::string& dir) {
 }
 
 std::vector<std::string> LoopDevicesUnder(const std::string& dir) {
+  // The leak checker's view (sysfs): it also sees loops whose FUSE file was
+  // lazily unmounted or deleted, which `losetup -l` shows under another path.
   std::vector<std::string> out;
-  auto r = MakeProcessExecutor()->Run(Command("losetup").Arg("-l").Arg("-n").Arg("-O").Arg("NAME,BACK-FILE"));
-  if (!r.ok()) return out;
-  std::istringstream lines(r->stdout_text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream fields(line);
-    std::string name, file;
-    if (fields >> name >> file && UnderDir(file, dir)) out.push_back(name);
-  }
+  for (const auto& [device, backing] : LoopDevicesBackedUnder(dir)) out.push_back(device);
   return out;
 }
 

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/fault_points.h"
@@ -131,6 +134,11 @@ TEST(AttachRecordStoreDeathTest, KilledInsidePutLeavesTheOldRecordOrTheNew) {
     bool renamed = std::string(point) == "record-renamed" || std::string(point) == "record-dir-synced";
     EXPECT_EQ(listed->front().state, renamed ? kAttachStateAttached : kAttachStateAttaching);
     EXPECT_EQ(listed->front().target_iqn, old_record.target_iqn);
+    // The restarted plugin's Init removes what the killed write left.
+    ASSERT_TRUE(store.Init().ok());
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(store.dir())) names.push_back(entry.path().filename());
+    EXPECT_EQ(names, std::vector<std::string>{EscapeVolumeIdForFile("vol-1") + ".json"});
   }
   ::unsetenv(kBaseEnv);
 }
