@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
+#include "common/fault_points.h"
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -110,7 +111,24 @@ StatusOr<std::string> UnescapeVolumeIdFromFile(const std::string& name) {
 
 AttachRecordStore::AttachRecordStore(std::string state_dir) : dir_(std::move(state_dir) + "/attachments") {}
 
-Status AttachRecordStore::Init() { return MakeDirectories(dir_, 0700); }
+Status AttachRecordStore::Init() {
+  BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(dir_, 0700));
+  // A plugin killed inside Put between writing its temp file and renaming it
+  // left "<record>.tmp-<n>": never a record (List skips it), and no one else
+  // would ever remove it. Init runs at the start of the one plugin that owns
+  // this directory, before any Put, so every temp file here is such a leftover.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.find(".json.tmp-") == std::string::npos) continue;
+    if (Status st = RemoveFileDurably(entry.path().string()); !st.ok()) {
+      LogWarn("cannot remove an interrupted attach record write", {{"file", name}, {"error", st.ToString()}});
+    } else {
+      LogInfo("removed an interrupted attach record write", {{"file", name}});
+    }
+  }
+  return OkStatus();
+}
 
 std::string AttachRecordStore::PathFor(const std::string& volume_id) const {
   return dir_ + "/" + EscapeVolumeIdForFile(volume_id) + ".json";
@@ -119,6 +137,10 @@ std::string AttachRecordStore::PathFor(const std::string& volume_id) const {
 Status AttachRecordStore::Put(const AttachRecord& record) {
   AtomicWriteOptions options;
   options.mode = 0600;
+  // Crash points inside the write (record-temp-written, record-temp-synced,
+  // record-renamed, record-dir-synced): the kill -9 tests die between the
+  // steps and find the old record or the new one, never a torn file.
+  options.step_hook = [](std::string_view step) { FaultPoint("record-" + std::string(step)); };
   return WriteFileAtomically(PathFor(record.volume_id), AttachRecordToJson(record), options);
 }
 

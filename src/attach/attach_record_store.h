@@ -30,7 +30,9 @@ class AttachRecordStore {
  public:
   explicit AttachRecordStore(std::string state_dir);
 
-  Status Init();  // creates the directory (0700)
+  // Creates the directory (0700) and removes the temp files of writes a
+  // crash interrupted. Only the directory's owner (the plugin, at start).
+  Status Init();
   Status Put(const AttachRecord& record);
   StatusOr<AttachRecord> Get(const std::string& volume_id) const;  // NOT_FOUND
   // Every readable record; unreadable ones are logged and skipped so one bad

@@ -16,14 +16,23 @@ std::string DirectoryOf(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-Status FsyncDirectory(const std::string& dir) {
+using StepHook = std::function<void(std::string_view)>;
+
+// Each durable step reports itself (step_hook) from the function that makes
+// the system call, only after the call succeeded: the order a test records is
+// the order of the calls, so a dropped fsync shows as a missing step.
+Status FsyncFile(int fd, const std::string& what, const StepHook& hook, std::string_view step) {
+  if (::fsync(fd) != 0) return ErrnoToStatus(errno, "fsync " + what);
+  if (hook) hook(step);
+  return OkStatus();
+}
+
+Status FsyncDirectory(const std::string& dir, const StepHook& hook = {}) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, "open directory " + dir);
-  int rc = ::fsync(fd);
-  int err = errno;
+  Status st = FsyncFile(fd, "directory " + dir, hook, "dir-synced");
   ::close(fd);
-  if (rc != 0) return ErrnoToStatus(err, "fsync directory " + dir);
-  return OkStatus();
+  return st;
 }
 
 Status WriteAll(int fd, std::string_view data, const std::string& what) {
@@ -41,9 +50,7 @@ Status WriteAll(int fd, std::string_view data, const std::string& what) {
 }  // namespace
 
 Status WriteFileAtomically(const std::string& path, std::string_view contents, const AtomicWriteOptions& options) {
-  auto hook = [&](std::string_view step) {
-    if (options.step_hook) options.step_hook(step);
-  };
+  const StepHook& hook = options.step_hook;
   // A random suffix: two processes never share a temp file, and a stale temp
   // left by a crash is never mistaken for the real file (readers ignore .tmp-).
   std::random_device rd;
@@ -52,21 +59,20 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, c
   if (fd < 0) return ErrnoToStatus(errno, "create " + temp);
   Status st = WriteAll(fd, contents, temp);
   if (st.ok() && ::fchmod(fd, options.mode) != 0) st = ErrnoToStatus(errno, "chmod " + temp);
-  if (st.ok()) hook("temp-written");
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoToStatus(errno, "fsync " + temp);
+  if (st.ok() && hook) hook("temp-written");
+  if (st.ok()) st = FsyncFile(fd, temp, hook, "temp-synced");
   ::close(fd);
   if (!st.ok()) {
     ::unlink(temp.c_str());
     return st;
   }
-  hook("temp-synced");
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     Status err = ErrnoToStatus(errno, "rename " + temp + " to " + path);
     ::unlink(temp.c_str());
     return err;
   }
-  hook("renamed");
-  return FsyncDirectory(DirectoryOf(path));
+  if (hook) hook("renamed");
+  return FsyncDirectory(DirectoryOf(path), hook);
 }
 
 StatusOr<std::string> ReadFileToString(const std::string& path) {

@@ -16,8 +16,10 @@ namespace blockcsi {
 
 struct AtomicWriteOptions {
   mode_t mode = 0600;
-  // Test-only: called with the name of each step ("temp-written",
-  // "temp-synced", "renamed") so a test can simulate a crash between steps.
+  // Called right after each durable step succeeded, in order: "temp-written",
+  // "temp-synced" (fsync of the temp file), "renamed", "dir-synced" (fsync of
+  // the directory). Tests record the order or crash between steps;
+  // AttachRecordStore arms fault points with it.
   std::function<void(std::string_view step)> step_hook;
 };
 

@@ -54,6 +54,21 @@ inline void Report(const std::string& figure, double measured, double baseline, 
   std::fflush(stdout);
 }
 
+// The spread of a figure's samples, "min / median / max" (a median alone
+// hides a side that is fast once and slow the rest).
+inline std::string Spread(std::vector<double> v, const char* unit) {
+  if (v.empty()) return "-";
+  std::sort(v.begin(), v.end());
+  return Format(v.front(), unit) + " / " + Format(Median(v), unit) + " / " + Format(v.back(), unit);
+}
+
+// A human line under a Report row: both sides' spreads over their rounds.
+inline void ReportSpread(const std::vector<double>& measured, const std::vector<double>& baseline, const char* unit) {
+  std::printf("  %-58s %s  vs %s  (min / median / max, %zu rounds each)\n", "", Spread(measured, unit).c_str(),
+              Spread(baseline, unit).c_str(), measured.size());
+  std::fflush(stdout);
+}
+
 // A figure that has no baseline of its own (a count, e.g. errors).
 inline void ReportCount(const std::string& figure, long value) {
   std::printf("  %-58s %14ld\n", figure.c_str(), value);

@@ -52,7 +52,7 @@ class ControllerConformanceTest : public ::testing::Test {
   void SetUp() override {
     std::string error;
     tgtd_ = testing::TgtdHarness::Start(&error);
-    if (!tgtd_) GTEST_SKIP() << "needs a real tgtd: " << error;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     StartPlugin({});
   }
   void TearDown() override { StopPlugin(); }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "csi.grpc.pb.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -97,7 +98,9 @@ class NodeConformanceTest : public ::testing::Test {
     std::string error;
     env_->tgtd = testing::TgtdHarness::Start(&error);
     if (!env_->tgtd) {
-      env_->skip_reason = "cannot start tgtd: " + error;
+      // A machine that could run tgtd and did not is a failed setup, not a skip.
+      env_->skip_reason = testing::TgtdHarness::MissingCapability();
+      env_->start_error = "cannot start tgtd: " + error;
       return;
     }
     env_->plugin = std::make_unique<testing::PluginUnderTest>(env_->dir.path(), env_->tgtd.get());
@@ -125,6 +128,21 @@ class NodeConformanceTest : public ::testing::Test {
     if (!env_->skip_reason.empty()) GTEST_SKIP() << env_->skip_reason;
     ASSERT_TRUE(env_->start_error.empty()) << "plugin did not start: " << env_->start_error;
     ASSERT_TRUE(Plugin().running()) << "the shared plugin died in an earlier test:\n" << Plugin().LogTail();
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+    have_baseline_ = true;
+  }
+
+  // What the suite's plugin can leave on the machine: processes, mounts and
+  // loop devices under its directory, attach records, pool files, tgtd's
+  // targets, ACLs and sessions (the plugin itself is not a leak).
+  static testing::LeakScope Scope() {
+    testing::LeakScope scope;
+    scope.dir = env_->dir.path();
+    scope.state_dir = Plugin().state_dir();
+    scope.pool_dir = Plugin().pool_dir();
+    scope.tgtd = env_->tgtd.get();
+    scope.ignore_pids = {Plugin().pid()};
+    return scope;
   }
 
   // Whatever a test left behind (it failed half-way): node side first,
@@ -145,6 +163,12 @@ class NodeConformanceTest : public ::testing::Test {
     }
     volumes_.clear();
     snapshots_.clear();
+    // The teardown went through the CSI calls a CO makes: after a passing
+    // test they must leave nothing the test did not find at SetUp.
+    if (have_baseline_ && !HasFailure()) {
+      auto left = testing::NewItems(baseline_, testing::TakeLeakSnapshot(Scope()));
+      EXPECT_TRUE(left.empty()) << "left behind after the test and its CSI teardown:\n" << testing::DescribeItems(left);
+    }
   }
 
   static testing::PluginUnderTest& Plugin() { return *env_->plugin; }
@@ -348,6 +372,8 @@ class NodeConformanceTest : public ::testing::Test {
 
   static SuiteEnvironment* env_;
   std::vector<Volume> volumes_;
+  testing::LeakSnapshot baseline_;
+  bool have_baseline_ = false;
   std::vector<std::string> snapshots_;
 };
 

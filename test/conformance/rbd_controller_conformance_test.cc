@@ -541,6 +541,7 @@ TEST_F(RbdControllerConformanceTest, BadRbdFlagsAreUsageErrorsNamingTheFlag) {
     std::vector<std::string> flags;
     std::string named;
   };
+  int case_index = 0;
   for (const auto& c : std::vector<Case>{
            {{"--backend", "rbd", "--ceph-conf", env_.at("CEPH_CONF")}, "--rbd-pool"},
            {{"--backend", "rbd", "--rbd-pool", "rbd"}, "--ceph-conf"},
@@ -552,7 +553,9 @@ TEST_F(RbdControllerConformanceTest, BadRbdFlagsAreUsageErrorsNamingTheFlag) {
     std::vector<std::string> argv{testing::BinDir() + "/blockcsi", "--mode", "controller", "--endpoint",
                                   "unix://" + dir_.Join("x.sock")};
     argv.insert(argv.end(), c.flags.begin(), c.flags.end());
-    const std::string log = dir_.Join("usage.log");
+    // One log per case: the child appends, so a shared file would let a case
+    // find the flag an earlier case printed.
+    const std::string log = dir_.Join("usage-" + std::to_string(case_index++) + ".log");
     testing::ChildProcess child(argv, log);
     EXPECT_EQ(child.Wait(60s), 2) << c.named << ": " << testing::ReadFileOrEmpty(log);
     EXPECT_NE(testing::ReadFileOrEmpty(log).find(c.named), std::string::npos) << testing::ReadFileOrEmpty(log);
@@ -562,7 +565,7 @@ TEST_F(RbdControllerConformanceTest, BadRbdFlagsAreUsageErrorsNamingTheFlag) {
 TEST_F(RbdControllerConformanceTest, BackendConfigServesLocalAndRbdSideBySide) {
   std::string error;
   auto tgtd = testing::TgtdHarness::Start(&error);
-  if (!tgtd) GTEST_SKIP() << "needs a real tgtd: " << error;
+  BLOCKCSI_REQUIRE_TGTD(tgtd, error);
   const std::string config = dir_.Join("backends.conf");
   {
     std::ofstream out(config);

@@ -11,8 +11,9 @@ What it reads:
     own kubectl (package kubernetes-client: kubectl 1.20.2, kustomize v2.0.3),
     fetched once with `apt-get download` + `dpkg -x` into DIR. Each render is
     checked, and the renders of one kustomization must be the same objects. If
-    Debian's kubectl cannot be fetched, the reason is printed and only that
-    renderer is skipped;
+    Debian's kubectl was asked for and cannot be had, the reason is printed
+    and the run fails (a renderer is never dropped silently); only a machine
+    without apt-get/dpkg at all skips it (exit 77);
   * the Helm chart (deploy/helm/blockcsi), rendered by a small Go-template
     renderer below (there is no helm binary here) for its default values and
     for the values that mirror each overlay;
@@ -25,8 +26,9 @@ Modes:
   check_manifests.py --deploy-dir DIR --self-test  breaks rendered copies on
       purpose and asserts that each break is reported (the checker's own test)
 
-Exit status: 0 all good, 1 problems found, 77 a required tool (kubectl or
-yamllint) is missing (ctest reports that as skipped, never as passed).
+Exit status: 0 all good, 1 problems found (or a requested renderer could not
+be fetched), 77 a required tool (kubectl, yamllint, apt-get/dpkg for Debian's
+kubectl) is missing (ctest reports that as skipped, never as passed).
 Uses /usr/bin/python3 and PyYAML only.
 """
 
@@ -1393,10 +1395,14 @@ def dpkg_owner(path):
     return r.stdout.split(":", 1)[0].strip() if r.returncode == 0 and r.stdout else None
 
 
+MISSING_TOOL = "missing-tool"
+
+
 def debian_kubectl(cache_dir, log):
     """Debian's kubectl, from `apt-get download kubernetes-client` + `dpkg -x` into
     cache_dir (once; later runs reuse it). None, with the reason logged, when it
-    cannot be had (no apt, no network, no package lists)."""
+    cannot be had (no apt, no network, no package lists). MISSING_TOOL when the
+    machine has no apt-get or dpkg at all."""
     cache_dir = os.path.abspath(cache_dir)
     kubectl = os.path.join(cache_dir, "root", "usr", "bin", "kubectl")
     if os.access(kubectl, os.X_OK):
@@ -1404,7 +1410,7 @@ def debian_kubectl(cache_dir, log):
     for tool in ("apt-get", "dpkg"):
         if not shutil.which(tool):
             log(f"{tool} not found: cannot fetch Debian's {DEBIAN_KUBECTL_PACKAGE}")
-            return None
+            return MISSING_TOOL
     try:
         os.makedirs(cache_dir, exist_ok=True)
         import fcntl
@@ -1438,8 +1444,11 @@ def debian_kubectl(cache_dir, log):
 
 def find_renderers(explicit, system, debian_cache, log):
     """The kubectl binaries to render with: --kubectl ones, else the system kubectl;
-    plus Debian's, fetched into debian_cache, unless the system one is Debian's."""
+    plus Debian's, fetched into debian_cache, unless the system one is Debian's.
+    Returns (renderers, missing): missing names a requested renderer that could
+    not be had, "" when none, MISSING_TOOL when the machine lacks apt-get/dpkg."""
     found = []
+    missing = ""
     for path in explicit or ([system] if system else []):
         owner = dpkg_owner(path)
         found.append(KubectlRenderer(path, f"package {owner}" if owner else None))
@@ -1448,12 +1457,13 @@ def find_renderers(explicit, system, debian_cache, log):
             log(f"{DEBIAN_KUBECTL_PACKAGE}'s kubectl is already a renderer; not fetched again")
         else:
             path = debian_kubectl(debian_cache, log)
-            if path:
+            if path and path != MISSING_TOOL:
                 found.append(KubectlRenderer(path, f"Debian {DEBIAN_KUBECTL_PACKAGE}"))
             else:
-                log(f"Debian's kubectl is SKIPPED as a renderer: the manifests are not checked "
+                missing = MISSING_TOOL if path == MISSING_TOOL else f"Debian {DEBIAN_KUBECTL_PACKAGE}"
+                log(f"Debian's kubectl is MISSING as a renderer: the manifests are not checked "
                     f"against kustomize v2.0.3 in this run")
-    return found
+    return found, missing
 
 
 def kustomize(kubectl, path):
@@ -1913,7 +1923,16 @@ def main():
     def log(message):
         print(f"check_manifests: {message}", file=sys.stderr, flush=True)
 
-    renderers = find_renderers(args.kubectl, shutil.which("kubectl"), args.debian_kubectl_cache, log)
+    renderers, missing = find_renderers(args.kubectl, shutil.which("kubectl"), args.debian_kubectl_cache, log)
+    # What a requested but absent renderer does to the exit status: a machine
+    # without the tools skips (77); one that has them and failed to fetch fails.
+    if missing == MISSING_TOOL:
+        incomplete = 77
+    elif missing:
+        incomplete = 1
+        log(f"FAILED: the requested renderer {missing} could not be fetched (see above)")
+    else:
+        incomplete = 0
     if not renderers:
         log("kubectl not found: the kustomize renders are NOT checked "
             "(install kubectl with its built-in kustomize)")
@@ -1922,7 +1941,9 @@ def main():
 
     if args.self_test:
         rc = self_test(deploy_dir, renderers, args.yamllint_bin)
-        return 77 if rc == 0 and not renderers else rc
+        if rc != 0:
+            return rc
+        return 77 if not renderers else incomplete
 
     problems = Problems()
     checked = run_checks(deploy_dir, renderers, problems)
@@ -1932,7 +1953,7 @@ def main():
           f"(blockcsi flags from {flags_from}), {len(problems)} problems")
     if problems.items:
         return 1
-    return 77 if not renderers else 0
+    return 77 if not renderers else incomplete
 
 
 if __name__ == "__main__":

@@ -116,6 +116,10 @@ const KillPoint kKillPoints[] = {
      "unpublish", true},
     {"agent.publish.after-grant-record/chap", "agent.publish.after-grant-record", Side::kAgent, "publish", true},
     {"agent.unpublish.after-acl-removed/chap", "agent.unpublish.after-acl-removed", Side::kAgent, "unpublish", true},
+    // Inside AttachRecordStore::Put (issue #22): the plugin dies between the
+    // fsync of the new record and its rename, and right after the rename.
+    {"node.stage.record-temp-synced", "record-temp-synced", Side::kNode, "stage"},
+    {"node.stage.record-renamed", "record-renamed", Side::kNode, "stage"},
     {"node.stage.after-connect", "connected", Side::kNode, "stage"},
     {"node.stage.after-attach", "after-attach", Side::kNode, "stage"},
     {"node.stage.after-mkfs", "after-mkfs", Side::kNode, "stage"},
@@ -282,7 +286,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
   void SetUp() override {
     if (!testing::IsRoot()) GTEST_SKIP() << "needs root: tgtd, FUSE, loop devices and mount";
     if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "needs /dev/fuse";
-    if (!tgtd_) GTEST_SKIP() << "cannot start tgtd: " << tgtd_error_;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, tgtd_error_);
     start_ = std::chrono::steady_clock::now();
     RemoveAllTargets();  // what a failed case before this one may have left
     plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.Join("plugin"), tgtd_.get());
@@ -320,7 +324,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
   }
 
   ::testing::AssertionResult StartAgent(const std::string& fault_point) {
-    if (agent_port_ == 0) agent_port_ = testing::FreeTcpPort();
+    if (agent_port_ == 0) agent_port_ = agent_reserved_port_.port();  // held: no other test is handed it
     std::vector<std::string> argv = {testing::BinDir() + "/blockcsi-target",
                                      "--pool",
                                      AgentPool(),
@@ -692,6 +696,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
   std::unique_ptr<testing::ChildProcess> agent_;
   // What the machine held when the case began (nothing of this case's).
   testing::LeakSnapshot baseline_;
+  testing::ReservedPort agent_reserved_port_{testing::ReservedPort::Use::kForServer};
   int agent_port_ = 0;
   std::map<std::string, std::string> volume_context_;
   std::map<std::string, std::string> publish_context_;

@@ -122,7 +122,8 @@ TEST_F(IdentityTest, SecondServerOnALiveEndpointRefusesAndStaleSocketIsReplaced)
   auto first = Start("node", socket);
   ASSERT_TRUE(testing::WaitForSocket(socket, 10s));
   auto second = Start("node", socket);
-  EXPECT_NE(second->Wait(15s), 0) << "a second server took over a live endpoint";
+  // Exactly 1 (cannot serve): -1 would be a hang, 128+n a crash.
+  EXPECT_EQ(second->Wait(15s), 1) << "a second server took over a live endpoint";
   EXPECT_TRUE(testing::WaitForSocket(socket, 1s)) << "the first server lost its socket";
 
   // kill -9 leaves a stale socket file; the next start must take it over.
@@ -138,7 +139,10 @@ TEST_F(IdentityTest, SecondServerOnALiveEndpointRefusesAndStaleSocketIsReplaced)
 
 TEST_F(IdentityTest, BadFlagsExitWithUsageCode) {
   testing::ChildProcess bad({testing::BinDir() + "/blockcsi", "--mode", "sideways"}, dir_.Join("bad.log"));
-  EXPECT_NE(bad.Wait(10s), 0);
+  // A usage error is an exit of its own, non-zero: not a hang (-1), not a signal (128+n).
+  int bad_code = bad.Wait(10s);
+  EXPECT_GT(bad_code, 0) << testing::ReadFileOrEmpty(dir_.Join("bad.log"));
+  EXPECT_LT(bad_code, 128) << testing::ReadFileOrEmpty(dir_.Join("bad.log"));
   testing::ChildProcess no_node_id(
       {testing::BinDir() + "/blockcsi", "--mode", "node", "--endpoint", "unix://" + dir_.Join("y.sock")},
       dir_.Join("bad2.log"));

@@ -11,7 +11,7 @@ namespace {
 TEST(TgtdHarnessTest, StartsServesAndLosesConfigOnKill9) {
   std::string error;
   auto tgtd = TgtdHarness::Start(&error);
-  if (!tgtd) GTEST_SKIP() << error;
+  BLOCKCSI_REQUIRE_TGTD(tgtd, error);
   int code = -1;
   tgtd->Tgtadm({"--op", "new", "--mode", "target", "--tid", "1", "-T", "iqn.2026-11.io.blockcsi:harness"}, &code);
   ASSERT_EQ(code, 0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "common/mounter.h"
@@ -32,18 +33,52 @@ void AddMounts(const LeakScope& scope, std::set<std::string>* out) {
 // Through sysfs, not losetup: a loop device whose backing file was deleted
 // (a bridge's FUSE file gone, the image removed) still holds a device and
 // shows its old path with " (deleted)".
-void AddLoops(const LeakScope& scope, std::set<std::string>* out) {
-  if (scope.dir.empty()) return;
+}  // namespace
+
+// Through sysfs: a loop device whose backing file was deleted (the image
+// removed) still holds a device and shows its old path with " (deleted)";
+// one whose FUSE mount was lazily unmounted shows "/lun". A loop stacked on
+// one of ours (the node's read-only layer: a loop device whose backing file
+// is /dev/loopN) is ours too, whoever else stacks loops on this machine.
+std::vector<std::pair<std::string, std::string>> LoopDevicesBackedUnder(const std::string& dir) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (dir.empty()) return out;
+  std::map<std::string, std::string> backing_of;  // loop name -> backing file as sysfs shows it
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/sys/block", ec)) {
     std::string name = entry.path().filename();
     if (name.rfind("loop", 0) != 0) continue;
     std::string backing = Trim(ReadFileOrEmpty(entry.path() / "loop" / "backing_file"));
-    if (backing.empty()) continue;
-    std::string path = backing;
-    if (path.size() > 10 && path.ends_with(" (deleted)")) path.resize(path.size() - 10);
-    if (Under(path, scope.dir)) out->insert("loop /dev/" + name + " <- " + backing);
+    if (!backing.empty()) backing_of[name] = backing;
   }
+  std::set<std::string> ours;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const auto& [name, backing] : backing_of) {
+      if (ours.contains(name)) continue;
+      std::string path = backing;
+      if (path.size() > 10 && path.ends_with(" (deleted)")) path.resize(path.size() - 10);
+      // A bridge's FUSE file whose mount was lazily unmounted shows only its
+      // path inside the detached mount, "/lun": no directory to match, and
+      // an orphan on this machine whoever made it, so it counts.
+      bool orphaned_bridge_file = path == "/lun";
+      if (Under(path, dir) || orphaned_bridge_file || (path.rfind("/dev/", 0) == 0 && ours.contains(path.substr(5)))) {
+        ours.insert(name);
+        out.emplace_back("/dev/" + name, backing);
+        grew = true;
+      }
+    }
+  }
+  // Stacked ones were found last: detach them first.
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+void AddLoops(const LeakScope& scope, std::set<std::string>* out) {
+  for (const auto& [device, backing] : LoopDevicesBackedUnder(scope.dir))
+    out->insert("loop " + device + " <- " + backing);
 }
 
 void AddProcesses(const LeakScope& scope, std::set<std::string>* out) {

@@ -12,6 +12,7 @@
 
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/tgtd_harness.h"
@@ -45,6 +46,11 @@ struct LeakSnapshot {
 };
 
 LeakSnapshot TakeLeakSnapshot(const LeakScope& scope);
+
+// The loop devices ("/dev/loopN", backing file as the kernel shows it) whose
+// backing file is or was (deleted, lazily unmounted) under `dir`, and those
+// stacked on them; stacked ones first, so that detaching in order works.
+std::vector<std::pair<std::string, std::string>> LoopDevicesBackedUnder(const std::string& dir);
 
 // What `after` holds that `before` did not, sorted; empty when nothing leaked.
 std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot& after);

@@ -110,4 +110,18 @@ std::string ReadFileOrEmpty(const std::string& path) {
 
 bool IsRoot() { return ::geteuid() == 0; }
 
+bool HaveProgram(const std::string& program) {
+  std::string path = "/usr/sbin:/sbin";
+  if (const char* env = std::getenv("PATH"); env != nullptr) path = std::string(env) + ":" + path;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    if (!dir.empty() && ::access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
 }  // namespace blockcsi::testing

@@ -62,5 +62,8 @@ std::string TestDataPath(const std::string& name);
 
 // Skip helpers: "requires root" etc., printed as the skip reason.
 bool IsRoot();
+// Whether `program` is an executable on $PATH (or /sbin, /usr/sbin): a
+// missing program is a missing capability of the machine, a failing one is not.
+bool HaveProgram(const std::string& program);
 
 }  // namespace blockcsi::testing

@@ -31,21 +31,51 @@ int FreeTcpPort() {
   return port;
 }
 
+ReservedPort::ReservedPort(Use use) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return;
+  if (use == Use::kForServer) {
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port_ = ntohs(addr.sin_port);
+  }
+}
+
+ReservedPort::~ReservedPort() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string TgtdHarness::MissingCapability() {
+  if (::geteuid() != 0) return "requires root (tgtd)";
+  if (::access("/usr/sbin/tgtd", X_OK) != 0) return "requires /usr/sbin/tgtd (Debian package tgt)";
+  return "";
+}
+
 std::unique_ptr<TgtdHarness> TgtdHarness::Start(std::string* error) { return Start(TgtdOptions{}, error); }
 
 std::unique_ptr<TgtdHarness> TgtdHarness::Start(const TgtdOptions& options, std::string* error) {
-  if (::geteuid() != 0) {
-    *error = "requires root (tgtd)";
-    return nullptr;
-  }
-  if (::access("/usr/sbin/tgtd", X_OK) != 0) {
-    *error = "requires /usr/sbin/tgtd (Debian package tgt)";
-    return nullptr;
-  }
+  if (*error = MissingCapability(); !error->empty()) return nullptr;
   std::unique_ptr<TgtdHarness> h(new TgtdHarness());
   h->address_ = options.address;
   h->command_prefix_ = options.command_prefix;
-  h->port_ = options.port != 0 ? options.port : FreeTcpPort();
+  if (options.port != 0) {
+    h->port_ = options.port;
+  } else {
+    h->reserved_port_ = std::make_unique<ReservedPort>(ReservedPort::Use::kForServer);
+    h->port_ = h->reserved_port_->port();
+    if (h->port_ == 0) {
+      *error = "cannot reserve a TCP port on 127.0.0.1";
+      return nullptr;
+    }
+  }
   // tgtd's control "port" names an abstract unix socket; any small number
   // unlikely to be in use by another test will do.
   std::random_device rd;

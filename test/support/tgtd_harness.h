@@ -28,8 +28,33 @@ struct TgtdOptions {
   std::vector<std::string> command_prefix;
 };
 
+// A TCP port on 127.0.0.1 kept bound (never listening) for as long as this
+// object lives, so that no other test's bind(0) is handed it: a port picked
+// by bind-and-release could be taken by a concurrent test before its server
+// binds it. kForServer sets SO_REUSEADDR, which lets the one server the test
+// starts (tgtd, gRPC: both set it too) bind the port while it is held;
+// kDead does not, so the port refuses every connection and nothing can
+// listen on it: a dead portal that cannot come alive under `ctest -j`.
+class ReservedPort {
+ public:
+  enum class Use { kForServer, kDead };
+  explicit ReservedPort(Use use);
+  ~ReservedPort();
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  int port() const { return port_; }  // 0 when no port could be bound
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 class TgtdHarness {
  public:
+  // Why this machine cannot run tgtd at all (not root, Debian's `tgt` not
+  // installed), or "" when it can. Only this is a reason to skip: any other
+  // Start() failure is a broken setup, and the test fails.
+  static std::string MissingCapability();
   // Starts tgtd and waits until tgtadm answers. nullptr with `error` set
   // when it cannot (not root, tgtd missing, no port).
   static std::unique_ptr<TgtdHarness> Start(std::string* error);
@@ -60,6 +85,9 @@ class TgtdHarness {
   void Stop();
 
   std::string address_ = "127.0.0.1";
+  // Holds port_ for the harness's life (also across Restart) when it was
+  // picked here; empty when the caller named the port.
+  std::unique_ptr<ReservedPort> reserved_port_;
   std::vector<std::string> command_prefix_;
   int port_ = 0;
   int control_port_ = 0;
@@ -67,7 +95,20 @@ class TgtdHarness {
   std::string log_path_;
 };
 
-// A free TCP port on 127.0.0.1 (bound then released).
+// In a test body or SetUp(), after `harness = TgtdHarness::Start(&error)`:
+// skips with the printed reason when the machine lacks what tgtd needs, and
+// fails when it has it and tgtd still did not start.
+#define BLOCKCSI_REQUIRE_TGTD(harness, error)                                                                         \
+  do {                                                                                                                \
+    if (!(harness)) {                                                                                                 \
+      if (std::string why = ::blockcsi::testing::TgtdHarness::MissingCapability(); !why.empty()) GTEST_SKIP() << why; \
+      FAIL() << "cannot start tgtd: " << (error);                                                                     \
+    }                                                                                                                 \
+  } while (0)
+
+// A free TCP port on 127.0.0.1, bound then released: racy under `ctest -j`
+// (see ReservedPort); only for names that are not TCP ports (tgtd's control
+// socket number, say).
 int FreeTcpPort();
 
 }  // namespace blockcsi::testing

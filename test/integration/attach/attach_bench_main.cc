@@ -61,11 +61,14 @@ int Run(int argc, char** argv) {
   std::memcpy(aligned, pattern.data(), kChunk);
 
   // Per round, so that noise from other load on the host shows up as spread
-  // instead of skewing one side: raw and loop run back to back each round.
+  // instead of skewing one side. Round -1 is a warm-up, discarded: it also
+  // writes every block of the sparse LUN, so that no measured round (raw
+  // first or loop first) pays for filling the backing file's holes. The side
+  // that goes first alternates per measured round.
   std::vector<double> raw_w, raw_r, loop_w, loop_r, ratio_w, ratio_r;
   std::vector<double> attach_ms, detach_ms;
-  for (int round = 0; round < rounds; ++round) {
-    // Raw libiscsi, one 1 MiB command at a time (as the bridge issues them).
+  // Raw libiscsi, one 1 MiB command at a time (as the bridge issues them).
+  auto raw_side = [&](double* w, double* r) {
     LibIscsiOptions o;
     o.portals = {tgtd->portal()};
     o.target_iqn = iqn;
@@ -74,24 +77,26 @@ int Run(int argc, char** argv) {
     auto session = LibIscsiSession::Connect(o);
     if (!session.ok()) {
       std::fprintf(stderr, "attach_bench: %s\n", session.status().ToString().c_str());
-      return 1;
+      return false;
     }
     uint32_t bs = (*session)->block_size();
     auto t0 = Clock::now();
     for (uint64_t off = 0; off < size; off += kChunk) {
-      if (!(*session)->Write(off / bs, kChunk / bs, aligned).ok()) return 1;
+      if (!(*session)->Write(off / bs, kChunk / bs, aligned).ok()) return false;
     }
-    if (!(*session)->SynchronizeCache().ok()) return 1;
+    if (!(*session)->SynchronizeCache().ok()) return false;
     auto t1 = Clock::now();
     for (uint64_t off = 0; off < size; off += kChunk) {
-      if (!(*session)->Read(off / bs, kChunk / bs, aligned).ok()) return 1;
+      if (!(*session)->Read(off / bs, kChunk / bs, aligned).ok()) return false;
     }
     auto t2 = Clock::now();
-    raw_w.push_back(mib / Seconds(t0, t1));
-    raw_r.push_back(mib / Seconds(t1, t2));
-    session->reset();
-
-    // Through the userspace connector: bridge + FUSE + loop device.
+    *w = mib / Seconds(t0, t1);
+    *r = mib / Seconds(t1, t2);
+    std::memcpy(aligned, pattern.data(), kChunk);
+    return true;
+  };
+  // Through the userspace connector: bridge + FUSE + loop device.
+  auto loop_side = [&](double* w, double* r, double* attach, double* detach) {
     AttacherOptions ao;
     ao.connector = "userspace";
     ao.state_dir = tmp.Join("state");
@@ -99,7 +104,7 @@ int Run(int argc, char** argv) {
     ao.blockcsi_binary = blockcsi::testing::TestsDir() + "/attach_tool";
     ao.bridge_sessions = sessions;
     auto attacher = MakeVolumeAttacher(ao);
-    if (!attacher.ok()) return 1;
+    if (!attacher.ok()) return false;
     auto spec = ParseAttachSpec("bench",
                                 {{publish_context::kPortals, tgtd->portal()},
                                  {publish_context::kTargetIqn, iqn},
@@ -111,31 +116,47 @@ int Run(int argc, char** argv) {
     auto a1 = Clock::now();
     if (!record.ok()) {
       std::fprintf(stderr, "attach_bench: %s\n", record.status().ToString().c_str());
-      return 1;
+      return false;
     }
-    attach_ms.push_back(Seconds(a0, a1) * 1000);
+    *attach = Seconds(a0, a1) * 1000;
     int dev = ::open(record->device_path.c_str(), O_RDWR | O_DIRECT);
-    if (dev < 0) return 1;
+    if (dev < 0) return false;
     std::memcpy(aligned, pattern.data(), kChunk);
     auto t3 = Clock::now();
     for (uint64_t off = 0; off < size; off += kChunk) {
-      if (::pwrite(dev, aligned, kChunk, static_cast<off_t>(off)) != static_cast<ssize_t>(kChunk)) return 1;
+      if (::pwrite(dev, aligned, kChunk, static_cast<off_t>(off)) != static_cast<ssize_t>(kChunk)) return false;
     }
-    if (::fsync(dev) != 0) return 1;
+    if (::fsync(dev) != 0) return false;
     auto t4 = Clock::now();
     for (uint64_t off = 0; off < size; off += kChunk) {
-      if (::pread(dev, aligned, kChunk, static_cast<off_t>(off)) != static_cast<ssize_t>(kChunk)) return 1;
+      if (::pread(dev, aligned, kChunk, static_cast<off_t>(off)) != static_cast<ssize_t>(kChunk)) return false;
     }
     auto t5 = Clock::now();
     ::close(dev);
-    loop_w.push_back(mib / Seconds(t3, t4));
-    loop_r.push_back(mib / Seconds(t4, t5));
-    ratio_w.push_back(loop_w.back() / raw_w.back());
-    ratio_r.push_back(loop_r.back() / raw_r.back());
+    *w = mib / Seconds(t3, t4);
+    *r = mib / Seconds(t4, t5);
     auto d0 = Clock::now();
-    if (!(*attacher)->Detach("bench").ok()) return 1;
+    if (!(*attacher)->Detach("bench").ok()) return false;
     auto d1 = Clock::now();
-    detach_ms.push_back(Seconds(d0, d1) * 1000);
+    *detach = Seconds(d0, d1) * 1000;
+    std::memcpy(aligned, pattern.data(), kChunk);
+    return true;
+  };
+  for (int round = -1; round < rounds; ++round) {
+    double rw = 0, rr = 0, lw = 0, lr = 0, at = 0, dt = 0;
+    bool raw_first = round < 0 || round % 2 == 0;
+    bool ok = raw_first ? raw_side(&rw, &rr) && loop_side(&lw, &lr, &at, &dt)
+                        : loop_side(&lw, &lr, &at, &dt) && raw_side(&rw, &rr);
+    if (!ok) return 1;
+    if (round < 0) continue;  // the warm-up
+    raw_w.push_back(rw);
+    raw_r.push_back(rr);
+    loop_w.push_back(lw);
+    loop_r.push_back(lr);
+    ratio_w.push_back(lw / rw);
+    ratio_r.push_back(lr / rr);
+    attach_ms.push_back(at);
+    detach_ms.push_back(dt);
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -147,8 +168,10 @@ int Run(int argc, char** argv) {
     std::snprintf(buf, sizeof buf, "%.2f..%.2f", *lo, *hi);
     return std::string(buf);
   };
-  std::printf("LUN %zu MiB, 1 MiB sequential, QD1, medians of %d rounds, %d bridge session(s)\n", mib, rounds,
-              sessions);
+  std::printf(
+      "LUN %zu MiB, 1 MiB sequential, QD1, medians of %d rounds (after a discarded warm-up that fills the LUN; "
+      "sides alternate), %d bridge session(s)\n",
+      mib, rounds, sessions);
   std::printf("%-28s %11s %11s\n", "", "write MiB/s", "read MiB/s");
   std::printf("%-28s %11.0f %11.0f\n", "raw libiscsi (1 in flight)", median(raw_w), median(raw_r));
   std::printf("%-28s %11.0f %11.0f\n", "loop device (O_DIRECT)", median(loop_w), median(loop_r));

@@ -41,7 +41,7 @@ void AttachIntegrationTest::SetUp() {
   if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "requires /dev/fuse";
   std::string error;
   tgtd_ = TgtdHarness::Start(&error);
-  if (!tgtd_) GTEST_SKIP() << error;
+  BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
   tmp_ = std::make_unique<TempDir>();
   state_dir_ = tmp_->Join("state");
 }

@@ -1,18 +1,21 @@
 // The userspace connector for real: tgtd serves LUNs on sparse files, the
 // attacher spawns bridge processes (libiscsi → FUSE → loop) and the tests
 // check bytes, sizes, errors and that nothing is left behind.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "attach/attach_record_store.h"
+#include "attach/bridge_protocol.h"
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "attach_fixture.h"
@@ -111,19 +114,47 @@ TEST_F(AttachIntegrationTest, RightChapAttachesAndTheSecretIsNowhere) {
   ASSERT_TRUE(attacher.ok());
   auto context = ContextFor(t);
   context[publish_context::kChapRequired] = "true";
+  // The bridge inherits stderr (its log): point this process's stderr at a
+  // file while the bridge starts, so that what the bridge ever prints is read.
+  const std::string bridge_stderr = tmp_->Join("bridge-stderr.log");
+  std::fflush(stderr);
+  int saved_stderr = ::dup(STDERR_FILENO);
+  int log_fd = ::open(bridge_stderr.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  ASSERT_GE(saved_stderr, 0);
+  ASSERT_GE(log_fd, 0);
+  ::dup2(log_fd, STDERR_FILENO);
+  ::close(log_fd);
   auto record = (*attacher)->Attach(
       SpecFor(context, {{secret_keys::kChapUsername, "bob"}, {secret_keys::kChapPassword, "bobs-secret-789"}}));
+  std::fflush(stderr);
+  ::dup2(saved_stderr, STDERR_FILENO);
+  ::close(saved_stderr);
   ASSERT_TRUE(record.ok()) << record.status().ToString();
-  // Not in the record, not in the bridge's command line, not in the logs.
+  // Not in the record, the bridge's command line, environment, stderr or
+  // control replies, nor in the plugin's logs.
   EXPECT_EQ(ReadFileOrEmpty(state_dir_ + "/attachments/vol-a.json").find("bobs-secret"), std::string::npos);
   auto pids = BridgePids();
   ASSERT_EQ(pids.size(), 1u);
-  std::string cmdline = ReadFileOrEmpty("/proc/" + std::to_string(pids[0]) + "/cmdline");
+  const std::string proc = "/proc/" + std::to_string(pids[0]);
+  std::string cmdline = ReadFileOrEmpty(proc + "/cmdline");
   EXPECT_FALSE(cmdline.empty());
   EXPECT_EQ(cmdline.find("bobs-secret"), std::string::npos);
+  std::string environ = ReadFileOrEmpty(proc + "/environ");
+  EXPECT_FALSE(environ.empty()) << "cannot read the bridge's environment";
+  EXPECT_EQ(environ.find("bobs-secret"), std::string::npos) << "the secret is in the bridge's environment";
+  const std::string control_socket = record->connector_state.at("control_socket");
+  for (const nlohmann::json& request :
+       {nlohmann::json{{"op", "status"}}, nlohmann::json{{"op", "status"}, {"refresh_identity", true}},
+        nlohmann::json{{"op", "rescan"}}, nlohmann::json{{"op", "no-such-op"}}}) {
+    auto reply = CallBridge(control_socket, request, std::chrono::seconds(20));
+    std::string text = reply.ok() ? reply->dump() : reply.status().ToString();
+    EXPECT_EQ(text.find("bobs-secret"), std::string::npos) << request.dump() << " -> " << text;
+  }
   ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
   SetLogCaptureForTest(nullptr);
   EXPECT_EQ(logs.find("bobs-secret"), std::string::npos);
+  std::string bridge_log = ReadFileOrEmpty(bridge_stderr);
+  EXPECT_EQ(bridge_log.find("bobs-secret"), std::string::npos) << "the secret is in the bridge's stderr";
   ExpectNothingLeft();
 }
 
@@ -174,7 +205,9 @@ TEST_F(AttachIntegrationTest, UnreachablePortalIsUnavailable) {
   auto attacher = NewAttacher();
   ASSERT_TRUE(attacher.ok());
   auto context = ContextFor(t);
-  context[publish_context::kPortals] = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  ReservedPort dead(ReservedPort::Use::kDead);  // refuses connections while the test runs
+  ASSERT_NE(dead.port(), 0);
+  context[publish_context::kPortals] = "127.0.0.1:" + std::to_string(dead.port());
   auto record = (*attacher)->Attach(SpecFor(context));
   ASSERT_FALSE(record.ok());
   EXPECT_EQ(record.status().code(), StatusCode::kUnavailable) << record.status().ToString();
@@ -186,7 +219,9 @@ TEST_F(AttachIntegrationTest, DeadFirstPortalDoesNotBlockTheNextOne) {
   auto attacher = NewAttacher();
   ASSERT_TRUE(attacher.ok());
   auto context = ContextFor(t);
-  context[publish_context::kPortals] = "127.0.0.1:" + std::to_string(FreeTcpPort()) + "," + tgtd_->portal();
+  ReservedPort dead(ReservedPort::Use::kDead);  // refuses connections while the test runs
+  ASSERT_NE(dead.port(), 0);
+  context[publish_context::kPortals] = "127.0.0.1:" + std::to_string(dead.port()) + "," + tgtd_->portal();
   auto record = (*attacher)->Attach(SpecFor(context));
   ASSERT_TRUE(record.ok()) << record.status().ToString();
   EXPECT_EQ(record->connector_state.at("portal"), tgtd_->portal());
@@ -242,10 +277,12 @@ TEST_F(AttachIntegrationTest, DetachRefusesWhileTheDeviceIsMounted) {
   ExpectNothingLeft();
 }
 
-// A plugin killed with SIGKILL while a volume is staged and in use: the
-// bridge lives on, the mounted filesystem stays readable and writable, and
-// a restarted plugin adopts the bridge and unstages cleanly.
-TEST_F(AttachIntegrationTest, PluginKill9KeepsTheMountedVolumeWorking) {
+// The attach tool (a stand-in holding the attacher, not blockcsi) killed
+// with SIGKILL while a volume is in use: the bridge lives on, the mounted
+// filesystem stays readable and writable, and a new attacher adopts the
+// bridge. The real blockcsi killed the same way: node_e2e_test's
+// PluginSigkillKeepsThePublishedVolumeWorking.
+TEST_F(AttachIntegrationTest, AttachToolKill9KeepsTheMountedVolumeWorking) {
   TestTarget t = MakeTarget("survive", 64 * kMiB);
   std::string log = tmp_->Join("plugin.log");
   auto plugin = std::make_unique<ChildProcess>(

@@ -27,7 +27,7 @@ class CheckTargetTest : public ::testing::Test {
   void SetUp() override {
     std::string error;
     tgtd_ = TgtdHarness::Start(&error);
-    if (!tgtd_) GTEST_SKIP() << error;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     image_ = dir_.Join("lun.img");
     std::ofstream(image_).close();
     ASSERT_EQ(::truncate(image_.c_str(), 32 << 20), 0);
@@ -78,7 +78,9 @@ TEST_F(CheckTargetTest, DiagnosesEachFailureClass) {
   EXPECT_EQ(lun_code, 1);
   EXPECT_NE(lun.find("\"diagnosis\": \"no-such-lun\""), std::string::npos) << lun;
 
-  std::string closed = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  testing::ReservedPort dead(testing::ReservedPort::Use::kDead);  // cannot come alive under ctest -j
+  ASSERT_NE(dead.port(), 0);
+  std::string closed = "127.0.0.1:" + std::to_string(dead.port());
   testing::ChildProcess unreachable(
       {testing::BinDir() + "/blockctl", "-o", "json", "check-target", closed, "--node-id", "n1"},
       dir_.Join("unreach.log"));

@@ -43,7 +43,7 @@ class BlockctlNodeTest : public ::testing::Test {
     if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "needs /dev/fuse";
     std::string error;
     tgtd_ = testing::TgtdHarness::Start(&error);
-    if (!tgtd_) GTEST_SKIP() << "cannot start tgtd: " << error;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
     ASSERT_TRUE(StartPlugin(""));
   }

@@ -122,7 +122,7 @@ class VolumeAttachmentFlowTest : public ::testing::Test {
   void SetUp() override {
     std::string error;
     tgtd_ = testing::TgtdHarness::Start(&error);
-    if (!tgtd_) GTEST_SKIP() << "needs a real tgtd: " << error;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     BackendOptions options;
     options.kind = "local";
     options.pool_dir = dir_.Join("pool");

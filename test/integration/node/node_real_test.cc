@@ -26,6 +26,7 @@
 #include "integration/node/loop_attacher.h"
 #include "node/node_host.h"
 #include "node/node_service.h"
+#include "support/leak_check.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -53,10 +54,28 @@ class NodeRealTest : public ::testing::Test {
     if (!testing::IsRoot()) GTEST_SKIP() << "needs root: loop devices, mkfs and mount";
     attacher_ = std::make_shared<testing::LoopAttacher>(dir_.Join("volumes"), 320ULL << 20);
     node_ = MakeNode(attacher_);
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+  }
+
+  // Only what this test made: mounts and loop devices under dir_ (and loops
+  // stacked on those), so a concurrent test's loop devices never count.
+  testing::LeakScope Scope() const {
+    testing::LeakScope scope;
+    scope.dir = dir_.path();
+    return scope;
+  }
+
+  // Asserted right after a failing call and at the end of every test, before
+  // any cleanup: what the node holds now that it did not hold at SetUp.
+  void ExpectNothingLeft(const std::string& after) {
+    auto left = testing::NewItems(baseline_, testing::TakeLeakSnapshot(Scope()));
+    EXPECT_TRUE(left.empty()) << "left behind after " << after << ":\n" << testing::DescribeItems(left);
   }
 
   void TearDown() override {
     if (!testing::IsRoot()) return;
+    // Checked before the cleanup below, which would hide a leak.
+    if (!HasFailure()) ExpectNothingLeft("the test (before the fixture cleans)");
     // Everything this test mounted lives under dir_: unmount deepest first,
     // then free the loop devices, also when the test failed half-way.
     auto table = ParseMountInfo(testing::ReadFileOrEmpty("/proc/self/mountinfo"));
@@ -187,6 +206,7 @@ class NodeRealTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
+  testing::LeakSnapshot baseline_;
   std::shared_ptr<CountingExecutor> executor_ = std::make_shared<CountingExecutor>();
   std::shared_ptr<testing::LoopAttacher> attacher_;
   std::unique_ptr<NodeService> node_;
@@ -306,10 +326,9 @@ TEST_F(NodeRealTest, RawBlockReadOnlyPublishRefusesWrites) {
   ASSERT_TRUE(Unpublish(*node_, v).ok());
   ASSERT_TRUE(Unstage(*node_, v).ok());
   EXPECT_TRUE(attacher_->LoopsOf(v).empty());
-  auto loops = RunChecked(*MakeProcessExecutor(), Command("losetup").Arg("-l").Arg("-n").Arg("-O").Arg("BACK-FILE"));
-  ASSERT_TRUE(loops.ok());
-  EXPECT_EQ(loops->stdout_text.find("/dev/loop"), std::string::npos) << "the read-only layer leaked:\n"
-                                                                     << loops->stdout_text;
+  // The read-only layer is a loop stacked on the volume's: the checker
+  // counts it, and only ours (a concurrent test's loops do not fail this).
+  ExpectNothingLeft("unstaging the read-only raw block volume");
 }
 
 TEST_F(NodeRealTest, AnotherFilesystemIsRefusedAndLeftUnchanged) {
@@ -322,6 +341,7 @@ TEST_F(NodeRealTest, AnotherFilesystemIsRefusedAndLeftUnchanged) {
   EXPECT_NE(st.message().find("ext4"), std::string::npos) << st.message();
   EXPECT_TRUE(ImageBytes(v) == before) << "the refused volume's bytes changed";
   EXPECT_EQ(executor_->mkfs_runs.load(), 0);
+  ExpectNothingLeft("the refused stage");
   ASSERT_TRUE(Unstage(*node_, v).ok());
 }
 
@@ -337,6 +357,7 @@ TEST_F(NodeRealTest, PartitionTableIsRefusedAndLeftUnchanged) {
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("dos"), std::string::npos) << st.message();
   EXPECT_TRUE(ImageBytes(v) == before) << "the refused volume's bytes changed";
+  ExpectNothingLeft("the refused stage");
   ASSERT_TRUE(Unstage(*node_, v).ok());
 }
 

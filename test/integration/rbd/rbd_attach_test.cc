@@ -760,7 +760,10 @@ TEST_F(RbdAttachTest, BridgeWithoutMonitorsUsesTheNodesCephConf) {
 // Not an assertion: the closing note's figures. Sequential 1 MiB direct I/O
 // through the loop device (queue depth 1, as dd does) next to `rbd bench`
 // on the same cluster.
-TEST_F(RbdAttachTest, ThroughputReport) {
+// A measurement, not a test: disabled so that it is never counted as a pass
+// (issue #22). Run it by hand: --gtest_also_run_disabled_tests
+// --gtest_filter='*Report*'.
+TEST_F(RbdAttachTest, DISABLED_ThroughputReport) {
   constexpr uint64_t kTotal = 64 * kMiB;
   auto volume = Create("bench", 2 * kTotal);
   ASSERT_TRUE(volume.ok()) << volume.status().ToString();

@@ -122,13 +122,19 @@ class Client {
     // Pacific prints two arrays back to back (addresses, then ranges):
     // read the first value only.
     std::istringstream in(MonCommand(R"({"prefix":"osd blocklist ls","format":"json"})"));
+    // A failed command or unreadable answer is a test failure, never an empty
+    // blocklist: "the fence is gone" must not pass because the mon did not answer.
     nlohmann::json j;
     try {
       in >> j;
-    } catch (const nlohmann::json::exception&) {
+    } catch (const nlohmann::json::exception& e) {
+      ADD_FAILURE() << "osd blocklist ls: no JSON (" << e.what() << "): " << last_mon_status_;
       return out;
     }
-    if (!j.is_array()) return out;
+    if (!j.is_array()) {
+      ADD_FAILURE() << "osd blocklist ls: not an array: " << last_mon_status_;
+      return out;
+    }
     for (const auto& e : j) out.insert(e.value("addr", ""));
     return out;
   }

@@ -770,7 +770,10 @@ TEST_F(RbdPluginTest, KeyNeverInLogRecordsOrBridgeCommandLines) {
 // step's median over 10 runs next to bare commands doing the same work,
 // then 64 MiB of 1 MiB direct I/O through a staged volume's device next to
 // `rbd bench` (1 thread) on the same cluster. Fails only if a step fails.
-TEST_F(RbdPluginTest, LatencyReport) {
+// A measurement, not a test: disabled so that it is never counted as a pass
+// (issue #22). Run it by hand: --gtest_also_run_disabled_tests
+// --gtest_filter='*Report*'.
+TEST_F(RbdPluginTest, DISABLED_LatencyReport) {
   constexpr int kRuns = 10;
   constexpr int64_t kSize = 128 * kMiB;
   using Clock = std::chrono::steady_clock;

@@ -104,9 +104,10 @@ class AgentTest : public ::testing::Test {
   void SetUp() override {
     std::string error;
     tgtd_ = TgtdHarness::Start(&error);
-    if (!tgtd_) GTEST_SKIP() << error;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     ASSERT_TRUE(pki_.Make()) << "openssl could not make the test certificates";
-    port_ = testing::FreeTcpPort();
+    port_ = reserved_port_.port();  // held while the test runs: no other test is handed it
+    ASSERT_NE(port_, 0);
   }
 
   std::vector<std::string> AgentArgs() {
@@ -145,6 +146,7 @@ class AgentTest : public ::testing::Test {
   TempDir pool_;
   TempDir tmp_;
   TestPki pki_{tmp_};
+  testing::ReservedPort reserved_port_{testing::ReservedPort::Use::kForServer};
   int port_ = 0;
 };
 
@@ -439,7 +441,7 @@ TEST_F(AgentTest, InsecureTcpAndUnixSocketServeWhenAskedFor) {
 TEST(TargetMeasurements, CycleRatioAndReconcileOfHundredVolumes) {
   std::string error;
   auto tgtd = TgtdHarness::Start(&error);
-  if (!tgtd) GTEST_SKIP() << error;
+  BLOCKCSI_REQUIRE_TGTD(tgtd, error);
   TempDir pool, bare;
   LocalBackendOptions options;
   options.portals = {tgtd->portal()};

@@ -88,8 +88,9 @@ TEST(ReflinkPoolTest, XfsSnapshotsAndClonesUseReflink) {
   if (!testing::IsRoot()) GTEST_SKIP() << "requires root (loop device, mount)";
   TempDir dir;
   std::string error;
+  if (!testing::HaveProgram("mkfs.xfs")) GTEST_SKIP() << "requires mkfs.xfs";
   LoopFilesystem fs(dir, "mkfs.xfs", &error);
-  if (!fs.ok()) GTEST_SKIP() << "no xfs on a loop device here: " << error;
+  ASSERT_TRUE(fs.ok()) << "cannot make xfs on a loop device: " << error;
   ExpectReflinkSnapshotAndClone(fs.path() + "/pool");
 }
 
@@ -97,8 +98,9 @@ TEST(ReflinkPoolTest, BtrfsSnapshotsAndClonesUseReflink) {
   if (!testing::IsRoot()) GTEST_SKIP() << "requires root (loop device, mount)";
   TempDir dir;
   std::string error;
+  if (!testing::HaveProgram("mkfs.btrfs")) GTEST_SKIP() << "requires mkfs.btrfs";
   LoopFilesystem fs(dir, "mkfs.btrfs", &error);
-  if (!fs.ok()) GTEST_SKIP() << "no btrfs on a loop device here: " << error;
+  ASSERT_TRUE(fs.ok()) << "cannot make btrfs on a loop device: " << error;
   ExpectReflinkSnapshotAndClone(fs.path() + "/pool");
 }
 

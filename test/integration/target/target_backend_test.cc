@@ -47,7 +47,7 @@ class TargetBackendTest : public ::testing::Test {
   void SetUp() override {
     std::string error;
     tgtd_ = TgtdHarness::Start(&error);
-    if (!tgtd_) GTEST_SKIP() << error;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     backend_ = Open();
     ASSERT_NE(backend_, nullptr);
   }
@@ -281,7 +281,7 @@ TEST_F(TargetBackendTest, FiftyConcurrentCreatesOfDistinctNamesAndOfTheSameName)
   EXPECT_EQ(tids.size(), 51u);
 }
 
-TEST_F(TargetBackendTest, Kill9OfTgtdIsRepairedWithinOneIntervalAndLoginsWorkAgain) {
+TEST_F(TargetBackendTest, Kill9OfTgtdIsRepairedByTheFirstFullReconcilePassAndLoginsWorkAgain) {
   backend_.reset();
   auto backend = Open(nullptr, std::chrono::milliseconds(500));
   ASSERT_NE(backend, nullptr);
@@ -351,7 +351,8 @@ TEST_F(TargetBackendTest, ReconcileRemovesOurOrphanTargetsAndLeavesForeignOnes) 
   EXPECT_EQ(live[0].iqn, "iqn.2003-01.org.example:keep");
 }
 
-TEST_F(TargetBackendTest, FaultBetweenStepsThenRestartLeavesNothingHalfMade) {
+// An error return between steps, then a restart (a real kill -9 at these steps: test/fault).
+TEST_F(TargetBackendTest, ErrorBetweenStepsThenRestartLeavesNothingHalfMade) {
   for (const char* step : {"image-staged", "image-placed", "create:committed", "grant:recorded"}) {
     SCOPED_TRACE(step);
     backend_.reset();

@@ -34,7 +34,7 @@ class TgtdInputTest : public ::testing::Test {
   void SetUp() override {
     std::string error;
     tgtd_ = TgtdHarness::Start(&error);
-    if (!tgtd_) GTEST_SKIP() << error;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     SetLogCaptureForTest(&log_);
     LocalBackendOptions options;
     options.portals = {tgtd_->portal()};

@@ -33,7 +33,7 @@ class TgtdSocketTest : public ::testing::Test {
   void SetUp() override {
     std::string error;
     tgtd_ = TgtdHarness::Start(&error);
-    if (!tgtd_) GTEST_SKIP() << error;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
   }
   Command Tgtadm(std::vector<std::string> args) const {
     Command c(TgtExporter::kDefaultTgtadm);

@@ -1,11 +1,19 @@
 #include "attach/attach_record_store.h"
 
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "common/atomic_file.h"
+#include "common/fault_points.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -90,6 +98,49 @@ TEST(AttachRecordStoreTest, ListSkipsTempAndMalformedFiles) {
   EXPECT_EQ((*list)[0].volume_id, "a");
   EXPECT_EQ((*list)[1].volume_id, "pool/b");
   EXPECT_EQ(store.Get("d").status().code(), StatusCode::kDataLoss);
+}
+
+// kill -9 inside Put, at each of its crash points: the store then holds the
+// old record or the new one, whole, and no temp file is listed as a record.
+// A death test in "threadsafe" style re-runs this body in a fresh process,
+// where the fault point list ($BLOCKCSI_FAULT_POINT, read once per process)
+// is read for the first time inside the statement; the old record is written
+// without Put, so nothing before the statement reads it. The re-run makes its
+// own TempDir: the parent's directory reaches it through the environment
+// (set without overwrite, so the child keeps the parent's).
+TEST(AttachRecordStoreDeathTest, KilledInsidePutLeavesTheOldRecordOrTheNew) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  constexpr char kBaseEnv[] = "BLOCKCSI_TEST_RECORD_STORE_BASE";
+  testing::TempDir base_dir;
+  ::setenv(kBaseEnv, base_dir.path().c_str(), /*overwrite=*/0);
+  const std::string base = std::getenv(kBaseEnv);
+  for (const char* point : {"record-temp-written", "record-temp-synced", "record-renamed", "record-dir-synced"}) {
+    SCOPED_TRACE(point);
+    AttachRecordStore store(base + "/" + point);
+    ASSERT_TRUE(store.Init().ok());
+    AttachRecord old_record = SampleRecord("vol-1");
+    old_record.state = kAttachStateAttaching;
+    ASSERT_TRUE(WriteFileAtomically(store.PathFor("vol-1"), AttachRecordToJson(old_record)).ok());
+    EXPECT_EXIT(
+        {
+          ::setenv(kFaultPointEnv, point, 1);
+          (void)store.Put(SampleRecord("vol-1"));
+          ::_exit(3);  // the point was not reached
+        },
+        ::testing::KilledBySignal(SIGKILL), "");
+    auto listed = store.List();
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    ASSERT_EQ(listed->size(), 1u);
+    bool renamed = std::string(point) == "record-renamed" || std::string(point) == "record-dir-synced";
+    EXPECT_EQ(listed->front().state, renamed ? kAttachStateAttached : kAttachStateAttaching);
+    EXPECT_EQ(listed->front().target_iqn, old_record.target_iqn);
+    // The restarted plugin's Init removes what the killed write left.
+    ASSERT_TRUE(store.Init().ok());
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(store.dir())) names.push_back(entry.path().filename());
+    EXPECT_EQ(names, std::vector<std::string>{EscapeVolumeIdForFile("vol-1") + ".json"});
+  }
+  ::unsetenv(kBaseEnv);
 }
 
 TEST(AttachRecordStoreTest, NoDirectoryMeansNoRecords) {

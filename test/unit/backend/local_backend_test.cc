@@ -224,7 +224,8 @@ TEST_F(LocalBackendTest, ConcurrentCreatesOfDistinctAndOfTheSameName) {
   EXPECT_EQ(Files("images").size(), 51u);
 }
 
-TEST_F(LocalBackendTest, FaultBetweenStepsThenRestartShowsWholeObjectsOrNothing) {
+// An error return between steps, then a restart (a real kill -9 at these steps: test/fault).
+TEST_F(LocalBackendTest, ErrorBetweenStepsThenRestartShowsWholeObjectsOrNothing) {
   for (const char* step : {"image-staged", "image-placed", "create:committed"}) {
     SCOPED_TRACE(step);
     TempDir pool;
@@ -288,7 +289,7 @@ TEST_F(LocalBackendTest, FinalFailureOfCreateOrGrantLeavesNothing) {
   ASSERT_TRUE(b->GrantAccess(v->id, grant).ok()) << "a later publish works";
 }
 
-TEST_F(LocalBackendTest, FaultInDeleteThenRestartFinishesWithoutHalfVolume) {
+TEST_F(LocalBackendTest, ErrorInDeleteThenRestartFinishesWithoutHalfVolume) {
   TempDir pool;
   TempDir configfs;
   LocalBackendOptions options;

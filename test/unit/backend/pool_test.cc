@@ -101,7 +101,8 @@ TEST(PoolTest, RecoveryRemovesImagesWithoutRecordAndTempFiles) {
   EXPECT_TRUE(Names(dir.Join("volumes")).empty());
 }
 
-TEST(PoolTest, FaultBetweenStepsLeavesNothingVisibleAfterReopen) {
+// An error return between steps (a real kill -9 at these steps: test/fault).
+TEST(PoolTest, ErrorBetweenStepsLeavesNothingVisibleAfterReopen) {
   for (const char* step : {"image-staged", "image-placed"}) {
     TempDir dir;
     PoolOptions options;
@@ -123,7 +124,7 @@ TEST(PoolTest, FaultBetweenStepsLeavesNothingVisibleAfterReopen) {
   }
 }
 
-TEST(PoolTest, DeleteRemovesRecordThenImageAndSurvivesFaultBetween) {
+TEST(PoolTest, DeleteRemovesRecordThenImageAndSurvivesAnErrorBetween) {
   TempDir dir;
   VolumeRecord r = Record("pvc-del", 8 * kMiB);
   {

@@ -43,19 +43,20 @@ TEST(ExecutorTest, TimeoutKillsTheChildAndItsGroup) {
   auto exec = MakeProcessExecutor();
   testing::TempDir dir;
   std::string pidfile = dir.Join("pid");
-  auto started = std::chrono::steady_clock::now();
   // The shell starts a grandchild that would outlive a plain kill of the shell.
+  // No clock is read: DEADLINE_EXCEEDED shows the timeout fired (the shell
+  // alone would exit 0 after 60 s), and the grandchild's death that the kill
+  // reached the whole group.
   auto r = exec->Run(Command("/bin/sh").Arg("-c").Arg("sleep 60 & echo $! > " + pidfile + "; wait").Timeout(300ms));
-  auto elapsed = std::chrono::steady_clock::now() - started;
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_LT(elapsed, 30s);
   std::string pid_text = testing::ReadFileOrEmpty(pidfile);
   ASSERT_FALSE(pid_text.empty());
   pid_t grandchild = std::stoi(pid_text);
-  // The grandchild was killed; allow the kernel a moment to reap it via init.
+  // The grandchild was killed; wait for init to reap it. The bound only keeps
+  // a broken kill from hanging the test (sleep 60 would end on its own later).
   bool gone = false;
-  for (int i = 0; i < 200 && !gone; ++i) {
+  for (int i = 0; i < 3000 && !gone; ++i) {
     std::string stat = testing::ReadFileOrEmpty("/proc/" + std::to_string(grandchild) + "/stat");
     gone = stat.empty() || stat.find(") Z") != std::string::npos;
     if (!gone) std::this_thread::sleep_for(10ms);

@@ -268,11 +268,34 @@ StatusOr<CommandResult> FakeExecutor::Run(const Command& command) {
   commands_.push_back(argv);
   std::string line;
   for (const auto& a : argv) line += (line.empty() ? "" : " ") + a;
-  CommandResult result;
-  result.exit_code = 0;
-  if (auto it = script_.find(argv[0]); it != script_.end()) result = it->second;
   std::lock_guard wlock(world_->mu);
   world_->log.push_back("exec " + line);
+  CommandResult result;
+  result.exit_code = 0;
+  if (auto it = script_.find(argv[0]); it != script_.end()) {
+    result = it->second;
+  } else if (argv[0] == "dumpe2fs" && argv.size() == 3) {
+    // What dumpe2fs -h says of the device as the world holds it: a clean
+    // ext4 header, or "Bad magic number" for anything else.
+    auto dev = world_->devices.find(argv[2]);
+    bool ext4 = dev != world_->devices.end() && !dev->second.signatures.empty() &&
+                dev->second.signatures.front().type == "ext4";
+    if (ext4) {
+      result.stdout_text =
+          "Filesystem volume name:   <none>\nFilesystem state:         clean\n"
+          "Filesystem features:      has_journal ext_attr resize_inode dir_index filetype extent 64bit\n";
+    } else {
+      result.exit_code = 1;
+      result.stderr_text = "dumpe2fs: Bad magic number in super-block while trying to open " + argv[2] + "\n";
+    }
+  } else if (argv[0].rfind("mkfs.", 0) != 0 && argv[0] != "losetup" && argv[0] != "resize2fs" &&
+             argv[0] != "xfs_growfs" && argv[0] != "btrfs") {
+    // Not a program this fake models (its effect on the world is below):
+    // fail as a missing program would, so that no test passes on a success
+    // the fake made up.
+    result.exit_code = 127;
+    result.stderr_text = "FakeExecutor: no script for " + argv[0] + "\n";
+  }
   if (result.ok() && argv[0].rfind("mkfs.", 0) == 0) {
     world_->devices[argv.back()].signatures = {{argv[0].substr(5), "filesystem", "", ""}};
   }

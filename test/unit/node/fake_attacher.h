@@ -101,10 +101,12 @@ class FakeProbe final : public BlockProbe {
   std::shared_ptr<FakeWorld> world_;
 };
 
-// Records every argv; answers from a script by program name (default: exit
-// 0, empty output). mkfs.<fs> writes <fs> into the named device;
-// "losetup --read-only --find --show <dev>" makes /dev/loop<N> over it and
-// "losetup --detach" removes it.
+// Records every argv; answers from a script by program name, else as the
+// program would on the fake world: mkfs.<fs> writes <fs> into the named
+// device; "losetup --read-only --find --show <dev>" makes /dev/loop<N> over
+// it and "losetup --detach" removes it; resize2fs/xfs_growfs/btrfs succeed;
+// "dumpe2fs -h" prints a clean header for an ext4 device and fails on any
+// other. Any other program fails (exit 127): never a made-up success.
 class FakeExecutor final : public Executor {
  public:
   explicit FakeExecutor(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}

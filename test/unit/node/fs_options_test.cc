@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "node/fault_points.h"
 
 namespace blockcsi {
@@ -71,10 +73,17 @@ TEST(FaultPointsDeathTest, KillsWithSigkillWhenEnvNamesThePoint) {
       ::testing::KilledBySignal(SIGKILL), "");
 }
 
-TEST(FaultPointsTest, InertWithoutEnv) {
-  unsetenv(kFaultPointEnv);
-  FaultPoint("after-mkfs");
-  SUCCEED();
+// In a child, so that a fault point that fires anyway shows as this test's
+// failure (killed instead of a clean exit) rather than as a dead test binary.
+TEST(FaultPointsDeathTest, InertWithoutEnv) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_EXIT(
+      {
+        unsetenv(kFaultPointEnv);
+        FaultPoint("after-mkfs");
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -297,6 +297,11 @@ TEST_F(NodeServiceTest, StageRunsE2fsckWhenJournalNeedsRecovery) {
   dump.exit_code = 0;
   dump.stdout_text = "Filesystem state:         clean\nFilesystem features:      has_journal needs_recovery extent\n";
   executor_->Script("dumpe2fs", dump);
+  // What e2fsck -p says after replaying a journal: 1, errors corrected.
+  CommandResult fsck;
+  fsck.exit_code = 1;
+  fsck.stdout_text = "/dev/fake1: recovering journal\n/dev/fake1: clean, 11/65536 files, 12955/262144 blocks\n";
+  executor_->Script("e2fsck", fsck);
   ASSERT_TRUE(node_->Stage(StageRequest("vol1")).ok());
   EXPECT_EQ(Commands(), (std::vector<std::string>{"dumpe2fs -h /dev/fake1", "e2fsck -p /dev/fake1"}));
 }
@@ -387,11 +392,12 @@ TEST_F(NodeServiceTest, StageTwiceFormatsAndMountsOnce) {
   EXPECT_EQ(world_->Count("attach"), 1);
 }
 
-TEST_F(NodeServiceTest, StageRetryAfterCrashBetweenMkfsAndMountDoesNotReformat) {
-  // The first attempt "dies" after mkfs: simulated by a mount failure,
-  // which leaves the device formatted and unmounted, as a crash would.
+// Not a crash: a mount failure after mkfs leaves the device formatted and
+// unmounted. The real kill -9 between mkfs and mount is the fault matrix's
+// node.stage.after-mkfs case (test/fault).
+TEST_F(NodeServiceTest, StageRetryAfterAMountFailureFollowingMkfsDoesNotReformat) {
   Device("vol1", "/dev/fake1");
-  mounter_->FailNext(kStaging, Internal("simulated crash"));
+  mounter_->FailNext(kStaging, Internal("mount failed after mkfs"));
   EXPECT_FALSE(node_->Stage(StageRequest("vol1")).ok());
   ASSERT_TRUE(node_->Stage(StageRequest("vol1")).ok());
   EXPECT_EQ(world_->Count("exec mkfs"), 1);
