@@ -225,8 +225,15 @@ const std::vector<double>& IoDurationBuckets() {
 void RecordOperation(std::string_view operation, const Status& status) {
   static MetricFamily& family = Metrics().Counter(
       "blockcsi_node_operations_total",
-      "Node steps (attach, detach, format, fsck, mount, unmount, blocklist) by outcome: OK or the status code",
+      "Node steps (attach, detach, format, fsck, mount, bind_mount, unmount) by outcome: OK or the status code",
       {"operation", "result"});
+  family.Add({std::string(operation), std::string(StatusCodeName(status.code()))});
+}
+
+void RecordTargetOperation(std::string_view operation, const Status& status) {
+  static MetricFamily& family = Metrics().Counter(
+      "blockcsi_target_operations_total",
+      "Storage-side steps (export, grant, revoke) by outcome: OK or the status code", {"operation", "result"});
   family.Add({std::string(operation), std::string(StatusCodeName(status.code()))});
 }
 

@@ -106,10 +106,14 @@ const std::vector<double>& CallDurationBuckets();
 const std::vector<double>& IoDurationBuckets();
 
 // Records the outcome of one node step (attach, detach, format, fsck, mount,
-// unmount, blocklist) as blockcsi_node_operations_total{operation,result},
+// bind_mount, unmount) as blockcsi_node_operations_total{operation,result},
 // where result is the status code's name ("OK", "NOT_FOUND", ...: a
 // bounded set, never the message, which may name anything).
 void RecordOperation(std::string_view operation, const Status& status);
+
+// The same for the storage side (agent or local backend): export, grant,
+// revoke as blockcsi_target_operations_total{operation,result}.
+void RecordTargetOperation(std::string_view operation, const Status& status);
 
 // Escapes a label value for the text format (\\, \", \n).
 std::string EscapeLabelValue(std::string_view value);
