@@ -105,7 +105,7 @@ def load_program_flags(deploy_dir):
     return "built-in list"
 TARGET_FLAGS = {
     "--listen", "--pool", "--target", "--tgt-control-port", "--portal", "--iqn-prefix",
-    "--reconcile-interval", "--tls-cert", "--tls-key", "--tls-ca", "--insecure",
+    "--reconcile-interval", "--tls-cert", "--tls-key", "--tls-ca", "--insecure", "--metrics-address",
 }
 
 # Helm variants: values overrides, and the kustomize render each must match.
@@ -1319,6 +1319,34 @@ def check_target_host(deploy_dir, problems):
             problems.add(where, f"BLOCKCSI_TARGET_PORTAL_ARGS holds {a!r}, only --portal= flags belong there")
 
 
+def check_dashboard(deploy_dir, problems):
+    """The Grafana dashboard parses, and every blockcsi_ metric it queries is one
+    the driver's sources declare (a renamed metric must not leave an empty panel)."""
+    where = "deploy/grafana"
+    path = os.path.join(deploy_dir, "grafana", "blockcsi-dashboard.json")
+    try:
+        with open(path) as f:
+            dashboard = json.load(f)
+    except (OSError, ValueError) as e:
+        problems.add(where, f"blockcsi-dashboard.json: {e}")
+        return
+    src = os.path.join(os.path.dirname(deploy_dir), "src")
+    if not os.path.isdir(src):
+        return  # a deploy dir on its own: nothing to hold the names against
+    declared = set()
+    for root, _, names in os.walk(src):
+        for name in names:
+            if name.endswith(".cc"):
+                with open(os.path.join(root, name), errors="replace") as f:
+                    declared.update(re.findall(r'"(blockcsi_[a-z0-9_]+)"', f.read()))
+    for panel in dashboard.get("panels") or []:
+        for target in panel.get("targets") or []:
+            for metric in re.findall(r"\b(blockcsi_[a-z0-9_]+)", target.get("expr", "")):
+                base = re.sub(r"_(bucket|sum|count)$", "", metric)
+                if metric not in declared and base not in declared:
+                    problems.add(where, f"panel {panel.get('title')!r} queries {metric}, which no source declares")
+
+
 # --------------------------------------------------------------------------
 # Driving it.
 
@@ -1561,6 +1589,7 @@ def run_checks(deploy_dir, renderers, problems):
     checked += 1
     check_image(deploy_dir, problems)
     check_target_host(deploy_dir, problems)
+    check_dashboard(deploy_dir, problems)
     return checked
 
 
