@@ -97,7 +97,7 @@ void MetricFamily::Add(const LabelValues& labels, double v) {
 }
 
 void MetricFamily::Set(const LabelValues& labels, double v) {
-  if (type_ != MetricType::kGauge) return;
+  if (type_ == MetricType::kHistogram) return;
   Series* s = nullptr;
   {
     std::lock_guard lock(mu_);
@@ -107,8 +107,23 @@ void MetricFamily::Set(const LabelValues& labels, double v) {
   if (s == nullptr) DroppedSeries().Add({name_});
 }
 
+void MetricFamily::SetHistogram(const LabelValues& labels, const std::vector<uint64_t>& bucket_counts, double sum,
+                                uint64_t count) {
+  if (type_ != MetricType::kHistogram || bucket_counts.size() != buckets_.size()) return;
+  Series* s = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    s = Find(labels);
+    if (s != nullptr) {
+      s->buckets = bucket_counts;
+      s->sum = sum;
+      s->count = count;
+    }
+  }
+  if (s == nullptr) DroppedSeries().Add({name_});
+}
+
 void MetricFamily::Clear() {
-  if (type_ != MetricType::kGauge) return;
   std::lock_guard lock(mu_);
   series_.clear();
 }

@@ -39,9 +39,14 @@ class MetricFamily {
 
   // Counter: adds `v` (must be >= 0). Gauge: adds `v` (may be negative).
   void Add(const LabelValues& labels, double v = 1);
-  // Gauge only: sets the value.
+  // Gauge: sets the value. Counter: sets the total read from a source that
+  // counts itself (a collector; the source must only ever go up).
   void Set(const LabelValues& labels, double v);
-  // Gauge only: forgets every series (a collector rebuilding its gauges).
+  // Histogram: sets a whole series read from a source that keeps its own
+  // buckets (per bucket, not cumulative, same bounds as this family's).
+  void SetHistogram(const LabelValues& labels, const std::vector<uint64_t>& bucket_counts, double sum, uint64_t count);
+  // Forgets every series (a collector rebuilding its figures, so that a
+  // volume no longer there leaves no stale series).
   void Clear();
   // Histogram only: records one observation.
   void Observe(const LabelValues& labels, double v);

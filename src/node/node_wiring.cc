@@ -4,6 +4,7 @@
 #include <sys/sysmacros.h>
 
 #include "attach/attacher_factory.h"
+#include "attach/bridge_protocol.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -20,7 +21,10 @@ namespace {
 // A volume's publishes are the mounts of its device other than its staging
 // mount (filesystem volumes), plus binds of its device node (block volumes,
 // which have no staging mount).
-void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, MetricsRegistry& registry) {
+void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string& state_dir, MetricsRegistry& registry);
+
+void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, const std::string& state_dir,
+                        MetricsRegistry& registry) {
   auto& staged = registry.Gauge("blockcsi_node_staged_volumes", "Volumes staged on this node (NodeStageVolume done)");
   auto& attached = registry.Gauge("blockcsi_node_attached_volumes",
                                   "Volumes attached on this node (an attach record exists), staged or not");
@@ -48,6 +52,50 @@ void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, MetricsRegis
   staged.Set({}, static_cast<double>(staged_count));
   attached.Set({}, static_cast<double>(records->size()));
   published.Set({}, static_cast<double>(published_count));
+  CollectBridgeIo(*records, state_dir, registry);
+}
+
+// The userspace bridges' I/O figures, asked over each staged volume's
+// control socket at scrape time (bounded by what is staged on this node).
+// A bridge that does not answer within the timeout has blockcsi_bridge_up 0
+// and no I/O series this scrape.
+void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string& state_dir,
+                     MetricsRegistry& registry) {
+  std::vector<double> bounds(kIoLatencyBuckets.begin(), kIoLatencyBuckets.end());
+  auto& up =
+      registry.Gauge("blockcsi_bridge_up", "1 when the volume's userspace bridge answered this scrape", {"volume"});
+  auto& ios = registry.Counter("blockcsi_bridge_ios_total", "I/Os the bridge served, by operation", {"volume", "op"});
+  auto& bytes = registry.Counter("blockcsi_bridge_io_bytes_total", "Bytes the bridge read or wrote", {"volume", "op"});
+  auto& errors = registry.Counter("blockcsi_bridge_io_errors_total", "I/Os that failed (EIO to the loop device)",
+                                  {"volume", "op"});
+  auto& latency =
+      registry.Histogram("blockcsi_bridge_io_duration_seconds",
+                         "Time the storage took for one I/O, as the bridge saw it", {"volume", "op"}, bounds);
+  auto& reconnects = registry.Counter("blockcsi_bridge_reconnects_total",
+                                      "Sessions the bridge re-established after a drop", {"volume"});
+  for (auto* family : {&up, &ios, &bytes, &errors, &latency, &reconnects}) family->Clear();
+  for (const auto& record : records) {
+    if (record.connector != "userspace") continue;
+    auto reply = CallBridge(BridgePathsFor(state_dir, record.volume_id).control_socket, {{"op", "status"}},
+                            std::chrono::milliseconds(500));
+    bool answered = reply.ok() && StatusFromReply(*reply).ok() && reply->contains("io");
+    up.Set({record.volume_id}, answered ? 1 : 0);
+    if (!answered) continue;
+    const auto& io = (*reply)["io"];
+    for (const char* op : {"read", "write", "flush"}) {
+      if (!io.contains(op)) continue;
+      const auto& o = io[op];
+      uint64_t n = o.value("ops", uint64_t{0});
+      ios.Set({record.volume_id, op}, static_cast<double>(n));
+      errors.Set({record.volume_id, op}, static_cast<double>(o.value("errors", uint64_t{0})));
+      if (std::string_view(op) != "flush") {
+        bytes.Set({record.volume_id, op}, static_cast<double>(o.value("bytes", uint64_t{0})));
+      }
+      std::vector<uint64_t> counts = o.value("latency_bucket_counts", std::vector<uint64_t>{});
+      latency.SetHistogram({record.volume_id, op}, counts, o.value("latency_seconds_sum", 0.0), n);
+    }
+    reconnects.Set({record.volume_id}, static_cast<double>(io.value("reconnects", uint64_t{0})));
+  }
 }
 
 }  // namespace
@@ -72,9 +120,9 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   }
 
   std::shared_ptr<VolumeAttacher> shared_attacher(std::move(*attacher));
-  Metrics().AddCollector([weak = std::weak_ptr<VolumeAttacher>(shared_attacher),
+  Metrics().AddCollector([weak = std::weak_ptr<VolumeAttacher>(shared_attacher), state_dir = wiring.state_dir,
                           mounter = std::shared_ptr<Mounter>(MakeLibmountMounter())](MetricsRegistry& registry) {
-    if (auto live = weak.lock()) CollectNodeVolumes(*live, *mounter, registry);
+    if (auto live = weak.lock()) CollectNodeVolumes(*live, *mounter, state_dir, registry);
   });
 
   NodeServiceOptions options;

@@ -105,6 +105,25 @@ TEST(MetricsRegistry, CollectorsRunAtEachRender) {
   EXPECT_NE(r.Render().find("t_runs 2\n"), std::string::npos);
 }
 
+TEST(MetricsRegistry, CollectedSeriesAreSetWholeAndCleared) {
+  MetricsRegistry r;
+  auto& h = r.Histogram("t_io_seconds", "IO.", {"volume"}, {0.1, 1});
+  auto& c = r.Counter("t_io_total", "IO.", {"volume"});
+  h.SetHistogram({"v1"}, {2, 3}, 4.5, 6);
+  h.SetHistogram({"v2"}, {1}, 1, 1);  // wrong number of buckets: refused
+  c.Set({"v1"}, 6);
+  std::string text = r.Render();
+  EXPECT_NE(text.find("t_io_seconds_bucket{volume=\"v1\",le=\"0.1\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("t_io_seconds_bucket{volume=\"v1\",le=\"1\"} 5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("t_io_seconds_bucket{volume=\"v1\",le=\"+Inf\"} 6\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("t_io_total{volume=\"v1\"} 6\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("v2"), std::string::npos) << text;
+  h.Clear();
+  c.Clear();
+  text = r.Render();
+  EXPECT_EQ(text.find("v1"), std::string::npos) << text;
+}
+
 TEST(MetricsServer, RefusesAMalformedAddress) {
   MetricsRegistry r;
   for (const char* bad : {"", "9090", "host:", ":9090", "h:99999", "h:12x", "a:b:1"}) {
