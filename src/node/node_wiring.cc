@@ -58,7 +58,8 @@ void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, const std::s
 // The userspace bridges' I/O figures, asked over each staged volume's
 // control socket at scrape time (bounded by what is staged on this node).
 // A bridge that does not answer within the timeout has blockcsi_bridge_up 0
-// and no I/O series this scrape.
+// and no I/O series this scrape; one of an older version (adopted after a
+// rolling update) answers without figures: up 1, no I/O series.
 void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string& state_dir,
                      MetricsRegistry& registry) {
   std::vector<double> bounds(kIoLatencyBuckets.begin(), kIoLatencyBuckets.end());
@@ -78,9 +79,9 @@ void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string
     if (record.connector != "userspace") continue;
     auto reply = CallBridge(BridgePathsFor(state_dir, record.volume_id).control_socket, {{"op", "status"}},
                             std::chrono::milliseconds(500));
-    bool answered = reply.ok() && StatusFromReply(*reply).ok() && reply->contains("io");
+    bool answered = reply.ok() && StatusFromReply(*reply).ok();
     up.Set({record.volume_id}, answered ? 1 : 0);
-    if (!answered) continue;
+    if (!answered || !reply->contains("io")) continue;  // a bridge from before the I/O figures: up, no figures
     const auto& io = (*reply)["io"];
     for (const char* op : {"read", "write", "flush"}) {
       if (!io.contains(op)) continue;
