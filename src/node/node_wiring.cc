@@ -74,14 +74,21 @@ void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string
                          "Time the storage took for one I/O, as the bridge saw it", {"volume", "op"}, bounds);
   auto& reconnects = registry.Counter("blockcsi_bridge_reconnects_total",
                                       "Sessions the bridge re-established after a drop", {"volume"});
-  for (auto* family : {&up, &ios, &bytes, &errors, &latency, &reconnects}) family->Clear();
+  auto& healthy =
+      registry.Gauge("blockcsi_bridge_healthy",
+                     "0 when the bridge reports a lasting condition, e.g. its RBD client was blocklisted", {"volume"});
+  for (auto* family : {&up, &healthy, &ios, &bytes, &errors, &latency, &reconnects}) family->Clear();
   for (const auto& record : records) {
     if (record.connector != "userspace") continue;
     auto reply = CallBridge(BridgePathsFor(state_dir, record.volume_id).control_socket, {{"op", "status"}},
                             std::chrono::milliseconds(500));
     bool answered = reply.ok() && StatusFromReply(*reply).ok();
     up.Set({record.volume_id}, answered ? 1 : 0);
-    if (!answered || !reply->contains("io")) continue;  // a bridge from before the I/O figures: up, no figures
+    if (!answered) continue;
+    // A lasting condition (a fenced RBD client, blocklisted by the
+    // controller's fencing): the volume is lost on this node until restaged.
+    healthy.Set({record.volume_id}, reply->value("healthy", true) ? 1 : 0);
+    if (!reply->contains("io")) continue;  // a bridge from before the I/O figures: up, no figures
     const auto& io = (*reply)["io"];
     for (const char* op : {"read", "write", "flush"}) {
       if (!io.contains(op)) continue;

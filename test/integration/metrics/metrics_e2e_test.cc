@@ -271,6 +271,7 @@ TEST_F(MetricsE2ETest, LifecycleMovesTheCountersByExactlyTheCallsMade) {
   // through it; every I/O is in the histogram; none failed.
   const std::string vol = "volume=\"" + v.id + "\"";
   EXPECT_EQ(Sample(staged, "blockcsi_bridge_up{" + vol + "}"), 1) << staged;
+  EXPECT_EQ(Sample(staged, "blockcsi_bridge_healthy{" + vol + "}"), 1) << staged;
   double writes = Sample(staged, "blockcsi_bridge_ios_total{" + vol + ",op=\"write\"}");
   EXPECT_GT(writes, 0) << staged;
   EXPECT_EQ(Sample(staged, "blockcsi_bridge_io_duration_seconds_count{" + vol + ",op=\"write\"}"), writes) << staged;
