@@ -248,7 +248,8 @@ void RecordOperation(std::string_view operation, const Status& status) {
 void RecordTargetOperation(std::string_view operation, const Status& status) {
   static MetricFamily& family = Metrics().Counter(
       "blockcsi_target_operations_total",
-      "Storage-side steps (export, grant, revoke) by outcome: OK or the status code", {"operation", "result"});
+      "Storage-side steps (export, grant, revoke; RBD: blocklist, unblocklist) by outcome: OK or the status code",
+      {"operation", "result"});
   family.Add({std::string(operation), std::string(StatusCodeName(status.code()))});
 }
 

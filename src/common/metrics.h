@@ -116,8 +116,9 @@ const std::vector<double>& IoDurationBuckets();
 // bounded set, never the message, which may name anything).
 void RecordOperation(std::string_view operation, const Status& status);
 
-// The same for the storage side (agent or local backend): export, grant,
-// revoke as blockcsi_target_operations_total{operation,result}.
+// The same for the storage side: export, grant, revoke (agent or local
+// backend), blocklist and unblocklist (RBD fencing) as
+// blockcsi_target_operations_total{operation,result}.
 void RecordTargetOperation(std::string_view operation, const Status& status);
 
 // Escapes a label value for the text format (\\, \", \n).
