@@ -627,7 +627,8 @@ void RecordReconcile(const Status& status, const std::vector<std::string>& repai
   for (const auto& line : repairs) {
     if (line.rfind("created target ", 0) == 0) ++created;
   }
-  if (desired_count > 0 && created == desired_count) restarts.Add({});
+  // Added even when 0, so that the series exists (a dashboard shows 0, not "no data").
+  restarts.Add({}, desired_count > 0 && created == desired_count ? 1 : 0);
 }
 
 }  // namespace

@@ -367,6 +367,35 @@ TEST_F(MetricsE2ETest, BlockctlShowsLiveBridgeIoWithoutThePlugin) {
   UnpublishAndDelete(v);
 }
 
+// tgtd keeps no state: after a kill -9 and a restart the next reconcile pass
+// re-creates every target, which the figures report as a restart seen.
+TEST_F(MetricsE2ETest, ATgtdRestartIsSeenAndRepairedByReconcile) {
+  testing::PluginOptions options;
+  options.extra_args = {"--reconcile-interval", "1s"};
+  ASSERT_TRUE(StartPlugin(options));
+  Volume v = CreateAndPublish("metrics-restart");
+  ASSERT_FALSE(v.id.empty());
+  std::string before = Scrape();
+  EXPECT_EQ(Sample(before, "blockcsi_target_daemon_restarts_seen_total"), 0) << before;
+  double repairs_before = Sample(before, "blockcsi_target_reconcile_repairs_total");
+
+  tgtd_->Kill9();
+  std::string error;
+  ASSERT_TRUE(tgtd_->Restart(&error)) << error;
+  std::string after;
+  for (int i = 0; i < 300; ++i) {  // a pass every second; a loaded machine may take longer
+    after = Scrape();
+    if (Sample(after, "blockcsi_target_daemon_restarts_seen_total") >= 1) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(Sample(after, "blockcsi_target_daemon_restarts_seen_total"), 1) << after;
+  EXPECT_GT(Sample(after, "blockcsi_target_reconcile_repairs_total"), repairs_before) << after;
+  EXPECT_GE(Sample(after, "blockcsi_target_reconcile_runs_total{result=\"OK\"}"), 2) << after;
+  EXPECT_NE(tgtd_->ShowTargets().find(v.id.substr(v.id.size() - 8)), std::string::npos)
+      << "the target is back: " << tgtd_->ShowTargets();
+  UnpublishAndDelete(v);
+}
+
 TEST_F(MetricsE2ETest, BadRequestsToTheMetricsPortNeverHarmThePlugin) {
   ASSERT_TRUE(StartPlugin({}));
   ASSERT_FALSE(Scrape().empty());
