@@ -450,6 +450,7 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
   options.extra_args = {"--target-agent", "127.0.0.1:" + std::to_string(agent_port), "--insecure"};
   ASSERT_TRUE(StartPlugin(options));
   const int kCreates = 3;
+  std::string first_id;
   for (int i = 0; i < kCreates; ++i) {
     csi::v1::CreateVolumeRequest req;
     req.set_name("prom-" + std::to_string(i));
@@ -457,7 +458,25 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
     *req.add_volume_capabilities() = testing::CapabilityFor("ext4");
     csi::v1::CreateVolumeResponse resp;
     ASSERT_TRUE(Ok(plugin_->controller().CreateVolume(testing::Deadline().get(), req, &resp)));
+    if (i == 0) first_id = resp.volume().volume_id();
   }
+  // One publish and one unpublish: the agent counts one ACL grant and one revoke.
+  csi::v1::ControllerPublishVolumeRequest pub;
+  pub.set_volume_id(first_id);
+  pub.set_node_id("e2e-node");
+  *pub.mutable_volume_capability() = testing::CapabilityFor("ext4");
+  csi::v1::ControllerPublishVolumeResponse presp;
+  ASSERT_TRUE(Ok(plugin_->controller().ControllerPublishVolume(testing::Deadline().get(), pub, &presp)));
+  csi::v1::ControllerUnpublishVolumeRequest unpub;
+  unpub.set_volume_id(first_id);
+  unpub.set_node_id("e2e-node");
+  csi::v1::ControllerUnpublishVolumeResponse uresp;
+  ASSERT_TRUE(Ok(plugin_->controller().ControllerUnpublishVolume(testing::Deadline().get(), unpub, &uresp)));
+  std::string agent_text = HttpGet(agent_metrics, "/metrics");
+  EXPECT_EQ(Sample(agent_text, "blockcsi_target_operations_total{operation=\"grant\",result=\"OK\"}"), 1) << agent_text;
+  EXPECT_EQ(Sample(agent_text, "blockcsi_target_operations_total{operation=\"revoke\",result=\"OK\"}"), 1)
+      << agent_text;
+  EXPECT_NE(agent_text.find("blockcsi_build_info{program=\"blockcsi-target\""), std::string::npos) << agent_text;
 
   // Prometheus in its own directory, on a port of its own, scraping both every second.
   int prom_port = testing::FreeTcpPort();
