@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -211,6 +212,8 @@ class Bridge {
   int Read(char* buf, size_t size, off_t off);
   int Write(const char* buf, size_t size, off_t off);
   int Fsync();
+  int ReadUncounted(char* buf, size_t size, off_t off);
+  int WriteUncounted(const char* buf, size_t size, off_t off);
   uint64_t size() const { return size_.load(); }
   bool read_only() const { return args_.read_only; }
 
@@ -238,6 +241,18 @@ class Bridge {
   int listen_fd_ = -1;
   std::mutex rmw_mu_;  // serialises unaligned read-modify-write
   std::atomic<uint64_t> io_errors_{0};
+  // I/O figures for `status` (the plugin's metrics, blockctl io): counted
+  // here, where every FUSE read and write passes, with lock-free atomics.
+  struct IoCounters {
+    std::atomic<uint64_t> ops{0};
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<uint64_t> errors{0};
+    std::atomic<uint64_t> micros{0};                                        // summed latency
+    std::array<std::atomic<uint64_t>, kIoLatencyBuckets.size()> buckets{};  // per bucket, not cumulative
+    void Record(size_t size, std::chrono::steady_clock::duration took, bool ok);
+    nlohmann::json ToJson() const;
+  };
+  IoCounters reads_, writes_, flushes_;
   // Failed writes and flushes since this bridge started: unlike a failed
   // read, each may have lost data the filesystem counted on, so the volume
   // stays abnormal until it is restaged (a new bridge).
@@ -246,6 +261,35 @@ class Bridge {
   std::string last_error_;                               // guarded by err_mu_
   std::chrono::steady_clock::time_point last_error_at_;  // guarded by err_mu_
 };
+
+void Bridge::IoCounters::Record(size_t size, std::chrono::steady_clock::duration took, bool ok) {
+  ++ops;
+  if (ok) {
+    bytes += size;
+  } else {
+    ++errors;
+  }
+  double seconds = std::chrono::duration<double>(took).count();
+  micros += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+  for (size_t i = 0; i < kIoLatencyBuckets.size(); ++i) {
+    if (seconds <= kIoLatencyBuckets[i]) {
+      ++buckets[i];
+      break;
+    }
+  }
+}
+
+nlohmann::json Bridge::IoCounters::ToJson() const {
+  nlohmann::json j;
+  j["ops"] = ops.load();
+  j["bytes"] = bytes.load();
+  j["errors"] = errors.load();
+  j["latency_seconds_sum"] = static_cast<double>(micros.load()) / 1e6;
+  nlohmann::json counts = nlohmann::json::array();
+  for (const auto& b : buckets) counts.push_back(b.load());
+  j["latency_bucket_counts"] = counts;
+  return j;
+}
 
 Bridge* Self() { return static_cast<Bridge*>(fuse_get_context()->private_data); }
 
@@ -320,6 +364,20 @@ void Bridge::NoteIoError(const Status& st) {
 }
 
 int Bridge::Read(char* buf, size_t size, off_t off) {
+  auto start_time = std::chrono::steady_clock::now();
+  int r = ReadUncounted(buf, size, off);
+  reads_.Record(r > 0 ? static_cast<size_t>(r) : 0, std::chrono::steady_clock::now() - start_time, r >= 0);
+  return r;
+}
+
+int Bridge::Write(const char* buf, size_t size, off_t off) {
+  auto start_time = std::chrono::steady_clock::now();
+  int r = WriteUncounted(buf, size, off);
+  writes_.Record(r > 0 ? static_cast<size_t>(r) : 0, std::chrono::steady_clock::now() - start_time, r >= 0);
+  return r;
+}
+
+int Bridge::ReadUncounted(char* buf, size_t size, off_t off) {
   uint64_t total = size_.load();
   if (off < 0) return -EINVAL;
   if (static_cast<uint64_t>(off) >= total) return 0;
@@ -344,7 +402,7 @@ int Bridge::Read(char* buf, size_t size, off_t off) {
   return static_cast<int>(size);
 }
 
-int Bridge::Write(const char* buf, size_t size, off_t off) {
+int Bridge::WriteUncounted(const char* buf, size_t size, off_t off) {
   uint64_t total = size_.load();
   if (off < 0) return -EINVAL;
   if (static_cast<uint64_t>(off) >= total) return -ENOSPC;
@@ -374,7 +432,9 @@ int Bridge::Write(const char* buf, size_t size, off_t off) {
 }
 
 int Bridge::Fsync() {
+  auto start_time = std::chrono::steady_clock::now();
   Status st = transport_->Flush();
+  flushes_.Record(0, std::chrono::steady_clock::now() - start_time, st.ok());
   if (!st.ok()) {
     write_errors_++;
     NoteIoError(st);
@@ -539,6 +599,13 @@ nlohmann::json Bridge::StatusReply(bool refresh_identity) {
   j["naa"] = identity_.naa;
   j["io_errors"] = io_errors_.load();
   j["write_errors"] = write_errors_.load();
+  nlohmann::json io;
+  io["read"] = reads_.ToJson();
+  io["write"] = writes_.ToJson();
+  io["flush"] = flushes_.ToJson();
+  io["reconnects"] = transport_ ? transport_->reconnects() : 0;
+  io["latency_buckets"] = kIoLatencyBuckets;
+  j["io"] = io;
   std::lock_guard<std::mutex> lock(err_mu_);
   j["last_error"] = last_error_;
   if (!last_error_.empty()) {

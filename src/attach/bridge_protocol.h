@@ -7,6 +7,7 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -44,6 +45,14 @@ class UnixSocketAddress {
   int dir_fd_ = -1;
   std::string storage_;  // a sockaddr_un
 };
+
+// Upper bounds (seconds) of the latency buckets of the "io" object a status
+// reply carries: {"read"|"write"|"flush": {"ops","bytes","errors",
+// "latency_seconds_sum","latency_bucket_counts":[per bucket, not
+// cumulative; slower than the last bound: ops minus their sum]},
+// "reconnects", "latency_buckets"}. 100 µs to 10 s.
+inline constexpr std::array<double, 15> kIoLatencyBuckets{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                          0.05,   0.1,     0.25,   0.5,   1,      2.5,   10};
 
 // Requests: {"op":"status"}, {"op":"status","refresh_identity":true},
 // {"op":"rescan"}, {"op":"shutdown"}. Replies carry "ok" and, on failure,

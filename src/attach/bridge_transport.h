@@ -42,6 +42,10 @@ class BridgeTransport {
   virtual Status Health() const = 0;
   // Releases the connection (best effort); the destructor calls it too.
   virtual void Close() = 0;
+  // Sessions re-established after a drop since the transport opened, for
+  // the bridge's I/O figures. Transports whose library reconnects out of
+  // our sight (librados) report 0.
+  virtual uint64_t reconnects() const { return 0; }
 };
 
 }  // namespace blockcsi

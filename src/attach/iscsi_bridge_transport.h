@@ -37,6 +37,11 @@ class IscsiBridgeTransport final : public BridgeTransport {
   StatusOr<LunIdentity> ReadIdentity() override;
   Status Health() const override { return OkStatus(); }
   void Close() override;
+  uint64_t reconnects() const override {
+    uint64_t n = session_ ? session_->reconnects() : 0;
+    for (const auto& s : extra_sessions_) n += s->reconnects();
+    return n;
+  }
 
  private:
   explicit IscsiBridgeTransport(LibIscsiOptions options) : options_(std::move(options)) {}

@@ -210,6 +210,7 @@ Status LibIscsiSession::EnsureConnectedLocked() {
   if (ctx_ == nullptr) {
     return Unavailable("iSCSI re-login to " + target_iqn_ + " at " + portal_ + " failed: " + error);
   }
+  ++reconnects_;
   LogInfo("iSCSI session re-established", {{"target", target_iqn_}, {"portal", portal_}});
   return OkStatus();
 }

@@ -10,6 +10,7 @@
 // context must not be used from two threads at once).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -49,6 +50,8 @@ class LibIscsiSession {
   uint32_t block_size() const { return block_size_; }
   uint64_t num_blocks() const { return num_blocks_; }
   uint64_t size_bytes() const { return uint64_t{block_size_} * num_blocks_; }
+  // Re-logins after a dropped session since Connect.
+  uint64_t reconnects() const { return reconnects_.load(); }
 
   // Raw VPD page (header included) from INQUIRY EVPD.
   StatusOr<std::string> InquiryVpd(int page);
@@ -75,6 +78,7 @@ class LibIscsiSession {
   void DropContextLocked();
 
   std::mutex mu_;
+  std::atomic<uint64_t> reconnects_{0};
   LibIscsiOptions options_;
   bool closed_ = false;           // guarded by mu_
   iscsi_context* ctx_ = nullptr;  // guarded by mu_; null after a dropped session

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "common/logging.h"
+#include "common/metrics.h"
 
 namespace blockcsi {
 
@@ -52,7 +53,9 @@ std::mutex& VolumeAttacherImpl::VolumeMutex(const std::string& volume_id) {
 
 StatusOr<AttachRecord> VolumeAttacherImpl::Attach(const AttachSpec& spec) {
   std::lock_guard<std::mutex> lock(VolumeMutex(spec.volume_id));
-  return AttachLocked(spec);
+  auto attached = AttachLocked(spec);
+  RecordOperation("attach", attached.status());
+  return attached;
 }
 
 void VolumeAttacherImpl::Abandon(const AttachRecord& record, const Status& why) {
@@ -181,6 +184,12 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
 
 Status VolumeAttacherImpl::Detach(const std::string& volume_id) {
   std::lock_guard<std::mutex> lock(VolumeMutex(volume_id));
+  Status st = DetachLocked(volume_id);
+  RecordOperation("detach", st);
+  return st;
+}
+
+Status VolumeAttacherImpl::DetachLocked(const std::string& volume_id) {
   auto record = store_.Get(volume_id);
   if (!record.ok()) {
     if (record.status().code() == StatusCode::kNotFound) return OkStatus();

@@ -38,6 +38,7 @@ class VolumeAttacherImpl final : public VolumeAttacher {
  private:
   std::mutex& VolumeMutex(const std::string& volume_id);
   StatusOr<AttachRecord> AttachLocked(const AttachSpec& spec);
+  Status DetachLocked(const std::string& volume_id);
   // Disconnects and removes the record after a failed attach; the first
   // error is what the caller sees, cleanup trouble is logged.
   void Abandon(const AttachRecord& record, const Status& why);

@@ -16,6 +16,7 @@
 #include "common/executor.h"
 #include "common/fs_minimums.h"
 #include "common/logging.h"
+#include "common/metrics_server.h"
 #include "common/version.h"
 #include "controller/backend_config.h"
 #include "controller/backend_factory.h"
@@ -66,6 +67,19 @@ int Main(int argc, char** argv) {
                        {"driver", config.driver_name},
                        {"node_id", config.node_id},
                        {"connector", config.connector}});
+
+  // The metrics port comes up first: a plugin that cannot bind the port it
+  // was told to serve on is misconfigured, and says so before anything else.
+  RecordBuildInfo("blockcsi");
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (!config.metrics_address.empty()) {
+    auto started = StartMetricsServer(config.metrics_address, Metrics());
+    if (!started.ok()) {
+      std::cerr << "blockcsi: " << started.status().message() << "\n";
+      return started.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    metrics_server = std::move(*started);
+  }
 
   // Services and readiness checks are gathered per mode; Identity is built
   // last so that Probe sees every check.

@@ -24,6 +24,7 @@
 #include "common/duration.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
+#include "common/metrics_server.h"
 #include "common/rpc_logging.h"
 #include "common/version.h"
 #include "controller/agent_service.h"
@@ -53,6 +54,7 @@ struct AgentConfig {
   bool insecure = false;
   std::string log_format = "text";
   std::string log_level = "info";
+  std::string metrics_address;
 };
 
 int Fail(const std::string& message, int code = 2) {
@@ -104,6 +106,8 @@ int Main(int argc, char** argv) {
   app.add_flag("--insecure", c.insecure, "Serve TCP without TLS (tests only)");
   app.add_option("--log-format", c.log_format, "text or json")->check(CLI::IsMember({"text", "json"}));
   app.add_option("--log-level", c.log_level, "debug, info, warn, error");
+  app.add_option("--metrics-address", c.metrics_address,
+                 "HOST:PORT to serve Prometheus metrics on at /metrics (plain HTTP); off when not given");
   bool show_version = false;
   app.add_flag("--version", show_version, "Print the version and exit");
   try {
@@ -174,6 +178,15 @@ int Main(int argc, char** argv) {
       tcp_credentials->SetAuthMetadataProcessor(
           MakeClientAllowList(std::set<std::string>(c.allowed_clients.begin(), c.allowed_clients.end())));
     }
+  }
+
+  RecordBuildInfo("blockcsi-target");
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (!c.metrics_address.empty()) {
+    auto started = StartMetricsServer(c.metrics_address, Metrics());
+    if (!started.ok())
+      return Fail(started.status().message(), started.status().code() == StatusCode::kInvalidArgument ? 2 : 1);
+    metrics_server = std::move(*started);
   }
 
   BackendOptions options;

@@ -21,6 +21,8 @@ struct PluginConfig {
   std::string log_format = "text";
   std::string log_level = "info";
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
+  // HOST:PORT serving Prometheus /metrics; empty: no metrics port.
+  std::string metrics_address;
 
   // Node side.
   std::string connector = "iscsi";   // iscsi | userspace

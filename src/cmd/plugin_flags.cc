@@ -40,6 +40,9 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
   app.add_option("--shutdown-grace", texts.shutdown_grace, "How long in-flight RPCs may run after SIGTERM (e.g. 10s)")
       ->capture_default_str();
 
+  app.add_option("--metrics-address", c.metrics_address,
+                 "HOST:PORT to serve Prometheus metrics on at /metrics (plain HTTP); off when not given");
+
   auto* node = "Node";
   app.add_option("--connector", c.connector,
                  "How the node attaches volumes: iscsi (kernel: open-iscsi for iSCSI, krbd for RBD) or userspace "

@@ -8,6 +8,7 @@
 
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 
 namespace blockcsi {
 
@@ -87,12 +88,17 @@ class LibmountMounter final : public Mounter {
  public:
   Status Mount(const std::string& source, const std::string& target, const std::string& fs_type,
                const std::string& options) override {
-    return RunContext(source, target, fs_type, options, 0, "mount " + source + " at " + target);
+    Status st = RunContext(source, target, fs_type, options, 0, "mount " + source + " at " + target);
+    RecordOperation("mount", st);
+    return st;
   }
 
   Status BindMount(const std::string& source, const std::string& target, bool read_only) override {
     // libmount performs the bind then the read-only remount when asked "bind,ro".
-    return RunContext(source, target, "", read_only ? "bind,ro" : "bind", 0, "bind mount " + source + " at " + target);
+    Status st =
+        RunContext(source, target, "", read_only ? "bind,ro" : "bind", 0, "bind mount " + source + " at " + target);
+    RecordOperation("bind_mount", st);
+    return st;
   }
 
   Status Unmount(const std::string& target) override {
@@ -103,6 +109,7 @@ class LibmountMounter final : public Mounter {
     int rc = mnt_context_umount(cxt);
     Status st = ResultOf(cxt, rc, "unmount " + target);
     mnt_free_context(cxt);
+    RecordOperation("unmount", st);
     return st;
   }
 

@@ -2,6 +2,7 @@
 
 #include "common/fault_points.h"
 #include "common/grpc_status.h"
+#include "common/metrics.h"
 #include "controller/target_proto.h"
 
 namespace blockcsi {
@@ -61,6 +62,7 @@ grpc::Status TargetAgentService::GrantAccess(Context*, const GrantAccessRequest*
   grant.capability = in->capability();
   grant.chap = FromProto(in->chap());
   auto r = backend_->GrantAccess(in->volume_id(), grant);
+  RecordTargetOperation("grant", r.status());
   if (!r.ok()) return ToGrpcStatus(r.status());
   ToProto(*r, out);
   return grpc::Status::OK;
@@ -68,7 +70,9 @@ grpc::Status TargetAgentService::GrantAccess(Context*, const GrantAccessRequest*
 
 grpc::Status TargetAgentService::RevokeAccess(Context*, const RevokeAccessRequest* in, RevokeAccessResponse*) {
   FaultPointScope fault_scope(kFaultRole);
-  return ToGrpcStatus(backend_->RevokeAccess(in->volume_id(), in->initiator_iqn()));
+  Status revoked = backend_->RevokeAccess(in->volume_id(), in->initiator_iqn());
+  RecordTargetOperation("revoke", revoked);
+  return ToGrpcStatus(revoked);
 }
 
 grpc::Status TargetAgentService::GetVolume(Context*, const GetVolumeRequest* in, Volume* out) {

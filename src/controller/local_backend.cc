@@ -1,6 +1,7 @@
 #include "controller/local_backend.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +10,7 @@
 #include "attach/iscsi_names.h"
 #include "common/fault_points.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "controller/volume_id.h"
 
 namespace blockcsi {
@@ -158,6 +160,9 @@ StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& po
   if (auto r = backend->ReconcileNow(); !r.ok()) {
     LogWarn("initial reconcile failed; the loop will retry", {{"error", r.status().ToString()}});
   }
+  Metrics().AddCollector([weak = std::weak_ptr<LocalBackend>(backend)](MetricsRegistry& registry) {
+    if (auto live = weak.lock()) live->CollectPoolMetrics(registry);
+  });
   if (backend->options_.reconcile_interval.count() > 0) {
     backend->loop_ = std::thread([raw = backend.get()] { raw->LoopMain(); });
   }
@@ -208,7 +213,9 @@ DesiredExport LocalBackend::DesiredFor(const VolumeRecord& r) const {
 }
 
 Status LocalBackend::ApplyExport(const VolumeRecord& record) {
-  BLOCKCSI_ASSIGN_OR_RETURN(auto repairs, exporter_->Apply(DesiredFor(record)));
+  auto applied = exporter_->Apply(DesiredFor(record));
+  RecordTargetOperation("export", applied.status());
+  BLOCKCSI_ASSIGN_OR_RETURN(auto repairs, std::move(applied));
   for (const auto& line : repairs) LogDebug("export changed", {{"volume", record.id}, {"change", line}});
   return OkStatus();
 }
@@ -602,13 +609,62 @@ Status LocalBackend::Healthy() {
   return exporter_->Healthy();
 }
 
+namespace {
+
+// A daemon that lost every target while the pool has volumes was restarted
+// (tgtd keeps no state of its own): a pass that had to create the target
+// of every exported volume is how the agent sees a restart.
+void RecordReconcile(const Status& status, const std::vector<std::string>& repairs, size_t desired_count) {
+  static MetricFamily& runs =
+      Metrics().Counter("blockcsi_target_reconcile_runs_total",
+                        "Passes comparing the target daemon with the pool, by outcome", {"result"});
+  static MetricFamily& repaired = Metrics().Counter(
+      "blockcsi_target_reconcile_repairs_total", "Changes a reconcile pass made to bring the daemon back to the pool");
+  static MetricFamily& restarts = Metrics().Counter(
+      "blockcsi_target_daemon_restarts_seen_total",
+      "Reconcile passes that found none of the pool's targets in the daemon (it restarted) and re-created them");
+  runs.Add({std::string(StatusCodeName(status.code()))});
+  repaired.Add({}, static_cast<double>(repairs.size()));
+  size_t created = 0;
+  for (const auto& line : repairs) {
+    if (line.rfind("created target ", 0) == 0) ++created;
+  }
+  // Added even when 0, so that the series exists (a dashboard shows 0, not "no data").
+  restarts.Add({}, desired_count > 0 && created == desired_count ? 1 : 0);
+}
+
+}  // namespace
+
+void LocalBackend::CollectPoolMetrics(MetricsRegistry& registry) {
+  auto& capacity = registry.Gauge("blockcsi_target_pool_capacity_bytes", "Size of the pool's file system", {"pool"});
+  auto& free_bytes =
+      registry.Gauge("blockcsi_target_pool_free_bytes", "Free space of the pool's file system", {"pool"});
+  auto& provisioned =
+      registry.Gauge("blockcsi_target_pool_provisioned_bytes",
+                     "Sum of the sizes of the pool's volumes (thin: may exceed what they use)", {"pool"});
+  auto& volumes = registry.Gauge("blockcsi_target_pool_volumes", "Volumes in the pool", {"pool"});
+  const std::string& dir = pool_->dir();
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) == 0) {
+    capacity.Set({dir}, static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize));
+    free_bytes.Set({dir}, static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize));
+  }
+  double sum = 0;
+  auto list = pool_->ListVolumes();
+  for (const auto& record : list) sum += static_cast<double>(record.size_bytes);
+  provisioned.Set({dir}, sum);
+  volumes.Set({dir}, static_cast<double>(list.size()));
+}
+
 StatusOr<std::vector<std::string>> LocalBackend::ReconcileNow() {
   std::vector<std::string> repairs;
+  size_t desired_count = 0;
   Status status;
   {
     std::unique_lock exclusive(reconcile_mu_);
     std::vector<DesiredExport> desired;
     for (const auto& record : pool_->ListVolumes()) desired.push_back(DesiredFor(record));
+    desired_count = desired.size();
     auto result = exporter_->Reconcile(desired, options_.iqn_prefix);
     if (result.ok()) {
       repairs = std::move(result).value();
@@ -617,6 +673,7 @@ StatusOr<std::vector<std::string>> LocalBackend::ReconcileNow() {
     }
   }
   for (const auto& line : repairs) LogInfo("reconcile: repaired", {{"repair", line}});
+  RecordReconcile(status, repairs, desired_count);
   {
     std::lock_guard lock(loop_mu_);
     ++passes_;

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/metrics.h"
 #include "controller/backend.h"
 #include "controller/exporter.h"
 #include "controller/pool.h"
@@ -81,6 +82,8 @@ class LocalBackend final : public VolumeBackend {
   StatusOr<std::vector<std::string>> ReconcileNow();
   // Completed reconcile passes (successful or not), for tests and metrics.
   uint64_t reconcile_passes() const;
+  // Sets the pool's gauges (capacity, free, provisioned, volumes) at a scrape.
+  void CollectPoolMetrics(MetricsRegistry& registry);
 
  private:
   LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter> exporter, LocalBackendOptions options);

@@ -19,6 +19,7 @@
 
 #include "attach/initiator.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 
 namespace blockcsi {
 namespace {
@@ -735,6 +736,7 @@ void RbdBackend::Unfence(const std::vector<std::string>& addrs, std::string_view
   for (const auto& addr : addrs) {
     json cmd = {{"prefix", "osd blocklist"}, {"blocklistop", "rm"}, {"addr", addr}};
     auto out = MonCommand(cmd.dump());
+    RecordTargetOperation("unblocklist", out.status());
     if (!out.ok() && out.status().code() != StatusCode::kNotFound) {
       // Not fatal: the entry expires on its own after fence_expiry.
       LogWarn("rbd unfence failed", {{"volume", volume_id}, {"client", addr}, {"error", out.status().ToString()}});
@@ -883,8 +885,11 @@ Status RbdBackend::RevokeAccess(const std::string& volume_id, const std::string&
       std::string what = "blocklist client " + addr;
       what += " of node " + node;
       what += " (volume " + volume_id + ")";
-      return CephError(r, what);
+      Status failed = CephError(r, what);
+      RecordTargetOperation("blocklist", failed);
+      return failed;
     }
+    RecordTargetOperation("blocklist", OkStatus());
     LogInfo("rbd client fenced", {{"volume", volume_id}, {"node", node}, {"client", addr}});
     if (std::find(fenced.begin(), fenced.end(), addr) == fenced.end()) fenced.push_back(addr);
   }

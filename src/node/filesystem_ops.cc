@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "node/fs_options.h"
 
 namespace blockcsi {
@@ -27,8 +28,10 @@ std::string Output(const CommandResult& r) {
 
 }  // namespace
 
-Status FormatDevice(Executor& executor, const std::string& volume_id, const std::string& fs_type,
-                    const std::string& device, const std::vector<std::string>& extra) {
+namespace {
+
+Status Format(Executor& executor, const std::string& volume_id, const std::string& fs_type, const std::string& device,
+              const std::vector<std::string>& extra) {
   std::vector<std::string> argv = MkfsArgv(fs_type, device, extra);
   Command cmd(argv[0]);
   for (size_t i = 1; i < argv.size(); ++i) cmd.Arg(argv[i]);
@@ -39,6 +42,15 @@ Status FormatDevice(Executor& executor, const std::string& volume_id, const std:
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult r, executor.Run(cmd));
   if (!r.ok()) return Internal("volume " + volume_id + ": " + DescribeFailure(cmd, r));
   return OkStatus();
+}
+
+}  // namespace
+
+Status FormatDevice(Executor& executor, const std::string& volume_id, const std::string& fs_type,
+                    const std::string& device, const std::vector<std::string>& extra) {
+  Status st = Format(executor, volume_id, fs_type, device, extra);
+  RecordOperation("format", st);
+  return st;
 }
 
 Status RepairExt4IfNeeded(Executor& executor, const std::string& volume_id, const std::string& device) {
@@ -59,15 +71,21 @@ Status RepairExt4IfNeeded(Executor& executor, const std::string& volume_id, cons
   }
   if (!needs_check) return OkStatus();
   LogInfo("running e2fsck -p before mount", {{"volume_id", volume_id}, {"device", device}});
-  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult fsck,
-                            executor.Run(Command("e2fsck").Arg("-p").Arg(device).Timeout(minutes(30))));
+  auto ran = executor.Run(Command("e2fsck").Arg("-p").Arg(device).Timeout(minutes(30)));
+  if (!ran.ok()) {
+    RecordOperation("fsck", ran.status());
+    return ran.status();
+  }
+  const CommandResult& fsck = *ran;
   // e2fsck: 0 clean, 1 errors corrected, 2 corrected and "reboot" (only
   // meaningful for the root fs); 4 and up: left uncorrected or failed.
   if (fsck.timed_out || fsck.exit_code < 0 || fsck.exit_code >= 4) {
+    RecordOperation("fsck", FailedPrecondition(""));
     return FailedPrecondition("volume " + volume_id + ": the ext4 filesystem on " + device +
                               " has errors e2fsck -p cannot fix unattended (exit " + std::to_string(fsck.exit_code) +
                               "); run e2fsck by hand: " + Output(fsck));
   }
+  RecordOperation("fsck", OkStatus());
   return OkStatus();
 }
 

@@ -1,11 +1,112 @@
 #include "node/node_wiring.h"
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include "attach/attacher_factory.h"
+#include "attach/bridge_protocol.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "common/mounter.h"
 #include "node/fault_points.h"
+#include "node/staged_facts.h"
 
 namespace blockcsi {
+namespace {
+
+// Staged and published volumes are read from their sources at each scrape
+// (the attach records and the mount table), never counted as calls pass:
+// a count kept in memory would be wrong after a restart or a lost call.
+// A volume's publishes are the mounts of its device other than its staging
+// mount (filesystem volumes), plus binds of its device node (block volumes,
+// which have no staging mount).
+void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string& state_dir, MetricsRegistry& registry);
+
+void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, const std::string& state_dir,
+                        MetricsRegistry& registry) {
+  auto& staged = registry.Gauge("blockcsi_node_staged_volumes", "Volumes staged on this node (NodeStageVolume done)");
+  auto& attached = registry.Gauge("blockcsi_node_attached_volumes",
+                                  "Volumes attached on this node (an attach record exists), staged or not");
+  auto& published = registry.Gauge("blockcsi_node_published_volumes",
+                                   "Publishes (NodePublishVolume target paths) of this node's staged volumes");
+  auto records = attacher.List();
+  auto table = mounter.List();
+  if (!records.ok() || !table.ok()) return;  // the gauges keep their last reading
+  size_t staged_count = 0;
+  size_t published_count = 0;
+  for (const auto& record : *records) {
+    if (record.annotations.count(kStagedAnnotation) == 0) continue;
+    ++staged_count;
+    struct stat st {};
+    if (record.device_path.empty() || ::stat(record.device_path.c_str(), &st) != 0) continue;
+    std::string major_minor = std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
+    std::string node_root = record.device_path.substr(record.device_path.rfind('/'));
+    size_t fs_mounts = 0;
+    for (const auto& entry : *table) {
+      if (entry.fs_type == "devtmpfs" && entry.root == node_root) ++published_count;
+      if (entry.fs_type != "devtmpfs" && entry.major_minor == major_minor) ++fs_mounts;
+    }
+    if (fs_mounts > 0) published_count += fs_mounts - 1;
+  }
+  staged.Set({}, static_cast<double>(staged_count));
+  attached.Set({}, static_cast<double>(records->size()));
+  published.Set({}, static_cast<double>(published_count));
+  CollectBridgeIo(*records, state_dir, registry);
+}
+
+// The userspace bridges' I/O figures, asked over each staged volume's
+// control socket at scrape time (bounded by what is staged on this node).
+// A bridge that does not answer within the timeout has blockcsi_bridge_up 0
+// and no I/O series this scrape; one of an older version (adopted after a
+// rolling update) answers without figures: up 1, no I/O series.
+void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string& state_dir,
+                     MetricsRegistry& registry) {
+  std::vector<double> bounds(kIoLatencyBuckets.begin(), kIoLatencyBuckets.end());
+  auto& up =
+      registry.Gauge("blockcsi_bridge_up", "1 when the volume's userspace bridge answered this scrape", {"volume"});
+  auto& ios = registry.Counter("blockcsi_bridge_ios_total", "I/Os the bridge served, by operation", {"volume", "op"});
+  auto& bytes = registry.Counter("blockcsi_bridge_io_bytes_total", "Bytes the bridge read or wrote", {"volume", "op"});
+  auto& errors = registry.Counter("blockcsi_bridge_io_errors_total", "I/Os that failed (EIO to the loop device)",
+                                  {"volume", "op"});
+  auto& latency =
+      registry.Histogram("blockcsi_bridge_io_duration_seconds",
+                         "Time the storage took for one I/O, as the bridge saw it", {"volume", "op"}, bounds);
+  auto& reconnects = registry.Counter("blockcsi_bridge_reconnects_total",
+                                      "Sessions the bridge re-established after a drop", {"volume"});
+  auto& healthy =
+      registry.Gauge("blockcsi_bridge_healthy",
+                     "0 when the bridge reports a lasting condition, e.g. its RBD client was blocklisted", {"volume"});
+  for (auto* family : {&up, &healthy, &ios, &bytes, &errors, &latency, &reconnects}) family->Clear();
+  for (const auto& record : records) {
+    if (record.connector != "userspace") continue;
+    auto reply = CallBridge(BridgePathsFor(state_dir, record.volume_id).control_socket, {{"op", "status"}},
+                            std::chrono::milliseconds(500));
+    bool answered = reply.ok() && StatusFromReply(*reply).ok();
+    up.Set({record.volume_id}, answered ? 1 : 0);
+    if (!answered) continue;
+    // A lasting condition (a fenced RBD client, blocklisted by the
+    // controller's fencing): the volume is lost on this node until restaged.
+    healthy.Set({record.volume_id}, reply->value("healthy", true) ? 1 : 0);
+    if (!reply->contains("io")) continue;  // a bridge from before the I/O figures: up, no figures
+    const auto& io = (*reply)["io"];
+    for (const char* op : {"read", "write", "flush"}) {
+      if (!io.contains(op)) continue;
+      const auto& o = io[op];
+      uint64_t n = o.value("ops", uint64_t{0});
+      ios.Set({record.volume_id, op}, static_cast<double>(n));
+      errors.Set({record.volume_id, op}, static_cast<double>(o.value("errors", uint64_t{0})));
+      if (std::string_view(op) != "flush") {
+        bytes.Set({record.volume_id, op}, static_cast<double>(o.value("bytes", uint64_t{0})));
+      }
+      std::vector<uint64_t> counts = o.value("latency_bucket_counts", std::vector<uint64_t>{});
+      latency.SetHistogram({record.volume_id, op}, counts, o.value("latency_seconds_sum", 0.0), n);
+    }
+    reconnects.Set({record.volume_id}, static_cast<double>(io.value("reconnects", uint64_t{0})));
+  }
+}
+
+}  // namespace
 
 StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring) {
   AttacherOptions attacher_options;
@@ -26,10 +127,16 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
     LogWarn("cannot record the node id in the state dir", {{"error", st.ToString()}});
   }
 
+  std::shared_ptr<VolumeAttacher> shared_attacher(std::move(*attacher));
+  Metrics().AddCollector([weak = std::weak_ptr<VolumeAttacher>(shared_attacher), state_dir = wiring.state_dir,
+                          mounter = std::shared_ptr<Mounter>(MakeLibmountMounter())](MetricsRegistry& registry) {
+    if (auto live = weak.lock()) CollectNodeVolumes(*live, *mounter, state_dir, registry);
+  });
+
   NodeServiceOptions options;
   options.node_id = wiring.node_id;
   options.max_volumes_per_node = wiring.max_volumes_per_node;
-  options.attacher = std::shared_ptr<VolumeAttacher>(std::move(*attacher));
+  options.attacher = std::move(shared_attacher);
   options.mounter = MakeLibmountMounter();
   options.probe = MakeBlkidProbe();
   options.executor = MakeProcessExecutor();

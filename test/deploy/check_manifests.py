@@ -107,7 +107,7 @@ def load_program_flags(deploy_dir):
     return "built-in list"
 TARGET_FLAGS = {
     "--listen", "--pool", "--target", "--tgt-control-port", "--portal", "--iqn-prefix",
-    "--reconcile-interval", "--tls-cert", "--tls-key", "--tls-ca", "--insecure",
+    "--reconcile-interval", "--tls-cert", "--tls-key", "--tls-ca", "--insecure", "--metrics-address",
 }
 
 # Helm variants: values overrides, and the kustomize render each must match.
@@ -127,6 +127,8 @@ HELM_VARIANTS = [
                           "backend": "", "reclaimPolicy": "Retain", "allowVolumeExpansion": True,
                           "volumeBindingMode": "WaitForFirstConsumer"}]},
      None),
+    ("service-monitor", {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}}, None),
+    ("no-metrics", {"metrics": {"enabled": False}}, None),
 ]
 # Values that the chart must refuse.
 HELM_BAD_VALUES = [
@@ -1321,6 +1323,76 @@ def check_target_host(deploy_dir, problems):
             problems.add(where, f"BLOCKCSI_TARGET_PORTAL_ARGS holds {a!r}, only --portal= flags belong there")
 
 
+def check_metrics_objects(where, docs, metrics_values, problems):
+    """Issue #19: metrics on → a metrics port, flag and annotated Service per component
+    (and a ServiceMonitor selecting it when asked); metrics off → none of them."""
+    enabled = metrics_values.get("enabled", True)
+    want_monitors = enabled and (metrics_values.get("serviceMonitor") or {}).get("enabled", False)
+    services = {(d.get("metadata") or {}).get("name"): d for d in find(docs, "Service")}
+    monitors = find(docs, "ServiceMonitor")
+    for component, kind in (("controller", "Deployment"), ("node", "DaemonSet")):
+        workload = one(docs, kind, f"blockcsi-{component}", where, problems)
+        if workload is None:
+            continue
+        c = next((c for c in containers(workload) if c.get("name") == "blockcsi"), {})
+        flag = [a for a in c.get("args") or [] if str(a).startswith("--metrics-address=")]
+        port = [p.get("containerPort") for p in c.get("ports") or [] if p.get("name") == "metrics"]
+        service = services.get(f"blockcsi-{component}-metrics")
+        if not enabled:
+            if flag or port or service:
+                problems.add(where, f"metrics disabled, yet {component} has a metrics flag, port or Service")
+            continue
+        if len(flag) != 1 or len(port) != 1 or not flag[0].endswith(f":{port[0]}"):
+            problems.add(where, f"{component}: --metrics-address {flag} does not serve its metrics port {port}")
+            continue
+        if service is None:
+            problems.add(where, f"{component}: no Service blockcsi-{component}-metrics")
+            continue
+        annotations = (service.get("metadata") or {}).get("annotations") or {}
+        if annotations.get("prometheus.io/scrape") != "true" or annotations.get("prometheus.io/port") != str(port[0]):
+            problems.add(where, f"Service blockcsi-{component}-metrics: scrape annotations do not name port {port[0]}")
+        selector = (service.get("spec") or {}).get("selector") or {}
+        if selector.get("app.kubernetes.io/component") != component:
+            problems.add(where, f"Service blockcsi-{component}-metrics selects {selector}")
+    if want_monitors and len(monitors) != 2:
+        problems.add(where, f"metrics.serviceMonitor.enabled renders {len(monitors)} ServiceMonitors, want 2")
+    if not want_monitors and monitors:
+        problems.add(where, "a ServiceMonitor rendered although metrics.serviceMonitor is off")
+    for m in monitors:
+        labels = (m.get("metadata") or {}).get("labels") or {}
+        wanted = (metrics_values.get("serviceMonitor") or {}).get("labels") or {}
+        if any(labels.get(k) != v for k, v in wanted.items()):
+            problems.add(where, f"{obj_id(m)}: labels {labels} miss {wanted}")
+
+
+def check_dashboard(deploy_dir, problems):
+    """The Grafana dashboard parses, and every blockcsi_ metric it queries is one
+    the driver's sources declare (a renamed metric must not leave an empty panel)."""
+    where = "deploy/grafana"
+    path = os.path.join(deploy_dir, "grafana", "blockcsi-dashboard.json")
+    try:
+        with open(path) as f:
+            dashboard = json.load(f)
+    except (OSError, ValueError) as e:
+        problems.add(where, f"blockcsi-dashboard.json: {e}")
+        return
+    src = os.path.join(os.path.dirname(deploy_dir), "src")
+    if not os.path.isdir(src):
+        return  # a deploy dir on its own: nothing to hold the names against
+    declared = set()
+    for root, _, names in os.walk(src):
+        for name in names:
+            if name.endswith(".cc"):
+                with open(os.path.join(root, name), errors="replace") as f:
+                    declared.update(re.findall(r'"(blockcsi_[a-z0-9_]+)"', f.read()))
+    for panel in dashboard.get("panels") or []:
+        for target in panel.get("targets") or []:
+            for metric in re.findall(r"\b(blockcsi_[a-z0-9_]+)", target.get("expr", "")):
+                base = re.sub(r"_(bucket|sum|count)$", "", metric)
+                if metric not in declared and base not in declared:
+                    problems.add(where, f"panel {panel.get('title')!r} queries {metric}, which no source declares")
+
+
 # --------------------------------------------------------------------------
 # Driving it.
 
@@ -1548,6 +1620,7 @@ def run_checks(deploy_dir, renderers, problems):
         if not notes or "blockcsi" not in notes:
             problems.add(where, "NOTES.txt rendered empty")
         check_bundle(where, docs, problems)
+        check_metrics_objects(where, docs, overrides.get("metrics") or {}, problems)
         checked += 1
         if twin and bundles:
             if twin in bundles:
@@ -1571,6 +1644,7 @@ def run_checks(deploy_dir, renderers, problems):
     checked += 1
     check_image(deploy_dir, problems)
     check_target_host(deploy_dir, problems)
+    check_dashboard(deploy_dir, problems)
     return checked
 
 

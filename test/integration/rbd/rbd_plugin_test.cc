@@ -6,10 +6,13 @@
 // the bridge (librbd → FUSE → loop device) with the cephx key taken from the
 // node-stage secrets userID/userKey. Needs root, the ceph packages, /dev/fuse
 // and loop devices; skipped with the reason otherwise.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +41,7 @@
 #include "support/ceph_test_cluster.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
+#include "support/tgtd_harness.h"
 
 namespace blockcsi {
 namespace {
@@ -47,6 +51,44 @@ using ::blockcsi::testing::ChildProcess;
 using ::blockcsi::testing::PluginUnderTest;
 using ::blockcsi::testing::ReadFileOrEmpty;
 using ::blockcsi::testing::TempDir;
+
+// GET /metrics from a plugin's --metrics-address on loopback: the body, or
+// "" when it did not answer 200.
+std::string ScrapeMetrics(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval timeout{.tv_sec = 5, .tv_usec = 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    std::string request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+      char buf[8192];
+      ssize_t n;
+      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  auto body = answer.find("\r\n\r\n");
+  if (answer.rfind("HTTP/1.1 200", 0) != 0 || body == std::string::npos) return "";
+  return answer.substr(body + 4);
+}
+
+// The value of the sample written exactly as `series`, or -1.
+double MetricSample(const std::string& text, const std::string& series) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 && line[series.size()] == ' ') {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return -1;
+}
 
 constexpr int64_t kMiB = 1LL << 20;
 
@@ -180,6 +222,7 @@ class RbdPluginTest : public ::testing::Test {
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
     node_a_ = std::make_unique<PluginUnderTest>(dir_.Join("node-a"), nullptr);
+    metrics_port_a_ = testing::FreeTcpPort();
     std::string error;
     ASSERT_TRUE(node_a_->Start(Options("all", "node-a"), &error)) << error;
   }
@@ -237,6 +280,10 @@ class RbdPluginTest : public ::testing::Test {
                       "--rbd-pool",     env_.at("RBD_POOL")};
       // The second node this suite publishes to (--mode all knows only its own).
       if (mode == "all") o.extra_args.insert(o.extra_args.end(), {"--known-node-ids", "node-b"});
+      // Node-a's figures (issue #19): fencing shows as blocklist operations.
+      if (mode == "all" && metrics_port_a_ > 0) {
+        o.extra_args.insert(o.extra_args.end(), {"--metrics-address", "127.0.0.1:" + std::to_string(metrics_port_a_)});
+      }
     }
     return o;
   }
@@ -473,6 +520,7 @@ class RbdPluginTest : public ::testing::Test {
   std::shared_ptr<VolumeBackend> backend_;
   std::unique_ptr<PluginUnderTest> node_a_;
   std::unique_ptr<PluginUnderTest> node_b_;
+  int metrics_port_a_ = 0;  // node-a's --metrics-address (127.0.0.1)
   std::vector<Volume> volumes_;
   std::vector<std::pair<std::string, std::string>> snapshots_;  // id, source volume id
   std::vector<std::string> cli_images_;
@@ -670,6 +718,13 @@ TEST_F(RbdPluginTest, ControllerUnpublishFencesALostNodeAndTheNextNodeTakesOver)
   }
   EXPECT_TRUE(abnormal) << "node-a still looks healthy: " << message;
   EXPECT_NE(message.find(v.id), std::string::npos) << message;
+  // The same, as Prometheus sees node-a (controller and node in one plugin):
+  // the fence was a blocklist operation, and the bridge reports itself fenced.
+  std::string metrics = ScrapeMetrics(metrics_port_a_);
+  EXPECT_GE(MetricSample(metrics, "blockcsi_target_operations_total{operation=\"blocklist\",result=\"OK\"}"), 1)
+      << metrics;
+  EXPECT_EQ(MetricSample(metrics, "blockcsi_bridge_healthy{volume=\"" + v.id + "\"}"), 0) << metrics;
+  EXPECT_EQ(metrics.find(key_), std::string::npos) << "the cephx key reached the metrics";
   std::cout << "node-a condition after the fence: " << message << "\n";
 
   std::map<std::string, std::string> ctx_b;
