@@ -46,6 +46,7 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
     o.host_fs = host_fs;
     o.clock = clock;
     o.iface = options.iscsi_iface;
+    o.nodes_dir = options.iscsi_nodes_dir;
     o.initiator_iqn = InitiatorIqnForNode(options.node_id);
     o.login_timeout = options.login_timeout;
     o.login_retries = options.login_retries;

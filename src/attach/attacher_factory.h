@@ -55,6 +55,8 @@ struct AttacherOptions {
   std::string bridge_cgroup;
   // open-iscsi iface name carrying this node's initiator IQN.
   std::string iscsi_iface = "blockcsi";
+  // open-iscsi's node database (CHAP settings are written into its records).
+  std::string iscsi_nodes_dir = "/etc/iscsi/nodes";
 
   // Kernel RBD (transport "rbd" with connector "iscsi"): the ceph.conf rbd
   // reads (empty: rbd's own search, /etc/ceph/ceph.conf), the bound on each

@@ -1,5 +1,6 @@
 #include "attach/iscsi_connector.h"
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <mutex>
@@ -279,16 +280,100 @@ class IscsiConnector final : public Connector {
     return c;
   }
 
+  // Non-secret settings only: iscsiadm's argv is readable from /proc.
   Status UpdateNode(const std::string& target, const std::string& portal, const std::string& key,
-                    const std::string& value, bool secret = false) {
+                    const std::string& value) {
     Command c = Node(target, portal, o_.iface);
-    c.Arg("-o").Arg("update").Arg("-n").Arg(key).Arg("-v");
-    if (secret) {
-      c.Secret(value);
-    } else {
-      c.Arg(value);
-    }
+    c.Arg("-o").Arg("update").Arg("-n").Arg(key).Arg("-v").Arg(value);
     return RunChecked(*o_.executor, c, StatusCode::kInternal).status();
+  }
+
+  // The file of the node record `iscsiadm -m node -o new` made for target,
+  // portal and our iface. open-iscsi keeps two layouts:
+  // <nodes>/<iqn>/<ip>,<port> (a file; tpgt unknown, what `-o new` without a
+  // tpgt makes) and <nodes>/<iqn>/<ip>,<port>,<tpgt>/<iface> (from
+  // discovery). Whichever tpgt: more than one candidate is ambiguous, and
+  // writing credentials into the wrong record is worse than failing.
+  StatusOr<std::string> FindNodeRecordFile(const AttachSpec& spec, const std::string& portal_text) {
+    BLOCKCSI_ASSIGN_OR_RETURN(Portal portal, ParsePortal(portal_text));
+    std::string dir = o_.nodes_dir + "/" + spec.target_iqn;
+    auto entries = o_.host_fs->ListDir(dir);
+    if (!entries.ok()) {
+      return Internal("volume \"" + spec.volume_id + "\": no node record directory for " + spec.target_iqn + " in " +
+                      o_.nodes_dir + ": " + entries.status().message());
+    }
+    std::string flat = portal.host + "," + std::to_string(portal.port);
+    std::vector<std::string> found;
+    for (const std::string& name : *entries) {
+      if (name == flat && !o_.host_fs->ListDir(dir + "/" + name).ok()) {
+        found.push_back(dir + "/" + name);
+      } else if (name.starts_with(flat + ",") && o_.host_fs->Exists(dir + "/" + name + "/" + o_.iface)) {
+        found.push_back(dir + "/" + name + "/" + o_.iface);
+      }
+    }
+    if (found.size() != 1) {
+      return Internal("volume \"" + spec.volume_id + "\": " + std::to_string(found.size()) + " node records of " +
+                      spec.target_iqn + " at " + portal_text + " through iface " + o_.iface + " in " + o_.nodes_dir +
+                      (found.empty() ? "" : " (ambiguous: " + found.front() + ", " + found.back() + ")") +
+                      "; expected exactly one");
+    }
+    return found.front();
+  }
+
+  // Writes node.session.auth.* into the record file: replaces those keys'
+  // lines, inserts missing ones after the authmethod line (where iscsiadm
+  // itself puts them) and leaves every other line as it was. Crash-safe and
+  // mode 0600 through the host seam. Neither error nor log carries a value.
+  Status WriteNodeAuth(const AttachSpec& spec, const std::string& portal,
+                       const std::vector<std::pair<std::string, std::string>>& auth) {
+    for (const auto& [key, value] : auth) {
+      // The record is line-oriented: a control byte in a value would forge
+      // another setting. Validation upstream refuses these already.
+      for (unsigned char c : value) {
+        if (c < 0x20 || c == 0x7f) {
+          return InvalidArgument("volume \"" + spec.volume_id + "\": CHAP " + key + " contains a control byte");
+        }
+      }
+    }
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string path, FindNodeRecordFile(spec, portal));
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, o_.host_fs->ReadFile(path));
+    std::vector<std::string> lines;
+    for (size_t pos = 0; pos < text.size();) {
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string::npos) nl = text.size();
+      lines.push_back(text.substr(pos, nl - pos));
+      pos = nl + 1;
+    }
+    auto key_of = [](const std::string& line) {
+      size_t eq = line.find(" = ");
+      return eq == std::string::npos ? std::string() : line.substr(0, eq);
+    };
+    std::vector<bool> written(auth.size(), false);
+    for (std::string& line : lines) {
+      for (size_t i = 0; i < auth.size(); ++i) {
+        if (key_of(line) == "node.session.auth." + auth[i].first) {
+          line = "node.session.auth." + auth[i].first + " = " + auth[i].second;
+          written[i] = true;
+        }
+      }
+    }
+    auto at = std::find_if(lines.begin(), lines.end(),
+                           [&](const std::string& l) { return key_of(l) == "node.session.auth.authmethod"; });
+    if (at == lines.end()) {
+      at = std::find(lines.begin(), lines.end(), "# END RECORD");
+      if (at == lines.end()) {
+        return Internal("volume \"" + spec.volume_id + "\": node record " + path + " has no \"# END RECORD\" line");
+      }
+    } else {
+      ++at;
+    }
+    for (size_t i = 0; i < auth.size(); ++i) {
+      if (written[i]) continue;
+      at = lines.insert(at, "node.session.auth." + auth[i].first + " = " + auth[i].second) + 1;
+    }
+    std::string out;
+    for (const std::string& line : lines) out += line + "\n";
+    return o_.host_fs->ReplaceFile(path, out).WithContext("write CHAP settings into node record " + path);
   }
 
   // The dedicated iface carries this node's initiator name, so that the
@@ -391,16 +476,13 @@ class IscsiConnector final : public Connector {
         UpdateNode(spec.target_iqn, portal, "node.conn[0].timeo.login_timeout", std::to_string(login_s)));
     BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.initial_login_retry_max", "1"));
     if (spec.chap.enabled()) {
-      BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.auth.authmethod", "CHAP"));
-      BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.auth.username", spec.chap.username));
-      BLOCKCSI_RETURN_IF_ERROR(
-          UpdateNode(spec.target_iqn, portal, "node.session.auth.password", spec.chap.password, true));
+      std::vector<std::pair<std::string, std::string>> auth = {
+          {"authmethod", "CHAP"}, {"username", spec.chap.username}, {"password", spec.chap.password}};
       if (spec.chap.mutual()) {
-        BLOCKCSI_RETURN_IF_ERROR(
-            UpdateNode(spec.target_iqn, portal, "node.session.auth.username_in", spec.chap.mutual_username));
-        BLOCKCSI_RETURN_IF_ERROR(
-            UpdateNode(spec.target_iqn, portal, "node.session.auth.password_in", spec.chap.mutual_password, true));
+        auth.emplace_back("username_in", spec.chap.mutual_username);
+        auth.emplace_back("password_in", spec.chap.mutual_password);
       }
+      BLOCKCSI_RETURN_IF_ERROR(WriteNodeAuth(spec, portal, auth));
     } else {
       BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.auth.authmethod", "None"));
     }

@@ -2,7 +2,8 @@
 // iscsiadm. A dedicated iface carries this node's initiator name; node
 // records are created with node.startup=manual and node.session.scan=manual
 // (so no other LUN of the target shows up unasked); CHAP goes on the node
-// record as sensitive arguments; login is per portal, bounded and retried;
+// record by rewriting its file in open-iscsi's node database (never on
+// iscsiadm's argv); login is per portal, bounded and retried;
 // the LUN is scanned explicitly and its block device found through sysfs
 // (session → host → target → LUN → block), never udev. With several
 // portals every path must report the same WWID and size and the dm
@@ -25,6 +26,10 @@ struct IscsiConnectorOptions {
   std::shared_ptr<Filesystem> host_fs;
   std::shared_ptr<Clock> clock;
   std::string iface = "blockcsi";
+  // open-iscsi's node database (host path, read and written through
+  // host_fs): CHAP settings are written into the node record here rather
+  // than passed to iscsiadm, whose argv any local user can read.
+  std::string nodes_dir = "/etc/iscsi/nodes";
   std::string initiator_iqn;
   std::chrono::milliseconds login_timeout{std::chrono::seconds(30)};
   int login_retries = 2;

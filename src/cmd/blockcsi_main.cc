@@ -155,6 +155,7 @@ int Main(int argc, char** argv) {
                                   .bridge_cgroup = config.bridge_cgroup,
                                   .ceph_conf = config.ceph_conf,
                                   .rbd_map_options = config.rbd_map_options,
+                                  .iscsi_nodes_dir = config.iscsi_nodes_dir,
                                   .rbd_timeout = config.rbd_timeout,
                                   .fs_minimum_bytes = fs_minimum_bytes});
     if (!node.ok()) {

@@ -36,6 +36,8 @@ struct PluginConfig {
   std::string bridge_cgroup;
   // Kernel RBD (krbd): `rbd device map --options` and the command timeout.
   std::string rbd_map_options;
+  // Kernel iSCSI: open-iscsi's node database (CHAP goes into the record file).
+  std::string iscsi_nodes_dir = "/etc/iscsi/nodes";
   std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
 
   // Controller side.

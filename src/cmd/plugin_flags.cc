@@ -64,6 +64,11 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
                  "missing) each bridge moves into, outside this container's cgroup, so that volumes keep working "
                  "while the plugin's container restarts or updates")
       ->group(node);
+  app.add_option("--iscsi-nodes-dir", c.iscsi_nodes_dir,
+                 "iscsi connector: open-iscsi's node database; CHAP settings are written into the node record "
+                 "file there, never passed on iscsiadm's command line")
+      ->group(node)
+      ->capture_default_str();
   app.add_option("--rbd-map-options", c.rbd_map_options,
                  "iscsi connector, RBD volumes: extra `rbd device map --options` (e.g. queue_depth=128)")
       ->group(node);

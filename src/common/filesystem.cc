@@ -32,6 +32,12 @@ class RootedFilesystem final : public Filesystem {
     return OkStatus();
   }
 
+  Status ReplaceFile(const std::string& path, const std::string& contents) const override {
+    AtomicWriteOptions options;
+    options.mode = 0600;
+    return WriteFileAtomically(Resolve(path), contents, options);
+  }
+
   StatusOr<std::vector<std::string>> ListDir(const std::string& path) const override {
     std::error_code ec;
     std::vector<std::string> names;

@@ -16,6 +16,10 @@ class Filesystem {
   virtual ~Filesystem() = default;
   virtual StatusOr<std::string> ReadFile(const std::string& path) const = 0;
   virtual Status WriteFile(const std::string& path, const std::string& contents) const = 0;
+  // Crash-safe replacement of a regular file (temp + fsync + rename, mode
+  // 0600), for configuration that may hold secrets (open-iscsi node records):
+  // after a crash the file holds the old contents or the new, never a mix.
+  virtual Status ReplaceFile(const std::string& path, const std::string& contents) const = 0;
   virtual StatusOr<std::vector<std::string>> ListDir(const std::string& path) const = 0;  // sorted names
   virtual StatusOr<std::string> ReadLink(const std::string& path) const = 0;
   virtual bool Exists(const std::string& path) const = 0;

@@ -117,6 +117,7 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   attacher_options.bridge_cgroup = wiring.bridge_cgroup;
   if (!wiring.ceph_conf.empty()) attacher_options.ceph_conf = wiring.ceph_conf;
   attacher_options.rbd_map_options = wiring.rbd_map_options;
+  attacher_options.iscsi_nodes_dir = wiring.iscsi_nodes_dir;
   attacher_options.rbd_command_timeout = wiring.rbd_timeout;
   attacher_options.step_hook = [](std::string_view step) { FaultPoint(step); };
   auto attacher = MakeVolumeAttacher(attacher_options);

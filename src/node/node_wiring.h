@@ -28,6 +28,8 @@ struct NodeWiring {
   std::string bridge_cgroup;  // userspace connector; see attacher_factory.h
   std::string ceph_conf;      // empty: the attacher's default
   std::string rbd_map_options;
+  // Kernel iSCSI: open-iscsi's node database, where CHAP settings are written.
+  std::string iscsi_nodes_dir = "/etc/iscsi/nodes";
   std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
   // The smallest device each filesystem formats (FilesystemMinimums); empty: not checked.
   std::function<uint64_t(const std::string& fs_type)> fs_minimum_bytes;

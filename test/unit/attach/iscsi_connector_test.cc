@@ -138,8 +138,23 @@ class IscsiConnectorTest : public ::testing::Test {
   void ExpectIfaceOk() {
     executor_->ExpectOk({"iscsiadm", "-m", "iface", "-I", "blockcsi", "-o", "show"}, Data("iface_show_blockcsi.txt"));
   }
+  // Where `iscsiadm -o new` (no tpgt) puts the record: <nodes>/<iqn>/<ip>,<port>.
+  std::string RecordFile(const std::string& portal) {
+    std::string flat = portal;
+    flat[flat.rfind(':')] = ',';
+    return root_ + "/etc/iscsi/nodes/" + kTarget + "/" + flat;
+  }
+  // A record as open-iscsi 2.1.8 wrote it (captured from the real iscsiadm).
+  void InstallRecord(const std::string& file) {
+    std::string text = Data("node_record_new_portal1.txt");
+    text.replace(text.find("TARGET"), 6, kTarget);
+    std::filesystem::create_directories(std::filesystem::path(file).parent_path());
+    ASSERT_TRUE(WriteFileAtomically(file, text).ok());
+  }
   void ExpectNodeRecord(const std::string& portal, const std::string& new_output, bool chap = false) {
-    executor_->ExpectOk(Node(portal, {"-o", "new"}), new_output);
+    executor_->ExpectOk(Node(portal, {"-o", "new"}), new_output).Then([this, portal] {
+      InstallRecord(RecordFile(portal));
+    });
     auto update = [&](const std::string& key, const std::string& value) {
       executor_->ExpectOk(Node(portal, {"-o", "update", "-n", key, "-v", value}));
     };
@@ -151,11 +166,7 @@ class IscsiConnectorTest : public ::testing::Test {
       update("node.session.auth.authmethod", "None");
       return;
     }
-    update("node.session.auth.authmethod", "CHAP");
-    update("node.session.auth.username", "alice");
-    update("node.session.auth.password", FakeExecutor::Secret("alice-secret-1"));
-    update("node.session.auth.username_in", "array");
-    update("node.session.auth.password_in", FakeExecutor::Secret("array-secret-2"));
+    // CHAP: no iscsiadm call at all; the record file is rewritten.
   }
   void ExpectLogoutAndDelete(const std::string& portal, const std::string& logout_output) {
     executor_->ExpectOk(Node(portal, {"--logout"}), logout_output);
@@ -219,7 +230,7 @@ TEST_F(IscsiConnectorTest, CreatesTheIfaceWithTheNodesInitiatorName) {
   EXPECT_TRUE(attacher->Attach(Spec(kP1)).ok());
 }
 
-TEST_F(IscsiConnectorTest, ChapGoesOnTheNodeRecordAsSecretArguments) {
+TEST_F(IscsiConnectorTest, ChapIsWrittenIntoTheNodeRecordFileNeverOnArgv) {
   auto attacher = MakeAttacher();
   ExpectIfaceOk();
   ExpectNodeRecord(kP1, Data("node_new_portal1.txt"), /*chap=*/true);
@@ -237,9 +248,82 @@ TEST_F(IscsiConnectorTest, ChapGoesOnTheNodeRecordAsSecretArguments) {
     EXPECT_EQ(line.find("secret-"), std::string::npos) << line;
   }
   EXPECT_EQ(logs.find("secret-"), std::string::npos);
+  // No argv held a secret: every command run matched one of the exact,
+  // secret-free argv lists ExpectNodeRecord queued (an unexpected one fails).
   auto text = ReadFileToString(state_ + "/attachments/vol-1.json");
   ASSERT_TRUE(text.ok());
   EXPECT_EQ(text->find("secret-"), std::string::npos);
+  // The record: auth lines where iscsiadm itself writes them (after
+  // authmethod), every other line unchanged, owner-only.
+  auto rec = ReadFileToString(RecordFile(kP1));
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  std::string want = Data("node_record_new_portal1.txt");
+  want.replace(want.find("TARGET"), 6, kTarget);
+  want.replace(want.find("node.session.auth.authmethod = None\n"), 36,
+               "node.session.auth.authmethod = CHAP\n"
+               "node.session.auth.username = alice\n"
+               "node.session.auth.password = alice-secret-1\n"
+               "node.session.auth.username_in = array\n"
+               "node.session.auth.password_in = array-secret-2\n");
+  EXPECT_EQ(*rec, want);
+  EXPECT_EQ(std::filesystem::status(RecordFile(kP1)).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
+// Discovery's layout <ip>,<port>,<tpgt>/<iface>: found whatever the tpgt;
+// two records of one portal are refused rather than guessed between.
+TEST_F(IscsiConnectorTest, ChapFindsTheTpgtRecordAndRefusesAmbiguity) {
+  std::map<std::string, std::string> chap = {{secret_keys::kChapUsername, "alice"},
+                                             {secret_keys::kChapPassword, "alice-secret-1"}};
+  std::string dir = root_ + "/etc/iscsi/nodes/" + std::string(kTarget);
+  {
+    auto attacher = MakeAttacher();
+    ExpectIfaceOk();
+    executor_->ExpectOk(Node(kP1, {"-o", "new"}), Data("node_new_portal1.txt")).Then([this, dir] {
+      InstallRecord(dir + "/192.0.2.10,3260,1/blockcsi");
+      InstallRecord(dir + "/192.0.2.10,32600,1/blockcsi");    // another port: not ours
+      InstallRecord(dir + "/192.0.2.10,3260,2/other-iface");  // another iface: not ours
+    });
+    for (auto [k, v] :
+         std::vector<std::pair<std::string, std::string>>{{"node.startup", "manual"},
+                                                          {"node.session.scan", "manual"},
+                                                          {"node.conn[0].timeo.login_timeout", "30"},
+                                                          {"node.session.initial_login_retry_max", "1"}}) {
+      executor_->ExpectOk(Node(kP1, {"-o", "update", "-n", k, "-v", v}));
+    }
+    executor_->ExpectOk(Node(kP1, {"--login"}), Data("login_portal1.txt")).Then(Installs("session1_lun1"));
+    ASSERT_TRUE(attacher->Attach(Spec(kP1, 1, chap)).ok());
+    EXPECT_NE(testing::ReadFileOrEmpty(dir + "/192.0.2.10,3260,1/blockcsi")
+                  .find("node.session.auth.password = alice-secret-1\n"),
+              std::string::npos);
+    EXPECT_EQ(testing::ReadFileOrEmpty(dir + "/192.0.2.10,32600,1/blockcsi").find("alice"), std::string::npos);
+    EXPECT_EQ(testing::ReadFileOrEmpty(dir + "/192.0.2.10,3260,2/other-iface").find("alice"), std::string::npos);
+  }
+}
+
+TEST_F(IscsiConnectorTest, ChapWithTwoRecordsForThePortalIsRefusedAndCleanedUp) {
+  std::string dir = root_ + "/etc/iscsi/nodes/" + std::string(kTarget);
+  auto attacher = MakeAttacher();
+  ExpectIfaceOk();
+  executor_->ExpectOk(Node(kP1, {"-o", "new"}), Data("node_new_portal1.txt")).Then([this, dir] {
+    InstallRecord(dir + "/192.0.2.10,3260");
+    InstallRecord(dir + "/192.0.2.10,3260,1/blockcsi");
+  });
+  for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{{"node.startup", "manual"},
+                                                                      {"node.session.scan", "manual"},
+                                                                      {"node.conn[0].timeo.login_timeout", "30"},
+                                                                      {"node.session.initial_login_retry_max", "1"}}) {
+    executor_->ExpectOk(Node(kP1, {"-o", "update", "-n", k, "-v", v}));
+  }
+  executor_->ExpectOk(Node(kP1, {"-o", "delete"}));
+  auto record = attacher->Attach(
+      Spec(kP1, 1, {{secret_keys::kChapUsername, "alice"}, {secret_keys::kChapPassword, "alice-secret-1"}}));
+  ASSERT_FALSE(record.ok());
+  EXPECT_EQ(record.status().code(), StatusCode::kInternal) << record.status().ToString();
+  EXPECT_NE(record.status().message().find("ambiguous"), std::string::npos) << record.status().ToString();
+  EXPECT_EQ(record.status().message().find("secret"), std::string::npos);
+  EXPECT_EQ(testing::ReadFileOrEmpty(dir + "/192.0.2.10,3260").find("alice"), std::string::npos);
+  EXPECT_EQ(attacher->Get("vol-1").status().code(), StatusCode::kNotFound);
 }
 
 // Issue #24: a static PV's initiatorName would need an iface of its own;
