@@ -78,6 +78,9 @@ class TextFilesystem final : public blockcsi::Filesystem {
   blockcsi::Status WriteFile(const std::string& path, const std::string&) const override {
     return files_.count(path) ? blockcsi::OkStatus() : blockcsi::NotFound(path);
   }
+  blockcsi::Status ReplaceFile(const std::string& path, const std::string&) const override {
+    return files_.count(path) ? blockcsi::OkStatus() : blockcsi::NotFound(path);
+  }
   blockcsi::StatusOr<std::vector<std::string>> ListDir(const std::string& path) const override {
     auto it = dirs_.find(path);
     if (it == dirs_.end()) return blockcsi::NotFound(path);
