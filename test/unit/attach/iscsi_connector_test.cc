@@ -271,8 +271,8 @@ TEST_F(IscsiConnectorTest, ChapIsWrittenIntoTheNodeRecordFileNeverOnArgv) {
 }
 
 // Discovery's layout <ip>,<port>,<tpgt>/<iface>: found whatever the tpgt;
-// two records of one portal are refused rather than guessed between.
-TEST_F(IscsiConnectorTest, ChapFindsTheTpgtRecordAndRefusesAmbiguity) {
+// records of another port or iface are left alone.
+TEST_F(IscsiConnectorTest, ChapFindsTheRecordOfOurPortalAndIfaceWhateverTheTpgt) {
   std::map<std::string, std::string> chap = {{secret_keys::kChapUsername, "alice"},
                                              {secret_keys::kChapPassword, "alice-secret-1"}};
   std::string dir = root_ + "/etc/iscsi/nodes/" + std::string(kTarget);
