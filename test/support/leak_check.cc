@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "common/mounter.h"
 #include "support/test_util.h"
@@ -166,6 +168,16 @@ std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot
   std::set_difference(after.items.begin(), after.items.end(), before.items.begin(), before.items.end(),
                       std::back_inserter(out));
   return out;
+}
+
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  std::vector<std::string> left = NewItems(before, TakeLeakSnapshot(scope));
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    left = NewItems(before, TakeLeakSnapshot(scope));
+  }
+  return left;
 }
 
 std::string DescribeItems(const std::vector<std::string>& items) {

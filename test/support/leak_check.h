@@ -55,6 +55,12 @@ std::vector<std::pair<std::string, std::string>> LoopDevicesBackedUnder(const st
 // What `after` holds that `before` did not, sorted; empty when nothing leaked.
 std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot& after);
 
+// NewItems against a fresh snapshot of `scope`, retaken for up to 2 s while
+// anything is new. Why: `losetup -d` on a loop device that is still open (the
+// last reference of a just-unmounted filesystem) only marks it autoclear; the
+// kernel unbinds it a moment later. A real leak is still there after 2 s.
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope);
+
 // For failure messages: the items one per line, or "nothing".
 std::string DescribeItems(const std::vector<std::string>& items);
 
