@@ -57,12 +57,14 @@ phase build hack/build.sh "${build_args[@]}"
 # reproducible (hack/fuzz.sh SECONDS for long runs). Ordinary builds also
 # replay each fuzz target's corpus as a ctest.
 side_checks() {
+  local status=0
   if [ "${BLOCKCSI_SKIP_VERIFY:-0}" != "1" ]; then
-    phase "static checks" hack/verify.sh || return 1
+    phase "static checks" hack/verify.sh || status=1
   fi
   if [ -z "$sanitize" ] && [ "${BLOCKCSI_SKIP_FUZZ:-0}" != "1" ]; then
-    phase fuzz env FUZZ_RUNS="${FUZZ_RUNS:-100000}" hack/fuzz.sh 0 || return 1
+    phase fuzz env FUZZ_RUNS="${FUZZ_RUNS:-100000}" hack/fuzz.sh 0 || status=1
   fi
+  return "$status"
 }
 (
   renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true
