@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "csi.grpc.pb.h"
+#include "support/http_probe.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -33,53 +34,6 @@ namespace blockcsi {
 namespace {
 
 using namespace std::chrono_literals;
-
-// One HTTP exchange on loopback: `request` as is; the answer until the
-// server closes or 2 s pass without a byte.
-std::string Exchange(int port, const std::string& request) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  timeval timeout{.tv_sec = 2, .tv_usec = 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    size_t sent = 0;
-    while (sent < request.size()) {
-      ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += static_cast<size_t>(n);
-    }
-    char buf[8192];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
-// The body of GET `path`, or "" when the answer was not a 200.
-std::string HttpGet(int port, const std::string& path) {
-  std::string answer = Exchange(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-  if (answer.rfind("HTTP/1.1 200", 0) != 0) return "";
-  auto body = answer.find("\r\n\r\n");
-  return body == std::string::npos ? "" : answer.substr(body + 4);
-}
-
-// The value of the sample written exactly as `series` (name{labels}), or -1.
-double Sample(const std::string& text, const std::string& series) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 && line[series.size()] == ' ') {
-      return std::stod(line.substr(series.size() + 1));
-    }
-  }
-  return -1;
-}
 
 std::string Calls(const std::string& method, const std::string& code) {
   return "blockcsi_grpc_calls_total{method=\"/csi.v1." + method + "\",code=\"" + code + "\"}";
@@ -136,7 +90,7 @@ class MetricsE2ETest : public ::testing::Test {
     return true;
   }
 
-  std::string Scrape() { return HttpGet(metrics_port_, "/metrics"); }
+  std::string Scrape() { return testing::HttpGetBody(metrics_port_, "/metrics"); }
 
   ::testing::AssertionResult Ok(const grpc::Status& st) { return testing::GrpcOk(st, plugin_->LogTail()); }
 
@@ -230,7 +184,7 @@ TEST_F(MetricsE2ETest, LifecycleMovesTheCountersByExactlyTheCallsMade) {
   std::string before = Scrape();
   ASSERT_FALSE(before.empty()) << plugin_->LogTail();
   EXPECT_NE(before.find("blockcsi_build_info{program=\"blockcsi\""), std::string::npos) << before;
-  EXPECT_EQ(Sample(before, "blockcsi_node_staged_volumes"), 0) << before;
+  EXPECT_EQ(testing::MetricSample(before, "blockcsi_node_staged_volumes"), 0) << before;
 
   Volume v = CreateAndPublish("metrics-lifecycle");
   ASSERT_FALSE(v.id.empty());
@@ -242,45 +196,57 @@ TEST_F(MetricsE2ETest, LifecycleMovesTheCountersByExactlyTheCallsMade) {
   EXPECT_EQ(Stage(bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   std::string staged = Scrape();
-  EXPECT_EQ(Sample(staged, Calls("Controller/CreateVolume", "OK")), 1) << staged;
-  EXPECT_EQ(Sample(staged, Calls("Controller/ControllerPublishVolume", "OK")), 1) << staged;
-  EXPECT_EQ(Sample(staged, Calls("Node/NodeStageVolume", "OK")), 2) << staged;
-  EXPECT_EQ(Sample(staged, Calls("Node/NodeStageVolume", "INVALID_ARGUMENT")), 1) << staged;
-  EXPECT_EQ(Sample(staged, Calls("Node/NodePublishVolume", "OK")), 1) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_grpc_call_duration_seconds_count{method=\"/csi.v1.Node/NodeStageVolume\"}"), 3)
-      << staged;
-  EXPECT_EQ(Sample(staged,
-                   "blockcsi_grpc_call_duration_seconds_bucket{method=\"/csi.v1.Node/NodeStageVolume\","
-                   "le=\"+Inf\"}"),
+  EXPECT_EQ(testing::MetricSample(staged, Calls("Controller/CreateVolume", "OK")), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, Calls("Controller/ControllerPublishVolume", "OK")), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, Calls("Node/NodeStageVolume", "OK")), 2) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, Calls("Node/NodeStageVolume", "INVALID_ARGUMENT")), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, Calls("Node/NodePublishVolume", "OK")), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged,
+                                  "blockcsi_grpc_call_duration_seconds_count{method=\"/csi.v1.Node/NodeStageVolume\"}"),
             3)
       << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_grpc_calls_in_flight{method=\"/csi.v1.Node/NodeStageVolume\"}"), 0) << staged;
-  EXPECT_EQ(Sample(staged, Op("attach")), 1) << staged;
-  EXPECT_EQ(Sample(staged, Op("format")), 1) << staged;
-  EXPECT_EQ(Sample(staged, Op("mount")), 1) << staged;
-  EXPECT_EQ(Sample(staged, Op("bind_mount")), 1) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_node_staged_volumes"), 1) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_node_attached_volumes"), 1) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_node_published_volumes"), 1) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_target_operations_total{operation=\"export\",result=\"OK\"}") >= 1, true)
+  EXPECT_EQ(testing::MetricSample(staged,
+                                  "blockcsi_grpc_call_duration_seconds_bucket{method=\"/csi.v1.Node/NodeStageVolume\","
+                                  "le=\"+Inf\"}"),
+            3)
       << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_target_pool_volumes{pool=\"" + plugin_->pool_dir() + "\"}"), 1) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_target_pool_provisioned_bytes{pool=\"" + plugin_->pool_dir() + "\"}"), 64 << 20)
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_grpc_calls_in_flight{method=\"/csi.v1.Node/NodeStageVolume\"}"), 0)
+      << staged;
+  EXPECT_EQ(testing::MetricSample(staged, Op("attach")), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, Op("format")), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, Op("mount")), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, Op("bind_mount")), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_node_staged_volumes"), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_node_attached_volumes"), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_node_published_volumes"), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_target_operations_total{operation=\"export\",result=\"OK\"}") >= 1,
+            true)
+      << staged;
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_target_pool_volumes{pool=\"" + plugin_->pool_dir() + "\"}"), 1)
+      << staged;
+  EXPECT_EQ(
+      testing::MetricSample(staged, "blockcsi_target_pool_provisioned_bytes{pool=\"" + plugin_->pool_dir() + "\"}"),
+      64 << 20)
       << staged;
   EXPECT_EQ(staged.find(kSecret), std::string::npos) << "a request's secret reached the metrics";
   // The bridge's own figures, asked over its control socket: mkfs wrote
   // through it; every I/O is in the histogram; none failed.
   const std::string vol = "volume=\"" + v.id + "\"";
-  EXPECT_EQ(Sample(staged, "blockcsi_bridge_up{" + vol + "}"), 1) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_bridge_healthy{" + vol + "}"), 1) << staged;
-  double writes = Sample(staged, "blockcsi_bridge_ios_total{" + vol + ",op=\"write\"}");
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_bridge_up{" + vol + "}"), 1) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_bridge_healthy{" + vol + "}"), 1) << staged;
+  double writes = testing::MetricSample(staged, "blockcsi_bridge_ios_total{" + vol + ",op=\"write\"}");
   EXPECT_GT(writes, 0) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_bridge_io_duration_seconds_count{" + vol + ",op=\"write\"}"), writes) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_bridge_io_duration_seconds_bucket{" + vol + ",op=\"write\",le=\"+Inf\"}"), writes)
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_bridge_io_duration_seconds_count{" + vol + ",op=\"write\"}"),
+            writes)
       << staged;
-  EXPECT_GE(Sample(staged, "blockcsi_bridge_io_bytes_total{" + vol + ",op=\"write\"}"), writes * 512) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_bridge_io_errors_total{" + vol + ",op=\"write\"}"), 0) << staged;
-  EXPECT_EQ(Sample(staged, "blockcsi_bridge_reconnects_total{" + vol + "}"), 0) << staged;
+  EXPECT_EQ(
+      testing::MetricSample(staged, "blockcsi_bridge_io_duration_seconds_bucket{" + vol + ",op=\"write\",le=\"+Inf\"}"),
+      writes)
+      << staged;
+  EXPECT_GE(testing::MetricSample(staged, "blockcsi_bridge_io_bytes_total{" + vol + ",op=\"write\"}"), writes * 512)
+      << staged;
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_bridge_io_errors_total{" + vol + ",op=\"write\"}"), 0) << staged;
+  EXPECT_EQ(testing::MetricSample(staged, "blockcsi_bridge_reconnects_total{" + vol + "}"), 0) << staged;
 
   // A figure for the report, not an assertion: what one scrape costs with a
   // staged volume (the collectors read the records, the mount table and ask
@@ -298,16 +264,17 @@ TEST_F(MetricsE2ETest, LifecycleMovesTheCountersByExactlyTheCallsMade) {
   ASSERT_TRUE(Ok(Unstage(v)));
   UnpublishAndDelete(v);
   std::string after = Scrape();
-  EXPECT_EQ(Sample(after, Calls("Node/NodeUnpublishVolume", "OK")), 1) << after;
-  EXPECT_EQ(Sample(after, Calls("Node/NodeUnstageVolume", "OK")), 1) << after;
-  EXPECT_EQ(Sample(after, Calls("Controller/DeleteVolume", "OK")), 1) << after;
-  EXPECT_EQ(Sample(after, Op("detach")), 1) << after;
-  EXPECT_EQ(Sample(after, Op("attach")), 1) << after;
-  EXPECT_EQ(Sample(after, Op("format")), 1) << after;
-  EXPECT_EQ(Sample(after, "blockcsi_node_staged_volumes"), 0) << after;
-  EXPECT_EQ(Sample(after, "blockcsi_node_attached_volumes"), 0) << after;
-  EXPECT_EQ(Sample(after, "blockcsi_node_published_volumes"), 0) << after;
-  EXPECT_EQ(Sample(after, "blockcsi_target_pool_volumes{pool=\"" + plugin_->pool_dir() + "\"}"), 0) << after;
+  EXPECT_EQ(testing::MetricSample(after, Calls("Node/NodeUnpublishVolume", "OK")), 1) << after;
+  EXPECT_EQ(testing::MetricSample(after, Calls("Node/NodeUnstageVolume", "OK")), 1) << after;
+  EXPECT_EQ(testing::MetricSample(after, Calls("Controller/DeleteVolume", "OK")), 1) << after;
+  EXPECT_EQ(testing::MetricSample(after, Op("detach")), 1) << after;
+  EXPECT_EQ(testing::MetricSample(after, Op("attach")), 1) << after;
+  EXPECT_EQ(testing::MetricSample(after, Op("format")), 1) << after;
+  EXPECT_EQ(testing::MetricSample(after, "blockcsi_node_staged_volumes"), 0) << after;
+  EXPECT_EQ(testing::MetricSample(after, "blockcsi_node_attached_volumes"), 0) << after;
+  EXPECT_EQ(testing::MetricSample(after, "blockcsi_node_published_volumes"), 0) << after;
+  EXPECT_EQ(testing::MetricSample(after, "blockcsi_target_pool_volumes{pool=\"" + plugin_->pool_dir() + "\"}"), 0)
+      << after;
   EXPECT_EQ(after.find("blockcsi_bridge_up{" + vol + "}"), std::string::npos) << "an unstaged volume's series stayed";
   EXPECT_EQ(after.find(kSecret), std::string::npos);
   EXPECT_EQ(testing::ReadFileOrEmpty(plugin_->log_path()).find(kSecret), std::string::npos);
@@ -389,8 +356,8 @@ TEST_F(MetricsE2ETest, ATgtdRestartIsSeenAndRepairedByReconcile) {
   Volume v = CreateAndPublish("metrics-restart");
   ASSERT_FALSE(v.id.empty());
   std::string before = Scrape();
-  EXPECT_EQ(Sample(before, "blockcsi_target_daemon_restarts_seen_total"), 0) << before;
-  double repairs_before = Sample(before, "blockcsi_target_reconcile_repairs_total");
+  EXPECT_EQ(testing::MetricSample(before, "blockcsi_target_daemon_restarts_seen_total"), 0) << before;
+  double repairs_before = testing::MetricSample(before, "blockcsi_target_reconcile_repairs_total");
 
   tgtd_->Kill9();
   std::string error;
@@ -398,12 +365,12 @@ TEST_F(MetricsE2ETest, ATgtdRestartIsSeenAndRepairedByReconcile) {
   std::string after;
   for (int i = 0; i < 300; ++i) {  // a pass every second; a loaded machine may take longer
     after = Scrape();
-    if (Sample(after, "blockcsi_target_daemon_restarts_seen_total") >= 1) break;
+    if (testing::MetricSample(after, "blockcsi_target_daemon_restarts_seen_total") >= 1) break;
     std::this_thread::sleep_for(100ms);
   }
-  EXPECT_EQ(Sample(after, "blockcsi_target_daemon_restarts_seen_total"), 1) << after;
-  EXPECT_GT(Sample(after, "blockcsi_target_reconcile_repairs_total"), repairs_before) << after;
-  EXPECT_GE(Sample(after, "blockcsi_target_reconcile_runs_total{result=\"OK\"}"), 2) << after;
+  EXPECT_EQ(testing::MetricSample(after, "blockcsi_target_daemon_restarts_seen_total"), 1) << after;
+  EXPECT_GT(testing::MetricSample(after, "blockcsi_target_reconcile_repairs_total"), repairs_before) << after;
+  EXPECT_GE(testing::MetricSample(after, "blockcsi_target_reconcile_runs_total{result=\"OK\"}"), 2) << after;
   EXPECT_NE(tgtd_->ShowTargets().find(v.id.substr(v.id.size() - 8)), std::string::npos)
       << "the target is back: " << tgtd_->ShowTargets();
   UnpublishAndDelete(v);
@@ -412,13 +379,14 @@ TEST_F(MetricsE2ETest, ATgtdRestartIsSeenAndRepairedByReconcile) {
 TEST_F(MetricsE2ETest, BadRequestsToTheMetricsPortNeverHarmThePlugin) {
   ASSERT_TRUE(StartPlugin({}));
   ASSERT_FALSE(Scrape().empty());
-  Exchange(metrics_port_, "\x16\x03\x01\x02\x00not http at all\r\n\r\n");
-  Exchange(metrics_port_, "POST /metrics HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n" + std::string(65536, 'x'));
-  Exchange(metrics_port_, "GET /" + std::string(100000, 'a') + " HTTP/1.1\r\n\r\n");
-  Exchange(metrics_port_, "GET /metrics HTTP/1.1\r\n" + std::string(50000, 'H') + ": v\r\n\r\n");
-  EXPECT_EQ(HttpGet(metrics_port_, "/../../etc/shadow"), "");
+  testing::HttpExchange(metrics_port_, "\x16\x03\x01\x02\x00not http at all\r\n\r\n");
+  testing::HttpExchange(metrics_port_,
+                        "POST /metrics HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n" + std::string(65536, 'x'));
+  testing::HttpExchange(metrics_port_, "GET /" + std::string(100000, 'a') + " HTTP/1.1\r\n\r\n");
+  testing::HttpExchange(metrics_port_, "GET /metrics HTTP/1.1\r\n" + std::string(50000, 'H') + ": v\r\n\r\n");
+  EXPECT_EQ(testing::HttpGetBody(metrics_port_, "/../../etc/shadow"), "");
   std::vector<std::thread> slow;
-  for (int i = 0; i < 16; ++i) slow.emplace_back([this] { Exchange(metrics_port_, "GET /met"); });
+  for (int i = 0; i < 16; ++i) slow.emplace_back([this] { testing::HttpExchange(metrics_port_, "GET /met"); });
   for (auto& t : slow) t.join();
 
   EXPECT_TRUE(plugin_->running());
@@ -426,7 +394,7 @@ TEST_F(MetricsE2ETest, BadRequestsToTheMetricsPortNeverHarmThePlugin) {
   csi::v1::ProbeResponse presp;
   EXPECT_TRUE(Ok(plugin_->identity().Probe(testing::Deadline().get(), probe, &presp)));
   std::string text = Scrape();
-  EXPECT_EQ(Sample(text, Calls("Identity/Probe", "OK")), 1) << text;
+  EXPECT_EQ(testing::MetricSample(text, Calls("Identity/Probe", "OK")), 1) << text;
 }
 
 TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade) {
@@ -441,8 +409,10 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
                                std::to_string(tgtd_->control_port()), "--portal", tgtd_->portal(), "--metrics-address",
                                "127.0.0.1:" + std::to_string(agent_metrics)},
       dir_.Join("agent.log"));
-  for (int i = 0; i < 200 && HttpGet(agent_metrics, "/metrics").empty(); ++i) std::this_thread::sleep_for(100ms);
-  ASSERT_FALSE(HttpGet(agent_metrics, "/metrics").empty()) << testing::ReadFileOrEmpty(dir_.Join("agent.log"));
+  for (int i = 0; i < 200 && testing::HttpGetBody(agent_metrics, "/metrics").empty(); ++i)
+    std::this_thread::sleep_for(100ms);
+  ASSERT_FALSE(testing::HttpGetBody(agent_metrics, "/metrics").empty())
+      << testing::ReadFileOrEmpty(dir_.Join("agent.log"));
 
   testing::PluginOptions options;
   options.mode = "controller";
@@ -472,9 +442,11 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
   unpub.set_node_id("e2e-node");
   csi::v1::ControllerUnpublishVolumeResponse uresp;
   ASSERT_TRUE(Ok(plugin_->controller().ControllerUnpublishVolume(testing::Deadline().get(), unpub, &uresp)));
-  std::string agent_text = HttpGet(agent_metrics, "/metrics");
-  EXPECT_EQ(Sample(agent_text, "blockcsi_target_operations_total{operation=\"grant\",result=\"OK\"}"), 1) << agent_text;
-  EXPECT_EQ(Sample(agent_text, "blockcsi_target_operations_total{operation=\"revoke\",result=\"OK\"}"), 1)
+  std::string agent_text = testing::HttpGetBody(agent_metrics, "/metrics");
+  EXPECT_EQ(testing::MetricSample(agent_text, "blockcsi_target_operations_total{operation=\"grant\",result=\"OK\"}"), 1)
+      << agent_text;
+  EXPECT_EQ(testing::MetricSample(agent_text, "blockcsi_target_operations_total{operation=\"revoke\",result=\"OK\"}"),
+            1)
       << agent_text;
   EXPECT_NE(agent_text.find("blockcsi_build_info{program=\"blockcsi-target\""), std::string::npos) << agent_text;
 
@@ -504,7 +476,7 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
         encoded += buf;
       }
     }
-    return HttpGet(prom_port, "/api/v1/query?query=" + encoded);
+    return testing::HttpGetBody(prom_port, "/api/v1/query?query=" + encoded);
   };
   const std::string plugin_q =
       "blockcsi_grpc_calls_total{job=\"blockcsi\",method=\"/csi.v1.Controller/CreateVolume\",code=\"OK\"}";

@@ -39,6 +39,7 @@
 #include "controller/rbd_backend.h"
 #include "csi.grpc.pb.h"
 #include "support/ceph_test_cluster.h"
+#include "support/http_probe.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -51,44 +52,6 @@ using ::blockcsi::testing::ChildProcess;
 using ::blockcsi::testing::PluginUnderTest;
 using ::blockcsi::testing::ReadFileOrEmpty;
 using ::blockcsi::testing::TempDir;
-
-// GET /metrics from a plugin's --metrics-address on loopback: the body, or
-// "" when it did not answer 200.
-std::string ScrapeMetrics(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  timeval timeout{.tv_sec = 5, .tv_usec = 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string answer;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    std::string request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
-      char buf[8192];
-      ssize_t n;
-      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
-    }
-  }
-  ::close(fd);
-  auto body = answer.find("\r\n\r\n");
-  if (answer.rfind("HTTP/1.1 200", 0) != 0 || body == std::string::npos) return "";
-  return answer.substr(body + 4);
-}
-
-// The value of the sample written exactly as `series`, or -1.
-double MetricSample(const std::string& text, const std::string& series) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 && line[series.size()] == ' ') {
-      return std::stod(line.substr(series.size() + 1));
-    }
-  }
-  return -1;
-}
 
 constexpr int64_t kMiB = 1LL << 20;
 
@@ -720,10 +683,11 @@ TEST_F(RbdPluginTest, ControllerUnpublishFencesALostNodeAndTheNextNodeTakesOver)
   EXPECT_NE(message.find(v.id), std::string::npos) << message;
   // The same, as Prometheus sees node-a (controller and node in one plugin):
   // the fence was a blocklist operation, and the bridge reports itself fenced.
-  std::string metrics = ScrapeMetrics(metrics_port_a_);
-  EXPECT_GE(MetricSample(metrics, "blockcsi_target_operations_total{operation=\"blocklist\",result=\"OK\"}"), 1)
+  std::string metrics = testing::HttpGetBody(metrics_port_a_, "/metrics", 5);
+  EXPECT_GE(testing::MetricSample(metrics, "blockcsi_target_operations_total{operation=\"blocklist\",result=\"OK\"}"),
+            1)
       << metrics;
-  EXPECT_EQ(MetricSample(metrics, "blockcsi_bridge_healthy{volume=\"" + v.id + "\"}"), 0) << metrics;
+  EXPECT_EQ(testing::MetricSample(metrics, "blockcsi_bridge_healthy{volume=\"" + v.id + "\"}"), 0) << metrics;
   EXPECT_EQ(metrics.find(key_), std::string::npos) << "the cephx key reached the metrics";
   std::cout << "node-a condition after the fence: " << message << "\n";
 

@@ -15,40 +15,13 @@
 #include "common/metrics.h"
 #include "common/metrics_server.h"
 #include "gtest/gtest.h"
+#include "support/http_probe.h"
 
 namespace blockcsi {
 namespace {
 
-// One raw HTTP exchange: sends `request` as is, reads until the server
-// closes or 2 s pass without a byte.
-std::string Exchange(int port, const std::string& request) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  // A request the server never completes is cut short by us after 2 s.
-  timeval timeout{.tv_sec = 2, .tv_usec = 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    size_t sent = 0;
-    while (sent < request.size()) {
-      ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += static_cast<size_t>(n);
-    }
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
 std::string Get(int port, const std::string& path) {
-  return Exchange(port, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  return testing::HttpExchange(port, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
 }
 
 TEST(MetricsRegistry, RendersCountersGaugesAndCumulativeHistograms) {
@@ -147,16 +120,17 @@ TEST(MetricsServer, ServesMetricsAndSurvivesBadRequests) {
 
   EXPECT_NE(Get(port, "/other").find(" 404 "), std::string::npos);
   EXPECT_NE(Get(port, "/metrics/../../etc/passwd").find(" 404 "), std::string::npos);
-  std::string post =
-      Exchange(port, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc");
+  std::string post = testing::HttpExchange(
+      port, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc");
   EXPECT_EQ(post.find("t_total"), std::string::npos) << post;
-  Exchange(port, "\x16\x03\x01\x02\x00garbage that is not HTTP\r\n\r\n");
-  Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n" + std::string(100000, 'A'));
-  Exchange(port, "GET /" + std::string(200000, 'a') + " HTTP/1.1\r\n\r\n");
-  Exchange(port, "");
+  testing::HttpExchange(port, "\x16\x03\x01\x02\x00garbage that is not HTTP\r\n\r\n");
+  testing::HttpExchange(
+      port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n" + std::string(100000, 'A'));
+  testing::HttpExchange(port, "GET /" + std::string(200000, 'a') + " HTTP/1.1\r\n\r\n");
+  testing::HttpExchange(port, "");
   // A few clients at once, each sending half a request and leaving.
   std::vector<std::thread> threads;
-  for (int i = 0; i < 8; ++i) threads.emplace_back([port] { Exchange(port, "GET /metr"); });
+  for (int i = 0; i < 8; ++i) threads.emplace_back([port] { testing::HttpExchange(port, "GET /metr"); });
   for (auto& t : threads) t.join();
 
   std::string after = Get(port, "/metrics");
