@@ -16,6 +16,12 @@ if [ "${#existing[@]}" -gt 0 ]; then
   fi
 fi
 
+# Layering: no #include in src/ goes up a layer (README.md, "Source map").
+if ! hack/check_layers.py; then
+  echo "verify: an include goes up a layer (hack/check_layers.py)" >&2
+  status=1
+fi
+
 mapfile -t scripts < <(git ls-files --cached --others --exclude-standard -- 'hack/*.sh' '.ci/*' | sort -u)
 existing=()
 for f in "${scripts[@]}"; do [ -f "$f" ] && existing+=("$f"); done

@@ -10,6 +10,7 @@
 
 #include "attach/volume_attacher.h"
 #include "common/status.h"
+#include "common/strings.h"
 
 namespace blockcsi {
 
@@ -20,11 +21,6 @@ inline constexpr char kAttachStateAttached[] = "attached";
 // read a newer record, and a malformed file is DATA_LOSS naming it.
 std::string AttachRecordToJson(const AttachRecord& record);
 StatusOr<AttachRecord> AttachRecordFromJson(const std::string& text, const std::string& what);
-
-// Volume ids become file names: every byte outside [A-Za-z0-9._-] is
-// written %XX, so any id maps to one safe, reversible name.
-std::string EscapeVolumeIdForFile(const std::string& volume_id);
-StatusOr<std::string> UnescapeVolumeIdFromFile(const std::string& name);
 
 class AttachRecordStore {
  public:

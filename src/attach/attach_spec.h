@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "attach/chap.h"
+#include "common/chap.h"
 #include "common/status.h"
 
 namespace blockcsi {

@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <string_view>
 
-#include "attach/chap.h"
+#include "common/chap.h"
 #include "common/status.h"
 
 namespace blockcsi {

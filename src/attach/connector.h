@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "attach/attach_spec.h"
-#include "attach/lun_identity.h"
 #include "attach/volume_attacher.h"
+#include "common/lun_identity.h"
 #include "common/status.h"
 
 namespace blockcsi {

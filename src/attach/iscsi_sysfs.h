@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "attach/iscsi_names.h"
-#include "attach/lun_identity.h"
 #include "common/filesystem.h"
+#include "common/lun_identity.h"
 #include "common/status.h"
 
 namespace blockcsi {

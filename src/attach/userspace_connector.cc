@@ -16,13 +16,13 @@
 #include <thread>
 
 #include "attach/attach_record_store.h"
-#include "attach/bridge_cgroup.h"
-#include "attach/bridge_protocol.h"
 #include "attach/initiator.h"
-#include "attach/loop_devices.h"
+#include "bridge/bridge_cgroup.h"
+#include "bridge/bridge_protocol.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/logging.h"
+#include "common/loop_devices.h"
 
 namespace blockcsi {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "attach/attach_record_store.h"
-#include "attach/bridge_protocol.h"
+#include "bridge/bridge_protocol.h"
 #include "cli/node_state.h"
 #include "cli/table.h"
 #include "cli/verb.h"

@@ -11,10 +11,10 @@
 #include <set>
 
 #include "attach/attach_record_store.h"
-#include "attach/bridge_cgroup.h"
-#include "attach/bridge_protocol.h"
-#include "attach/lun_identity.h"
 #include "attach/userspace_connector.h"
+#include "bridge/bridge_cgroup.h"
+#include "bridge/bridge_protocol.h"
+#include "common/lun_identity.h"
 
 namespace blockcsi::cli {
 namespace {

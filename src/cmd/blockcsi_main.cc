@@ -8,7 +8,9 @@
 #include <set>
 #include <string_view>
 
-#include "attach/bridge_main.h"
+#include "backend/backend_config.h"
+#include "backend/backend_factory.h"
+#include "bridge/bridge_main.h"
 #include "cmd/grpc_server.h"
 #include "cmd/identity_service.h"
 #include "cmd/plugin_flags.h"
@@ -18,8 +20,6 @@
 #include "common/logging.h"
 #include "common/metrics_server.h"
 #include "common/version.h"
-#include "controller/backend_config.h"
-#include "controller/backend_factory.h"
 #include "controller/call_scoping_controller.h"
 #include "controller/controller_service.h"
 #include "node/node_wiring.h"
@@ -138,7 +138,7 @@ int Main(int argc, char** argv) {
     controller_options.node_exists = KnownNodes(config);
     controller_options.fs_minimum_bytes = fs_minimum_bytes;
     // The scoping layer hands each call's secrets (cephx from CSI secrets)
-    // and parameters to the backend; see controller/call_scope.h.
+    // and parameters to the backend; see backend/call_scope.h.
     owned_services.push_back(std::make_shared<CallScopingController>(
         std::make_shared<ControllerService>(volume_backend, std::move(controller_options))));
   }

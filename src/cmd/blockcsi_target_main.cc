@@ -18,7 +18,9 @@
 #include <memory>
 #include <set>
 
-#include "cmd/agent_tls.h"
+#include "agent/agent_service.h"
+#include "agent/agent_tls.h"
+#include "backend/backend_factory.h"
 #include "cmd/grpc_server.h"
 #include "common/atomic_file.h"
 #include "common/duration.h"
@@ -27,8 +29,6 @@
 #include "common/metrics_server.h"
 #include "common/rpc_logging.h"
 #include "common/version.h"
-#include "controller/agent_service.h"
-#include "controller/backend_factory.h"
 
 namespace blockcsi {
 namespace {

@@ -58,12 +58,12 @@ struct PluginConfig {
   std::string tls_cert, tls_key, tls_ca;
   bool insecure = false;
   // --backend rbd; without ceph_user the cephx credentials come from the
-  // CSI secrets of each call (controller/rbd_secret_backend.h).
+  // CSI secrets of each call (backend/rbd/rbd_secret_backend.h).
   std::string ceph_conf;
   std::string ceph_user;
   std::string ceph_keyring;
   std::string rbd_pool;
-  // Several named backends instead of the one above (controller/backend_config.h).
+  // Several named backends instead of the one above (backend/backend_config.h).
   std::string backend_config;
 
   bool runs_controller() const { return mode != PluginMode::kNode; }

@@ -1,6 +1,6 @@
 #include "controller/call_scoping_controller.h"
 
-#include "controller/call_scope.h"
+#include "backend/call_scope.h"
 
 namespace blockcsi {
 namespace {

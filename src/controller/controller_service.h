@@ -20,9 +20,9 @@
 #include <mutex>
 #include <string>
 
+#include "backend/backend.h"
 #include "common/inflight.h"
 #include "common/status.h"
-#include "controller/backend.h"
 #include "csi.grpc.pb.h"
 
 namespace blockcsi {

@@ -21,18 +21,10 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/storage_class.h"
 #include "common/status.h"
 
 namespace blockcsi {
-
-namespace storage_class {
-inline constexpr char kFsType[] = "fsType";
-inline constexpr char kMkfsOptions[] = "mkfsOptions";
-inline constexpr char kChap[] = "chap";
-inline constexpr char kBackend[] = "backend";
-inline constexpr char kSidecarPrefix[] = "csi.storage.k8s.io/";
-inline constexpr char kSidecarFsType[] = "csi.storage.k8s.io/fstype";
-}  // namespace storage_class
 
 // Filesystems the node can make and grow.
 bool IsSupportedFsType(std::string_view fs_type);

@@ -3,9 +3,9 @@
 #include <chrono>
 #include <sstream>
 
+#include "common/fs_options.h"
 #include "common/logging.h"
 #include "common/metrics.h"
-#include "node/fs_options.h"
 
 namespace blockcsi {
 namespace {

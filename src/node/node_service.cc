@@ -7,11 +7,11 @@
 
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
+#include "common/fault_points.h"
+#include "common/fs_options.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
-#include "node/fault_points.h"
 #include "node/filesystem_ops.h"
-#include "node/fs_options.h"
 
 namespace blockcsi {
 

@@ -4,12 +4,12 @@
 #include <sys/sysmacros.h>
 
 #include "attach/attacher_factory.h"
-#include "attach/bridge_protocol.h"
+#include "bridge/bridge_protocol.h"
 #include "common/atomic_file.h"
+#include "common/fault_points.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/mounter.h"
-#include "node/fault_points.h"
 #include "node/staged_facts.h"
 
 namespace blockcsi {

@@ -15,12 +15,12 @@
 #include <cstdlib>
 #include <memory>
 
+#include "backend/local/local_backend.h"
+#include "backend/local/tgt_exporter.h"
 #include "bench/bench_report.h"
 #include "common/executor.h"
 #include "common/logging.h"
 #include "controller/controller_service.h"
-#include "controller/local_backend.h"
-#include "controller/tgt_exporter.h"
 #include "csi.grpc.pb.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"

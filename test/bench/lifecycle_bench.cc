@@ -32,8 +32,8 @@
 #include <thread>
 
 #include "attach/initiator.h"
-#include "attach/libiscsi_session.h"
 #include "bench/bench_report.h"
+#include "bridge/libiscsi_session.h"
 #include "common/executor.h"
 #include "common/logging.h"
 #include "common/mounter.h"

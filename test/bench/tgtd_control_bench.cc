@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <memory>
 
+#include "backend/local/tgt_exporter.h"
+#include "backend/local/tgtd_socket.h"
 #include "bench/bench_report.h"
 #include "common/executor.h"
-#include "controller/tgt_exporter.h"
-#include "controller/tgtd_socket.h"
 #include "support/tgtd_harness.h"
 
 namespace blockcsi::bench {

@@ -42,11 +42,11 @@
 #include <vector>
 
 #include "attach/initiator.h"
+#include "backend/local/pool.h"
+#include "backend/local/tgtadm_parser.h"
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "common/mounter.h"
-#include "controller/pool.h"
-#include "controller/tgtadm_parser.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"

@@ -32,10 +32,10 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/local/local_backend.h"
+#include "backend/local/tgt_exporter.h"
 #include "common/executor.h"
 #include "common/logging.h"
-#include "controller/local_backend.h"
-#include "controller/tgt_exporter.h"
 
 #define FUZZ_CHECK(cond)       \
   do {                         \

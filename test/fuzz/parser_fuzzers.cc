@@ -17,11 +17,11 @@
 #include "attach/attach_spec.h"
 #include "attach/iscsi_names.h"
 #include "attach/iscsi_sysfs.h"
-#include "attach/lun_identity.h"
+#include "backend/local/tgtadm_parser.h"
+#include "backend/volume_id.h"
+#include "common/fs_options.h"
+#include "common/lun_identity.h"
 #include "controller/parameters.h"
-#include "controller/tgtadm_parser.h"
-#include "controller/volume_id.h"
-#include "node/fs_options.h"
 
 #define FUZZ_CHECK(cond)       \
   do {                         \

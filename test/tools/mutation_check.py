@@ -22,7 +22,7 @@ M = [
   "  } else if (probed->signatures.size() != 1 || probed->signatures.front().type != plan.fs_type) {",
   "  } else if (false) {",
   "node_unit_tests", "NodeServiceTest.*"),
- ("drop the serial check", "src/attach/lun_identity.cc",
+ ("drop the serial check", "src/common/lun_identity.cc",
   "    if (actual.serial != expected_serial) ok = false;",
   "    (void)actual;",
   "attach_unit_tests", "*"),

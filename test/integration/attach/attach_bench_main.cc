@@ -16,8 +16,8 @@
 
 #include "attach/attacher_factory.h"
 #include "attach/initiator.h"
-#include "attach/libiscsi_session.h"
 #include "attach/publish_context.h"
+#include "bridge/libiscsi_session.h"
 #include "common/logging.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"

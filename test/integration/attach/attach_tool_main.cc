@@ -13,8 +13,8 @@
 
 #include "attach/attach_record_store.h"
 #include "attach/attacher_factory.h"
-#include "attach/bridge_main.h"
 #include "attach/initiator.h"
+#include "bridge/bridge_main.h"
 #include "common/logging.h"
 
 namespace {

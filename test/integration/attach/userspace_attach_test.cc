@@ -15,12 +15,12 @@
 #include <thread>
 
 #include "attach/attach_record_store.h"
-#include "attach/bridge_protocol.h"
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
-#include "attach_fixture.h"
+#include "bridge/bridge_protocol.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "support/attach_fixture.h"
 
 namespace blockcsi::testing {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "attach/initiator.h"
-#include "controller/backend_factory.h"
+#include "backend/backend_factory.h"
 #include "controller/controller_service.h"
 #include "csi.grpc.pb.h"
 #include "support/test_util.h"

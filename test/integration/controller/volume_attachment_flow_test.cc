@@ -16,7 +16,7 @@
 
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
-#include "controller/backend_factory.h"
+#include "backend/backend_factory.h"
 #include "controller/controller_service.h"
 #include "csi.grpc.pb.h"
 #include "integration/controller/tgt_acls.h"

@@ -29,8 +29,8 @@
 #include <sstream>
 #include <thread>
 
-#include "attach/bridge_cgroup.h"
 #include "attach/userspace_connector.h"
+#include "bridge/bridge_cgroup.h"
 #include "common/executor.h"
 #include "common/filesystem.h"
 #include "csi.grpc.pb.h"

@@ -27,15 +27,15 @@
 #include <vector>
 
 #include "attach/attacher_factory.h"
-#include "attach/bridge_protocol.h"
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "attach/userspace_connector.h"
+#include "backend/rbd/rbd_backend.h"
+#include "bridge/bridge_protocol.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/filesystem.h"
 #include "common/mounter.h"
-#include "controller/rbd_backend.h"
 #include "support/ceph_test_cluster.h"
 #include "support/test_util.h"
 

@@ -2,7 +2,7 @@
 // the ceph packages, else skipped with the reason. One cluster per test
 // binary, or the one ctest's rbd_cluster fixture started (BLOCKCSI_CEPH_DIR).
 // The "nodes" here are plain librados/librbd clients of the test's own.
-#include "controller/rbd_backend.h"
+#include "backend/rbd/rbd_backend.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

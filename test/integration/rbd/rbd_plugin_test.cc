@@ -34,9 +34,9 @@
 #include <thread>
 #include <vector>
 
+#include "backend/rbd/rbd_backend.h"
 #include "common/block_probe.h"
 #include "common/executor.h"
-#include "controller/rbd_backend.h"
 #include "csi.grpc.pb.h"
 #include "support/ceph_test_cluster.h"
 #include "support/http_probe.h"

@@ -20,11 +20,11 @@
 #include <filesystem>
 #include <thread>
 
+#include "backend/local/local_backend.h"
+#include "backend/local/tgt_exporter.h"
+#include "backend/remote/remote_backend.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
-#include "controller/local_backend.h"
-#include "controller/remote_backend.h"
-#include "controller/tgt_exporter.h"
 #include "integration/target/iscsi_client.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/local/pool.h"
+#include "backend/volume_id.h"
 #include "common/executor.h"
-#include "controller/pool.h"
-#include "controller/volume_id.h"
 #include "support/test_util.h"
 
 namespace blockcsi {

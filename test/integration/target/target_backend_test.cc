@@ -13,11 +13,11 @@
 #include <set>
 #include <thread>
 
+#include "backend/local/local_backend.h"
+#include "backend/local/tgt_exporter.h"
+#include "backend/local/tgtadm_parser.h"
 #include "common/executor.h"
 #include "common/logging.h"
-#include "controller/local_backend.h"
-#include "controller/tgt_exporter.h"
-#include "controller/tgtadm_parser.h"
 #include "integration/target/iscsi_client.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"

@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <set>
 
+#include "backend/local/local_backend.h"
+#include "backend/local/tgt_exporter.h"
+#include "backend/local/tgtadm_parser.h"
+#include "backend/local/tgtd_socket.h"
 #include "common/executor.h"
 #include "common/logging.h"
-#include "controller/local_backend.h"
-#include "controller/tgt_exporter.h"
-#include "controller/tgtadm_parser.h"
-#include "controller/tgtd_socket.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 

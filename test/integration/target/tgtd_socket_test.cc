@@ -2,7 +2,7 @@
 // the same commands give the same state, the same listings and the same
 // errors; the backend does CHAP end to end over it (issue #21: no CHAP
 // secret on any command line). Root and Debian tgt; skipped otherwise.
-#include "controller/tgtd_socket.h"
+#include "backend/local/tgtd_socket.h"
 
 #include <unistd.h>
 
@@ -10,9 +10,9 @@
 
 #include <cstdio>
 
-#include "controller/local_backend.h"
-#include "controller/tgt_exporter.h"
-#include "controller/tgtadm_parser.h"
+#include "backend/local/local_backend.h"
+#include "backend/local/tgt_exporter.h"
+#include "backend/local/tgtadm_parser.h"
 #include "integration/target/iscsi_client.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"

@@ -1,4 +1,4 @@
-#include "controller/volume_id.h"
+#include "backend/volume_id.h"
 
 #include <gtest/gtest.h>
 

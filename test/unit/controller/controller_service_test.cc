@@ -14,7 +14,7 @@
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "common/logging.h"
-#include "unit/controller/fake_backend.h"
+#include "support/fake_backend.h"
 
 namespace blockcsi {
 namespace {

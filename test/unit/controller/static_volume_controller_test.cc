@@ -9,7 +9,7 @@
 
 #include "attach/publish_context.h"
 #include "controller/controller_service.h"
-#include "unit/controller/fake_backend.h"
+#include "support/fake_backend.h"
 
 namespace blockcsi {
 namespace {

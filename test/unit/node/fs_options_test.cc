@@ -1,11 +1,11 @@
 // The allow-lists for mount flags and mkfs options, and the mkfs argv.
-#include "node/fs_options.h"
+#include "common/fs_options.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "node/fault_points.h"
+#include "common/fault_points.h"
 
 namespace blockcsi {
 namespace {

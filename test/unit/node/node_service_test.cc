@@ -13,7 +13,7 @@
 
 #include "attach/publish_context.h"
 #include "common/logging.h"
-#include "unit/node/fake_attacher.h"
+#include "support/fake_attacher.h"
 
 namespace blockcsi {
 namespace {

@@ -1,0 +1,137 @@
+#include "agent/agent_service.h"
+
+#include "backend/remote/target_proto.h"
+#include "common/fault_points.h"
+#include "common/grpc_status.h"
+#include "common/metrics.h"
+
+namespace blockcsi {
+
+using namespace ::blockcsi::target::v1;  // NOLINT(google-build-using-namespace): the service's own messages
+
+namespace {
+// The backend's crash points are named "controller.<op>.<step>" (that is
+// where it runs with --backend local); in this process they answer to
+// "agent.<op>.<step>", so a fault test can kill the agent and not the plugin.
+constexpr std::string_view kFaultRole = "agent";
+}  // namespace
+
+grpc::Status TargetAgentService::GetInfo(Context*, const GetInfoRequest*, GetInfoResponse* out) {
+  out->set_name(backend_->Name());
+  out->set_allocation_granularity(backend_->AllocationGranularity());
+  for (const auto& p : backend_->SupportedParameters()) out->add_supported_parameters(p);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::Probe(Context*, const ProbeRequest*, ProbeResponse*) {
+  return ToGrpcStatus(backend_->Healthy());
+}
+
+grpc::Status TargetAgentService::CreateVolume(Context*, const CreateVolumeRequest* in, Volume* out) {
+  FaultPointScope fault_scope(kFaultRole);
+  CreateVolumeSpec spec;
+  spec.name = in->name();
+  spec.size_bytes = in->size_bytes();
+  spec.source = FromProto(in->source());
+  spec.parameters.insert(in->parameters().begin(), in->parameters().end());
+  auto r = backend_->CreateVolume(spec);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  ToProto(*r, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::DeleteVolume(Context*, const DeleteVolumeRequest* in, DeleteVolumeResponse*) {
+  FaultPointScope fault_scope(kFaultRole);
+  return ToGrpcStatus(backend_->DeleteVolume(in->volume_id()));
+}
+
+grpc::Status TargetAgentService::ExpandVolume(Context*, const ExpandVolumeRequest* in, Volume* out) {
+  FaultPointScope fault_scope(kFaultRole);
+  auto r = backend_->ExpandVolume(in->volume_id(), in->new_size_bytes());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  ToProto(*r, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::GrantAccess(Context*, const GrantAccessRequest* in, Volume* out) {
+  FaultPointScope fault_scope(kFaultRole);
+  AccessGrant grant;
+  grant.initiator_iqn = in->initiator_iqn();
+  grant.node_id = in->node_id();
+  grant.read_only = in->read_only();
+  grant.capability = in->capability();
+  grant.chap = FromProto(in->chap());
+  auto r = backend_->GrantAccess(in->volume_id(), grant);
+  RecordTargetOperation("grant", r.status());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  ToProto(*r, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::RevokeAccess(Context*, const RevokeAccessRequest* in, RevokeAccessResponse*) {
+  FaultPointScope fault_scope(kFaultRole);
+  Status revoked = backend_->RevokeAccess(in->volume_id(), in->initiator_iqn());
+  RecordTargetOperation("revoke", revoked);
+  return ToGrpcStatus(revoked);
+}
+
+grpc::Status TargetAgentService::GetVolume(Context*, const GetVolumeRequest* in, Volume* out) {
+  auto r = backend_->GetVolume(in->volume_id());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  ToProto(*r, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::CheckVolume(Context*, const CheckVolumeRequest* in, CheckVolumeResponse* out) {
+  FaultPointScope fault_scope(kFaultRole);
+  auto r = backend_->CheckVolume(in->volume_id());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  out->set_abnormal(r->abnormal);
+  out->set_message(r->message);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::ListVolumes(Context*, const ListVolumesRequest* in, ListVolumesResponse* out) {
+  auto r = backend_->ListVolumes(in->start_token(), in->max_entries());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  for (const auto& v : r->items) ToProto(v, out->add_volumes());
+  out->set_next_token(r->next_token);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::GetCapacity(Context*, const GetCapacityRequest*, GetCapacityResponse* out) {
+  auto r = backend_->AvailableBytes();
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  out->set_available_bytes(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::CreateSnapshot(Context*, const CreateSnapshotRequest* in, Snapshot* out) {
+  FaultPointScope fault_scope(kFaultRole);
+  auto r = backend_->CreateSnapshot(in->source_volume_id(), in->name());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  ToProto(*r, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::DeleteSnapshot(Context*, const DeleteSnapshotRequest* in, DeleteSnapshotResponse*) {
+  FaultPointScope fault_scope(kFaultRole);
+  return ToGrpcStatus(backend_->DeleteSnapshot(in->snapshot_id()));
+}
+
+grpc::Status TargetAgentService::GetSnapshot(Context*, const GetSnapshotRequest* in, Snapshot* out) {
+  auto r = backend_->GetSnapshot(in->snapshot_id());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  ToProto(*r, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::ListSnapshots(Context*, const ListSnapshotsRequest* in, ListSnapshotsResponse* out) {
+  auto r = backend_->ListSnapshots(in->source_volume_id(), in->start_token(), in->max_entries());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  for (const auto& s : r->items) ToProto(s, out->add_snapshots());
+  out->set_next_token(r->next_token);
+  return grpc::Status::OK;
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,158 @@
+// VolumeBackend: the storage side that the CSI controller drives — a pool of
+// volumes (tgt/LIO pool directory, or an RBD pool) and their exports. One
+// interface, reached in-process (--backend local) or through the agent
+// (--backend remote, proto/target.proto). Implementations are thread-safe
+// and every operation is idempotent; they guard their own per-volume state.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/chap.h"
+#include "common/status.h"
+
+namespace blockcsi {
+
+struct ContentSource {
+  enum class Kind { kNone, kSnapshot, kVolume };
+  Kind kind = Kind::kNone;
+  std::string id;
+  bool operator==(const ContentSource&) const = default;
+};
+
+struct CreateVolumeSpec {
+  std::string name;         // the CO's name: the idempotency key
+  uint64_t size_bytes = 0;  // already rounded to AllocationGranularity()
+  ContentSource source;
+  // Backend parameters from the StorageClass (already validated by the
+  // controller against the backend's SupportedParameters()).
+  std::map<std::string, std::string> parameters;
+};
+
+// One node's access to a volume. `capability` is an opaque fingerprint of the
+// access mode and access type the controller published with, kept so that a
+// second publish to the same node can be told apart (same → OK,
+// different → ALREADY_EXISTS).
+struct AccessGrant {
+  std::string initiator_iqn;
+  std::string node_id;
+  bool read_only = false;
+  std::string capability;
+  ChapCredentials chap;  // enabled() → the target requires CHAP for this volume
+};
+
+// What is persisted of a grant: never the CHAP secret.
+struct GrantRecord {
+  std::string initiator_iqn;
+  std::string node_id;
+  bool read_only = false;
+  std::string capability;
+  bool chap = false;
+};
+
+struct VolumeRecord {
+  std::string id;
+  std::string name;
+  uint64_t size_bytes = 0;
+  int64_t created_unix_seconds = 0;
+  ContentSource source;
+  std::map<std::string, std::string> parameters;
+  // Export: how a node reaches the volume and verifies it is the right LUN.
+  std::vector<std::string> portals;  // "host:port"
+  std::string target_iqn;
+  int lun = 1;
+  std::string serial;  // VPD 0x80 unit serial
+  std::string wwn;     // NAA identifier from VPD 0x83, lower-case hex
+  std::string transport = "iscsi";
+  // Transport-specific export fields beyond the iSCSI ones above (rbd: pool,
+  // image, image id, monitors, cephx user). Never a secret.
+  std::map<std::string, std::string> transport_params;
+  std::vector<GrantRecord> grants;
+  std::map<std::string, std::string> topology;  // accessible_topology segment
+};
+
+struct SnapshotRecord {
+  std::string id;
+  std::string name;
+  std::string source_volume_id;
+  uint64_t size_bytes = 0;
+  int64_t created_unix_seconds = 0;
+  bool ready_to_use = true;
+};
+
+template <typename T>
+struct Page {
+  std::vector<T> items;
+  std::string next_token;  // empty: no more
+};
+
+// Whether a volume is fully in place (image present, export live).
+struct VolumeHealth {
+  bool abnormal = false;
+  std::string message;
+};
+
+class VolumeBackend {
+ public:
+  virtual ~VolumeBackend() = default;
+
+  virtual std::string Name() const = 0;
+  // Sizes are multiples of this (e.g. 1 MiB).
+  virtual uint64_t AllocationGranularity() const = 0;
+  // StorageClass parameter keys this backend understands.
+  virtual std::vector<std::string> SupportedParameters() const = 0;
+
+  // Same name and size and source → the existing volume; same name with
+  // another size or source → ALREADY_EXISTS; missing source → NOT_FOUND.
+  virtual StatusOr<VolumeRecord> CreateVolume(const CreateVolumeSpec& spec) = 0;
+  // Unknown id → OK. Still granted to a node → FAILED_PRECONDITION.
+  virtual Status DeleteVolume(const std::string& volume_id) = 0;
+  // Grows image and LUN; never shrinks (OUT_OF_RANGE). Same size → OK.
+  virtual StatusOr<VolumeRecord> ExpandVolume(const std::string& volume_id, uint64_t new_size_bytes) = 0;
+  // Adds (or confirms) the grant; ACL by initiator name only.
+  virtual StatusOr<VolumeRecord> GrantAccess(const std::string& volume_id, const AccessGrant& grant) = 0;
+  // Removes the grant and closes that initiator's live sessions on the
+  // target (fencing). Unknown volume or grant → OK.
+  virtual Status RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) = 0;
+  virtual StatusOr<VolumeRecord> GetVolume(const std::string& volume_id) = 0;
+  virtual StatusOr<VolumeHealth> CheckVolume(const std::string& volume_id) = 0;
+  // CheckVolume of each id, one result per id in order: what ListVolumes
+  // reports for a page. A backend that can read its live state once for
+  // many volumes overrides it (local: one `tgtadm --op show` per page
+  // instead of one per volume).
+  virtual std::vector<StatusOr<VolumeHealth>> CheckVolumes(const std::vector<std::string>& volume_ids) {
+    std::vector<StatusOr<VolumeHealth>> out;
+    out.reserve(volume_ids.size());
+    for (const auto& id : volume_ids) out.push_back(CheckVolume(id));
+    return out;
+  }
+  // Stable order; `start_token` from a previous page's next_token
+  // (an unknown token → ABORTED); max_entries 0 means no limit.
+  virtual StatusOr<Page<VolumeRecord>> ListVolumes(const std::string& start_token, int max_entries) = 0;
+  virtual StatusOr<uint64_t> AvailableBytes() = 0;
+
+  // Same name and source → the existing snapshot; same name, other source →
+  // ALREADY_EXISTS; missing source volume → NOT_FOUND.
+  virtual StatusOr<SnapshotRecord> CreateSnapshot(const std::string& source_volume_id, const std::string& name) = 0;
+  virtual Status DeleteSnapshot(const std::string& snapshot_id) = 0;  // unknown → OK
+  virtual StatusOr<SnapshotRecord> GetSnapshot(const std::string& snapshot_id) = 0;
+  // Filtered by source volume when given.
+  virtual StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id,
+                                                       const std::string& start_token, int max_entries) = 0;
+
+  // OK when the backend can serve (pool readable, target daemon answering).
+  virtual Status Healthy() = 0;
+
+  // Whether `volume_id` has the shape of an id this backend makes. Pure: no
+  // I/O, no lock. The controller asks it before any call that gets only a
+  // volume id (DeleteVolume, ControllerUnpublish, ControllerExpand), so that
+  // a static PV's handle (issue #24) never reaches a backend; and it refuses
+  // a static PV whose handle could be one of ours. The default (true) keeps
+  // a backend that cannot tell on the old path: asked, and OK when unknown.
+  virtual bool MayHoldVolume(const std::string& /*volume_id*/) const { return true; }
+};
+
+}  // namespace blockcsi

@@ -1,0 +1,70 @@
+// The --backend-config file: several named backends served by one
+// controller, one of them the default. A hand-written INI-like text:
+//
+//   # a comment (whole lines only: values may contain '#')
+//   [backend fast]
+//   kind = local
+//   pool = /var/lib/blockcsi/pool
+//   portal = 10.0.0.5:3260
+//   portal = 10.0.0.6:3260
+//   default = true
+//
+//   [backend ceph]
+//   kind = rbd
+//   ceph-conf = /etc/ceph/ceph.conf
+//   ceph-user = blockcsi
+//   ceph-keyring = /etc/ceph/ceph.client.blockcsi.keyring
+//   rbd-pool = kube
+//
+// A section per backend, "[backend NAME]"; `kind` is local, remote or rbd;
+// exactly one backend says `default = true` (optional when there is only
+// one); repeatable keys (portal) are given once per value. An rbd backend
+// without ceph-user and ceph-keyring takes its cephx credentials from the
+// CSI secrets (userID/userKey) of each call.
+// Keys are the controller flags of that kind without "--" (local: pool,
+// tgt-control-port, portal, iqn-prefix, target, configfs-root,
+// reconcile-interval; remote: target-agent, tls-cert, tls-key, tls-ca,
+// insecure; rbd: ceph-conf, ceph-user, ceph-keyring, rbd-pool). Names are
+// 1-32 of [a-z0-9-], starting and ending alphanumeric; they become the
+// prefix of every volume and snapshot id ("<name>~<backend's id>"), so an
+// rbd backend's name and pool together may be at most 40 characters
+// (CSI ids are at most 128 bytes). Pure functions; thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/backend_factory.h"
+#include "common/status.h"
+
+namespace blockcsi {
+
+struct NamedBackendOptions {
+  std::string name;
+  BackendOptions options;
+};
+
+struct BackendConfig {
+  std::vector<NamedBackendOptions> backends;  // in file order (ListVolumes' order)
+  std::string default_name;
+};
+
+// INVALID_ARGUMENT naming `source` (the file), the line and the key.
+StatusOr<BackendConfig> ParseBackendConfig(std::string_view text, std::string_view source);
+StatusOr<BackendConfig> LoadBackendConfig(const std::string& path);
+
+// True for a well-formed backend name (see above).
+bool IsValidBackendName(std::string_view name);
+
+// MakeBackend, except that an rbd backend without ceph_user takes its
+// cephx credentials from each call's CSI secrets (rbd_secret_backend.h).
+StatusOr<std::shared_ptr<VolumeBackend>> MakeControllerBackend(const BackendOptions& options);
+
+// Every backend of `config` behind one RoutingBackend. Errors name the
+// backend.
+StatusOr<std::shared_ptr<VolumeBackend>> MakeRoutedBackends(const BackendConfig& config);
+
+}  // namespace blockcsi

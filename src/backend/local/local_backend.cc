@@ -1,0 +1,702 @@
+#include "backend/local/local_backend.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "attach/chap_rules.h"
+#include "attach/iscsi_names.h"
+#include "backend/volume_id.h"
+#include "common/fault_points.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+
+namespace blockcsi {
+
+// Per-key blocking locks, created on demand and dropped when unused.
+class KeyedMutex {
+ public:
+  class Lock {
+   public:
+    Lock(KeyedMutex* owner, std::string key) : owner_(owner), key_(std::move(key)) { owner_->Acquire(key_); }
+    ~Lock() { owner_->Release(key_); }
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    KeyedMutex* owner_;
+    std::string key_;
+  };
+
+ private:
+  struct Entry {
+    bool held = false;
+    int waiters = 0;
+  };
+  void Acquire(const std::string& key) {
+    std::unique_lock lock(mu_);
+    Entry& e = entries_[key];
+    ++e.waiters;
+    cv_.wait(lock, [&] { return !e.held; });
+    --e.waiters;
+    e.held = true;
+  }
+  void Release(const std::string& key) {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(key);
+    it->second.held = false;
+    if (it->second.waiters == 0) entries_.erase(it);
+    cv_.notify_all();
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Entry> entries_;  // guarded by mu_; std::map keeps references stable
+};
+
+namespace {
+
+std::string GrantNodes(const VolumeRecord& r) {
+  std::string out;
+  for (const auto& g : r.grants) out += (out.empty() ? "" : ", ") + (g.node_id.empty() ? g.initiator_iqn : g.node_id);
+  return out;
+}
+
+Status NotOurVolume(const std::string& id) {
+  return NotFound("volume " + QuoteId(id) + " not found (not a target-backend volume id)");
+}
+
+// An initiator name we put in an ACL: an iSCSI name (RFC 3720: iqn./eui./
+// naa. form, at most 223 bytes), which also keeps tgtadm's argument and
+// output syntax (no spaces, commas, '=' or newlines) out of it.
+Status ValidateInitiatorName(const std::string& volume_id, const std::string& iqn) {
+  return ValidateIscsiName(iqn).WithContext("initiator of volume " + volume_id);
+}
+
+// CSI's general limit for a string field (spec, "Size Limits"); names and
+// node ids end up in records and log lines, so bound them.
+constexpr size_t kMaxNameBytes = 128;
+constexpr size_t kMaxNodeIdBytes = 256;       // CSI's limit for node_id
+constexpr size_t kMaxParametersBytes = 4096;  // CSI's limit for a map<string, string>
+
+// Text a record keeps and a log line prints: printable ASCII only, so no
+// control byte (NUL, newline, escape) can forge a log line or a record
+// field, and bounded. The message never echoes the value.
+Status ValidateText(std::string_view value, const std::string& what, size_t max_bytes, bool allow_empty = false) {
+  if (value.empty() && !allow_empty) return InvalidArgument(what + " is empty");
+  if (value.size() > max_bytes) {
+    return InvalidArgument(what + " is " + std::to_string(value.size()) + " bytes, more than the " +
+                           std::to_string(max_bytes) + " allowed");
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] < 0x20 || value[i] > 0x7e) {
+      return InvalidArgument(what + " has a byte outside printable ASCII at offset " + std::to_string(i));
+    }
+  }
+  return OkStatus();
+}
+
+Status ValidateParameters(const std::map<std::string, std::string>& parameters, const std::string& what) {
+  size_t total = 0;
+  for (const auto& [k, v] : parameters) {
+    total += k.size() + v.size();
+    if (total > kMaxParametersBytes) {
+      return InvalidArgument("parameters of " + what + " are more than " + std::to_string(kMaxParametersBytes) +
+                             " bytes");
+    }
+    BLOCKCSI_RETURN_IF_ERROR(ValidateText(k, "a parameter name of " + what, kMaxParametersBytes));
+    BLOCKCSI_RETURN_IF_ERROR(ValidateText(v, "parameter " + k + " of " + what, kMaxParametersBytes, true));
+  }
+  return OkStatus();
+}
+
+template <typename T>
+StatusOr<Page<T>> Paginate(const std::vector<T>& sorted, const std::string& start_token, int max_entries,
+                           bool (*valid_token)(std::string_view)) {
+  if (max_entries < 0) return InvalidArgument("max_entries must not be negative");
+  if (!start_token.empty() && !valid_token(start_token)) {
+    return Aborted("list token " + QuoteId(start_token) + " is not one this backend gave out");
+  }
+  // The token is the id to resume at: ids are stable and ordered, so a page
+  // boundary survives creates and deletes between calls.
+  auto it = std::lower_bound(sorted.begin(), sorted.end(), start_token,
+                             [](const T& r, const std::string& token) { return r.id < token; });
+  Page<T> page;
+  for (; it != sorted.end(); ++it) {
+    if (max_entries > 0 && static_cast<int>(page.items.size()) == max_entries) {
+      page.next_token = it->id;
+      break;
+    }
+    page.items.push_back(*it);
+  }
+  return page;
+}
+
+int64_t NowUnix() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+LocalBackend::LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter> exporter, LocalBackendOptions options)
+    : options_(std::move(options)),
+      pool_(std::move(pool)),
+      exporter_(std::move(exporter)),
+      locks_(std::make_unique<KeyedMutex>()) {}
+
+StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& pool_dir,
+                                                           std::shared_ptr<Exporter> exporter,
+                                                           LocalBackendOptions options) {
+  if (options.iqn_prefix.rfind("iqn.", 0) != 0 || options.iqn_prefix.find(':') != std::string::npos ||
+      !ValidateIscsiName(options.iqn_prefix + ":vol-0000000000000000").ok()) {
+    return InvalidArgument("IQN prefix \"" + options.iqn_prefix + "\" must look like iqn.YYYY-MM.reversed.domain");
+  }
+  PoolOptions pool_options;
+  pool_options.fault_hook = options.fault_hook;
+  pool_options.overcommit_ratio = options.overcommit_ratio;
+  BLOCKCSI_ASSIGN_OR_RETURN(auto pool, Pool::Open(pool_dir, pool_options));
+  std::shared_ptr<LocalBackend> backend(new LocalBackend(std::move(pool), std::move(exporter), std::move(options)));
+  if (auto r = backend->ReconcileNow(); !r.ok()) {
+    LogWarn("initial reconcile failed; the loop will retry", {{"error", r.status().ToString()}});
+  }
+  Metrics().AddCollector([weak = std::weak_ptr<LocalBackend>(backend)](MetricsRegistry& registry) {
+    if (auto live = weak.lock()) live->CollectPoolMetrics(registry);
+  });
+  if (backend->options_.reconcile_interval.count() > 0) {
+    backend->loop_ = std::thread([raw = backend.get()] { raw->LoopMain(); });
+  }
+  return backend;
+}
+
+LocalBackend::~LocalBackend() {
+  {
+    std::lock_guard lock(loop_mu_);
+    stopping_ = true;
+  }
+  loop_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+std::string LocalBackend::Name() const { return exporter_->Kind(); }
+
+Status LocalBackend::Fault(std::string_view step) const {
+  if (options_.fault_hook) return options_.fault_hook(step);
+  return OkStatus();
+}
+
+VolumeRecord LocalBackend::Present(VolumeRecord record) const {
+  record.portals = options_.portals;
+  return record;
+}
+
+DesiredExport LocalBackend::DesiredFor(const VolumeRecord& r) const {
+  DesiredExport d;
+  d.iqn = r.target_iqn;
+  d.volume_id = r.id;
+  d.image_path = pool_->ImagePath(r.id);
+  d.size_bytes = r.size_bytes;
+  d.serial = r.serial;
+  d.wwn = r.wwn;
+  std::lock_guard lock(chap_mu_);
+  auto secrets = chap_.find(r.id);
+  for (const auto& g : r.grants) {
+    d.acls.push_back({g.initiator_iqn, g.chap, ""});
+    if (!g.chap || secrets == chap_.end()) continue;
+    auto c = secrets->second.find(g.initiator_iqn);
+    if (c != secrets->second.end()) {
+      d.acls.back().chap_username = c->second.username;
+      d.chap.push_back(c->second);
+    }
+  }
+  return d;
+}
+
+Status LocalBackend::ApplyExport(const VolumeRecord& record) {
+  auto applied = exporter_->Apply(DesiredFor(record));
+  RecordTargetOperation("export", applied.status());
+  BLOCKCSI_ASSIGN_OR_RETURN(auto repairs, std::move(applied));
+  for (const auto& line : repairs) LogDebug("export changed", {{"volume", record.id}, {"change", line}});
+  return OkStatus();
+}
+
+StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) {
+  BLOCKCSI_RETURN_IF_ERROR(ValidateText(spec.name, "volume name", kMaxNameBytes));
+  BLOCKCSI_RETURN_IF_ERROR(ValidateParameters(spec.parameters, "volume \"" + spec.name + "\""));
+  if (spec.size_bytes == 0 || spec.size_bytes % kTargetAllocationGranularity != 0) {
+    return InvalidArgument("size " + std::to_string(spec.size_bytes) + " of volume \"" + spec.name +
+                           "\" is not a positive multiple of 1 MiB");
+  }
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock name_lock(locks_.get(), "name:" + spec.name);
+  if (auto existing = pool_->FindVolumeByName(spec.name)) {
+    if (existing->size_bytes != spec.size_bytes || !(existing->source == spec.source)) {
+      return AlreadyExists("volume \"" + spec.name + "\" already exists as " + existing->id + " with size " +
+                           std::to_string(existing->size_bytes) + " and another size or content source");
+    }
+    KeyedMutex::Lock id_lock(locks_.get(), existing->id);
+    BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*existing));  // a retry after a failed export
+    return Present(*existing);
+  }
+
+  std::string source_image;
+  std::optional<KeyedMutex::Lock> source_lock;
+  if (spec.source.kind == ContentSource::Kind::kSnapshot) {
+    if (!IsSnapshotId(spec.source.id)) return NotFound("source snapshot " + QuoteId(spec.source.id) + " not found");
+    source_lock.emplace(locks_.get(), spec.source.id);
+    auto snap = pool_->GetSnapshot(spec.source.id);
+    if (!snap) return NotFound("source snapshot " + spec.source.id + " of volume \"" + spec.name + "\" not found");
+    if (snap->size_bytes > spec.size_bytes) {
+      return OutOfRange("volume \"" + spec.name + "\" (" + std::to_string(spec.size_bytes) +
+                        " bytes) is smaller than its source snapshot " + snap->id);
+    }
+    source_image = pool_->ImagePath(snap->id);
+  } else if (spec.source.kind == ContentSource::Kind::kVolume) {
+    if (!IsVolumeId(spec.source.id)) return NotFound("source volume " + QuoteId(spec.source.id) + " not found");
+    source_lock.emplace(locks_.get(), spec.source.id);
+    auto src = pool_->GetVolume(spec.source.id);
+    if (!src) return NotFound("source volume " + spec.source.id + " of volume \"" + spec.name + "\" not found");
+    if (src->size_bytes > spec.size_bytes) {
+      return OutOfRange("volume \"" + spec.name + "\" (" + std::to_string(spec.size_bytes) +
+                        " bytes) is smaller than its source volume " + src->id);
+    }
+    source_image = pool_->ImagePath(src->id);
+  }
+
+  VolumeRecord record;
+  record.id = NewVolumeId();
+  KeyedMutex::Lock id_lock(locks_.get(), record.id);
+  record.name = spec.name;
+  record.size_bytes = spec.size_bytes;
+  record.created_unix_seconds = NowUnix();
+  record.source = spec.source;
+  record.parameters = spec.parameters;
+  record.target_iqn = options_.iqn_prefix + ":" + record.id;
+  record.lun = 1;
+  ExportedLunIdentity identity = exporter_->IdentityFor(record.id);
+  record.serial = identity.serial;
+  record.wwn = identity.wwn;
+  CopyMethod method = CopyMethod::kNone;
+  Status created = pool_->CreateVolume(record, source_image, &method);
+  if (!created.ok()) return created.WithContext("create volume \"" + spec.name + "\"");
+  // A final failure from here on takes the volume back out: the
+  // provisioner will not retry it by name, so nothing else would.
+  auto undo = [&](Status why) {
+    if (IsFinalFailure(why)) UndoCreate(record, why);
+    return why;
+  };
+  if (Status st = Fault("create:committed"); !st.ok()) return undo(st);
+  FaultPoint("controller.create.after-record");
+  LogInfo("volume created", {{"volume", record.id},
+                             {"name", record.name},
+                             {"size", std::to_string(record.size_bytes)},
+                             {"copy", method == CopyMethod::kReflink      ? "reflink"
+                                      : method == CopyMethod::kSparseCopy ? "sparse-copy"
+                                                                          : "none"}});
+  // Exported with no ACL: nobody can log in until a grant.
+  if (Status st = ApplyExport(record); !st.ok()) return undo(st);
+  FaultPoint("controller.create.after-export");
+  return Present(record);
+}
+
+void LocalBackend::UndoCreate(const VolumeRecord& record, const Status& why) {
+  Status unexported = exporter_->Remove(record.target_iqn);
+  Status removed = unexported.ok() ? pool_->DeleteVolume(record.id) : unexported;
+  if (!removed.ok()) {
+    LogError("create failed and taking the volume back failed too; the reconcile loop or a delete must finish it",
+             {{"volume", record.id}, {"error", why.ToString()}, {"undo_error", removed.ToString()}});
+    return;
+  }
+  LogInfo("create failed; volume taken back", {{"volume", record.id}, {"error", why.ToString()}});
+}
+
+Status LocalBackend::DeleteVolume(const std::string& volume_id) {
+  if (!IsVolumeId(volume_id)) return OkStatus();  // not ours, so nothing of ours to delete
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return OkStatus();
+  if (!record->grants.empty()) {
+    return FailedPrecondition("volume " + volume_id + " is still published to " + GrantNodes(*record));
+  }
+  BLOCKCSI_RETURN_IF_ERROR(exporter_->Remove(record->target_iqn));
+  BLOCKCSI_RETURN_IF_ERROR(Fault("delete:unexported"));
+  FaultPoint("controller.delete.after-unexport");
+  BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteVolume(volume_id));
+  FaultPoint("controller.delete.after-image-removed");
+  {
+    std::lock_guard lock(chap_mu_);
+    chap_.erase(volume_id);
+  }
+  LogInfo("volume deleted", {{"volume", volume_id}, {"name", record->name}});
+  return OkStatus();
+}
+
+StatusOr<VolumeRecord> LocalBackend::ExpandVolume(const std::string& volume_id, uint64_t new_size_bytes) {
+  if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
+  if (new_size_bytes == 0 || new_size_bytes % kTargetAllocationGranularity != 0) {
+    return InvalidArgument("new size " + std::to_string(new_size_bytes) + " of volume " + volume_id +
+                           " is not a positive multiple of 1 MiB");
+  }
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return NotFound("volume " + volume_id + " not found");
+  if (new_size_bytes < record->size_bytes) {
+    return OutOfRange("volume " + volume_id + " is " + std::to_string(record->size_bytes) +
+                      " bytes; it cannot shrink to " + std::to_string(new_size_bytes));
+  }
+  if (new_size_bytes > record->size_bytes) {
+    BLOCKCSI_RETURN_IF_ERROR(pool_->GrowImage(volume_id, new_size_bytes));
+    BLOCKCSI_RETURN_IF_ERROR(Fault("expand:image-grown"));
+    record->size_bytes = new_size_bytes;
+    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
+    LogInfo("volume expanded", {{"volume", volume_id}, {"size", std::to_string(new_size_bytes)}});
+  }
+  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));  // re-adds the LUN at its new size
+  return Present(*record);
+}
+
+StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, const AccessGrant& grant) {
+  if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
+  BLOCKCSI_RETURN_IF_ERROR(ValidateInitiatorName(volume_id, grant.initiator_iqn));
+  BLOCKCSI_RETURN_IF_ERROR(ValidateText(grant.node_id, "node id of volume " + volume_id, kMaxNodeIdBytes, true));
+  BLOCKCSI_RETURN_IF_ERROR(ValidateText(grant.capability, "access mode of volume " + volume_id, kMaxNameBytes, true));
+  // Every field of the credentials, whoever sent them (the agent's clients
+  // are not trusted more than the controller's): chap_rules.h.
+  BLOCKCSI_RETURN_IF_ERROR(ValidateChapCredentials(grant.chap, "volume " + volume_id + ": CHAP"));
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return NotFound("volume " + volume_id + " not found");
+  GrantRecord wanted{grant.initiator_iqn, grant.node_id, grant.read_only, grant.capability, grant.chap.enabled()};
+  auto existing = std::find_if(record->grants.begin(), record->grants.end(),
+                               [&](const GrantRecord& g) { return g.initiator_iqn == grant.initiator_iqn; });
+  if (existing != record->grants.end()) {
+    if (existing->node_id != wanted.node_id || existing->read_only != wanted.read_only ||
+        existing->capability != wanted.capability || existing->chap != wanted.chap) {
+      return AlreadyExists("volume " + volume_id + " is already granted to " + grant.initiator_iqn +
+                           " with another access mode, read-only flag or CHAP setting");
+    }
+  }
+  {
+    // Secrets go to memory before the export is applied (it needs them) and
+    // stay there until revoke or delete.
+    std::lock_guard lock(chap_mu_);
+    if (grant.chap.enabled()) {
+      chap_[volume_id][grant.initiator_iqn] = grant.chap;
+    } else if (auto it = chap_.find(volume_id); it != chap_.end()) {
+      it->second.erase(grant.initiator_iqn);
+    }
+  }
+  const bool new_grant = existing == record->grants.end();
+  // A final failure of a new grant takes it back (record, ACL, secrets):
+  // the attacher does not unpublish what it was told failed for good.
+  auto undo = [&](Status why) {
+    if (new_grant && IsFinalFailure(why)) UndoGrant(*record, grant.initiator_iqn, why);
+    return why;
+  };
+  if (new_grant) {
+    record->grants.push_back(wanted);
+    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
+    if (Status st = Fault("grant:recorded"); !st.ok()) return undo(st);
+    FaultPoint("controller.publish.after-grant-record");
+    LogInfo("access granted", {{"volume", volume_id},
+                               {"initiator", grant.initiator_iqn},
+                               {"chap", grant.chap.enabled() ? (grant.chap.mutual() ? "mutual" : "one-way") : "off"}});
+  }
+  if (Status st = ApplyExport(*record); !st.ok()) return undo(st);
+  FaultPoint("controller.publish.after-acl");
+  return Present(*record);
+}
+
+void LocalBackend::UndoGrant(VolumeRecord record, const std::string& initiator_iqn, const Status& why) {
+  record.grants.erase(std::remove_if(record.grants.begin(), record.grants.end(),
+                                     [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; }),
+                      record.grants.end());
+  {
+    std::lock_guard lock(chap_mu_);
+    if (auto it = chap_.find(record.id); it != chap_.end()) it->second.erase(initiator_iqn);
+  }
+  Status st = pool_->UpdateVolume(record);
+  if (st.ok()) st = ApplyExport(record);
+  if (!st.ok()) {
+    LogError("grant failed and taking it back failed too; the reconcile loop or an unpublish must finish it",
+             {{"volume", record.id},
+              {"initiator", initiator_iqn},
+              {"error", why.ToString()},
+              {"undo_error", st.ToString()}});
+    return;
+  }
+  LogInfo("grant failed; taken back", {{"volume", record.id}, {"initiator", initiator_iqn}, {"error", why.ToString()}});
+}
+
+Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
+  if (!IsVolumeId(volume_id)) return OkStatus();
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return OkStatus();
+  VolumeRecord revoked = *record;
+  std::erase_if(revoked.grants, [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; });
+  const bool was_granted = revoked.grants.size() != record->grants.size();
+  // Access goes first, the record after (the reverse of a grant): the
+  // target's ACL never lists an initiator the record does not (issue #21).
+  // If the daemon cannot be changed (down, or its listing not trusted), the
+  // call fails with the grant still recorded and the CO retries; a crash
+  // between the two steps leaves a recorded grant without its ACL, which
+  // reconcile restores until the retried revoke completes. The ACL goes out
+  // before the sessions are closed, so the initiator cannot come back in;
+  // both run even when the grant was already gone, so a retry still fences.
+  BLOCKCSI_RETURN_IF_ERROR(ApplyExport(revoked));
+  FaultPoint("controller.unpublish.after-acl-removed");
+  BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record->target_iqn, initiator_iqn));
+  if (was_granted) {
+    BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(revoked));
+    BLOCKCSI_RETURN_IF_ERROR(Fault("revoke:recorded"));
+    FaultPoint("controller.unpublish.after-grant-removed");
+  }
+  {
+    std::lock_guard lock(chap_mu_);
+    if (auto it = chap_.find(volume_id); it != chap_.end()) it->second.erase(initiator_iqn);
+  }
+  if (was_granted) LogInfo("access revoked", {{"volume", volume_id}, {"initiator", initiator_iqn}});
+  return OkStatus();
+}
+
+StatusOr<VolumeRecord> LocalBackend::GetVolume(const std::string& volume_id) {
+  if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
+  auto record = pool_->GetVolume(volume_id);
+  if (!record) return NotFound("volume " + volume_id + " not found");
+  return Present(*record);
+}
+
+StatusOr<VolumeHealth> LocalBackend::CheckVolume(const std::string& volume_id) {
+  return CheckVolumes({volume_id}).front();
+}
+
+std::vector<StatusOr<VolumeHealth>> LocalBackend::CheckVolumes(const std::vector<std::string>& volume_ids) {
+  std::vector<StatusOr<VolumeHealth>> out(volume_ids.size(), VolumeHealth{});
+  // Every volume of the batch stays locked until its export is checked, so
+  // no delete or grant slips in between reading the record and applying it.
+  // Taken in id order; the only other path holding two volume locks (a
+  // clone: its source, then its new id) takes the second on an id that no
+  // list can hold yet, so this cannot deadlock with it.
+  std::vector<std::string> ids;
+  for (const auto& id : volume_ids) {
+    if (IsVolumeId(id)) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // a key's lock is not re-entrant
+  std::shared_lock op(reconcile_mu_);
+  std::vector<std::unique_ptr<KeyedMutex::Lock>> held;
+  for (const auto& id : ids) held.push_back(std::make_unique<KeyedMutex::Lock>(locks_.get(), id));
+
+  std::vector<DesiredExport> desired;
+  std::vector<size_t> slot;  // desired[k] is the export of volume_ids[slot[k]]
+  for (size_t i = 0; i < volume_ids.size(); ++i) {
+    const std::string& id = volume_ids[i];
+    if (!IsVolumeId(id)) {
+      out[i] = NotOurVolume(id);
+      continue;
+    }
+    auto record = pool_->GetVolume(id);
+    if (!record) {
+      out[i] = NotFound("volume " + id + " not found");
+      continue;
+    }
+    struct stat st {};
+    if (::stat(pool_->ImagePath(id).c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < record->size_bytes) {
+      out[i] = VolumeHealth{true, "image of volume " + id + " is missing or short"};
+      continue;
+    }
+    desired.push_back(DesiredFor(*record));
+    slot.push_back(i);
+  }
+  // One read of the daemon's state for the whole batch (see Exporter::ApplyEach).
+  auto applied = exporter_->ApplyEach(desired);
+  for (size_t k = 0; k < slot.size(); ++k) {
+    const std::string& id = volume_ids[slot[k]];
+    const auto& repairs = applied[k];
+    if (!repairs.ok()) {
+      out[slot[k]] = VolumeHealth{true, "export of volume " + id + ": " + repairs.status().message()};
+      continue;
+    }
+    for (const auto& line : *repairs) LogInfo("check: repaired", {{"volume", id}, {"repair", line}});
+    VolumeHealth health{false, repairs->empty() ? "" : "export repaired: " + repairs->front()};
+    for (const auto& line : *repairs) {
+      if (line.rfind("withheld", 0) == 0) {
+        health = VolumeHealth{true, line};
+        break;
+      }
+    }
+    out[slot[k]] = health;
+  }
+  return out;
+}
+
+StatusOr<Page<VolumeRecord>> LocalBackend::ListVolumes(const std::string& start_token, int max_entries) {
+  std::vector<VolumeRecord> all = pool_->ListVolumes();
+  for (auto& r : all) r = Present(std::move(r));
+  return Paginate(all, start_token, max_entries, &IsVolumeId);
+}
+
+StatusOr<uint64_t> LocalBackend::AvailableBytes() { return pool_->AvailableBytes(); }
+
+StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_volume_id, const std::string& name) {
+  BLOCKCSI_RETURN_IF_ERROR(ValidateText(name, "snapshot name", kMaxNameBytes));
+  if (!IsVolumeId(source_volume_id)) {
+    return NotFound("source volume " + QuoteId(source_volume_id) + " of snapshot \"" + name + "\" not found");
+  }
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock name_lock(locks_.get(), "snapname:" + name);
+  if (auto existing = pool_->FindSnapshotByName(name)) {
+    if (existing->source_volume_id != source_volume_id) {
+      return AlreadyExists("snapshot \"" + name + "\" already exists as " + existing->id + " of volume " +
+                           existing->source_volume_id);
+    }
+    return *existing;
+  }
+  KeyedMutex::Lock source_lock(locks_.get(), source_volume_id);
+  auto source = pool_->GetVolume(source_volume_id);
+  if (!source) return NotFound("source volume " + source_volume_id + " of snapshot \"" + name + "\" not found");
+  SnapshotRecord record;
+  record.id = NewSnapshotId();
+  record.name = name;
+  record.source_volume_id = source_volume_id;
+  record.size_bytes = source->size_bytes;
+  record.created_unix_seconds = NowUnix();
+  record.ready_to_use = true;
+  CopyMethod method = CopyMethod::kNone;
+  Status created = pool_->CreateSnapshot(record, &method);
+  if (!created.ok()) return created.WithContext("snapshot \"" + name + "\" of volume " + source_volume_id);
+  LogInfo("snapshot created", {{"snapshot", record.id},
+                               {"volume", source_volume_id},
+                               {"copy", method == CopyMethod::kReflink ? "reflink" : "sparse-copy"}});
+  return record;
+}
+
+Status LocalBackend::DeleteSnapshot(const std::string& snapshot_id) {
+  if (!IsSnapshotId(snapshot_id)) return OkStatus();
+  std::shared_lock op(reconcile_mu_);
+  KeyedMutex::Lock lock(locks_.get(), snapshot_id);
+  if (!pool_->GetSnapshot(snapshot_id)) return OkStatus();
+  BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteSnapshot(snapshot_id));
+  LogInfo("snapshot deleted", {{"snapshot", snapshot_id}});
+  return OkStatus();
+}
+
+StatusOr<SnapshotRecord> LocalBackend::GetSnapshot(const std::string& snapshot_id) {
+  if (!IsSnapshotId(snapshot_id)) return NotFound("snapshot " + QuoteId(snapshot_id) + " not found");
+  auto record = pool_->GetSnapshot(snapshot_id);
+  if (!record) return NotFound("snapshot " + snapshot_id + " not found");
+  return *record;
+}
+
+StatusOr<Page<SnapshotRecord>> LocalBackend::ListSnapshots(const std::string& source_volume_id,
+                                                           const std::string& start_token, int max_entries) {
+  std::vector<SnapshotRecord> all = pool_->ListSnapshots();
+  if (!source_volume_id.empty()) {
+    std::erase_if(all, [&](const SnapshotRecord& s) { return s.source_volume_id != source_volume_id; });
+  }
+  return Paginate(all, start_token, max_entries, &IsSnapshotId);
+}
+
+bool LocalBackend::MayHoldVolume(const std::string& volume_id) const { return IsVolumeId(volume_id); }
+
+Status LocalBackend::Healthy() {
+  BLOCKCSI_RETURN_IF_ERROR(pool_->Healthy());
+  return exporter_->Healthy();
+}
+
+namespace {
+
+// A daemon that lost every target while the pool has volumes was restarted
+// (tgtd keeps no state of its own): a pass that had to create the target
+// of every exported volume is how the agent sees a restart.
+void RecordReconcile(const Status& status, const std::vector<std::string>& repairs, size_t desired_count) {
+  static MetricFamily& runs =
+      Metrics().Counter("blockcsi_target_reconcile_runs_total",
+                        "Passes comparing the target daemon with the pool, by outcome", {"result"});
+  static MetricFamily& repaired = Metrics().Counter(
+      "blockcsi_target_reconcile_repairs_total", "Changes a reconcile pass made to bring the daemon back to the pool");
+  static MetricFamily& restarts = Metrics().Counter(
+      "blockcsi_target_daemon_restarts_seen_total",
+      "Reconcile passes that found none of the pool's targets in the daemon (it restarted) and re-created them");
+  runs.Add({std::string(StatusCodeName(status.code()))});
+  repaired.Add({}, static_cast<double>(repairs.size()));
+  size_t created = 0;
+  for (const auto& line : repairs) {
+    if (line.rfind("created target ", 0) == 0) ++created;
+  }
+  // Added even when 0, so that the series exists (a dashboard shows 0, not "no data").
+  restarts.Add({}, desired_count > 0 && created == desired_count ? 1 : 0);
+}
+
+}  // namespace
+
+void LocalBackend::CollectPoolMetrics(MetricsRegistry& registry) {
+  auto& capacity = registry.Gauge("blockcsi_target_pool_capacity_bytes", "Size of the pool's file system", {"pool"});
+  auto& free_bytes =
+      registry.Gauge("blockcsi_target_pool_free_bytes", "Free space of the pool's file system", {"pool"});
+  auto& provisioned =
+      registry.Gauge("blockcsi_target_pool_provisioned_bytes",
+                     "Sum of the sizes of the pool's volumes (thin: may exceed what they use)", {"pool"});
+  auto& volumes = registry.Gauge("blockcsi_target_pool_volumes", "Volumes in the pool", {"pool"});
+  const std::string& dir = pool_->dir();
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) == 0) {
+    capacity.Set({dir}, static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize));
+    free_bytes.Set({dir}, static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize));
+  }
+  double sum = 0;
+  auto list = pool_->ListVolumes();
+  for (const auto& record : list) sum += static_cast<double>(record.size_bytes);
+  provisioned.Set({dir}, sum);
+  volumes.Set({dir}, static_cast<double>(list.size()));
+}
+
+StatusOr<std::vector<std::string>> LocalBackend::ReconcileNow() {
+  std::vector<std::string> repairs;
+  size_t desired_count = 0;
+  Status status;
+  {
+    std::unique_lock exclusive(reconcile_mu_);
+    std::vector<DesiredExport> desired;
+    for (const auto& record : pool_->ListVolumes()) desired.push_back(DesiredFor(record));
+    desired_count = desired.size();
+    auto result = exporter_->Reconcile(desired, options_.iqn_prefix);
+    if (result.ok()) {
+      repairs = std::move(result).value();
+    } else {
+      status = result.status();
+    }
+  }
+  for (const auto& line : repairs) LogInfo("reconcile: repaired", {{"repair", line}});
+  RecordReconcile(status, repairs, desired_count);
+  {
+    std::lock_guard lock(loop_mu_);
+    ++passes_;
+  }
+  loop_cv_.notify_all();
+  if (!status.ok()) return status;
+  return repairs;
+}
+
+uint64_t LocalBackend::reconcile_passes() const {
+  std::lock_guard lock(loop_mu_);
+  return passes_;
+}
+
+void LocalBackend::LoopMain() {
+  std::unique_lock lock(loop_mu_);
+  while (!stopping_) {
+    if (loop_cv_.wait_for(lock, options_.reconcile_interval, [this] { return stopping_; })) break;
+    lock.unlock();
+    auto result = ReconcileNow();
+    if (!result.ok()) LogWarn("reconcile failed", {{"error", result.status().ToString()}});
+    lock.lock();
+  }
+}
+
+}  // namespace blockcsi

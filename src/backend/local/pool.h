@@ -1,0 +1,130 @@
+// Pool: the durable half of the target backend — a directory holding one
+// sparse image file and one metadata record per volume and per snapshot.
+//
+//   <pool>/.lock                 flock'ed while a process owns the pool
+//   <pool>/volumes/<vol-id>.json  VolumeRecord (never a secret)
+//   <pool>/snapshots/<snap-id>.json
+//   <pool>/images/<id>.img        sparse image of a volume or snapshot
+//   <pool>/tmp/                   images being built; emptied at Open
+//
+// Crash safety: an object becomes visible only when its record is written
+// (WriteFileAtomically), and its image is complete and fsynced, under its
+// final name, before that. Deletion removes the record first. So after a
+// crash at any step, Open() finds whole objects plus, at worst, an image
+// with no record, which it removes. Snapshots and clones use FICLONE where
+// the filesystem supports it (xfs, btrfs), else a SEEK_DATA/SEEK_HOLE copy.
+//
+// Thread-safety: the in-memory index is guarded by a mutex; callers
+// serialise operations on one object (LocalBackend's per-key locks).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/status.h"
+
+namespace blockcsi {
+
+// Test-only: called between the steps of an operation with the step's name
+// ("create:image-placed", ...); a non-OK status stops the operation right
+// there, leaving the disk as a crash at that point would.
+using FaultHook = std::function<Status(std::string_view step)>;
+
+struct PoolOptions {
+  FaultHook fault_hook;
+  // Thin provisioning (issue #21): images are sparse, so a new volume (or
+  // the growth of one) is allowed up to the pool file system's free space
+  // times this ratio, RESOURCE_EXHAUSTED past it; more than the whole file
+  // system times this ratio is OUT_OF_RANGE (no delete would make room).
+  // 1.0: no volume bigger than the free space; 3.0: up to three times it.
+  double overcommit_ratio = 1.0;
+};
+
+// Parses an overcommit ratio flag: a finite number in (0, 1000].
+StatusOr<double> ParseOvercommitRatio(std::string_view text);
+
+// How an image was copied: for logs and tests.
+enum class CopyMethod { kNone, kReflink, kSparseCopy };
+
+class Pool {
+ public:
+  // Creates the layout if missing, takes the pool lock (FAILED_PRECONDITION
+  // when another process holds it), loads every record and removes what a
+  // crash left half-made.
+  static StatusOr<std::unique_ptr<Pool>> Open(const std::string& dir, PoolOptions options = {});
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  std::string ImagePath(std::string_view id) const;
+
+  // ---- volumes ----
+  std::optional<VolumeRecord> GetVolume(const std::string& id) const;
+  std::optional<VolumeRecord> FindVolumeByName(const std::string& name) const;
+  std::vector<VolumeRecord> ListVolumes() const;  // ordered by id
+  // Builds the image (empty sparse file, or a copy of `source_image`, grown
+  // to the record's size), then commits the record. ALREADY_EXISTS if the id is taken.
+  Status CreateVolume(const VolumeRecord& record, const std::string& source_image, CopyMethod* method = nullptr);
+  // Rewrites the record (grants, size after a grow).
+  Status UpdateVolume(const VolumeRecord& record);
+  // Grows the image file; never shrinks it.
+  Status GrowImage(const std::string& id, uint64_t size_bytes);
+  // Record first, then the image: a crash in between leaves an orphan image.
+  Status DeleteVolume(const std::string& id);
+
+  // ---- snapshots ----
+  std::optional<SnapshotRecord> GetSnapshot(const std::string& id) const;
+  std::optional<SnapshotRecord> FindSnapshotByName(const std::string& name) const;
+  std::vector<SnapshotRecord> ListSnapshots() const;  // ordered by id
+  Status CreateSnapshot(const SnapshotRecord& record, CopyMethod* method = nullptr);
+  Status DeleteSnapshot(const std::string& id);
+
+  // The largest new volume the overcommit policy allows now: free space
+  // times the ratio.
+  StatusOr<uint64_t> AvailableBytes() const;
+  // The overcommit policy for `bytes` more of sparse image; `what` names
+  // the volume in the message.
+  Status CheckRoom(uint64_t bytes, const std::string& what) const;
+  // The pool directory is readable and writable.
+  Status Healthy() const;
+
+  // Serialisation of records, exposed for tests.
+  static std::string VolumeToJson(const VolumeRecord& record);
+  static StatusOr<VolumeRecord> VolumeFromJson(std::string_view text);
+  static std::string SnapshotToJson(const SnapshotRecord& record);
+  static StatusOr<SnapshotRecord> SnapshotFromJson(std::string_view text);
+
+ private:
+  Pool(std::string dir, PoolOptions options, int lock_fd);
+  Status Load();
+  Status Fault(std::string_view step) const;
+  // Builds tmp/<id>.img, fsyncs it and renames it to images/<id>.img.
+  Status PlaceImage(const std::string& id, uint64_t size_bytes, const std::string& source_image, CopyMethod* method);
+  std::string VolumeRecordPath(std::string_view id) const;
+  std::string SnapshotRecordPath(std::string_view id) const;
+
+  const std::string dir_;
+  const PoolOptions options_;
+  const int lock_fd_;
+  mutable std::mutex mu_;
+  std::map<std::string, VolumeRecord> volumes_;      // guarded by mu_, by id
+  std::map<std::string, SnapshotRecord> snapshots_;  // guarded by mu_, by id
+};
+
+// Copies `from` to a new file `to` (which must not exist): FICLONE when the
+// filesystem can, else only the data extents (holes stay holes). Then sizes
+// `to` to `size_bytes` (>= the source's size) and fsyncs it.
+Status CloneOrSparseCopy(const std::string& from, const std::string& to, uint64_t size_bytes, CopyMethod* method);
+
+}  // namespace blockcsi

@@ -1,0 +1,503 @@
+#include "backend/local/tgt_exporter.h"
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "backend/volume_id.h"
+#include "common/logging.h"
+
+namespace blockcsi {
+namespace {
+
+// The hex digits a LUN's identity is made of. Volume ids are validated
+// before they reach an exporter; this only guards against misuse.
+std::string HexOf(const std::string& volume_id) { return std::string(IdHex(volume_id)); }
+
+// What an operator can do about a listing we refuse: it holds something
+// blockcsi does not make (an account or target made by hand or by an older
+// version), which only they can judge and remove.
+constexpr char kUntrustedHint[] =
+    " (look for an account or target blockcsi did not make: tgtadm -C <port> --lld iscsi --op show --mode "
+    "account|target; remove it with --op delete)";
+
+// tgtd reports sizes in decimal megabytes, rounded down.
+uint64_t TgtMegabytes(uint64_t bytes) { return bytes / 1000000; }
+
+bool Contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+TgtTarget* FindTarget(std::vector<TgtTarget>& live, const std::string& iqn) {
+  for (auto& t : live) {
+    if (t.iqn == iqn) return &t;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm,
+                         std::chrono::milliseconds timeout)
+    : executor_(std::move(executor)), control_port_(control_port), tgtadm_(std::move(tgtadm)), timeout_(timeout) {}
+
+std::string TgtExporter::ScsiIdFor(const std::string& volume_id) { return "b10cc5a1" + HexOf(volume_id); }
+
+ExportedLunIdentity TgtExporter::IdentityFor(const std::string& volume_id) const {
+  return {"bcsi" + HexOf(volume_id), "60000000" + ScsiIdFor(volume_id)};
+}
+
+Command TgtExporter::Tgtadm() const {
+  Command c(tgtadm_);
+  c.Arg("-C").Arg(std::to_string(control_port_)).Arg("--lld").Arg("iscsi").Timeout(timeout_);
+  return c;
+}
+
+Status TgtExporter::Run(const Command& command, const std::string& what, const std::string& tolerated) {
+  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(command));
+  if (result.ok()) return OkStatus();
+  if (!tolerated.empty() && result.stderr_text.find(tolerated) != std::string::npos) return OkStatus();
+  std::string err = FailureLine(command, result);
+  // tgtadm exits 107 when it cannot reach tgtd at all.
+  StatusCode code = result.exit_code == 107 ? StatusCode::kUnavailable : StatusCode::kInternal;
+  return Status(code, what + ": " + command.Redacted() + " exited " + std::to_string(result.exit_code) + ": " + err);
+}
+
+StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
+  Command c = Tgtadm();
+  c.Args({"--op", "show", "--mode", "target"});
+  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(c));
+  if (!result.ok()) {
+    return Unavailable("tgtd on control port " + std::to_string(control_port_) +
+                       " does not answer: " + FailureLine(c, result));
+  }
+  auto parsed = ParseTgtadmTargets(result.stdout_text);
+  // Output we cannot account for is tgtd's (or a forger's) problem, not the
+  // caller's bad input: INTERNAL, and nothing is changed on its strength.
+  if (!parsed.ok()) {
+    return Internal("tgtd's target list cannot be trusted, nothing changed: " + parsed.status().message() +
+                    kUntrustedHint);
+  }
+  return parsed;
+}
+
+StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
+  Command c = Tgtadm();
+  c.Args({"--op", "show", "--mode", "account"});
+  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(c));
+  if (!result.ok()) {
+    return Unavailable("tgtd on control port " + std::to_string(control_port_) +
+                       " does not answer: " + FailureLine(c, result));
+  }
+  auto parsed = ParseTgtadmAccounts(result.stdout_text);
+  if (!parsed.ok()) {
+    return Internal("tgtd's account list cannot be trusted, nothing changed: " + parsed.status().message() +
+                    kUntrustedHint);
+  }
+  return parsed;
+}
+
+Status TgtExporter::Healthy() { return ShowTargets().status(); }
+
+namespace {
+
+// Every account a target binds must be one tgtd lists: anything else means
+// the two listings disagree (or one was forged), and nothing is changed.
+Status CheckAccountsListed(const std::vector<TgtTarget>& live, const std::vector<std::string>& accounts) {
+  for (const auto& t : live) {
+    for (const auto* bound : {&t.incoming_accounts, &t.outgoing_accounts}) {
+      for (const auto& user : *bound) {
+        if (!Contains(accounts, user)) {
+          return Internal("tgtd output not accounted for: target " + std::to_string(t.tid) + " binds CHAP account \"" +
+                          user + "\" that its account list does not have");
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::vector<Status> TgtExporter::VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live) {
+  auto shown = ShowTargets();
+  if (!shown.ok()) return std::vector<Status>(checks.size(), shown.status());
+  live = std::move(shown).value();
+  std::vector<Status> out;
+  for (const auto& c : checks) {
+    const TgtTarget* target = nullptr;
+    for (const auto& t : live) {
+      if (t.tid == c.tid) target = &t;
+    }
+    if (target == nullptr || target->iqn != c.iqn) {
+      out.push_back(Internal("ACL check of volume " + c.volume_id + ": tgtd's target " + std::to_string(c.tid) +
+                             " is " + (target == nullptr ? std::string("gone") : "\"" + target->iqn + "\"") + ", not " +
+                             c.iqn));
+      continue;
+    }
+    std::set<std::string> have(target->acls.begin(), target->acls.end());
+    if (have != c.want) {
+      std::string listed;
+      for (const auto& a : have) listed += (listed.empty() ? "" : ", ") + a;
+      out.push_back(Internal("ACL check of volume " + c.volume_id + ": tgtd lets in {" + listed +
+                             "}, which is not what its record lists"));
+      continue;
+    }
+    out.push_back(OkStatus());
+  }
+  return out;
+}
+
+Status TgtExporter::AddLun(int tid, const DesiredExport& d) {
+  std::string t = std::to_string(tid);
+  Command add = Tgtadm();
+  add.Args({"--op", "new", "--mode", "logicalunit", "--tid", t, "--lun", "1", "-b", d.image_path});
+  BLOCKCSI_RETURN_IF_ERROR(Run(add, "add LUN 1 of volume " + d.volume_id));
+  // This tgtadm takes LUN parameters only on update, not with --op new.
+  Command params = Tgtadm();
+  params.Args({"--op", "update", "--mode", "logicalunit", "--tid", t, "--lun", "1", "--params",
+               "scsi_sn=" + d.serial + ",scsi_id=" + ScsiIdFor(d.volume_id)});
+  return Run(params, "set serial of volume " + d.volume_id);
+}
+
+Status TgtExporter::EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
+                                  std::vector<std::string>& live_accounts, std::vector<std::string>& repairs) {
+  auto known = account_passwords_.find(user);
+  bool exists = Contains(live_accounts, user);
+  if (exists && known != account_passwords_.end() && known->second == password) return OkStatus();
+  // tgtd has no password update: delete and re-create. Deleting unbinds the
+  // account from every target, so bind it back to those at once — leaving a
+  // target without its account would let initiators in without CHAP.
+  std::vector<std::pair<int, bool>> bound;  // tid, outgoing
+  if (exists) {
+    for (const auto& t : live) {
+      if (Contains(t.incoming_accounts, user)) bound.emplace_back(t.tid, false);
+      if (Contains(t.outgoing_accounts, user)) bound.emplace_back(t.tid, true);
+    }
+    Command del = Tgtadm();
+    del.Args({"--op", "delete", "--mode", "account", "--user", user});
+    BLOCKCSI_RETURN_IF_ERROR(Run(del, "replace CHAP account " + user, "can't find the account"));
+  }
+  Command add = Tgtadm();
+  add.Args({"--op", "new", "--mode", "account", "--user", user, "--password"}).Secret(password);
+  BLOCKCSI_RETURN_IF_ERROR(Run(add, "create CHAP account " + user));
+  account_passwords_[user] = password;
+  if (!exists) live_accounts.push_back(user);
+  repairs.push_back(std::string(exists ? "reset" : "created") + " CHAP account " + user);
+  for (auto [tid, outgoing] : bound) {
+    Command bind = Tgtadm();
+    bind.Args({"--op", "bind", "--mode", "account", "--tid", std::to_string(tid), "--user", user});
+    if (outgoing) bind.Arg("--outgoing");
+    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "re-bind CHAP account " + user, "already"));
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
+                                                            std::vector<std::string>& live_accounts,
+                                                            std::vector<AclCheck>* deferred, size_t slot) {
+  std::vector<std::string> repairs;
+  TgtTarget* target = FindTarget(live, d.iqn);
+  if (target == nullptr) {
+    int tid = 1;
+    for (const auto& t : live) tid = std::max(tid, t.tid + 1);
+    Command add = Tgtadm();
+    add.Args({"--op", "new", "--mode", "target", "--tid", std::to_string(tid), "-T", d.iqn});
+    BLOCKCSI_RETURN_IF_ERROR(Run(add, "create target of volume " + d.volume_id));
+    TgtTarget fresh;
+    fresh.tid = tid;
+    fresh.iqn = d.iqn;
+    live.push_back(fresh);
+    target = &live.back();
+    repairs.push_back("created target " + d.iqn + " (tid " + std::to_string(tid) + ")");
+  }
+  const std::string tid = std::to_string(target->tid);
+
+  // LUN 1. tgtd cannot resize a LUN: a new size (or a wrong image/serial)
+  // is applied by deleting and re-adding it; sessions stay logged in and see
+  // the new capacity on their next READ CAPACITY.
+  const TgtLun* lun = target->FindLun(1);
+  bool lun_ok = lun != nullptr && lun->backing_path == d.image_path && lun->scsi_sn == d.serial &&
+                lun->size_mb == TgtMegabytes(d.size_bytes);
+  if (lun != nullptr && !lun_ok) {
+    Command del = Tgtadm();
+    del.Args({"--op", "delete", "--mode", "logicalunit", "--tid", tid, "--lun", "1"});
+    BLOCKCSI_RETURN_IF_ERROR(Run(del, "refresh LUN 1 of volume " + d.volume_id, "can't find the logical unit"));
+  }
+  if (!lun_ok) {
+    BLOCKCSI_RETURN_IF_ERROR(AddLun(target->tid, d));
+    repairs.push_back(std::string(lun == nullptr ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
+  }
+
+  // Accounts before ACLs: an initiator is let in only once CHAP is in force.
+  std::set<std::string> want_in, want_out;
+  for (const auto& c : d.chap) {
+    if (!c.enabled()) continue;
+    BLOCKCSI_RETURN_IF_ERROR(EnsureAccount(c.username, c.password, live, live_accounts, repairs));
+    want_in.insert(c.username);
+    if (c.mutual()) {
+      BLOCKCSI_RETURN_IF_ERROR(EnsureAccount(c.mutual_username, c.mutual_password, live, live_accounts, repairs));
+      want_out.insert(c.mutual_username);
+    }
+  }
+  target = FindTarget(live, d.iqn);  // EnsureAccount may not move it, but stay safe
+  bool chap_wanted = std::any_of(d.acls.begin(), d.acls.end(), [](const DesiredAcl& a) { return a.chap; });
+  bool secrets_unknown = chap_wanted && want_in.empty();
+  for (const auto& user : want_in) {
+    if (Contains(target->incoming_accounts, user)) continue;
+    Command bind = Tgtadm();
+    bind.Args({"--op", "bind", "--mode", "account", "--tid", tid, "--user", user});
+    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "bind CHAP account to volume " + d.volume_id, "already"));
+    target->incoming_accounts.push_back(user);
+    repairs.push_back("bound CHAP account " + user + " to " + d.iqn);
+  }
+  for (const auto& user : want_out) {
+    if (Contains(target->outgoing_accounts, user)) continue;
+    for (const auto& other : target->outgoing_accounts) {  // tgtd allows one outgoing account
+      Command unbind = Tgtadm();
+      unbind.Args({"--op", "unbind", "--mode", "account", "--tid", tid, "--user", other, "--outgoing"});
+      BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind mutual CHAP of volume " + d.volume_id, "can't find"));
+    }
+    target->outgoing_accounts.clear();
+    Command bind = Tgtadm();
+    bind.Args({"--op", "bind", "--mode", "account", "--tid", tid, "--user", user, "--outgoing"});
+    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "bind mutual CHAP to volume " + d.volume_id, "already"));
+    target->outgoing_accounts.push_back(user);
+    repairs.push_back("bound mutual CHAP account " + user + " to " + d.iqn);
+  }
+  // Accounts no grant asks for any more. When CHAP is wanted but this process
+  // does not know the secrets (it restarted), the live accounts are the only
+  // thing enforcing CHAP: keep them.
+  if (!secrets_unknown) {
+    for (const auto& user : std::vector<std::string>(target->incoming_accounts)) {
+      if (want_in.count(user)) continue;
+      Command unbind = Tgtadm();
+      unbind.Args({"--op", "unbind", "--mode", "account", "--tid", tid, "--user", user});
+      BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind CHAP account from volume " + d.volume_id, "can't find"));
+      unbound_accounts_.insert(user);
+      std::erase(target->incoming_accounts, user);
+      repairs.push_back("unbound CHAP account " + user + " from " + d.iqn);
+    }
+    for (const auto& user : std::vector<std::string>(target->outgoing_accounts)) {
+      if (want_out.count(user)) continue;
+      Command unbind = Tgtadm();
+      unbind.Args({"--op", "unbind", "--mode", "account", "--tid", tid, "--user", user, "--outgoing"});
+      BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind mutual CHAP from volume " + d.volume_id, "can't find"));
+      unbound_accounts_.insert(user);
+      std::erase(target->outgoing_accounts, user);
+      repairs.push_back("unbound mutual CHAP account " + user + " from " + d.iqn);
+    }
+  }
+
+  // ACL by initiator name only (never ALL, never an address).
+  std::set<std::string> want_acl;
+  for (const auto& acl : d.acls) {
+    if (acl.chap && target->incoming_accounts.empty()) {
+      repairs.push_back("withheld ACL of " + acl.initiator_iqn + " on " + d.iqn +
+                        ": CHAP secret unknown after a restart, grant again");
+      continue;
+    }
+    want_acl.insert(acl.initiator_iqn);
+  }
+  bool acl_changed = false;
+  for (const auto& initiator : want_acl) {
+    if (Contains(target->acls, initiator)) continue;
+    acl_changed = true;
+    Command bind = Tgtadm();
+    bind.Args({"--op", "bind", "--mode", "target", "--tid", tid, "--initiator-name", initiator});
+    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "allow " + initiator + " on volume " + d.volume_id, "already exists"));
+    target->acls.push_back(initiator);
+    repairs.push_back("allowed " + initiator + " on " + d.iqn);
+  }
+  for (const auto& acl : std::vector<std::string>(target->acls)) {
+    if (want_acl.count(acl)) continue;
+    acl_changed = true;
+    Command unbind = Tgtadm();
+    // An ACL entry we did not make could be an address; tgtadm unbinds those with -I.
+    bool by_name = acl.find(':') != std::string::npos || acl.rfind("iqn.", 0) == 0 || acl.rfind("eui.", 0) == 0;
+    unbind.Args({"--op", "unbind", "--mode", "target", "--tid", tid});
+    if (by_name) {
+      unbind.Args({"--initiator-name", acl});
+    } else {
+      unbind.Args({"-I", acl});
+    }
+    BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "disallow " + acl + " on volume " + d.volume_id, "does not exist"));
+    std::erase(target->acls, acl);
+    repairs.push_back("disallowed " + acl + " on " + d.iqn);
+  }
+  // Checked against the record before (want_acl comes from it, the tid from
+  // a listing with unique ids and names) and after: read back.
+  if (acl_changed) {
+    AclCheck check{slot, d.volume_id, d.iqn, std::stoi(tid), want_acl};
+    if (deferred != nullptr) {
+      deferred->push_back(std::move(check));
+    } else {
+      BLOCKCSI_RETURN_IF_ERROR(VerifyAclsLocked({check}, live).front());
+    }
+  }
+  return repairs;
+}
+
+void TgtExporter::DropUnusedAccountsLocked(const std::vector<TgtTarget>& live) {
+  std::set<std::string> candidates = unbound_accounts_;
+  for (const auto& [user, password] : account_passwords_) candidates.insert(user);
+  for (const auto& user : candidates) {
+    bool bound = std::any_of(live.begin(), live.end(), [&](const TgtTarget& t) {
+      return Contains(t.incoming_accounts, user) || Contains(t.outgoing_accounts, user);
+    });
+    if (bound) continue;
+    Command del = Tgtadm();
+    del.Args({"--op", "delete", "--mode", "account", "--user", user});
+    Status st = Run(del, "delete unused CHAP account " + user, "can't find the account");
+    if (!st.ok()) {
+      LogWarn("cannot delete an unused CHAP account", {{"user", user}, {"error", st.ToString()}});
+      continue;
+    }
+    account_passwords_.erase(user);
+    unbound_accounts_.erase(user);
+  }
+}
+
+StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desired) {
+  std::lock_guard lock(mu_);
+  BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
+  std::vector<std::string> accounts;
+  if (!desired.chap.empty()) {
+    BLOCKCSI_ASSIGN_OR_RETURN(accounts, ShowAccounts());
+    BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
+  }
+  auto result = ApplyLocked(desired, live, accounts);
+  if (result.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(live);
+  return result;
+}
+
+std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std::vector<DesiredExport>& desired) {
+  std::lock_guard lock(mu_);
+  std::vector<StatusOr<std::vector<std::string>>> out;
+  if (desired.empty()) return out;
+  // One read for the whole batch. Every change below goes through
+  // ApplyLocked, which keeps `live` in step, and mu_ keeps anyone else from
+  // changing tgtd meanwhile — as in Reconcile.
+  auto live = ShowTargets();
+  Status read = live.status();
+  std::vector<std::string> accounts;
+  bool any_chap = std::any_of(desired.begin(), desired.end(), [](const DesiredExport& d) { return !d.chap.empty(); });
+  if (read.ok() && any_chap) {
+    auto shown = ShowAccounts();
+    if (shown.ok()) {
+      accounts = std::move(shown).value();
+      read = CheckAccountsListed(*live, accounts);
+    } else {
+      read = shown.status();
+    }
+  }
+  out.reserve(desired.size());
+  std::vector<AclCheck> checks;
+  for (size_t i = 0; i < desired.size(); ++i) {
+    if (!read.ok()) {
+      out.push_back(read);
+      continue;
+    }
+    out.push_back(ApplyLocked(desired[i], *live, accounts, &checks, i));
+  }
+  // Every ACL change of the batch read back with one listing.
+  if (!checks.empty()) {
+    auto verified = VerifyAclsLocked(checks, *live);
+    for (size_t k = 0; k < checks.size(); ++k) {
+      if (!verified[k].ok()) out[checks[k].slot] = verified[k];
+    }
+  }
+  if (read.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(*live);
+  return out;
+}
+
+StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<DesiredExport>& desired,
+                                                          const std::string& iqn_prefix) {
+  std::lock_guard lock(mu_);
+  BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
+  BLOCKCSI_ASSIGN_OR_RETURN(auto accounts, ShowAccounts());
+  BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
+  std::vector<std::string> repairs;
+  std::set<std::string> wanted;
+  Status first_error;
+  std::vector<AclCheck> checks;
+  for (size_t i = 0; i < desired.size(); ++i) {
+    const DesiredExport& d = desired[i];
+    wanted.insert(d.iqn);
+    auto r = ApplyLocked(d, live, accounts, &checks, i);
+    if (!r.ok()) {
+      // One broken export must not stop the others from being repaired.
+      LogError("reconcile: cannot repair export", {{"volume", d.volume_id}, {"error", r.status().ToString()}});
+      if (first_error.ok()) first_error = r.status();
+      continue;
+    }
+    repairs.insert(repairs.end(), r->begin(), r->end());
+  }
+  if (!checks.empty()) {
+    auto verified = VerifyAclsLocked(checks, live);
+    for (size_t k = 0; k < checks.size(); ++k) {
+      if (verified[k].ok()) continue;
+      LogError("reconcile: ACL not as recorded", {{"volume", checks[k].volume_id}, {"error", verified[k].ToString()}});
+      if (first_error.ok()) first_error = verified[k];
+    }
+  }
+  std::string ns = iqn_prefix + ":";
+  for (const auto& t : live) {
+    if (t.iqn.rfind(ns, 0) != 0 || wanted.count(t.iqn)) continue;
+    Command del = Tgtadm();
+    del.Args({"--op", "delete", "--mode", "target", "--tid", std::to_string(t.tid), "--force"});
+    BLOCKCSI_RETURN_IF_ERROR(Run(del, "remove target " + t.iqn + " that has no volume", "can't find the target"));
+    unbound_accounts_.insert(t.incoming_accounts.begin(), t.incoming_accounts.end());
+    unbound_accounts_.insert(t.outgoing_accounts.begin(), t.outgoing_accounts.end());
+    repairs.push_back("removed target " + t.iqn + " that has no volume");
+  }
+  std::erase_if(live, [&](const TgtTarget& t) { return t.iqn.rfind(ns, 0) == 0 && !wanted.count(t.iqn); });
+  DropUnusedAccountsLocked(live);
+  if (!first_error.ok()) return first_error;
+  return repairs;
+}
+
+Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& initiator_iqn) {
+  std::lock_guard lock(mu_);
+  // A few rounds: a session that was logging in while we looked shows up on
+  // the next read (the ACL is already gone, so it cannot come back after).
+  for (int round = 0; round < 5; ++round) {
+    BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
+    TgtTarget* target = FindTarget(live, iqn);
+    if (target == nullptr) return OkStatus();
+    bool any = false;
+    for (const auto& s : target->sessions) {
+      if (s.initiator != initiator_iqn) continue;
+      for (const auto& c : s.connections) {
+        any = true;
+        Command del = Tgtadm();
+        del.Args({"--op", "delete", "--mode", "conn", "--tid", std::to_string(target->tid), "--sid",
+                  std::to_string(s.sid), "--cid", std::to_string(c.cid)});
+        BLOCKCSI_RETURN_IF_ERROR(Run(del, "close session of " + initiator_iqn + " on " + iqn, "can't find"));
+        LogInfo("closed session (fencing)",
+                {{"target", iqn}, {"initiator", initiator_iqn}, {"sid", std::to_string(s.sid)}});
+      }
+    }
+    if (!any) return OkStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Unavailable("sessions of " + initiator_iqn + " on " + iqn + " did not close");
+}
+
+Status TgtExporter::Remove(const std::string& iqn) {
+  std::lock_guard lock(mu_);
+  BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
+  TgtTarget* target = FindTarget(live, iqn);
+  if (target == nullptr) return OkStatus();
+  Command del = Tgtadm();
+  del.Args({"--op", "delete", "--mode", "target", "--tid", std::to_string(target->tid), "--force"});
+  BLOCKCSI_RETURN_IF_ERROR(Run(del, "remove target " + iqn, "can't find the target"));
+  // Deleting the target unbound its accounts: drop the ones nothing else uses.
+  unbound_accounts_.insert(target->incoming_accounts.begin(), target->incoming_accounts.end());
+  unbound_accounts_.insert(target->outgoing_accounts.begin(), target->outgoing_accounts.end());
+  std::erase_if(live, [&](const TgtTarget& t) { return t.iqn == iqn; });
+  DropUnusedAccountsLocked(live);
+  return OkStatus();
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,94 @@
+// TgtExporter: the Exporter for Linux tgt, driving a running tgtd through
+// `/usr/sbin/tgtadm -C <control port>` (argv via the Executor; CHAP
+// passwords marked Secret). What tgtd prints is trusted only as far as it
+// can be accounted for: duplicate target ids or names, accounts bound but
+// not listed, malformed names are errors, never acted on; every ACL change
+// is read back and compared with the record. tgtd keeps its configuration in memory only, so everything here
+// is re-derivable from the pool by Apply/Reconcile. Thread-safe: one mutex
+// serialises every change (tgtd handles one management request at a time
+// anyway, and target ids are allocated from what `show` returns).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/local/exporter.h"
+#include "backend/local/tgtadm_parser.h"
+#include "common/executor.h"
+
+namespace blockcsi {
+
+class TgtExporter final : public Exporter {
+ public:
+  // `tgtadm` is run by this absolute path, never looked up in PATH (a
+  // writable directory early in PATH would get every CHAP secret).
+  TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm = kDefaultTgtadm,
+              std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  static constexpr char kDefaultTgtadm[] = "/usr/sbin/tgtadm";
+
+  std::string Kind() const override { return "tgt"; }
+  ExportedLunIdentity IdentityFor(const std::string& volume_id) const override;
+  StatusOr<std::vector<std::string>> Apply(const DesiredExport& desired) override;
+  std::vector<StatusOr<std::vector<std::string>>> ApplyEach(const std::vector<DesiredExport>& desired) override;
+  StatusOr<std::vector<std::string>> Reconcile(const std::vector<DesiredExport>& desired,
+                                               const std::string& iqn_prefix) override;
+  Status CloseSessions(const std::string& iqn, const std::string& initiator_iqn) override;
+  Status Remove(const std::string& iqn) override;
+  Status Healthy() override;
+
+  // The SCSI ID tgtd is given for a volume: 24 hex digits. tgtd reports it
+  // as the T10 vendor designator and derives its NAA-6 designator from it
+  // ("60000000" + these digits), which is the WWN a node verifies.
+  static std::string ScsiIdFor(const std::string& volume_id);
+
+ private:
+  Command Tgtadm() const;
+  // Runs a tgtadm command; `tolerated` is a stderr fragment meaning "already
+  // in that state" (idempotent repeats), which counts as success.
+  Status Run(const Command& command, const std::string& what, const std::string& tolerated = "");
+  StatusOr<std::vector<TgtTarget>> ShowTargets();
+  StatusOr<std::vector<std::string>> ShowAccounts();
+  // An ACL change to read back: the target `tid` must be the volume's and
+  // let in exactly `want` (the record's initiators).
+  struct AclCheck {
+    size_t slot = 0;  // which export of a batch
+    std::string volume_id, iqn;
+    int tid = 0;
+    std::set<std::string> want;
+  };
+  // Both need mu_ held. ApplyLocked reads an ACL change back at once, or,
+  // with `deferred`, leaves the check to the caller (one read per batch).
+  StatusOr<std::vector<std::string>> ApplyLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
+                                                 std::vector<std::string>& live_accounts,
+                                                 std::vector<AclCheck>* deferred = nullptr, size_t slot = 0);
+  Status EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
+                       std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
+  Status AddLun(int tid, const DesiredExport& desired);
+  // After ACL changes: reads tgtd again (once) and runs each check; one
+  // status per check. Refreshes `live`. Needs mu_.
+  std::vector<Status> VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live);
+  // Deletes the accounts of ours (made by this process, or unbound by it from
+  // one of our targets) that no target binds any more, so that a CHAP secret
+  // does not outlive its last volume in tgtd's memory. Best effort (logged):
+  // the operation that freed them has already succeeded. Needs mu_.
+  void DropUnusedAccountsLocked(const std::vector<TgtTarget>& live);
+
+  const std::shared_ptr<Executor> executor_;
+  const int control_port_;
+  const std::string tgtadm_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  // The password each tgtd account was last created with by this process;
+  // memory only (never persisted, never logged).
+  std::map<std::string, std::string> account_passwords_;  // guarded by mu_
+  // Accounts this process unbound from one of our targets (it may not know
+  // their password after a restart); candidates for DropUnusedAccountsLocked.
+  std::set<std::string> unbound_accounts_;  // guarded by mu_
+};
+
+}  // namespace blockcsi

@@ -1,0 +1,335 @@
+#include "backend/routing/routing_backend.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "backend/call_scope.h"
+#include "backend/storage_class.h"
+
+namespace blockcsi {
+namespace {
+
+std::string Quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+bool IsDriverKey(std::string_view key) {
+  return key == storage_class::kFsType || key == storage_class::kMkfsOptions || key == storage_class::kChap ||
+         key == storage_class::kBackend || key.starts_with(storage_class::kSidecarPrefix);
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<RoutingBackend>> RoutingBackend::Make(std::vector<NamedBackend> backends,
+                                                               const std::string& default_name) {
+  if (backends.empty()) return InvalidArgument("no backends to route between");
+  std::set<std::string> names;
+  uint64_t granularity = 1;
+  size_t default_index = backends.size();
+  for (size_t i = 0; i < backends.size(); ++i) {
+    const auto& b = backends[i];
+    if (b.name.empty() || b.name.find(kBackendIdSeparator) != std::string::npos || b.backend == nullptr) {
+      return InvalidArgument("backend name " + Quoted(b.name) + " is empty or contains \"~\"");
+    }
+    if (!names.insert(b.name).second) return InvalidArgument("backend " + Quoted(b.name) + " is configured twice");
+    granularity = std::lcm(granularity, std::max<uint64_t>(b.backend->AllocationGranularity(), 1));
+    if (b.name == default_name) default_index = i;
+  }
+  if (default_index == backends.size()) {
+    return InvalidArgument("default backend " + Quoted(default_name) + " is not configured");
+  }
+  return std::shared_ptr<RoutingBackend>(new RoutingBackend(std::move(backends), default_index, granularity));
+}
+
+std::string RoutingBackend::JoinId(std::string_view backend_name, std::string_view inner_id) {
+  std::string id(backend_name);
+  id += kBackendIdSeparator;
+  id += inner_id;
+  return id;
+}
+
+std::string RoutingBackend::Name() const {
+  std::string name = "routing(";
+  for (size_t i = 0; i < backends_.size(); ++i) {
+    name += (i == 0 ? "" : ",") + backends_[i].name + "=" + backends_[i].backend->Name();
+  }
+  return name + ")";
+}
+
+std::vector<std::string> RoutingBackend::SupportedParameters() const {
+  std::set<std::string> keys;
+  for (const auto& b : backends_) {
+    for (auto& k : b.backend->SupportedParameters()) keys.insert(std::move(k));
+  }
+  return {keys.begin(), keys.end()};
+}
+
+const NamedBackend* RoutingBackend::Find(std::string_view name) const {
+  for (const auto& b : backends_) {
+    if (b.name == name) return &b;
+  }
+  return nullptr;
+}
+
+StatusOr<RoutingBackend::Routed> RoutingBackend::Route(std::string_view what, const std::string& id) const {
+  size_t sep = id.find(kBackendIdSeparator);
+  if (sep == std::string::npos) return Routed{&backends_[default_index_], id};
+  std::string_view name = std::string_view(id).substr(0, sep);
+  const NamedBackend* backend = Find(name);
+  if (backend == nullptr) {
+    return NotFound(std::string(what) + " " + Quoted(id) + " does not exist: its backend " + Quoted(name) +
+                    " is not configured");
+  }
+  return Routed{backend, id.substr(sep + 1)};
+}
+
+StatusOr<std::string> RoutingBackend::Outer(const NamedBackend& backend, const std::string& inner_id) const {
+  if (inner_id.empty()) return inner_id;
+  std::string id = JoinId(backend.name, inner_id);
+  if (id.size() > kMaxCsiIdBytes) {
+    return Internal("id " + Quoted(id) + " of backend " + Quoted(backend.name) + " is longer than CSI's " +
+                    std::to_string(kMaxCsiIdBytes) + " bytes; choose a shorter backend name");
+  }
+  return id;
+}
+
+StatusOr<VolumeRecord> RoutingBackend::Outer(const NamedBackend& backend, VolumeRecord record) const {
+  BLOCKCSI_ASSIGN_OR_RETURN(record.id, Outer(backend, record.id));
+  if (record.source.kind != ContentSource::Kind::kNone) {
+    BLOCKCSI_ASSIGN_OR_RETURN(record.source.id, Outer(backend, record.source.id));
+  }
+  return record;
+}
+
+StatusOr<SnapshotRecord> RoutingBackend::Outer(const NamedBackend& backend, SnapshotRecord record) const {
+  BLOCKCSI_ASSIGN_OR_RETURN(record.id, Outer(backend, record.id));
+  BLOCKCSI_ASSIGN_OR_RETURN(record.source_volume_id, Outer(backend, record.source_volume_id));
+  return record;
+}
+
+StatusOr<VolumeRecord> RoutingBackend::CreateVolume(const CreateVolumeSpec& spec) {
+  const std::string what = "volume name " + Quoted(spec.name);
+  const NamedBackend* chosen = nullptr;
+  if (auto it = spec.parameters.find(storage_class::kBackend); it != spec.parameters.end()) {
+    chosen = Find(it->second);
+    if (chosen == nullptr) {
+      std::string names;
+      for (const auto& b : backends_) names += (names.empty() ? "" : ", ") + b.name;
+      return InvalidArgument(what + ": parameter backend " + Quoted(it->second) +
+                             " names no configured backend (configured: " + names + ")");
+    }
+  }
+  CreateVolumeSpec inner = spec;
+  if (spec.source.kind != ContentSource::Kind::kNone) {
+    const char* kind = spec.source.kind == ContentSource::Kind::kSnapshot ? "source snapshot" : "source volume";
+    auto routed = Route(kind, spec.source.id);
+    if (!routed.ok()) return routed.status().WithContext(what);
+    if (chosen != nullptr && chosen != routed->backend) {
+      return InvalidArgument(what + ": " + kind + " " + Quoted(spec.source.id) + " is on backend " +
+                             Quoted(routed->backend->name) + ", the parameters ask for backend " +
+                             Quoted(chosen->name) + "; restores and clones stay within one backend");
+    }
+    chosen = routed->backend;
+    inner.source.id = routed->inner_id;
+  }
+  if (chosen == nullptr) chosen = &backends_[default_index_];
+  const auto supported = chosen->backend->SupportedParameters();
+  for (const auto& [key, value] : spec.parameters) {
+    if (!IsDriverKey(key) && std::find(supported.begin(), supported.end(), key) == supported.end()) {
+      return InvalidArgument(what + ": parameter " + Quoted(key) + " is not understood by backend " +
+                             Quoted(chosen->name));
+    }
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, chosen->backend->CreateVolume(inner));
+  return Outer(*chosen, std::move(record));
+}
+
+Status RoutingBackend::DeleteVolume(const std::string& volume_id) {
+  auto routed = Route("volume", volume_id);
+  if (!routed.ok()) return OkStatus();  // not configured here: nothing to delete
+  return routed->backend->backend->DeleteVolume(routed->inner_id);
+}
+
+StatusOr<VolumeRecord> RoutingBackend::ExpandVolume(const std::string& volume_id, uint64_t new_size_bytes) {
+  BLOCKCSI_ASSIGN_OR_RETURN(Routed routed, Route("volume", volume_id));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record,
+                            routed.backend->backend->ExpandVolume(routed.inner_id, new_size_bytes));
+  return Outer(*routed.backend, std::move(record));
+}
+
+StatusOr<VolumeRecord> RoutingBackend::GrantAccess(const std::string& volume_id, const AccessGrant& grant) {
+  BLOCKCSI_ASSIGN_OR_RETURN(Routed routed, Route("volume", volume_id));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, routed.backend->backend->GrantAccess(routed.inner_id, grant));
+  return Outer(*routed.backend, std::move(record));
+}
+
+Status RoutingBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
+  auto routed = Route("volume", volume_id);
+  if (!routed.ok()) return OkStatus();
+  return routed->backend->backend->RevokeAccess(routed->inner_id, initiator_iqn);
+}
+
+StatusOr<VolumeRecord> RoutingBackend::GetVolume(const std::string& volume_id) {
+  BLOCKCSI_ASSIGN_OR_RETURN(Routed routed, Route("volume", volume_id));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, routed.backend->backend->GetVolume(routed.inner_id));
+  return Outer(*routed.backend, std::move(record));
+}
+
+StatusOr<VolumeHealth> RoutingBackend::CheckVolume(const std::string& volume_id) {
+  BLOCKCSI_ASSIGN_OR_RETURN(Routed routed, Route("volume", volume_id));
+  return routed.backend->backend->CheckVolume(routed.inner_id);
+}
+
+std::vector<StatusOr<VolumeHealth>> RoutingBackend::CheckVolumes(const std::vector<std::string>& volume_ids) {
+  std::vector<StatusOr<VolumeHealth>> out(volume_ids.size(), StatusOr<VolumeHealth>(Internal("not checked")));
+  std::map<const NamedBackend*, std::pair<std::vector<size_t>, std::vector<std::string>>> groups;
+  for (size_t i = 0; i < volume_ids.size(); ++i) {
+    auto routed = Route("volume", volume_ids[i]);
+    if (!routed.ok()) {
+      out[i] = routed.status();
+      continue;
+    }
+    auto& group = groups[routed->backend];
+    group.first.push_back(i);
+    group.second.push_back(routed->inner_id);
+  }
+  for (auto& [backend, group] : groups) {
+    auto results = backend->backend->CheckVolumes(group.second);
+    for (size_t j = 0; j < group.first.size(); ++j) {
+      out[group.first[j]] =
+          j < results.size()
+              ? std::move(results[j])
+              : StatusOr<VolumeHealth>(Internal("backend \"" + backend->name + "\" returned no health result"));
+    }
+  }
+  return out;
+}
+
+StatusOr<std::pair<size_t, std::string>> RoutingBackend::ParseToken(std::string_view what,
+                                                                    const std::string& token) const {
+  if (token.empty()) return std::pair<size_t, std::string>{0, ""};
+  size_t sep = token.find(kBackendIdSeparator);
+  if (sep != std::string::npos) {
+    std::string_view name = std::string_view(token).substr(0, sep);
+    for (size_t i = 0; i < backends_.size(); ++i) {
+      if (backends_[i].name == name) return std::pair<size_t, std::string>{i, token.substr(sep + 1)};
+    }
+  }
+  return Aborted(std::string(what) + ": unknown starting token " + Quoted(token));
+}
+
+namespace {
+
+// Pages through backends [first, last) in order, resuming `first` at
+// `token`; `list(backend, token, max)` lists one backend, `outer` maps its
+// records. The next token names the backend to resume at.
+template <typename T, typename List, typename MapRecord>
+StatusOr<Page<T>> PageAcross(const std::vector<NamedBackend>& backends, size_t first, size_t last,
+                             const std::string& token, int max_entries, List list, MapRecord outer) {
+  Page<T> page;
+  for (size_t i = first; i < last; ++i) {
+    const int remaining = max_entries > 0 ? max_entries - static_cast<int>(page.items.size()) : 0;
+    if (max_entries > 0 && remaining <= 0) {
+      page.next_token = RoutingBackend::JoinId(backends[i].name, "");
+      return page;
+    }
+    auto inner = list(*backends[i].backend, i == first ? token : std::string(), remaining);
+    if (!inner.ok()) return inner.status().WithContext("backend \"" + backends[i].name + "\"");
+    for (auto& record : inner->items) {
+      BLOCKCSI_ASSIGN_OR_RETURN(T mapped, outer(backends[i], std::move(record)));
+      page.items.push_back(std::move(mapped));
+    }
+    if (!inner->next_token.empty()) {
+      page.next_token = RoutingBackend::JoinId(backends[i].name, inner->next_token);
+      return page;
+    }
+  }
+  return page;
+}
+
+}  // namespace
+
+StatusOr<Page<VolumeRecord>> RoutingBackend::ListVolumes(const std::string& start_token, int max_entries) {
+  BLOCKCSI_ASSIGN_OR_RETURN(auto start, ParseToken("list volumes", start_token));
+  return PageAcross<VolumeRecord>(
+      backends_, start.first, backends_.size(), start.second, max_entries,
+      [](VolumeBackend& b, const std::string& token, int max) { return b.ListVolumes(token, max); },
+      [this](const NamedBackend& b, VolumeRecord r) { return Outer(b, std::move(r)); });
+}
+
+StatusOr<uint64_t> RoutingBackend::AvailableBytes() {
+  const NamedBackend* backend = &backends_[default_index_];
+  if (const CallScope* scope = CurrentCallScope(); scope != nullptr) {
+    if (auto it = scope->parameters.find(storage_class::kBackend); it != scope->parameters.end()) {
+      backend = Find(it->second);
+      if (backend == nullptr) {
+        return InvalidArgument("parameter backend " + Quoted(it->second) + " names no configured backend");
+      }
+    }
+  }
+  return backend->backend->AvailableBytes();
+}
+
+StatusOr<SnapshotRecord> RoutingBackend::CreateSnapshot(const std::string& source_volume_id, const std::string& name) {
+  BLOCKCSI_ASSIGN_OR_RETURN(Routed routed, Route("volume", source_volume_id));
+  BLOCKCSI_ASSIGN_OR_RETURN(SnapshotRecord record, routed.backend->backend->CreateSnapshot(routed.inner_id, name));
+  return Outer(*routed.backend, std::move(record));
+}
+
+Status RoutingBackend::DeleteSnapshot(const std::string& snapshot_id) {
+  auto routed = Route("snapshot", snapshot_id);
+  if (!routed.ok()) return OkStatus();
+  return routed->backend->backend->DeleteSnapshot(routed->inner_id);
+}
+
+StatusOr<SnapshotRecord> RoutingBackend::GetSnapshot(const std::string& snapshot_id) {
+  BLOCKCSI_ASSIGN_OR_RETURN(Routed routed, Route("snapshot", snapshot_id));
+  BLOCKCSI_ASSIGN_OR_RETURN(SnapshotRecord record, routed.backend->backend->GetSnapshot(routed.inner_id));
+  return Outer(*routed.backend, std::move(record));
+}
+
+StatusOr<Page<SnapshotRecord>> RoutingBackend::ListSnapshots(const std::string& source_volume_id,
+                                                             const std::string& start_token, int max_entries) {
+  BLOCKCSI_ASSIGN_OR_RETURN(auto start, ParseToken("list snapshots", start_token));
+  size_t first = start.first;
+  size_t last = backends_.size();
+  std::string inner_source;
+  if (!source_volume_id.empty()) {
+    BLOCKCSI_ASSIGN_OR_RETURN(Routed routed, Route("volume", source_volume_id));
+    const size_t index = static_cast<size_t>(routed.backend - backends_.data());
+    if (!start_token.empty() && start.first != index) {
+      return Aborted("list snapshots: starting token " + Quoted(start_token) + " is not one of volume " +
+                     Quoted(source_volume_id) + "'s backend");
+    }
+    first = index;
+    last = index + 1;
+    inner_source = routed.inner_id;
+  }
+  return PageAcross<SnapshotRecord>(
+      backends_, first, last, start.second, max_entries,
+      [&inner_source](VolumeBackend& b, const std::string& token, int max) {
+        return b.ListSnapshots(inner_source, token, max);
+      },
+      [this](const NamedBackend& b, SnapshotRecord r) { return Outer(b, std::move(r)); });
+}
+
+bool RoutingBackend::MayHoldVolume(const std::string& volume_id) const {
+  auto routed = Route("volume", volume_id);
+  // "<name>~..." of a backend not configured here is not a volume here.
+  return routed.ok() && routed->backend->backend->MayHoldVolume(routed->inner_id);
+}
+
+Status RoutingBackend::Healthy() {
+  std::string sick;
+  StatusCode code = StatusCode::kOk;
+  for (const auto& b : backends_) {
+    Status st = b.backend->Healthy();
+    if (st.ok()) continue;
+    if (code == StatusCode::kOk) code = st.code();
+    sick += (sick.empty() ? "" : "; ") + std::string("backend ") + Quoted(b.name) + ": " + st.message();
+  }
+  if (code == StatusCode::kOk) return OkStatus();
+  return Status(code, sick);
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,51 @@
+// BridgeTransport: what the userspace bridge (`blockcsi bridge`) serves as
+// its FUSE file — one volume reached over iSCSI (libiscsi) or RBD (librbd).
+// The bridge owns FUSE, the loop device and the control socket; a transport
+// owns the connection to the storage. Offsets and lengths of Read/Write are
+// multiples of block_size() (the bridge does the read-modify-write for
+// anything else). Thread-safe: the bridge calls Read/Write/Flush from
+// several FUSE threads at once and the control calls from another.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/lun_identity.h"
+#include "common/status.h"
+
+namespace blockcsi {
+
+class BridgeTransport {
+ public:
+  virtual ~BridgeTransport() = default;
+
+  // "iscsi" | "rbd", for the status reply and messages.
+  virtual std::string name() const = 0;
+  // Where the volume is reached from, for the status reply and the record
+  // ("10.0.0.1:3260", "rbd/csi-vol-…"). Never a secret.
+  virtual std::string location() const = 0;
+  virtual uint32_t block_size() const = 0;
+  virtual uint64_t size_bytes() const = 0;
+
+  virtual Status Read(uint64_t offset, size_t length, char* out) = 0;
+  virtual Status Write(uint64_t offset, size_t length, const char* in) = 0;
+  // Makes every completed write durable.
+  virtual Status Flush() = 0;
+  // Re-reads the volume's size (after a resize); size_bytes() follows.
+  virtual Status RefreshSize() = 0;
+  // The identity the shared check (VerifyLunIdentity) compares with the
+  // published one: SCSI VPD pages, or the RBD image id as the serial.
+  virtual StatusOr<LunIdentity> ReadIdentity() = 0;
+  // OK, or a lasting condition the node must report (VolumeCondition), e.g.
+  // "this client was fenced". Transient I/O errors are the bridge's to count.
+  virtual Status Health() const = 0;
+  // Releases the connection (best effort); the destructor calls it too.
+  virtual void Close() = 0;
+  // Sessions re-established after a drop since the transport opened, for
+  // the bridge's I/O figures. Transports whose library reconnects out of
+  // our sight (librados) report 0.
+  virtual uint64_t reconnects() const { return 0; }
+};
+
+}  // namespace blockcsi

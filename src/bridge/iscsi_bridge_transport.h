@@ -1,0 +1,59 @@
+// The bridge's iSCSI transport: one LUN through libiscsi, over one session
+// or several (a libiscsi context runs one command at a time, so more
+// sessions keep more of the loop device's requests in flight). Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "bridge/bridge_transport.h"
+#include "bridge/libiscsi_session.h"
+
+namespace blockcsi {
+
+class IscsiBridgeTransport final : public BridgeTransport {
+ public:
+  // Logs in with the first portal that answers (see LibIscsiSession::Connect
+  // for the codes). Only one session: call AddSessions once the LUN's
+  // identity was verified, so a wrong LUN costs one login, not many.
+  static StatusOr<std::unique_ptr<IscsiBridgeTransport>> Connect(const LibIscsiOptions& options);
+  ~IscsiBridgeTransport() override;
+  IscsiBridgeTransport(const IscsiBridgeTransport&) = delete;
+  IscsiBridgeTransport& operator=(const IscsiBridgeTransport&) = delete;
+
+  // Opens up to `extra` more sessions to the portal of the first; a failure
+  // is logged and leaves fewer sessions, never an error.
+  void AddSessions(int extra, const std::string& volume_id);
+
+  std::string name() const override { return "iscsi"; }
+  std::string location() const override { return session_ ? session_->portal() : ""; }
+  uint32_t block_size() const override { return session_ ? session_->block_size() : 512; }
+  uint64_t size_bytes() const override { return session_ ? session_->size_bytes() : 0; }
+  Status Read(uint64_t offset, size_t length, char* out) override;
+  Status Write(uint64_t offset, size_t length, const char* in) override;
+  Status Flush() override;
+  Status RefreshSize() override;
+  StatusOr<LunIdentity> ReadIdentity() override;
+  Status Health() const override { return OkStatus(); }
+  void Close() override;
+  uint64_t reconnects() const override {
+    uint64_t n = session_ ? session_->reconnects() : 0;
+    for (const auto& s : extra_sessions_) n += s->reconnects();
+    return n;
+  }
+
+ private:
+  explicit IscsiBridgeTransport(LibIscsiOptions options) : options_(std::move(options)) {}
+  LibIscsiSession& IoSession() {
+    size_t n = next_session_++ % (1 + extra_sessions_.size());
+    return n == 0 ? *session_ : *extra_sessions_[n - 1];
+  }
+
+  LibIscsiOptions options_;
+  std::unique_ptr<LibIscsiSession> session_;                      // control commands and I/O
+  std::vector<std::unique_ptr<LibIscsiSession>> extra_sessions_;  // I/O only; fixed after AddSessions
+  std::atomic<size_t> next_session_{0};
+};
+
+}  // namespace blockcsi

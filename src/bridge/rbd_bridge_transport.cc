@@ -1,0 +1,281 @@
+#include "bridge/rbd_bridge_transport.h"
+
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/logging.h"
+
+namespace blockcsi {
+namespace {
+
+// librados says "blocklisted" with ESHUTDOWN (its EBLOCKLISTED).
+constexpr int kBlocklisted = ESHUTDOWN;
+
+std::string ErrnoText(int r) { return std::strerror(r < 0 ? -r : r); }
+
+// rados_getaddrs prints "127.0.0.1:0/123" or, with several, "[v2:…/123,v1:…/123]";
+// watcher and locker lists print the bare form, which is what the controller
+// compares with: strip the brackets and type prefixes.
+std::string BareAddresses(std::string text) {
+  if (text.size() >= 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+  std::string out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    for (const char* prefix : {"any:", "v1:", "v2:"}) {
+      if (item.starts_with(prefix)) item = item.substr(std::strlen(prefix));
+    }
+    if (!item.empty() && out.find(item) == std::string::npos) out += (out.empty() ? "" : ",") + item;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RbdClientMetadataKey(const std::string& node_id) { return "blockcsi.client." + node_id; }
+
+StatusOr<std::unique_ptr<RbdBridgeTransport>> RbdBridgeTransport::Open(const RbdTransportOptions& options) {
+  std::unique_ptr<RbdBridgeTransport> t(new RbdBridgeTransport(options));
+  Status st = t->Connect();
+  t->o_.key.clear();  // librados holds it now; nothing else may
+  if (st.ok()) st = t->OpenImage();
+  if (st.ok() && !t->o_.read_only) st = t->LockAndRegister();
+  if (!st.ok()) {
+    t->Close();
+    return st;
+  }
+  if (options.probe_interval.count() > 0) t->probe_thread_ = std::thread([p = t.get()] { p->ProbeLoop(); });
+  return t;
+}
+
+void RbdBridgeTransport::ProbeLoop() {
+  std::unique_lock<std::mutex> lock(probe_mu_);
+  while (!probe_stop_ && !fenced_) {
+    probe_cv_.wait_for(lock, o_.probe_interval, [this] { return probe_stop_; });
+    if (probe_stop_) break;
+    lock.unlock();
+    uint64_t size = 0;
+    time_t mtime = 0;
+    int r = rados_stat(io_, header_object_.c_str(), &size, &mtime);
+    if (r == -kBlocklisted && !fenced_.exchange(true)) {
+      LogError("rbd client fenced", {{"volume_id", o_.volume_id}, {"image", location()}, {"client", addrs_}});
+    }
+    lock.lock();
+  }
+}
+
+RbdBridgeTransport::~RbdBridgeTransport() { Close(); }
+
+Status RbdBridgeTransport::Connect() {
+  const std::string where = "volume \"" + o_.volume_id + "\": ";
+  const std::string who = "client." + o_.user;
+  rados_t cluster = nullptr;
+  int r = rados_create2(&cluster, "ceph", who.c_str(), 0);
+  if (r < 0) return Internal(where + "cannot create a rados handle for " + who + ": " + ErrnoText(r));
+  cluster_ = cluster;
+  if (o_.monitors.empty()) {
+    r = rados_conf_read_file(cluster, o_.ceph_conf.c_str());
+    if (r < 0) {
+      return FailedPrecondition(where + "publish_context names no ceph monitors and the node's " + o_.ceph_conf +
+                                " cannot be read: " + ErrnoText(r));
+    }
+  } else {
+    r = rados_conf_set(cluster, "mon_host", o_.monitors.c_str());
+    if (r < 0) return InvalidArgument(where + "ceph monitors \"" + o_.monitors + "\" refused: " + ErrnoText(r));
+  }
+  if (!o_.key.empty()) {
+    // Not the value in the message: librados may have quoted it.
+    r = rados_conf_set(cluster, "key", o_.key.c_str());
+    if (r < 0) return InvalidArgument(where + "the cephx key of " + who + " was refused by librados");
+  }
+  // No call of ours may hang on a sick cluster longer than the I/O timeout:
+  // the FUSE request behind it would hang the loop device and its users.
+  const std::string timeout = std::to_string(std::max<int64_t>(1, o_.io_timeout.count()));
+  for (const char* option : {"rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"}) {
+    r = rados_conf_set(cluster, option, timeout.c_str());
+    if (r < 0) return Internal(where + "cannot set " + option + ": " + ErrnoText(r));
+  }
+  r = rados_connect(cluster);
+  if (r == -EACCES || r == -EPERM) {
+    return PermissionDenied(where + "the ceph cluster refused cephx user " + who + " (" + ErrnoText(r) +
+                            "): check the node-stage secret userKey/userID");
+  }
+  if (r < 0) {
+    std::string mons = o_.monitors.empty() ? "the monitors of " + o_.ceph_conf : "monitors " + o_.monitors;
+    return Unavailable(where + "cannot reach the ceph cluster at " + mons + " as " + who + ": " + ErrnoText(r));
+  }
+  rados_ioctx_t io = nullptr;
+  r = rados_ioctx_create(cluster, o_.pool.c_str(), &io);
+  if (r == -ENOENT) return NotFound(where + "rbd pool " + o_.pool + " does not exist");
+  if (r < 0) return IoError(r, "open pool");
+  io_ = io;
+  char* addrs = nullptr;
+  r = rados_getaddrs(cluster, &addrs);
+  if (r == 0 && addrs != nullptr) addrs_ = BareAddresses(addrs);
+  rados_buffer_free(addrs);
+  return OkStatus();
+}
+
+Status RbdBridgeTransport::OpenImage() {
+  const std::string where = "volume \"" + o_.volume_id + "\": ";
+  rbd_image_t image = nullptr;
+  int r = o_.read_only ? rbd_open_read_only(io_, o_.image.c_str(), &image, nullptr)
+                       : rbd_open(io_, o_.image.c_str(), &image, nullptr);
+  if (r == -ENOENT) return NotFound(where + "rbd image " + location() + " does not exist");
+  if (r < 0) return IoError(r, "open rbd image");
+  image_ = image;
+  char id[128] = {};
+  r = rbd_get_id(image, id, sizeof id);
+  if (r < 0) return IoError(r, "read the id of rbd image");
+  if (o_.image_id != id) {
+    // A re-created image of the same name is another volume: never expose it.
+    return FailedPrecondition(where + "rbd image " + location() + " has id " + id + " but publish_context expects " +
+                              o_.image_id + " (another image of the same name); refusing to use it");
+  }
+  header_object_ = std::string("rbd_header.") + id;
+  uint64_t size = 0;
+  r = rbd_get_size(image, &size);
+  if (r < 0) return IoError(r, "read the size of rbd image");
+  size_ = size;
+  return OkStatus();
+}
+
+Status RbdBridgeTransport::LockAndRegister() {
+  const std::string where = "volume \"" + o_.volume_id + "\": ";
+  // Taken explicitly, the lock is not handed over when another client asks
+  // for it: a second writer (another node, a stale attachment) is refused
+  // instead of the two taking turns.
+  int r = rbd_lock_acquire(image_, RBD_LOCK_MODE_EXCLUSIVE);
+  if (r == -EROFS || r == -EBUSY) {
+    std::string holder;
+    rbd_lock_mode_t mode;
+    char* owners[8];
+    size_t n = 8;
+    if (rbd_lock_get_owners(image_, &mode, owners, &n) == 0) {
+      for (size_t i = 0; i < n; ++i) holder += (holder.empty() ? "" : ", ") + std::string(owners[i]);
+      rbd_lock_get_owners_cleanup(owners, n);
+    }
+    return FailedPrecondition(where + "rbd image " + location() + " is locked for writing by another client" +
+                              (holder.empty() ? std::string() : " (" + holder + ")") +
+                              "; it is still attached elsewhere");
+  }
+  if (r == -EINVAL || r == -EOPNOTSUPP) {
+    return FailedPrecondition(where + "rbd image " + location() +
+                              " has no exclusive-lock feature, so two writers could not be kept apart");
+  }
+  if (r < 0) return IoError(r, "take the exclusive lock of rbd image");
+  if (o_.node_id.empty() || addrs_.empty()) {
+    LogWarn("rbd attachment not registered for fencing (no node id or client address)", {{"volume_id", o_.volume_id}});
+    return OkStatus();
+  }
+  r = rbd_metadata_set(image_, RbdClientMetadataKey(o_.node_id).c_str(), addrs_.c_str());
+  if (r < 0) return IoError(r, "record this client in the metadata of rbd image");
+  registered_ = true;
+  LogInfo("rbd image locked", {{"volume_id", o_.volume_id}, {"image", location()}, {"client", addrs_}});
+  return OkStatus();
+}
+
+Status RbdBridgeTransport::IoError(int r, const char* what) {
+  const std::string where = "volume \"" + o_.volume_id + "\": " + what + " " + location() + ": ";
+  if (r == -kBlocklisted) {
+    fenced_ = true;
+    return Unavailable(where + kRbdFencedMessage);
+  }
+  if (r == -ENOENT) return NotFound(where + "gone (" + ErrnoText(r) + ")");
+  if (r == -EACCES || r == -EPERM) return PermissionDenied(where + ErrnoText(r));
+  if (r == -EROFS) return FailedPrecondition(where + "read-only or not the lock owner (" + ErrnoText(r) + ")");
+  if (r == -ETIMEDOUT || r == -ENOTCONN || r == -ECONNREFUSED || r == -EAGAIN || r == -EIO) {
+    return Unavailable(where + ErrnoText(r));
+  }
+  return Internal(where + ErrnoText(r));
+}
+
+Status RbdBridgeTransport::Read(uint64_t offset, size_t length, char* out) {
+  ssize_t n = rbd_read2(image_, offset, length, out, 0);
+  if (n < 0) return IoError(static_cast<int>(n), "read");
+  // Past the end librbd reads short; the bridge clamps to size, but a
+  // shrink racing a read must not leak old buffer contents.
+  if (static_cast<size_t>(n) < length) std::memset(out + n, 0, length - static_cast<size_t>(n));
+  return OkStatus();
+}
+
+Status RbdBridgeTransport::Write(uint64_t offset, size_t length, const char* in) {
+  ssize_t n = rbd_write2(image_, offset, length, in, 0);
+  if (n < 0) return IoError(static_cast<int>(n), "write");
+  if (static_cast<size_t>(n) != length) return Unavailable("volume \"" + o_.volume_id + "\": short write");
+  return OkStatus();
+}
+
+Status RbdBridgeTransport::Flush() {
+  int r = rbd_flush(image_);
+  if (r < 0) return IoError(r, "flush");
+  return OkStatus();
+}
+
+Status RbdBridgeTransport::RefreshSize() {
+  // rbd_get_size refreshes the header first when a resize was announced.
+  uint64_t size = 0;
+  int r = rbd_get_size(image_, &size);
+  if (r < 0) return IoError(r, "read the size of");
+  size_ = size;
+  return OkStatus();
+}
+
+StatusOr<LunIdentity> RbdBridgeTransport::ReadIdentity() {
+  char id[128] = {};
+  int r = rbd_get_id(image_, id, sizeof id);
+  if (r < 0) return IoError(r, "read the id of");
+  LunIdentity identity;
+  identity.serial = id;
+  return identity;
+}
+
+Status RbdBridgeTransport::Health() const {
+  if (fenced_)
+    return Unavailable("volume \"" + o_.volume_id + "\": rbd image " + location() + ": " + kRbdFencedMessage);
+  return OkStatus();
+}
+
+void RbdBridgeTransport::Close() {
+  std::lock_guard<std::mutex> lock(close_mu_);
+  {
+    std::lock_guard<std::mutex> probe_lock(probe_mu_);
+    probe_stop_ = true;
+  }
+  probe_cv_.notify_all();
+  if (probe_thread_.joinable()) probe_thread_.join();
+  if (image_ != nullptr) {
+    if (registered_ && !fenced_) {
+      // Detached cleanly: nothing to fence any more. A fenced client cannot
+      // write; the controller's RevokeAccess removes the key then.
+      int r = rbd_metadata_remove(image_, RbdClientMetadataKey(o_.node_id).c_str());
+      if (r < 0 && r != -ENOENT) {
+        LogWarn("cannot remove this client from the rbd image's metadata",
+                {{"volume_id", o_.volume_id}, {"error", ErrnoText(r)}});
+      }
+    }
+    registered_ = false;
+    // Closing releases the exclusive lock.
+    int r = rbd_close(image_);
+    if (r < 0) LogWarn("closing the rbd image failed", {{"volume_id", o_.volume_id}, {"error", ErrnoText(r)}});
+    image_ = nullptr;
+  }
+  if (io_ != nullptr) {
+    rados_ioctx_destroy(io_);
+    io_ = nullptr;
+  }
+  if (cluster_ != nullptr) {
+    rados_shutdown(cluster_);
+    cluster_ = nullptr;
+  }
+}
+
+}  // namespace blockcsi

@@ -1,1 +1,0 @@
-#include "common/fault_points.h"  // IWYU pragma: export (moved to common; kept for the node's includes)

@@ -1,0 +1,228 @@
+#include "support/attach_fixture.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "attach/initiator.h"
+#include "attach/publish_context.h"
+#include "attach/userspace_connector.h"
+#include "common/atomic_file.h"
+#include "common/executor.h"
+#include "common/filesystem.h"
+#include "common/loop_devices.h"
+#include "common/mounter.h"
+
+namespace blockcsi::testing {
+
+int RunProgram(const std::vector<std::string>& argv, std::string* output) {
+  auto exec = MakeProcessExecutor();
+  Command cmd(argv[0]);
+  for (size_t i = 1; i < argv.size(); ++i) cmd.Arg(argv[i]);
+  cmd.Timeout(std::chrono::seconds(120));
+  auto r = exec->Run(cmd);
+  if (!r.ok()) {
+    if (output != nullptr) *output = r.status().ToString();
+    return -1;
+  }
+  if (output != nullptr) *output = r->stdout_text + r->stderr_text;
+  return r->exit_code;
+}
+
+void AttachIntegrationTest::SetUp() {
+  if (!IsRoot()) GTEST_SKIP() << "requires root (tgtd, FUSE, loop devices)";
+  if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "requires /dev/fuse";
+  std::string error;
+  tgtd_ = TgtdHarness::Start(&error);
+  BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
+  tmp_ = std::make_unique<TempDir>();
+  state_dir_ = tmp_->Join("state");
+}
+
+void AttachIntegrationTest::TearDown() {
+  if (!tmp_) return;
+  // Whatever the test left: bridges, filesystems mounted on loop devices,
+  // loop devices, FUSE mounts. By pid and by name, never by pattern.
+  auto mounts_under_tmp = [&] {
+    std::vector<std::string> out;
+    auto text = ReadFileToString("/proc/self/mountinfo");
+    if (!text.ok()) return out;
+    for (const auto& e : ParseMountInfo(*text)) {
+      if (e.target.rfind(tmp_->path(), 0) == 0) out.push_back(e.target);
+    }
+    std::reverse(out.begin(), out.end());  // the newest (innermost) first
+    return out;
+  };
+  for (const auto& m : mounts_under_tmp()) ::umount2(m.c_str(), MNT_DETACH);
+  for (int pid : BridgePids()) ::kill(pid, SIGKILL);
+  for (const auto& loop : LoopDevicesUnderState()) RunProgram({"losetup", "-d", loop});
+  for (const auto& m : mounts_under_tmp()) ::umount2(m.c_str(), MNT_DETACH);
+  tgtd_.reset();
+  tmp_.reset();
+}
+
+TestTarget AttachIntegrationTest::MakeTarget(const std::string& name, uint64_t size_bytes,
+                                             const std::string& acl_node) {
+  TestTarget t;
+  t.tid = next_tid_++;
+  t.iqn = "iqn.2026-11.io.blockcsi.test:" + name;
+  t.backing_file = tmp_->Join(name + ".img");
+  t.size_bytes = size_bytes;
+  t.serial = "bcsn" + name;
+  // tgt turns the scsi_id's hex digits into the NAA 6 designator of VPD 0x83.
+  char wwn[33];
+  std::snprintf(wwn, sizeof wwn, "6%015x%016x", 0xb10c, t.tid * 1000 + static_cast<int>(name.size()));
+  t.wwn = wwn;
+  int fd = ::open(t.backing_file.c_str(), O_CREAT | O_RDWR, 0600);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(size_bytes)), 0);
+  ::close(fd);
+  int code = 0;
+  std::string tid = std::to_string(t.tid);
+  tgtd_->Tgtadm({"--op", "new", "--mode", "target", "--tid", tid, "-T", t.iqn}, &code);
+  EXPECT_EQ(code, 0);
+  tgtd_->Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "-b", t.backing_file}, &code);
+  EXPECT_EQ(code, 0);
+  tgtd_->Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "--params",
+                 "scsi_sn=" + t.serial + ",scsi_id=" + t.wwn},
+                &code);
+  EXPECT_EQ(code, 0);
+  if (!acl_node.empty()) {
+    tgtd_->Tgtadm({"--op", "bind", "--mode", "target", "--tid", tid, "--initiator-name", InitiatorIqnForNode(acl_node)},
+                  &code);
+    EXPECT_EQ(code, 0);
+  }
+  return t;
+}
+
+void AttachIntegrationTest::AddChap(const TestTarget& t, const std::string& user, const std::string& password) {
+  int code = 0;
+  tgtd_->Tgtadm({"--op", "new", "--mode", "account", "--user", user, "--password", password}, &code);
+  EXPECT_EQ(code, 0);
+  tgtd_->Tgtadm({"--op", "bind", "--mode", "account", "--tid", std::to_string(t.tid), "--user", user}, &code);
+  EXPECT_EQ(code, 0);
+}
+
+std::map<std::string, std::string> AttachIntegrationTest::ContextFor(const TestTarget& t) const {
+  return {{publish_context::kPortals, tgtd_->portal()},
+          {publish_context::kTargetIqn, t.iqn},
+          {publish_context::kLun, "1"},
+          {publish_context::kSerial, t.serial},
+          {publish_context::kWwn, t.wwn}};
+}
+
+StatusOr<std::unique_ptr<VolumeAttacher>> AttachIntegrationTest::NewAttacher(int bridge_sessions,
+                                                                             const std::string& binary) {
+  AttacherOptions o;
+  o.connector = "userspace";
+  o.state_dir = state_dir_;
+  o.node_id = kNodeId;
+  o.blockcsi_binary = binary.empty() ? AttachToolPath() : binary;
+  o.bridge_io_timeout = std::chrono::seconds(5);
+  o.bridge_sessions = bridge_sessions;
+  return MakeVolumeAttacher(o);
+}
+
+std::vector<int> AttachIntegrationTest::BridgePids() const {
+  std::vector<int> out;
+  auto fs = MakeRootedFilesystem("");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/bridges", ec)) {
+    for (int pid : FindBridgePids(*fs, e.path().string() + "/ctl.sock")) out.push_back(pid);
+  }
+  return out;
+}
+
+std::vector<std::string> AttachIntegrationTest::LoopDevicesUnderState() const {
+  std::vector<std::string> out;
+  auto fs = MakeRootedFilesystem("");
+  auto names = fs->ListDir("/sys/block");
+  if (!names.ok()) return out;
+  for (const auto& n : *names) {
+    auto backing = ReadTrimmed(*fs, "/sys/block/" + n + "/loop/backing_file");
+    if (backing.ok() && backing->rfind(state_dir_, 0) == 0) out.push_back("/dev/" + n);
+  }
+  return out;
+}
+
+std::vector<std::string> AttachIntegrationTest::MountsUnderState() const {
+  std::vector<std::string> out;
+  auto text = ReadFileToString("/proc/self/mountinfo");
+  if (!text.ok()) return out;
+  for (const auto& e : ParseMountInfo(*text)) {
+    if (e.target.rfind(state_dir_, 0) == 0) out.push_back(e.target);
+  }
+  return out;
+}
+
+void AttachIntegrationTest::ExpectNothingLeft() {
+  EXPECT_TRUE(BridgePids().empty()) << "bridge processes left";
+  EXPECT_TRUE(LoopDevicesUnderState().empty()) << "loop devices left";
+  EXPECT_TRUE(MountsUnderState().empty()) << "FUSE mounts left";
+  std::error_code ec;
+  bool any_bridge_dir = false;
+  for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/bridges", ec)) {
+    any_bridge_dir = true;
+    ADD_FAILURE() << "bridge dir left: " << e.path();
+  }
+  (void)any_bridge_dir;
+  for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/attachments", ec)) {
+    ADD_FAILURE() << "attach record left: " << e.path();
+  }
+}
+
+std::string Pattern(size_t len, char seed) {
+  std::string s(len, '\0');
+  for (size_t i = 0; i < len; ++i) s[i] = static_cast<char>(seed + (i * 7 + i / 512) % 61);
+  return s;
+}
+
+bool WriteDirect(const std::string& device, uint64_t offset, const std::string& data) {
+  int fd = ::open(device.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) return false;
+  void* buf = nullptr;
+  if (::posix_memalign(&buf, 4096, data.size()) != 0) {
+    ::close(fd);
+    return false;
+  }
+  std::memcpy(buf, data.data(), data.size());
+  ssize_t n = ::pwrite(fd, buf, data.size(), static_cast<off_t>(offset));
+  bool ok = n == static_cast<ssize_t>(data.size()) && ::fsync(fd) == 0;
+  std::free(buf);
+  ::close(fd);
+  return ok;
+}
+
+std::string ReadDirect(const std::string& device, uint64_t offset, size_t len) {
+  int fd = ::open(device.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) return "";
+  void* buf = nullptr;
+  if (::posix_memalign(&buf, 4096, len) != 0) {
+    ::close(fd);
+    return "";
+  }
+  ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(offset));
+  std::string out = n > 0 ? std::string(static_cast<char*>(buf), static_cast<size_t>(n)) : "";
+  std::free(buf);
+  ::close(fd);
+  return out;
+}
+
+std::string ReadFileAt(const std::string& path, uint64_t offset, size_t len) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out(len, '\0');
+  ssize_t n = ::pread(fd, out.data(), len, static_cast<off_t>(offset));
+  ::close(fd);
+  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return out;
+}
+
+}  // namespace blockcsi::testing

@@ -1,0 +1,284 @@
+#include "support/fake_backend.h"
+
+#include <algorithm>
+
+namespace blockcsi::testing {
+
+namespace {
+
+// Like the real backends, ids of a form the fake never makes are
+// INVALID_ARGUMENT, not NOT_FOUND.
+Status CheckId(const std::string& id, std::string_view prefix) {
+  if (id.starts_with(prefix)) return OkStatus();
+  return InvalidArgument("fake: malformed id \"" + id + "\"");
+}
+
+}  // namespace
+
+Status FakeBackend::Enter(const std::string& method) {
+  std::unique_lock lock(mu_);
+  ++calls_[method];
+  if (gated_method_ == method) {
+    ++entered_gate_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return gated_method_ != method; });
+  }
+  if (auto it = fail_next_.find(method); it != fail_next_.end()) {
+    Status st = it->second;
+    fail_next_.erase(it);
+    return st;
+  }
+  return OkStatus();
+}
+
+void FakeBackend::FailNext(const std::string& method, Status status) {
+  std::lock_guard lock(mu_);
+  fail_next_[method] = std::move(status);
+}
+
+int FakeBackend::Calls(const std::string& method) const {
+  std::lock_guard lock(mu_);
+  auto it = calls_.find(method);
+  return it == calls_.end() ? 0 : it->second;
+}
+
+int FakeBackend::TotalCalls() const {
+  std::lock_guard lock(mu_);
+  int total = 0;
+  for (const auto& [method, count] : calls_) total += count;
+  return total;
+}
+
+void FakeBackend::CloseGate(const std::string& method) {
+  std::lock_guard lock(mu_);
+  gated_method_ = method;
+  entered_gate_ = 0;
+}
+
+void FakeBackend::WaitEntered(const std::string& method) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return gated_method_ == method && entered_gate_ > 0; });
+}
+
+void FakeBackend::OpenGate() {
+  std::lock_guard lock(mu_);
+  gated_method_.clear();
+  cv_.notify_all();
+}
+
+void FakeBackend::SetHealth(const std::string& volume_id, VolumeHealth health) {
+  std::lock_guard lock(mu_);
+  health_[volume_id] = std::move(health);
+}
+
+void FakeBackend::SetAvailableBytes(uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  available_ = bytes;
+}
+
+ChapCredentials FakeBackend::LastChap(const std::string& volume_id) const {
+  std::lock_guard lock(mu_);
+  auto it = chap_.find(volume_id);
+  return it == chap_.end() ? ChapCredentials{} : it->second;
+}
+
+void FakeBackend::AddRawGrant(const std::string& volume_id, GrantRecord grant) {
+  std::lock_guard lock(mu_);
+  volumes_.at(volume_id).grants.push_back(std::move(grant));
+}
+
+void FakeBackend::SetTransportParams(const std::string& volume_id, std::map<std::string, std::string> params) {
+  std::lock_guard lock(mu_);
+  volumes_.at(volume_id).transport_params = std::move(params);
+}
+
+// No idempotency by name here: that is the real backend's logic (tested on
+// the local backend on tgtd); a test that needs ALREADY_EXISTS scripts it.
+StatusOr<VolumeRecord> FakeBackend::CreateVolume(const CreateVolumeSpec& spec) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("CreateVolume"));
+  std::lock_guard lock(mu_);
+  if (spec.size_bytes == 0 || spec.size_bytes % kGranularity != 0) {
+    return InvalidArgument("fake: size " + std::to_string(spec.size_bytes) + " is not a multiple of the granularity");
+  }
+  if (spec.source.kind == ContentSource::Kind::kSnapshot && !snapshots_.contains(spec.source.id)) {
+    return NotFound("snapshot \"" + spec.source.id + "\" not found");
+  }
+  if (spec.source.kind == ContentSource::Kind::kVolume && !volumes_.contains(spec.source.id)) {
+    return NotFound("volume \"" + spec.source.id + "\" not found");
+  }
+  if (spec.size_bytes > available_) return ResourceExhausted("fake: pool full");
+  available_ -= spec.size_bytes;
+  VolumeRecord v;
+  v.id = "vol-" + std::to_string(next_id_++);
+  v.name = spec.name;
+  v.size_bytes = spec.size_bytes;
+  v.created_unix_seconds = 1700000000;
+  v.source = spec.source;
+  v.parameters = spec.parameters;
+  v.portals = {"192.0.2.10:3260", "192.0.2.11:3260"};
+  v.target_iqn = "iqn.2026-11.io.blockcsi:" + v.id;
+  v.lun = 1;
+  v.serial = "beaf" + v.id;
+  v.wwn = "6001405" + std::to_string(next_id_);
+  v.topology = {{kTopologyKey, "storage-1"}};
+  volumes_[v.id] = v;
+  return v;
+}
+
+Status FakeBackend::DeleteVolume(const std::string& volume_id) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("DeleteVolume"));
+  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
+  std::lock_guard lock(mu_);
+  auto it = volumes_.find(volume_id);
+  if (it == volumes_.end()) return OkStatus();
+  if (!it->second.grants.empty()) return FailedPrecondition("volume " + volume_id + " still granted");
+  available_ += it->second.size_bytes;
+  volumes_.erase(it);
+  return OkStatus();
+}
+
+StatusOr<VolumeRecord> FakeBackend::ExpandVolume(const std::string& volume_id, uint64_t new_size_bytes) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("ExpandVolume"));
+  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
+  std::lock_guard lock(mu_);
+  auto it = volumes_.find(volume_id);
+  if (it == volumes_.end()) return NotFound("volume " + volume_id + " not found");
+  if (new_size_bytes < it->second.size_bytes) return OutOfRange("volume " + volume_id + " cannot shrink");
+  it->second.size_bytes = new_size_bytes;
+  return it->second;
+}
+
+StatusOr<VolumeRecord> FakeBackend::GrantAccess(const std::string& volume_id, const AccessGrant& grant) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("GrantAccess"));
+  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
+  std::lock_guard lock(mu_);
+  auto it = volumes_.find(volume_id);
+  if (it == volumes_.end()) return NotFound("volume " + volume_id + " not found");
+  auto& grants = it->second.grants;
+  auto existing = std::find_if(grants.begin(), grants.end(),
+                               [&](const GrantRecord& g) { return g.initiator_iqn == grant.initiator_iqn; });
+  GrantRecord record{grant.initiator_iqn, grant.node_id, grant.read_only, grant.capability, grant.chap.enabled()};
+  if (existing == grants.end()) {
+    grants.push_back(record);
+  } else {
+    *existing = record;
+  }
+  chap_[volume_id] = grant.chap;
+  return it->second;
+}
+
+Status FakeBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("RevokeAccess"));
+  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
+  std::lock_guard lock(mu_);
+  auto it = volumes_.find(volume_id);
+  if (it == volumes_.end()) return OkStatus();
+  std::erase_if(it->second.grants, [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; });
+  return OkStatus();
+}
+
+StatusOr<VolumeRecord> FakeBackend::GetVolume(const std::string& volume_id) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("GetVolume"));
+  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
+  std::lock_guard lock(mu_);
+  auto it = volumes_.find(volume_id);
+  if (it == volumes_.end()) return NotFound("volume " + volume_id + " not found");
+  return it->second;
+}
+
+StatusOr<VolumeHealth> FakeBackend::CheckVolume(const std::string& volume_id) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("CheckVolume"));
+  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
+  std::lock_guard lock(mu_);
+  if (!volumes_.contains(volume_id)) return NotFound("volume " + volume_id + " not found");
+  auto it = health_.find(volume_id);
+  return it == health_.end() ? VolumeHealth{} : it->second;
+}
+
+namespace {
+
+// A plain slicer: tokens are "t<index>". Deciding which tokens are stale or
+// unknown (ABORTED) is the real backend's logic, tested on the local backend
+// on tgtd (controller_conformance_tests ListVolumesPagesWithPublishedNodes,
+// SnapshotRules); a unit test that needs ABORTED scripts it with FailNext.
+template <typename T>
+StatusOr<Page<T>> PageOf(const std::vector<T>& all, const std::string& start_token, int max_entries) {
+  size_t start = 0;
+  if (!start_token.empty()) {
+    if (start_token[0] != 't' || start_token.size() < 2 ||
+        start_token.find_first_not_of("0123456789", 1) != std::string::npos) {
+      return Internal("fake: a token it never made: " + start_token + " (script ABORTED with FailNext)");
+    }
+    start = std::min(all.size(), static_cast<size_t>(std::stoul(start_token.substr(1))));
+  }
+  Page<T> page;
+  size_t end = max_entries > 0 ? std::min(all.size(), start + static_cast<size_t>(max_entries)) : all.size();
+  page.items.assign(all.begin() + static_cast<std::ptrdiff_t>(start), all.begin() + static_cast<std::ptrdiff_t>(end));
+  if (end < all.size()) page.next_token = "t" + std::to_string(end);
+  return page;
+}
+
+}  // namespace
+
+StatusOr<Page<VolumeRecord>> FakeBackend::ListVolumes(const std::string& start_token, int max_entries) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("ListVolumes"));
+  std::lock_guard lock(mu_);
+  std::vector<VolumeRecord> all;
+  for (const auto& [id, v] : volumes_) all.push_back(v);
+  return PageOf(all, start_token, max_entries);
+}
+
+StatusOr<uint64_t> FakeBackend::AvailableBytes() {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("AvailableBytes"));
+  std::lock_guard lock(mu_);
+  return available_;
+}
+
+StatusOr<SnapshotRecord> FakeBackend::CreateSnapshot(const std::string& source_volume_id, const std::string& name) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("CreateSnapshot"));
+  BLOCKCSI_RETURN_IF_ERROR(CheckId(source_volume_id, "vol-"));
+  std::lock_guard lock(mu_);
+  for (const auto& [id, s] : snapshots_) {
+    if (s.name != name) continue;
+    if (s.source_volume_id == source_volume_id) return s;
+    return AlreadyExists("snapshot name \"" + name + "\" exists for another source volume");
+  }
+  auto v = volumes_.find(source_volume_id);
+  if (v == volumes_.end()) return NotFound("volume " + source_volume_id + " not found");
+  SnapshotRecord s{
+      "snap-" + std::to_string(next_id_++), name, source_volume_id, v->second.size_bytes, 1700000100, true};
+  snapshots_[s.id] = s;
+  return s;
+}
+
+Status FakeBackend::DeleteSnapshot(const std::string& snapshot_id) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("DeleteSnapshot"));
+  BLOCKCSI_RETURN_IF_ERROR(CheckId(snapshot_id, "snap-"));
+  std::lock_guard lock(mu_);
+  snapshots_.erase(snapshot_id);
+  return OkStatus();
+}
+
+StatusOr<SnapshotRecord> FakeBackend::GetSnapshot(const std::string& snapshot_id) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("GetSnapshot"));
+  BLOCKCSI_RETURN_IF_ERROR(CheckId(snapshot_id, "snap-"));
+  std::lock_guard lock(mu_);
+  auto it = snapshots_.find(snapshot_id);
+  if (it == snapshots_.end()) return NotFound("snapshot " + snapshot_id + " not found");
+  return it->second;
+}
+
+StatusOr<Page<SnapshotRecord>> FakeBackend::ListSnapshots(const std::string& source_volume_id,
+                                                          const std::string& start_token, int max_entries) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("ListSnapshots"));
+  std::lock_guard lock(mu_);
+  std::vector<SnapshotRecord> all;
+  for (const auto& [id, s] : snapshots_) {
+    if (source_volume_id.empty() || s.source_volume_id == source_volume_id) all.push_back(s);
+  }
+  return PageOf(all, start_token, max_entries);
+}
+
+Status FakeBackend::Healthy() { return Enter("Healthy"); }
+
+}  // namespace blockcsi::testing
