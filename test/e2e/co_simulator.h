@@ -94,6 +94,12 @@ class CoSimulator {
   grpc::Status Attach(const PersistentVolume& pv, const std::string& node_id);
   // Reconciles the VolumeAttachment to detached and deletes it.
   grpc::Status Detach(const PersistentVolume& pv, const std::string& node_id);
+  // Takes an attachment another attacher made (the real external-attacher,
+  // read from the VolumeAttachment's status), as kubelet reads the object:
+  // RunPod then uses its attachment_metadata.
+  void ObserveAttachment(const VolumeAttachment& va) { attachments_[va.name] = va; }
+  // Forgets it again (the object was deleted).
+  void ForgetAttachment(const std::string& name) { attachments_.erase(name); }
   // nullptr when there is none.
   const VolumeAttachment* FindAttachment(const std::string& volume_id, const std::string& node_id) const;
 
