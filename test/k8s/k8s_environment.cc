@@ -23,6 +23,9 @@ PluginOptions KubeEnvironment::ControllerOptions() const {
   PluginOptions options;
   options.mode = "controller";
   options.node_id = "k8s-controller";
+  // The controller's node check reads CSINode objects as its
+  // ServiceAccount, with the RBAC of rbac-controller.yaml (item 4).
+  options.extra_args = {"--kubeconfig", cluster_->controller_kubeconfig()};
   return options;
 }
 
@@ -32,6 +35,10 @@ std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(std::string* error) {
   env->tgtd_ = TgtdHarness::Start(error);
   if (!env->tgtd_) return nullptr;
 
+  std::filesystem::create_directories(dir + "/cluster");
+  env->cluster_ = KubeCluster::Start(dir + "/cluster", error);
+  if (!env->cluster_) return nullptr;
+  KubeCluster& cluster = *env->cluster_;
   std::filesystem::create_directories(dir + "/controller");
   env->controller_ = std::make_unique<PluginUnderTest>(dir + "/controller", env->tgtd_.get());
   if (!env->controller_->Start(env->ControllerOptions(), error)) return nullptr;
@@ -41,11 +48,6 @@ std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(std::string* error) {
   node.mode = "node";
   node.node_id = kNodeName;
   if (!env->node_plugin_->Start(node, error)) return nullptr;
-
-  std::filesystem::create_directories(dir + "/cluster");
-  env->cluster_ = KubeCluster::Start(dir + "/cluster", error);
-  if (!env->cluster_) return nullptr;
-  KubeCluster& cluster = *env->cluster_;
 
   // The project's manifests as a user applies them. Patched, and only
   // here: nothing (namespace, RBAC, CSIDriver are applied as they are).

@@ -5,11 +5,13 @@
 // runs here) driving `blockcsi --mode node` with the userspace connector.
 // One cluster for the whole binary; each scenario in a namespace of its own.
 // Needs root, tgtd, etcd, kubectl and ../shared/peers; skips otherwise.
+#include <gmock/gmock.h>
 #include <sys/statvfs.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "attach/initiator.h"
 #include "k8s/k8s_test_base.h"
 
 namespace blockcsi::testing {
@@ -169,6 +171,64 @@ TEST_F(KubeScenarios, ControllerKilledDuringAttachConverges) {
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path + "/hello", "after the restart\n", false));
   DeletePodAndWaitDetached(pod);
   DeletePvcAndWaitGone(pod);
+}
+
+// A VolumeAttachment for a node whose CSINode gives this driver a node id
+// that no CSINode of the cluster lists (a node reinstalled under another
+// id, say): the external-attacher calls ControllerPublishVolume with that
+// id, and the controller, asking the API server as its ServiceAccount
+// (--kubeconfig, the RBAC of rbac-controller.yaml), answers NOT_FOUND; the
+// attachment stays unattached with that error, and no ACL for that id's
+// initiator is ever written (issue #20 item 4). The attacher itself never
+// calls for a node without a CSINode entry of this driver (it fails first).
+TEST_F(KubeScenarios, AttachToANodeIdWithoutCsiNodeIsNotFoundAndGrantsNothing) {
+  const std::string ns = "ghost";
+  const std::string ghost = "ghost-node";
+  const std::string stale_id = "ghost-node-reinstalled";
+  MakeNamespace(ns);
+  Apply(PvcManifest(ns, "data", "blockcsi-xfs-immediate", "320Mi", false));
+  ASSERT_TRUE(WaitFor([&] { return Str(*cluster().Get("pvc", "data", ns), "/status/phase") == "Bound"; }, 60s))
+      << env().Logs();
+  std::string pv = Str(*cluster().Get("pvc", "data", ns), "/spec/volumeName");
+  Json node{{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", ghost}}}};
+  Apply(node.dump());
+  Json csinode{{"apiVersion", "storage.k8s.io/v1"},
+               {"kind", "CSINode"},
+               {"metadata", {{"name", ghost}}},
+               {"spec", {{"drivers", Json::array({{{"name", "blockcsi.io"}, {"nodeID", stale_id}}})}}}};
+  Apply(csinode.dump());
+  Json va{{"apiVersion", "storage.k8s.io/v1"},
+          {"kind", "VolumeAttachment"},
+          {"metadata", {{"name", "ghost-attachment"}}},
+          {"spec", {{"attacher", "blockcsi.io"}, {"nodeName", ghost}, {"source", {{"persistentVolumeName", pv}}}}}};
+  Apply(va.dump());
+  Json seen;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto got = cluster().Get("volumeattachment", "ghost-attachment");
+        if (!got) return false;
+        seen = *got;
+        return Str(seen, "/status/attachError/message").find("NotFound") != std::string::npos;
+      },
+      60s))
+      << "no NOT_FOUND in the VolumeAttachment's attachError: " << seen.dump() << "\n"
+      << env().Logs();
+  EXPECT_THAT(Str(seen, "/status/attachError/message"), ::testing::HasSubstr(stale_id));
+  EXPECT_FALSE(seen.value(Json::json_pointer("/status/attached"), false));
+  EXPECT_EQ(env().tgtd().ShowTargets().find(InitiatorIqnForNode(stale_id)), std::string::npos)
+      << "an ACL was written for a node the cluster does not have";
+
+  KubectlResult r = cluster().Kubectl({"delete", "volumeattachment", "ghost-attachment", "--wait=false"});
+  ASSERT_TRUE(r.ok()) << r.err;
+  EXPECT_TRUE(WaitFor([&] { return !cluster().Get("volumeattachment", "ghost-attachment").has_value(); }, 60s))
+      << cluster().Kubectl({"get", "volumeattachment", "ghost-attachment", "-o", "yaml"}).out << env().Logs();
+  cluster().Kubectl({"delete", "csinode", ghost});
+  cluster().Kubectl({"delete", "node", ghost});
+  RunningPod gone;
+  gone.ns = ns;
+  gone.pvc = "data";
+  gone.pv = pv;
+  DeletePvcAndWaitGone(gone);
 }
 
 }  // namespace
