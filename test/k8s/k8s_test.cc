@@ -40,6 +40,7 @@ class KubeScenarios : public KubeTest {};
 TEST_F(KubeScenarios, ImmediateClassProvisionAttachExpandDetachDelete) {
   const std::string ns = "immediate";
   MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
   Apply(PvcManifest(ns, "data", "blockcsi-xfs-immediate", "320Mi", false));
   ASSERT_TRUE(WaitFor([&] { return Str(*cluster().Get("pvc", "data", ns), "/status/phase") == "Bound"; }, 60s))
       << "PVC not bound without a pod (Immediate)\n"
@@ -58,7 +59,7 @@ TEST_F(KubeScenarios, ImmediateClassProvisionAttachExpandDetachDelete) {
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path + "/hello", "written through kubernetes\n", false));
 
   // Expansion through the resizer, then the node part (kubelet's).
-  uint64_t before = FilesystemBytes(pod.pod.volume_path);
+  uint64_t size_before = FilesystemBytes(pod.pod.volume_path);
   KubectlResult r = cluster().Kubectl({"patch", "pvc", "data", "-n", ns, "--type=merge", "-p",
                                        R"({"spec":{"resources":{"requests":{"storage":"512Mi"}}}})"});
   ASSERT_TRUE(r.ok()) << r.err;
@@ -67,11 +68,12 @@ TEST_F(KubeScenarios, ImmediateClassProvisionAttachExpandDetachDelete) {
       << "the resizer did not grow the PV\n"
       << env().Logs();
   ASSERT_TRUE(kubelet().ExpandVolume(pod, &error)) << error;
-  EXPECT_GT(FilesystemBytes(pod.pod.volume_path), before + (128u << 20)) << "the filesystem did not grow";
+  EXPECT_GT(FilesystemBytes(pod.pod.volume_path), size_before + (128u << 20)) << "the filesystem did not grow";
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path + "/hello", "still there after the grow\n", false));
 
   DeletePodAndWaitDetached(pod);
   DeletePvcAndWaitGone(pod);
+  ExpectNothingLeftSince(before);
 }
 
 // The project's own settings as a user applies them: its CSIDriver
@@ -83,6 +85,7 @@ TEST_F(KubeScenarios, ImmediateClassProvisionAttachExpandDetachDelete) {
 TEST_F(KubeScenarios, WaitForFirstConsumerSchedulesWithStorageCapacity) {
   const std::string ns = "wffc";
   MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
   Json capacity;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -124,6 +127,7 @@ TEST_F(KubeScenarios, WaitForFirstConsumerSchedulesWithStorageCapacity) {
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path + "/hello", "ext4 through the scheduler\n", false));
   DeletePodAndWaitDetached(pod);
   DeletePvcAndWaitGone(pod);
+  ExpectNothingLeftSince(before);
 }
 
 // volumeMode: Block with the project's block class: the pod gets the LUN
@@ -131,6 +135,7 @@ TEST_F(KubeScenarios, WaitForFirstConsumerSchedulesWithStorageCapacity) {
 TEST_F(KubeScenarios, RawBlockPvc) {
   const std::string ns = "block";
   MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
   Apply(PvcManifest(ns, "raw", "blockcsi-block", "64Mi", true));
   Apply(PodManifest(ns, "app", "raw", true));
   RunningPod pod;
@@ -142,6 +147,7 @@ TEST_F(KubeScenarios, RawBlockPvc) {
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path, "raw bytes through kubernetes", true));
   DeletePodAndWaitDetached(pod);
   DeletePvcAndWaitGone(pod);
+  ExpectNothingLeftSince(before);
 }
 
 // The controller dies (kill -9, at the fault point right after the ACL is
@@ -152,6 +158,7 @@ TEST_F(KubeScenarios, RawBlockPvc) {
 TEST_F(KubeScenarios, ControllerKilledDuringAttachConverges) {
   const std::string ns = "restart";
   MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
   Apply(PvcManifest(ns, "data", "blockcsi-xfs-immediate", "320Mi", false));
   ASSERT_TRUE(WaitFor([&] { return Str(*cluster().Get("pvc", "data", ns), "/status/phase") == "Bound"; }, 60s))
       << env().Logs();
@@ -171,6 +178,7 @@ TEST_F(KubeScenarios, ControllerKilledDuringAttachConverges) {
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path + "/hello", "after the restart\n", false));
   DeletePodAndWaitDetached(pod);
   DeletePvcAndWaitGone(pod);
+  ExpectNothingLeftSince(before);
 }
 
 // A VolumeAttachment for a node whose CSINode gives this driver a node id
@@ -186,6 +194,7 @@ TEST_F(KubeScenarios, AttachToANodeIdWithoutCsiNodeIsNotFoundAndGrantsNothing) {
   const std::string ghost = "ghost-node";
   const std::string stale_id = "ghost-node-reinstalled";
   MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
   Apply(PvcManifest(ns, "data", "blockcsi-xfs-immediate", "320Mi", false));
   ASSERT_TRUE(WaitFor([&] { return Str(*cluster().Get("pvc", "data", ns), "/status/phase") == "Bound"; }, 60s))
       << env().Logs();
@@ -229,6 +238,7 @@ TEST_F(KubeScenarios, AttachToANodeIdWithoutCsiNodeIsNotFoundAndGrantsNothing) {
   gone.pvc = "data";
   gone.pv = pv;
   DeletePvcAndWaitGone(gone);
+  ExpectNothingLeftSince(before);
 }
 
 }  // namespace
