@@ -11,6 +11,7 @@
 #include "common/fs_options.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/topology.h"
 #include "node/filesystem_ops.h"
 #include "node/node_internal.h"
 
@@ -222,7 +223,9 @@ grpc::Status NodeService::NodeGetInfo(grpc::ServerContext*, const csi::v1::NodeG
                                       csi::v1::NodeGetInfoResponse* response) {
   response->set_node_id(options_.node_id);
   response->set_max_volumes_per_node(options_.max_volumes_per_node);
-  (*response->mutable_accessible_topology()->mutable_segments())[kTopologyNodeKey] = options_.node_id;
+  auto& segments = *response->mutable_accessible_topology()->mutable_segments();
+  segments[kTopologyNodeKey] = options_.node_id;
+  if (!options_.zone.empty()) segments[kTopologyZoneKey] = options_.zone;
   return grpc::Status::OK;
 }
 
