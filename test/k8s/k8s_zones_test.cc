@@ -70,8 +70,9 @@ class KubeZones : public KubeTest {
     }
     pool_fs_ = std::make_unique<TempDir>();
     std::string out;
-    if (!RunCommand({"mount", "-t", "tmpfs", "-o", "size=" + std::to_string(kZoneBPoolBytes), "tmpfs", pool_fs_->path()},
-             &out)) {
+    if (!RunCommand(
+            {"mount", "-t", "tmpfs", "-o", "size=" + std::to_string(kZoneBPoolBytes), "tmpfs", pool_fs_->path()},
+            &out)) {
       start_error_ = "tmpfs for zone b's pool: " + out;
       return;
     }
