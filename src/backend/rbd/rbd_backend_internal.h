@@ -24,6 +24,7 @@
 #include "backend/rbd/rbd_backend.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/strings.h"
 
 namespace blockcsi::rbd_internal {
 
@@ -135,24 +136,6 @@ inline std::vector<std::string> SplitNul(const std::string& buf, size_t len) {
     out.emplace_back(buf.substr(pos, end - pos));
     pos = end + 1;
   }
-  return out;
-}
-
-inline std::vector<std::string> SplitComma(std::string_view s) {
-  std::vector<std::string> out;
-  while (!s.empty()) {
-    size_t comma = s.find(',');
-    std::string_view part = s.substr(0, comma);
-    if (!part.empty()) out.emplace_back(part);
-    if (comma == std::string_view::npos) break;
-    s.remove_prefix(comma + 1);
-  }
-  return out;
-}
-
-inline std::string JoinComma(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
   return out;
 }
 
