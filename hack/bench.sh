@@ -5,6 +5,7 @@
 # fio is used when installed (hack/install-deps.sh installs it).
 #
 #   hack/bench.sh [--out FILE] [--build-dir DIR] [--no-build] [--quick]
+#                 [--memory-compare LABEL=BLOCKCSI_BINARY]...
 #
 # Each benchmark program starts its own tgtd on free private ports and stops
 # it by pid. Everything they make lives under one private directory
@@ -21,12 +22,14 @@ out="docs/performance.md"
 build_dir="${BUILD_DIR:-build}"
 do_build=1
 quick=0
+memory_compare=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --quick) quick=1; shift ;;
+    --memory-compare) memory_compare+=(--binary "$2"); shift 2 ;;
     -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -45,11 +48,13 @@ if [ "$quick" -eq 1 ]; then
   attach_args=(64 1)
   datapath_args=(--size-mib 64 --ops 300 --rounds 1 --fio-seconds 3)
   scale_args=(--volumes 100 --page 50 --samples 5)
+  memory_args=(--staged 8)
 else
   lifecycle_args=(--runs 20 --storm "32,64" --size-mib 64)
   attach_args=(256 3)
   datapath_args=(--size-mib 256 --ops 2000 --rounds 5 --fio-seconds 5)
   scale_args=(--volumes 1000 --page 100 --samples 20)
+  memory_args=(--staged 64)
 fi
 
 if [ "$do_build" -eq 1 ]; then
@@ -58,7 +63,7 @@ if [ "$do_build" -eq 1 ]; then
   fi
   # Only what the benchmarks run; the machine may be shared.
   cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi attach_tool attach_bench lifecycle_bench \
-    datapath_bench controller_scale_bench
+    datapath_bench controller_scale_bench memory_bench
 fi
 
 workdir=$(mktemp -d /tmp/blockcsi-bench-XXXXXX)
@@ -146,6 +151,24 @@ awk -v cmd="$attach_shown" '
 run 4 "$bin/bench/datapath_bench" "${datapath_args[@]}"
 run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}"
 
+# ---- issue #18: plugin memory against the CSI reference driver -------------
+# hostpathplugin (csi-driver-host-path, a peer program) is unpacked into the
+# build tree and run beside blockcsi in each --mode by memory_bench; a clone
+# without ../shared/peers skips this section with the reason.
+bench_memory() {
+  local peers="$repo/../shared/peers/bin" hostpath="$bin/peers/hostpathplugin"
+  if [ ! -x "$hostpath" ]; then
+    if [ ! -f "$peers/hostpathplugin.xz" ]; then
+      echo "bench.sh: memory section skipped: no $peers/hostpathplugin.xz" >&2
+      return 0
+    fi
+    mkdir -p "$bin/peers"
+    xz -dc "$peers/hostpathplugin.xz" >"$hostpath.tmp" && chmod +x "$hostpath.tmp" && mv "$hostpath.tmp" "$hostpath"
+  fi
+  run M "$bin/bench/memory_bench" --hostpath "$hostpath" "${memory_args[@]}" "${memory_compare[@]}"
+}
+bench_memory
+
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- the report ------------------------------------------------------------
@@ -215,6 +238,16 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    (`VolumeBackend::CheckVolumes`, one tgtd read for the page); the
    pre-batching path, one `CheckVolume` and one `tgtadm --op show` per
    volume, is measured on the same ids for comparison.
+6. **Plugin memory** (issue #18) — `blockcsi` in `--mode all`, `controller`
+   and `node` beside the CSI reference driver (hostpathplugin v1.15.0, a Go
+   program) doing the same CSI calls: idle, after one volume's lifecycle and
+   with 64 volumes staged (controller: published). VmRSS, and PSS and private
+   pages from `/proc/PID/smaps_rollup`, of the plugin process alone (the
+   bridges are separate processes). RSS counts every shared-library page the
+   process touched; hostpath is one static binary, so its RSS is all its
+   own. PSS splits shared pages between the processes mapping them (the
+   bridges map the same binary), so it falls as more volumes are staged.
+   `--memory-compare LABEL=BINARY` adds another blockcsi build to the table.
 
 On a shared or small machine the absolute figures move with the load from
 other work (the load average is in the machine table); ratios of figures
@@ -241,6 +274,7 @@ EOF
   table "2-3. Attach storm and plugin RSS" "1-3" | awk -F'|' 'NR <= 5 || $2 ~ /Storm|RSS/'
   table "4. Userspace data path" "4"
   table "5. Controller at scale" "5"
+  table "6. Plugin memory against hostpathplugin (issue #18)" "M"
   if [ "${#failed_steps[@]}" -gt 0 ]; then
     echo
     echo "**Benchmarks that reported errors in this run:**"

@@ -22,6 +22,7 @@
 
 #include "attach/initiator.h"
 #include "backend/rbd/rbd_backend.h"
+#include "common/ceph_lazy.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 
