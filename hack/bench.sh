@@ -44,13 +44,13 @@ for tool in tgtd tgtadm losetup mkfs.ext4; do
 done
 
 if [ "$quick" -eq 1 ]; then
-  lifecycle_args=(--runs 3 --storm 8 --size-mib 64)
+  lifecycle_args=(--runs 3 --storm 8 --size-mib 64 --spans 2)
   attach_args=(64 1)
   datapath_args=(--size-mib 64 --ops 300 --rounds 1 --fio-seconds 3)
   scale_args=(--volumes 100 --page 50 --samples 5)
   memory_args=(--staged 8)
 else
-  lifecycle_args=(--runs 20 --storm "32,64" --size-mib 64)
+  lifecycle_args=(--runs 20 --storm "32,64" --size-mib 64 --spans 5)
   attach_args=(256 3)
   datapath_args=(--size-mib 256 --ops 2000 --rounds 5 --fio-seconds 5)
   scale_args=(--volumes 1000 --page 100 --samples 20)
@@ -171,6 +171,69 @@ bench_memory
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# ---- issue #18: per-step breakdown from the plugin's debug spans ----------
+# lifecycle_bench prints SPAN<TAB>step<TAB>span<TAB>ms<TAB>count lines (the
+# mean per call of each kind of span inside each CSI step, and "other": the
+# wall time no span covers). Written as a table and, where gnuplot is
+# installed, a stacked bar chart beside $out.
+spans="$workdir/spans.tsv"
+grep '^SPAN' "$workdir/lifecycle_bench.log" 2>/dev/null | cut -f2- >"$spans" || true
+spans_chart="$(dirname "$out")/lifecycle-spans.svg"
+spans_tmp="$workdir/lifecycle-spans.svg"
+spans_table() {
+  [ -s "$spans" ] || return 0
+  echo
+  echo "### 1b. Where each step's time goes (plugin debug spans, mean per call)"
+  echo
+  echo "Each exec (by program), tgtd request, mount, fsync, mountinfo read, bridge"
+  echo "start and wait, summed per CSI step; \"other\" is the step's wall time that"
+  echo "no span covers (gRPC, locks, libblkid probes, our own code). Measured on a"
+  echo "plugin restarted with \`--log-level debug\` after the timed rounds above."
+  if [ -s "$spans_tmp" ]; then
+    echo
+    echo "![per-step breakdown]($(basename "$spans_chart"))"
+  fi
+  echo
+  echo "| Step | Span | ms per call | Count per call |"
+  echo "|---|---|---|---|"
+  awk -F'\t' '{ printf "| %s | %s | %.2f | %s |\n", $1, $2, $3, $4 }' "$spans"
+}
+draw_spans_chart() {
+  [ -s "$spans" ] && command -v gnuplot >/dev/null 2>&1 || return 0
+  local matrix="$workdir/spans-matrix.tsv"
+  # Rows: steps in bench order; columns: span kinds; cells: ms per call.
+  awk -F'\t' '
+    !($1 in row) { row[$1] = ++rows; step[rows] = $1 }
+    !($2 in col) { col[$2] = ++cols; kind[cols] = $2 }
+    { ms[row[$1], col[$2]] = ($3 < 0 ? 0 : $3) }
+    END {
+      printf "step"; for (c = 1; c <= cols; ++c) printf "\t%s", kind[c]; printf "\n"
+      for (r = 1; r <= rows; ++r) {
+        printf "%s", step[r]
+        for (c = 1; c <= cols; ++c) printf "\t%.3f", ((r, c) in ms) ? ms[r, c] : 0
+        printf "\n"
+      }
+    }' "$spans" >"$matrix"
+  local ncols
+  ncols=$(head -1 "$matrix" | awk -F'\t' '{ print NF }')
+  gnuplot <<GNUPLOT >/dev/null 2>&1 || rm -f "$spans_tmp"
+set terminal svg size 960,520 dynamic font "sans,11"
+set output "$spans_tmp"
+set datafile separator "\t"
+set title "blockcsi lifecycle: where each CSI step's time goes (ms per call)"
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.85 border -1
+set boxwidth 0.7
+set ylabel "ms per call (mean)"
+set xtics rotate by -25 nomirror
+set key outside right top
+set grid ytics
+plot for [i=2:$ncols] "$matrix" using i:xtic(1) title columnheader(i)
+GNUPLOT
+}
+draw_spans_chart
+
 # ---- the report ------------------------------------------------------------
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 cores=$(nproc)
@@ -271,6 +334,7 @@ EOF
   echo
   echo "## Results"
   table "1. Lifecycle latency per step" "1-3" | awk -F'|' 'NR <= 5 || $2 !~ /Storm|RSS/'
+  spans_table
   table "2-3. Attach storm and plugin RSS" "1-3" | awk -F'|' 'NR <= 5 || $2 ~ /Storm|RSS/'
   table "4. Userspace data path" "4"
   table "5. Controller at scale" "5"
@@ -284,6 +348,7 @@ EOF
 
 mkdir -p "$(dirname "$out")"
 cp "$workdir/performance.md" "$out"
+if [ -s "$spans_tmp" ]; then mv "$spans_tmp" "$spans_chart"; fi
 echo >&2
 column -t -s $'\t' "$rows" >&2 || cat "$rows" >&2
 echo "bench.sh: wrote $out" >&2
