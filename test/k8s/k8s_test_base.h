@@ -1,5 +1,5 @@
 // The gtest fixture of the `k8s` label: one KubeEnvironment per test
-// binary (started by the first test, stopped after the last), shared by
+// binary (started by the first suite, stopped after the last), shared by
 // scenarios that each work in a namespace of their own. A second test file
 // derives its fixture from KubeTest (or uses it directly) to get the same
 // cluster. Each scenario leaves nothing behind it: pods, VolumeAttachments,
@@ -17,9 +17,13 @@
 namespace blockcsi::testing {
 
 class KubeTest : public ::testing::Test {
+ public:
+  // Stops the shared environment (a global test environment calls it
+  // when all of the binary's tests are done).
+  static void StopEnvironment();
+
  protected:
   static void SetUpTestSuite();
-  static void TearDownTestSuite();
   // Skips (machine without what the label needs) or fails (it has it,
   // and the environment still did not start).
   void SetUp() override;
