@@ -20,8 +20,9 @@ std::string KubeTest::skip_reason_;
 std::string KubeTest::start_error_;
 
 namespace {
-// The environment outlives each test suite: it goes when the binary's
-// tests are done, so that every suite of the binary shares one cluster.
+// The default environment outlives each test suite: it goes when the
+// binary's tests are done, so that every suite of the binary shares one
+// cluster.
 class StopEnvironmentAtExit : public ::testing::Environment {
  public:
   void TearDown() override { KubeTest::StopEnvironment(); }
@@ -33,10 +34,16 @@ void KubeTest::StopEnvironment() { env_.reset(); }
 
 void KubeTest::SetUpTestSuite() {
   if (env_ || !start_error_.empty()) return;  // started (or failed) for an earlier suite
+  StartEnvironment({});
+}
+
+void KubeTest::StartEnvironment(const KubeEnvironmentOptions& options) {
+  env_.reset();
+  start_error_.clear();
   skip_reason_ = KubeEnvironment::MissingCapability();
   if (!skip_reason_.empty()) return;
   auto started = std::chrono::steady_clock::now();
-  env_ = KubeEnvironment::Start(&start_error_);
+  env_ = KubeEnvironment::Start(options, &start_error_);
   if (env_) {
     std::cout
         << "[ k8s      ] environment up in "
@@ -64,10 +71,12 @@ bool KubeTest::WaitFor(const std::function<bool()>& done, std::chrono::milliseco
   return kubelet().WaitFor(done, timeout);
 }
 
-std::vector<std::string> KubeTest::AclOf(const std::string& target_iqn) {
+std::vector<std::string> KubeTest::AclOf(const std::string& target_iqn) { return AclOf(target_iqn, env().tgtd()); }
+
+std::vector<std::string> KubeTest::AclOf(const std::string& target_iqn, TgtdHarness& tgtd) {
   // "Target 1: <iqn>" opens a target's block; its "ACL information:"
   // section lists one initiator name per indented line.
-  std::istringstream in(env().tgtd().ShowTargets());
+  std::istringstream in(tgtd.ShowTargets());
   std::string line;
   bool in_target = false;
   bool in_acl = false;

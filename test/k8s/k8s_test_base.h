@@ -24,6 +24,14 @@ class KubeTest : public ::testing::Test {
 
  protected:
   static void SetUpTestSuite();
+  // Nothing: the default environment stays for the binary's next suite
+  // and goes at exit (StopEnvironment). A suite with an environment of its
+  // own stops it in its TearDownTestSuite with StopEnvironment().
+  static void TearDownTestSuite() {}
+  // Starts an environment with `options` (replacing any): a fixture that
+  // needs another environment (e.g. zones) calls it from its own
+  // SetUpTestSuite.
+  static void StartEnvironment(const KubeEnvironmentOptions& options);
   // Skips (machine without what the label needs) or fails (it has it,
   // and the environment still did not start).
   void SetUp() override;
@@ -40,6 +48,8 @@ class KubeTest : public ::testing::Test {
 
   // The initiator names in target `target_iqn`'s ACL (tgtadm show).
   static std::vector<std::string> AclOf(const std::string& target_iqn);
+  // The same on another storage host's tgtd (zones).
+  static std::vector<std::string> AclOf(const std::string& target_iqn, TgtdHarness& tgtd);
   // Whether tgtd still has target `target_iqn`.
   static bool HasTarget(const std::string& target_iqn);
   // The initiator name the controller grants for this test's node.
