@@ -65,7 +65,7 @@ StatusOr<std::shared_ptr<KubeNodeDirectory>> NodeDirectory(const PluginConfig& c
 // API is reachable; a controller alone with neither cannot tell and takes
 // any well-formed id.
 std::function<StatusOr<bool>(const std::string&)> KnownNodes(const PluginConfig& config,
-                                                             std::shared_ptr<KubeNodeDirectory> directory) {
+                                                             const std::shared_ptr<KubeNodeDirectory>& directory) {
   std::set<std::string> ids(config.known_node_ids.begin(), config.known_node_ids.end());
   if (config.runs_node()) ids.insert(config.node_id);
   if (ids.empty() && !directory) return nullptr;

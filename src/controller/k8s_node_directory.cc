@@ -89,7 +89,7 @@ class HttpsKubeApiClient final : public KubeApiClient {
     client.set_write_timeout(10, 0);
     httplib::Headers headers{{"Accept", "application/json"}};
     if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
-    auto result = client.Get(path.c_str(), headers);
+    auto result = client.Get(path, headers);
     if (!result) {
       return Unavailable("API server " + access_.server + ": GET " + path + ": " + httplib::to_string(result.error()));
     }

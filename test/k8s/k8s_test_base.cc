@@ -19,9 +19,27 @@ std::unique_ptr<KubeEnvironment> KubeTest::env_;
 std::string KubeTest::skip_reason_;
 std::string KubeTest::start_error_;
 
-void KubeTest::SetUpTestSuite() { StartEnvironment({}); }
+namespace {
+// The default environment outlives each test suite: it goes when the
+// binary's tests are done, so that every suite of the binary shares one
+// cluster.
+class StopEnvironmentAtExit : public ::testing::Environment {
+ public:
+  void TearDown() override { KubeTest::StopEnvironment(); }
+};
+const ::testing::Environment* const kStopAtExit = ::testing::AddGlobalTestEnvironment(new StopEnvironmentAtExit);
+}  // namespace
+
+void KubeTest::StopEnvironment() { env_.reset(); }
+
+void KubeTest::SetUpTestSuite() {
+  if (env_ || !start_error_.empty()) return;  // started (or failed) for an earlier suite
+  StartEnvironment({});
+}
 
 void KubeTest::StartEnvironment(const KubeEnvironmentOptions& options) {
+  env_.reset();
+  start_error_.clear();
   skip_reason_ = KubeEnvironment::MissingCapability();
   if (!skip_reason_.empty()) return;
   auto started = std::chrono::steady_clock::now();
@@ -33,8 +51,6 @@ void KubeTest::StartEnvironment(const KubeEnvironmentOptions& options) {
         << " ms\n";
   }
 }
-
-void KubeTest::TearDownTestSuite() { env_.reset(); }
 
 void KubeTest::SetUp() {
   if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;

@@ -1,5 +1,5 @@
 // The gtest fixture of the `k8s` label: one KubeEnvironment per test
-// binary (started by the first test, stopped after the last), shared by
+// binary (started by the first suite, stopped after the last), shared by
 // scenarios that each work in a namespace of their own. A second test file
 // derives its fixture from KubeTest (or uses it directly) to get the same
 // cluster. Each scenario leaves nothing behind it: pods, VolumeAttachments,
@@ -17,11 +17,20 @@
 namespace blockcsi::testing {
 
 class KubeTest : public ::testing::Test {
+ public:
+  // Stops the shared environment (a global test environment calls it
+  // when all of the binary's tests are done).
+  static void StopEnvironment();
+
  protected:
   static void SetUpTestSuite();
-  static void TearDownTestSuite();
-  // What SetUpTestSuite does, with `options`: a fixture that needs another
-  // environment (e.g. zones) calls it from its own SetUpTestSuite.
+  // Nothing: the default environment stays for the binary's next suite
+  // and goes at exit (StopEnvironment). A suite with an environment of its
+  // own stops it in its TearDownTestSuite with StopEnvironment().
+  static void TearDownTestSuite() {}
+  // Starts an environment with `options` (replacing any): a fixture that
+  // needs another environment (e.g. zones) calls it from its own
+  // SetUpTestSuite.
   static void StartEnvironment(const KubeEnvironmentOptions& options);
   // Skips (machine without what the label needs) or fails (it has it,
   // and the environment still did not start).

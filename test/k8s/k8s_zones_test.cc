@@ -83,7 +83,7 @@ class KubeZones : public KubeTest {
     StartEnvironment(options);
   }
   static void TearDownTestSuite() {
-    KubeTest::TearDownTestSuite();
+    StopEnvironment();  // before its pool's tmpfs goes
     std::string out;
     if (mounted_ && !RunCommand({"umount", pool_fs_->path()}, &out)) ADD_FAILURE() << "umount zone b's tmpfs: " << out;
     mounted_ = false;

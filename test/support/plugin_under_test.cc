@@ -147,6 +147,10 @@ bool PluginUnderTest::Start(const PluginOptions& options, std::string* error) {
 
   std::map<std::string, std::string> env = options.env;
   if (!options.fault_point.empty()) env["BLOCKCSI_FAULT_POINT"] = options.fault_point;
+  // A test run inside a pod (CI on Kubernetes) must not hand the plugin
+  // that cluster's service account: the controller would ask it about the
+  // test's node ids (controller/k8s_node_directory.h). Empty = not in a pod.
+  env.emplace("KUBERNETES_SERVICE_HOST", "");
   {
     ScopedEnv scoped(env);
     process_ = std::make_unique<ChildProcess>(argv, log_path());

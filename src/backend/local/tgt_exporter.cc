@@ -22,7 +22,11 @@ constexpr char kUntrustedHint[] =
     "account|target; remove it with --op delete)";
 
 // tgtd reports sizes in decimal megabytes, rounded down.
-uint64_t TgtMegabytes(uint64_t bytes) { return bytes / 1000000; }
+// What `tgtadm --op show` prints as a LUN's "Size: N MB": the size in whole
+// 512-byte sectors, rounded to the nearest megabyte (10^6), not truncated
+// (320 MiB shows as 336 MB). A mismatch here made every reconcile pass
+// delete and re-add a healthy LUN under its live sessions (issue #20).
+uint64_t TgtMegabytes(uint64_t bytes) { return (bytes / 512 * 512 + 500000) / 1000000; }
 
 bool Contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();

@@ -16,7 +16,7 @@ struct TgtLun {
   std::string type;  // "disk", "controller"
   std::string scsi_id;
   std::string scsi_sn;
-  uint64_t size_mb = 0;  // tgtd prints decimal megabytes, rounded down
+  uint64_t size_mb = 0;  // tgtd prints decimal megabytes, rounded to the nearest
   std::string backing_path;
 };
 

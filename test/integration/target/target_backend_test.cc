@@ -337,6 +337,20 @@ TEST_F(TargetBackendTest, AfterAgentAndTgtdRestartAChapGrantIsWithheldUntilGrant
   EXPECT_FALSE(backend_->CheckVolume(v->id)->abnormal);
 }
 
+// tgtd shows a LUN's size rounded to the nearest MB: a size whose MB part
+// rounds up (320 MiB = 335.5 MB, shown "336 MB") is in order too, and a
+// reconcile pass leaves it alone rather than re-adding the LUN under its
+// sessions every interval (seen under the k8s label, issue #20).
+TEST_F(TargetBackendTest, ReconcileLeavesALunWhoseShownSizeRoundsUpAlone) {
+  for (uint64_t size : {64 * kMiB, 320 * kMiB, 321 * kMiB}) {
+    auto v = backend_->CreateVolume(Spec("pvc-round-" + std::to_string(size / kMiB), size));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+  }
+  auto repairs = backend_->ReconcileNow();
+  ASSERT_TRUE(repairs.ok()) << repairs.status().ToString();
+  EXPECT_TRUE(repairs->empty()) << "repaired a LUN that was in order: " << ::testing::PrintToString(*repairs);
+}
+
 TEST_F(TargetBackendTest, ReconcileRemovesOurOrphanTargetsAndLeavesForeignOnes) {
   int code = -1;
   tgtd_->Tgtadm(
