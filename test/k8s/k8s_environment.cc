@@ -25,9 +25,13 @@ PluginOptions KubeEnvironment::ControllerOptions() const {
   PluginOptions options;
   options.mode = "controller";
   options.node_id = "k8s-controller";
+  // The controller's node check reads CSINode objects as its
+  // ServiceAccount, with the RBAC of rbac-controller.yaml (item 4).
+  options.extra_args = {"--kubeconfig", cluster_->controller_kubeconfig()};
   if (!options_.zones.empty()) {
     options.backend = "";  // the file names them
-    options.extra_args = {"--backend-config", dir_.Join("controller/backends.conf")};
+    options.extra_args.push_back("--backend-config");
+    options.extra_args.push_back(dir_.Join("controller/backends.conf"));
   }
   return options;
 }
@@ -67,6 +71,10 @@ std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(const KubeEnvironmentOpt
     env->hosts_.push_back(std::move(host));
   }
 
+  std::filesystem::create_directories(dir + "/cluster");
+  env->cluster_ = KubeCluster::Start(dir + "/cluster", error);
+  if (!env->cluster_) return nullptr;
+  KubeCluster& cluster = *env->cluster_;
   std::filesystem::create_directories(dir + "/controller");
   env->controller_ = std::make_unique<PluginUnderTest>(
       dir + "/controller", options.zones.empty() ? env->hosts_.front().tgtd.get() : nullptr);
@@ -83,11 +91,6 @@ std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(const KubeEnvironmentOpt
     if (!host.zone.empty()) node.extra_args = {"--zone", host.zone};
     if (!host.node_plugin->Start(node, error)) return nullptr;
   }
-
-  std::filesystem::create_directories(dir + "/cluster");
-  env->cluster_ = KubeCluster::Start(dir + "/cluster", error);
-  if (!env->cluster_) return nullptr;
-  KubeCluster& cluster = *env->cluster_;
 
   // The project's manifests as a user applies them. Patched, and only
   // here: nothing (namespace, RBAC, CSIDriver are applied as they are).

@@ -88,6 +88,23 @@ bool KubeTest::HasTarget(const std::string& target_iqn) {
   return env().tgtd().ShowTargets().find(": " + target_iqn + "\n") != std::string::npos;
 }
 
+LeakScope KubeTest::Scope() {
+  LeakScope scope;
+  scope.dir = env().dir();
+  scope.state_dir = env().node_plugin().state_dir();
+  scope.pool_dir = env().controller().pool_dir();
+  scope.tgtd = &env().tgtd();
+  scope.ignore_pids = cluster().Pids();
+  scope.ignore_pids.push_back(env().controller().pid());
+  scope.ignore_pids.push_back(env().node_plugin().pid());
+  return scope;
+}
+
+void KubeTest::ExpectNothingLeftSince(const LeakSnapshot& before) {
+  std::vector<std::string> leaked = NewItemsAfterSettling(before, Scope());
+  EXPECT_TRUE(leaked.empty()) << "left behind:\n" << DescribeItems(leaked);
+}
+
 std::string KubeTest::NodeInitiator() { return InitiatorIqnForNode(kubelet().node_id()); }
 
 void KubeTest::DeletePodAndWaitDetached(const RunningPod& pod) {

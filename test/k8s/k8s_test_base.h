@@ -12,6 +12,7 @@
 #include <string>
 
 #include "k8s/k8s_environment.h"
+#include "support/leak_check.h"
 
 namespace blockcsi::testing {
 
@@ -54,6 +55,13 @@ class KubeTest : public ::testing::Test {
   // Writes `data` at offset 0 of `path` (a file in the pod's mount, or its
   // block device file) with O_DIRECT|O_SYNC where `direct`, and reads it
   // back: the bytes through the whole stack.
+  // What the node, the pool and tgtd hold that the plugins could have made
+  // (the shared leak checker), ignoring the long-running programs.
+  static LeakScope Scope();
+  // Nothing new since `before`: no mount, loop device, bridge, attach
+  // record, pool file, target, ACL or session.
+  static void ExpectNothingLeftSince(const LeakSnapshot& before);
+
   static ::testing::AssertionResult WriteAndReadBack(const std::string& path, const std::string& data, bool direct);
 
   static std::unique_ptr<KubeEnvironment> env_;
