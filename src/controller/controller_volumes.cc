@@ -198,6 +198,19 @@ Status ControllerService::DoExpand(const csi::v1::ControllerExpandVolumeRequest&
   // Block volumes have nothing for the node to grow; a mount (or unknown)
   // volume has a filesystem the node must grow.
   const bool node_expansion = !(request.has_volume_capability() && IsBlock(request.volume_capability()));
+  // A static PV's handle (an id no backend makes): its LUN is grown by the
+  // array's admin, so there is nothing to do here and no backend is asked.
+  // The node checks the device really is that big (OUT_OF_RANGE otherwise)
+  // and grows the filesystem, so node expansion is asked for even for a
+  // raw block volume. (A mistyped handle of ours still has our form and is
+  // NOT_FOUND below.)
+  if (!backend_->MayHoldVolume(id)) {
+    LogInfo("ControllerExpandVolume of a static volume: nothing to grow here, the node checks the LUN",
+            {{"volume", id}, {"bytes", std::to_string(range.required_bytes())}});
+    response->set_capacity_bytes(range.required_bytes());
+    response->set_node_expansion_required(true);
+    return OkStatus();
+  }
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerExpandVolume"));
   BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(id));
