@@ -92,10 +92,19 @@ class StaticPvTest : public ::testing::Test {
     sim_options.retry_budget = std::chrono::seconds(60);
     sim_ = std::make_unique<e2e::CoSimulator>(&plugin_->controller(), sim_options);
     sim_->AddNode(kNode, &plugin_->node(), dir_.Join("kubelet"));
+    baseline_ = testing::TakeLeakSnapshot(Scope(""));
+    have_baseline_ = true;
   }
 
   void TearDown() override {
     if (!testing::IsRoot()) return;
+    // Before anything is cleaned: a test that passed left nothing on the
+    // node and no session on the array (whose targets the tests change by hand).
+    if (have_baseline_ && !HasFailure()) {
+      auto left = testing::WithoutTgtdSetUp(testing::NewItemsAfterSettling(baseline_, Scope("")));
+      EXPECT_TRUE(left.empty()) << "left behind by the test (before the fixture cleans):"
+                                << testing::DescribeItems(left);
+    }
     sim_.reset();
     if (plugin_) plugin_->Stop();
     testing::CleanUpUnder(dir_.path());
@@ -148,6 +157,8 @@ class StaticPvTest : public ::testing::Test {
   std::unique_ptr<testing::TgtdHarness> plugin_tgtd_;
   std::unique_ptr<testing::PluginUnderTest> plugin_;
   std::unique_ptr<e2e::CoSimulator> sim_;
+  testing::LeakSnapshot baseline_;  // at the end of SetUp
+  bool have_baseline_ = false;
   std::string image_;
   std::string uuid_;
   std::set<std::string> admin_config_;
