@@ -10,50 +10,11 @@
 #include "attach/iscsi_names.h"
 #include "backend/volume_id.h"
 #include "common/fault_points.h"
+#include "common/keyed_lock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 
 namespace blockcsi {
-
-// Per-key blocking locks, created on demand and dropped when unused.
-class KeyedMutex {
- public:
-  class Lock {
-   public:
-    Lock(KeyedMutex* owner, std::string key) : owner_(owner), key_(std::move(key)) { owner_->Acquire(key_); }
-    ~Lock() { owner_->Release(key_); }
-    Lock(const Lock&) = delete;
-    Lock& operator=(const Lock&) = delete;
-
-   private:
-    KeyedMutex* owner_;
-    std::string key_;
-  };
-
- private:
-  struct Entry {
-    bool held = false;
-    int waiters = 0;
-  };
-  void Acquire(const std::string& key) {
-    std::unique_lock lock(mu_);
-    Entry& e = entries_[key];
-    ++e.waiters;
-    cv_.wait(lock, [&] { return !e.held; });
-    --e.waiters;
-    e.held = true;
-  }
-  void Release(const std::string& key) {
-    std::lock_guard lock(mu_);
-    auto it = entries_.find(key);
-    it->second.held = false;
-    if (it->second.waiters == 0) entries_.erase(it);
-    cv_.notify_all();
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, Entry> entries_;  // guarded by mu_; std::map keeps references stable
-};
 
 namespace {
 
@@ -143,7 +104,7 @@ LocalBackend::LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter>
     : options_(std::move(options)),
       pool_(std::move(pool)),
       exporter_(std::move(exporter)),
-      locks_(std::make_unique<KeyedMutex>()) {}
+      locks_(std::make_unique<KeyedLock>()) {}
 
 StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& pool_dir,
                                                            std::shared_ptr<Exporter> exporter,
@@ -228,22 +189,22 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
                            "\" is not a positive multiple of 1 MiB");
   }
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock name_lock(locks_.get(), "name:" + spec.name);
+  auto name_lock = locks_->Lock("name:" + spec.name);
   if (auto existing = pool_->FindVolumeByName(spec.name)) {
     if (existing->size_bytes != spec.size_bytes || !(existing->source == spec.source)) {
       return AlreadyExists("volume \"" + spec.name + "\" already exists as " + existing->id + " with size " +
                            std::to_string(existing->size_bytes) + " and another size or content source");
     }
-    KeyedMutex::Lock id_lock(locks_.get(), existing->id);
+    auto id_lock = locks_->Lock(existing->id);
     BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*existing));  // a retry after a failed export
     return Present(*existing);
   }
 
   std::string source_image;
-  std::optional<KeyedMutex::Lock> source_lock;
+  KeyedLock::Guard source_lock;
   if (spec.source.kind == ContentSource::Kind::kSnapshot) {
     if (!IsSnapshotId(spec.source.id)) return NotFound("source snapshot " + QuoteId(spec.source.id) + " not found");
-    source_lock.emplace(locks_.get(), spec.source.id);
+    source_lock = locks_->Lock(spec.source.id);
     auto snap = pool_->GetSnapshot(spec.source.id);
     if (!snap) return NotFound("source snapshot " + spec.source.id + " of volume \"" + spec.name + "\" not found");
     if (snap->size_bytes > spec.size_bytes) {
@@ -253,7 +214,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
     source_image = pool_->ImagePath(snap->id);
   } else if (spec.source.kind == ContentSource::Kind::kVolume) {
     if (!IsVolumeId(spec.source.id)) return NotFound("source volume " + QuoteId(spec.source.id) + " not found");
-    source_lock.emplace(locks_.get(), spec.source.id);
+    source_lock = locks_->Lock(spec.source.id);
     auto src = pool_->GetVolume(spec.source.id);
     if (!src) return NotFound("source volume " + spec.source.id + " of volume \"" + spec.name + "\" not found");
     if (src->size_bytes > spec.size_bytes) {
@@ -265,7 +226,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
 
   VolumeRecord record;
   record.id = NewVolumeId();
-  KeyedMutex::Lock id_lock(locks_.get(), record.id);
+  auto id_lock = locks_->Lock(record.id);
   record.name = spec.name;
   record.size_bytes = spec.size_bytes;
   record.created_unix_seconds = NowUnix();
@@ -313,7 +274,7 @@ void LocalBackend::UndoCreate(const VolumeRecord& record, const Status& why) {
 Status LocalBackend::DeleteVolume(const std::string& volume_id) {
   if (!IsVolumeId(volume_id)) return OkStatus();  // not ours, so nothing of ours to delete
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();
   if (!record->grants.empty()) {
@@ -339,7 +300,7 @@ StatusOr<VolumeRecord> LocalBackend::ExpandVolume(const std::string& volume_id, 
                            " is not a positive multiple of 1 MiB");
   }
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
   if (new_size_bytes < record->size_bytes) {
@@ -366,7 +327,7 @@ StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, c
   // are not trusted more than the controller's): chap_rules.h.
   BLOCKCSI_RETURN_IF_ERROR(ValidateChapCredentials(grant.chap, "volume " + volume_id + ": CHAP"));
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
   GrantRecord wanted{grant.initiator_iqn, grant.node_id, grant.read_only, grant.capability, grant.chap.enabled()};
@@ -434,7 +395,7 @@ void LocalBackend::UndoGrant(VolumeRecord record, const std::string& initiator_i
 Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
   if (!IsVolumeId(volume_id)) return OkStatus();
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();
   VolumeRecord revoked = *record;
@@ -489,8 +450,8 @@ std::vector<StatusOr<VolumeHealth>> LocalBackend::CheckVolumes(const std::vector
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // a key's lock is not re-entrant
   std::shared_lock op(reconcile_mu_);
-  std::vector<std::unique_ptr<KeyedMutex::Lock>> held;
-  for (const auto& id : ids) held.push_back(std::make_unique<KeyedMutex::Lock>(locks_.get(), id));
+  std::vector<KeyedLock::Guard> held;
+  for (const auto& id : ids) held.push_back(locks_->Lock(id));
 
   std::vector<DesiredExport> desired;
   std::vector<size_t> slot;  // desired[k] is the export of volume_ids[slot[k]]
@@ -549,7 +510,7 @@ StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_
     return NotFound("source volume " + QuoteId(source_volume_id) + " of snapshot \"" + name + "\" not found");
   }
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock name_lock(locks_.get(), "snapname:" + name);
+  auto name_lock = locks_->Lock("snapname:" + name);
   if (auto existing = pool_->FindSnapshotByName(name)) {
     if (existing->source_volume_id != source_volume_id) {
       return AlreadyExists("snapshot \"" + name + "\" already exists as " + existing->id + " of volume " +
@@ -557,7 +518,7 @@ StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_
     }
     return *existing;
   }
-  KeyedMutex::Lock source_lock(locks_.get(), source_volume_id);
+  auto source_lock = locks_->Lock(source_volume_id);
   auto source = pool_->GetVolume(source_volume_id);
   if (!source) return NotFound("source volume " + source_volume_id + " of snapshot \"" + name + "\" not found");
   SnapshotRecord record;
@@ -579,7 +540,7 @@ StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_
 Status LocalBackend::DeleteSnapshot(const std::string& snapshot_id) {
   if (!IsSnapshotId(snapshot_id)) return OkStatus();
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock lock(locks_.get(), snapshot_id);
+  auto lock = locks_->Lock(snapshot_id);
   if (!pool_->GetSnapshot(snapshot_id)) return OkStatus();
   BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteSnapshot(snapshot_id));
   LogInfo("snapshot deleted", {{"snapshot", snapshot_id}});
@@ -607,96 +568,6 @@ bool LocalBackend::MayHoldVolume(const std::string& volume_id) const { return Is
 Status LocalBackend::Healthy() {
   BLOCKCSI_RETURN_IF_ERROR(pool_->Healthy());
   return exporter_->Healthy();
-}
-
-namespace {
-
-// A daemon that lost every target while the pool has volumes was restarted
-// (tgtd keeps no state of its own): a pass that had to create the target
-// of every exported volume is how the agent sees a restart.
-void RecordReconcile(const Status& status, const std::vector<std::string>& repairs, size_t desired_count) {
-  static MetricFamily& runs =
-      Metrics().Counter("blockcsi_target_reconcile_runs_total",
-                        "Passes comparing the target daemon with the pool, by outcome", {"result"});
-  static MetricFamily& repaired = Metrics().Counter(
-      "blockcsi_target_reconcile_repairs_total", "Changes a reconcile pass made to bring the daemon back to the pool");
-  static MetricFamily& restarts = Metrics().Counter(
-      "blockcsi_target_daemon_restarts_seen_total",
-      "Reconcile passes that found none of the pool's targets in the daemon (it restarted) and re-created them");
-  runs.Add({std::string(StatusCodeName(status.code()))});
-  repaired.Add({}, static_cast<double>(repairs.size()));
-  size_t created = 0;
-  for (const auto& line : repairs) {
-    if (line.rfind("created target ", 0) == 0) ++created;
-  }
-  // Added even when 0, so that the series exists (a dashboard shows 0, not "no data").
-  restarts.Add({}, desired_count > 0 && created == desired_count ? 1 : 0);
-}
-
-}  // namespace
-
-void LocalBackend::CollectPoolMetrics(MetricsRegistry& registry) {
-  auto& capacity = registry.Gauge("blockcsi_target_pool_capacity_bytes", "Size of the pool's file system", {"pool"});
-  auto& free_bytes =
-      registry.Gauge("blockcsi_target_pool_free_bytes", "Free space of the pool's file system", {"pool"});
-  auto& provisioned =
-      registry.Gauge("blockcsi_target_pool_provisioned_bytes",
-                     "Sum of the sizes of the pool's volumes (thin: may exceed what they use)", {"pool"});
-  auto& volumes = registry.Gauge("blockcsi_target_pool_volumes", "Volumes in the pool", {"pool"});
-  const std::string& dir = pool_->dir();
-  struct statvfs fs {};
-  if (::statvfs(dir.c_str(), &fs) == 0) {
-    capacity.Set({dir}, static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize));
-    free_bytes.Set({dir}, static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize));
-  }
-  double sum = 0;
-  auto list = pool_->ListVolumes();
-  for (const auto& record : list) sum += static_cast<double>(record.size_bytes);
-  provisioned.Set({dir}, sum);
-  volumes.Set({dir}, static_cast<double>(list.size()));
-}
-
-StatusOr<std::vector<std::string>> LocalBackend::ReconcileNow() {
-  std::vector<std::string> repairs;
-  size_t desired_count = 0;
-  Status status;
-  {
-    std::unique_lock exclusive(reconcile_mu_);
-    std::vector<DesiredExport> desired;
-    for (const auto& record : pool_->ListVolumes()) desired.push_back(DesiredFor(record));
-    desired_count = desired.size();
-    auto result = exporter_->Reconcile(desired, options_.iqn_prefix);
-    if (result.ok()) {
-      repairs = std::move(result).value();
-    } else {
-      status = result.status();
-    }
-  }
-  for (const auto& line : repairs) LogInfo("reconcile: repaired", {{"repair", line}});
-  RecordReconcile(status, repairs, desired_count);
-  {
-    std::lock_guard lock(loop_mu_);
-    ++passes_;
-  }
-  loop_cv_.notify_all();
-  if (!status.ok()) return status;
-  return repairs;
-}
-
-uint64_t LocalBackend::reconcile_passes() const {
-  std::lock_guard lock(loop_mu_);
-  return passes_;
-}
-
-void LocalBackend::LoopMain() {
-  std::unique_lock lock(loop_mu_);
-  while (!stopping_) {
-    if (loop_cv_.wait_for(lock, options_.reconcile_interval, [this] { return stopping_; })) break;
-    lock.unlock();
-    auto result = ReconcileNow();
-    if (!result.ok()) LogWarn("reconcile failed", {{"error", result.status().ToString()}});
-    lock.lock();
-  }
 }
 
 }  // namespace blockcsi
