@@ -167,7 +167,7 @@ class CsiSanity : public ::testing::Test {
     EXPECT_EQ(code, 0) << FailedSpecs(log) << "\nplugin log tail:\n" << plugin_->LogTail();
     EXPECT_EQ(counts.failed, 0) << FailedSpecs(log);
     EXPECT_GT(counts.passed, 0) << "no summary in csi-sanity's output:\n" << log.substr(0, 4000);
-    std::vector<std::string> leaks = testing::NewItems(before, testing::TakeLeakSnapshot(scope));
+    std::vector<std::string> leaks = testing::NewItemsAfterSettling(before, scope);
     EXPECT_TRUE(leaks.empty()) << "left behind by the suite:" << testing::DescribeItems(leaks);
   }
 

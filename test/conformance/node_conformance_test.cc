@@ -166,7 +166,7 @@ class NodeConformanceTest : public ::testing::Test {
     // The teardown went through the CSI calls a CO makes: after a passing
     // test they must leave nothing the test did not find at SetUp.
     if (have_baseline_ && !HasFailure()) {
-      auto left = testing::NewItems(baseline_, testing::TakeLeakSnapshot(Scope()));
+      auto left = testing::NewItemsAfterSettling(baseline_, Scope());
       EXPECT_TRUE(left.empty()) << "left behind after the test and its CSI teardown:\n" << testing::DescribeItems(left);
     }
   }

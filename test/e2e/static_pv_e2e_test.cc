@@ -92,10 +92,19 @@ class StaticPvTest : public ::testing::Test {
     sim_options.retry_budget = std::chrono::seconds(60);
     sim_ = std::make_unique<e2e::CoSimulator>(&plugin_->controller(), sim_options);
     sim_->AddNode(kNode, &plugin_->node(), dir_.Join("kubelet"));
+    baseline_ = testing::TakeLeakSnapshot(Scope(""));
+    have_baseline_ = true;
   }
 
   void TearDown() override {
     if (!testing::IsRoot()) return;
+    // Before anything is cleaned: a test that passed left nothing on the
+    // node and no session on the array (whose targets the tests change by hand).
+    if (have_baseline_ && !HasFailure()) {
+      auto left = testing::WithoutTgtdSetUp(testing::NewItemsAfterSettling(baseline_, Scope("")));
+      EXPECT_TRUE(left.empty()) << "left behind by the test (before the fixture cleans):"
+                                << testing::DescribeItems(left);
+    }
     sim_.reset();
     if (plugin_) plugin_->Stop();
     testing::CleanUpUnder(dir_.path());
@@ -148,6 +157,8 @@ class StaticPvTest : public ::testing::Test {
   std::unique_ptr<testing::TgtdHarness> plugin_tgtd_;
   std::unique_ptr<testing::PluginUnderTest> plugin_;
   std::unique_ptr<e2e::CoSimulator> sim_;
+  testing::LeakSnapshot baseline_;  // at the end of SetUp
+  bool have_baseline_ = false;
   std::string image_;
   std::string uuid_;
   std::set<std::string> admin_config_;
@@ -182,7 +193,7 @@ TEST_F(StaticPvTest, AnExistingLunIsUsedAsIsAndLeftAsTheAdminMadeIt) {
   // A static PV is Retain; a Delete policy by mistake must not touch it.
   ASSERT_TRUE(testing::GrpcOk(sim_->Deprovision(pv), plugin_->LogTail())) << sim_->EventLog();
 
-  std::vector<std::string> leaked = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(pv.volume_id)));
+  std::vector<std::string> leaked = testing::NewItemsAfterSettling(before, Scope(pv.volume_id));
   EXPECT_TRUE(leaked.empty()) << testing::DescribeItems(leaked);
   EXPECT_EQ(AdminConfig(*array_), admin_config_) << "the array's ACLs changed";
   EXPECT_EQ(Uuid(), uuid_) << "the LUN was formatted";
@@ -211,7 +222,7 @@ TEST_F(StaticPvTest, WithoutSerialTheLunIsNamedByTargetAndNumberAlone) {
   EXPECT_GT(stats.usage(0).total(), 0);
   ASSERT_TRUE(testing::GrpcOk(sim_->DeletePod(pod), plugin_->LogTail())) << sim_->EventLog();
   ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << sim_->EventLog();
-  std::vector<std::string> leaked = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(pv.volume_id)));
+  std::vector<std::string> leaked = testing::NewItemsAfterSettling(before, Scope(pv.volume_id));
   EXPECT_TRUE(leaked.empty()) << testing::DescribeItems(leaked);
   EXPECT_EQ(Uuid(), uuid_) << "the LUN was formatted";
 }
@@ -283,7 +294,7 @@ TEST_F(StaticPvTest, AnotherFilesystemThanThePvSaysIsRefusedNeverFormatted) {
   testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope(pv.volume_id));
   grpc::Status st = sim_->StageOnce(kNode, pv, va->attachment_metadata, sim_->StagingPath(kNode, pv.volume_id));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
-  std::vector<std::string> leaked = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(pv.volume_id)));
+  std::vector<std::string> leaked = testing::NewItemsAfterSettling(before, Scope(pv.volume_id));
   EXPECT_TRUE(leaked.empty()) << testing::DescribeItems(leaked);
   EXPECT_EQ(Uuid(), uuid_) << "the LUN was formatted";
   ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail()));
@@ -359,14 +370,16 @@ TEST_F(StaticPvTest, AWrongSerialIsRefusedAndLeavesNothing) {
   testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope(pv.volume_id));
   grpc::Status st = sim_->StageOnce(kNode, pv, va->attachment_metadata, sim_->StagingPath(kNode, pv.volume_id));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
-  std::vector<std::string> leaked = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(pv.volume_id)));
+  std::vector<std::string> leaked = testing::NewItemsAfterSettling(before, Scope(pv.volume_id));
   EXPECT_TRUE(leaked.empty()) << testing::DescribeItems(leaked);
   EXPECT_EQ(Uuid(), uuid_);
 }
 
 TEST_F(StaticPvTest, AnUnreachablePortalOrIqnIsUnavailableAndLeavesNothing) {
+  // Held bound and never listening: a portal that stays dead under ctest -j.
+  testing::ReservedPort dead(testing::ReservedPort::Use::kDead);
   const std::vector<std::pair<std::string, std::map<std::string, std::string>>> cases = {
-      {"array-gone", {{"targetPortal", "127.0.0.1:" + std::to_string(testing::FreeTcpPort())}}},
+      {"array-gone", {{"targetPortal", "127.0.0.1:" + std::to_string(dead.port())}}},
       {"array-no-such-iqn", {{"iqn", "iqn.2003-01.org.example:array.nothing-here"}}},
   };
   for (const auto& [handle, extra] : cases) {
@@ -379,7 +392,7 @@ TEST_F(StaticPvTest, AnUnreachablePortalOrIqnIsUnavailableAndLeavesNothing) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << handle << ": " << st.error_message();
     EXPECT_NE(st.error_message().find(handle), std::string::npos) << st.error_message();
     EXPECT_EQ(st.error_message().find('\n'), std::string::npos) << "not one line: " << st.error_message();
-    std::vector<std::string> leaked = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(pv.volume_id)));
+    std::vector<std::string> leaked = testing::NewItemsAfterSettling(before, Scope(pv.volume_id));
     EXPECT_TRUE(leaked.empty()) << handle << ":\n" << testing::DescribeItems(leaked);
     ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << handle;
   }

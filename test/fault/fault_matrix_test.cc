@@ -638,7 +638,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
     PoolView pool = ReadPool(PoolDir());
     problems.insert(problems.end(), pool.problems.begin(), pool.problems.end());
     testing::LeakScope scope = LeakScope();
-    for (const auto& item : testing::NewItems(baseline_, testing::TakeLeakSnapshot(scope))) problems.push_back(item);
+    for (const auto& item : testing::NewItemsAfterSettling(baseline_, scope)) problems.push_back(item);
     auto accounts = ParseTgtadmAccounts(tgtd_->Tgtadm({"--op", "show", "--mode", "account"}));
     if (!accounts.ok()) problems.push_back("tgtadm show accounts: " + accounts.status().ToString());
     if (accounts.ok()) {

@@ -186,7 +186,7 @@ class RollbackTest : public ::testing::Test {
                                        const std::string& message_part = "") {
     testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope(volume_id));
     grpc::Status st = call();
-    std::vector<std::string> leaks = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(volume_id)));
+    std::vector<std::string> leaks = testing::NewItemsAfterSettling(before, Scope(volume_id));
     ASSERT_FALSE(st.ok()) << what << " succeeded";
     EXPECT_FALSE(Uncertain(st.error_code()))
         << what << ": want a final code, got " << st.error_code() << ": " << st.error_message();
@@ -372,7 +372,7 @@ TEST_F(RollbackTest, IoTimeoutDuringMkfsLeavesNothing) {
   }
   std::filesystem::remove(marker);
   stage.join();
-  std::vector<std::string> leaks = testing::NewItems(before, testing::TakeLeakSnapshot(node_side));
+  std::vector<std::string> leaks = testing::NewItemsAfterSettling(before, node_side);
   ::kill(env_->tgtd->pid(), SIGCONT);
   ASSERT_TRUE(paused) << "the plugin never reached after-attach: " << st.error_message() << "\n" << Plugin().LogTail();
   std::cout << "stage with tgtd stopped after the attach: code " << st.error_code() << ": " << st.error_message()
@@ -380,7 +380,7 @@ TEST_F(RollbackTest, IoTimeoutDuringMkfsLeavesNothing) {
   ASSERT_FALSE(st.ok());
   if (Uncertain(st.error_code())) {
     ASSERT_TRUE(testing::GrpcOk(Unstage(v), Plugin().LogTail()));
-    leaks = testing::NewItems(before, testing::TakeLeakSnapshot(node_side));
+    leaks = testing::NewItemsAfterSettling(before, node_side);
   }
   EXPECT_TRUE(leaks.empty()) << "left on the node (code " << st.error_code() << "):" << testing::DescribeItems(leaks)
                              << "\nplugin log:\n"
@@ -411,13 +411,13 @@ TEST_F(RollbackTest, StorageUnreachableEitherLeavesNothingOrUnstageClears) {
   ::kill(env_->tgtd->pid(), SIGCONT);
   ASSERT_FALSE(st.ok()) << "staged with the storage stopped";
   std::cout << "stage with tgtd stopped: code " << st.error_code() << ": " << st.error_message() << "\n";
-  std::vector<std::string> leaks = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(v.id)));
+  std::vector<std::string> leaks = testing::NewItemsAfterSettling(before, Scope(v.id));
   if (!Uncertain(st.error_code())) {
     EXPECT_TRUE(leaks.empty()) << "final code " << st.error_code() << " left:" << testing::DescribeItems(leaks);
     return;
   }
   ASSERT_TRUE(testing::GrpcOk(Unstage(v), Plugin().LogTail()));
-  leaks = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(v.id)));
+  leaks = testing::NewItemsAfterSettling(before, Scope(v.id));
   EXPECT_TRUE(leaks.empty()) << "NodeUnstageVolume after an uncertain failure left:" << testing::DescribeItems(leaks);
 }
 

@@ -163,11 +163,9 @@ std::vector<std::string> AttachIntegrationTest::MountsUnderState() const {
 }
 
 void AttachIntegrationTest::ExpectNothingLeft() {
-  auto left = NewItemsAfterSettling(baseline_, Scope());
   // Targets, LUNs, ACLs and accounts are the test's own set-up (MakeTarget,
   // AddChap); an attacher only logs in, so of tgtd only a session can leak.
-  std::erase_if(
-      left, [](const std::string& item) { return item.rfind("tgtd ", 0) == 0 && item.rfind("tgtd session ", 0) != 0; });
+  auto left = WithoutTgtdSetUp(NewItemsAfterSettling(baseline_, Scope()));
   EXPECT_TRUE(left.empty()) << "left behind:" << DescribeItems(left);
   // A bridge found by its control socket (its argv names the state dir, so
   // the checker sees it too; this also finds one that renamed itself).

@@ -60,6 +60,8 @@ class FakeBackend final : public VolumeBackend {
   // Adds a grant behind the controller's back (a volume attached by hand).
   void AddRawGrant(const std::string& volume_id, GrantRecord grant);
   void SetTransportParams(const std::string& volume_id, std::map<std::string, std::string> params);
+  // The topology the next volumes report (default {kTopologyKey: "storage-1"}).
+  void SetTopology(std::map<std::string, std::string> topology);
 
  private:
   Status Enter(const std::string& method);  // counts, injects, gates
@@ -68,6 +70,7 @@ class FakeBackend final : public VolumeBackend {
   std::condition_variable cv_;
   std::map<std::string, VolumeRecord> volumes_;      // by id
   std::map<std::string, SnapshotRecord> snapshots_;  // by id
+  std::map<std::string, std::string> topology_{{kTopologyKey, "storage-1"}};
   std::map<std::string, VolumeHealth> health_;
   std::map<std::string, ChapCredentials> chap_;
   std::map<std::string, Status> fail_next_;

@@ -280,6 +280,13 @@ std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const
   return NewItemsAfterSettling(before, std::vector<LeakScope>{scope});
 }
 
+std::vector<std::string> WithoutTgtdSetUp(std::vector<std::string> items) {
+  std::erase_if(items, [](const std::string& item) {
+    return item.rfind("tgtd ", 0) == 0 && item.rfind("tgtd session ", 0) != 0;
+  });
+  return items;
+}
+
 std::string DescribeItems(const std::vector<std::string>& items) {
   if (items.empty()) return "nothing";
   std::string out;

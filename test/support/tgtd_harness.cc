@@ -1,5 +1,6 @@
 #include "support/tgtd_harness.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -37,6 +38,7 @@ ReservedPort::ReservedPort(Use use) {
   if (use == Use::kForServer) {
     int one = 1;
     ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -52,6 +54,25 @@ ReservedPort::ReservedPort(Use use) {
 ReservedPort::~ReservedPort() {
   if (fd_ >= 0) ::close(fd_);
 }
+
+namespace {
+
+// The pid holding tgtd's lock on its control number (tgtd takes a POSIX
+// lock on /var/run/tgtd/socket.<n>.lock for as long as it runs), or 0.
+pid_t ControlLockHolder(int control_port) {
+  std::string path = "/var/run/tgtd/socket." + std::to_string(control_port) + ".lock";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct flock lock {};
+  lock.l_type = F_RDLCK;
+  lock.l_whence = SEEK_SET;
+  pid_t holder = 0;
+  if (::fcntl(fd, F_GETLK, &lock) == 0 && lock.l_type != F_UNLCK) holder = lock.l_pid;
+  ::close(fd);
+  return holder;
+}
+
+}  // namespace
 
 std::string TgtdHarness::MissingCapability() {
   if (::geteuid() != 0) return "requires root (tgtd)";
@@ -76,13 +97,20 @@ std::unique_ptr<TgtdHarness> TgtdHarness::Start(const TgtdOptions& options, std:
       return nullptr;
     }
   }
-  // tgtd's control "port" names an abstract unix socket; any small number
-  // unlikely to be in use by another test will do.
+  // tgtd's control "port" names a unix socket, not a TCP port: a random
+  // number no running tgtd holds. Two tests that draw the same number at
+  // once would share one tgtd (the second exits, tgtadm reaches the first):
+  // Launch() sees that by the lock's holder, and another number is drawn.
   std::random_device rd;
-  h->control_port_ = 1000 + static_cast<int>(rd() % 30000);
-  h->log_path_ = "/tmp/blockcsi-tgtd-" + std::to_string(h->control_port_) + ".log";
-  if (!h->Launch(error)) return nullptr;
-  return h;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    h->control_port_ = options.control_port != 0 ? options.control_port : 1000 + static_cast<int>(rd() % 30000);
+    if (options.control_port == 0 && ControlLockHolder(h->control_port_) != 0) continue;
+    h->log_path_ = "/tmp/blockcsi-tgtd-" + std::to_string(h->control_port_) + ".log";
+    h->control_taken_ = false;
+    if (h->Launch(error)) return h;
+    if (!h->control_taken_ || options.control_port != 0) return nullptr;
+  }
+  return nullptr;
 }
 
 bool TgtdHarness::Launch(std::string* error) {
@@ -113,7 +141,18 @@ bool TgtdHarness::Launch(std::string* error) {
   for (int i = 0; i < 200; ++i) {
     int code = -1;
     Tgtadm({"--op", "show", "--mode", "target"}, &code);
-    if (code == 0) return true;
+    if (code == 0) {
+      // Answered: by our tgtd only if it holds the control number's lock.
+      pid_t holder = ControlLockHolder(control_port_);
+      if (holder == pid_) return true;
+      *error = "tgtd control number " + std::to_string(control_port_) + " is held by pid " + std::to_string(holder);
+      control_taken_ = true;
+      // Not Stop(): its tgtadm calls would reach the other test's tgtd.
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+      return false;
+    }
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;

@@ -26,13 +26,17 @@ struct TgtdOptions {
   // abstract unix socket, which belongs to a network namespace: tgtadm
   // must run in tgtd's.
   std::vector<std::string> command_prefix;
+  // tgtd's control number (-C); 0: a random one no running tgtd holds. A
+  // number another tgtd holds fails the start (only tests name one).
+  int control_port = 0;
 };
 
 // A TCP port on 127.0.0.1 kept bound (never listening) for as long as this
 // object lives, so that no other test's bind(0) is handed it: a port picked
 // by bind-and-release could be taken by a concurrent test before its server
-// binds it. kForServer sets SO_REUSEADDR, which lets the one server the test
-// starts (tgtd, gRPC: both set it too) bind the port while it is held;
+// binds it. kForServer sets SO_REUSEADDR and SO_REUSEPORT, which let the one
+// server the test starts bind the port while it is held (tgtd, gRPC and
+// Go's net.Listen set SO_REUSEADDR; cpp-httplib sets only SO_REUSEPORT);
 // kDead does not, so the port refuses every connection and nothing can
 // listen on it: a dead portal that cannot come alive under `ctest -j`.
 class ReservedPort {
@@ -93,6 +97,7 @@ class TgtdHarness {
   int control_port_ = 0;
   pid_t pid_ = -1;
   std::string log_path_;
+  bool control_taken_ = false;  // Launch() found the control number another tgtd's
 };
 
 // In a test body or SetUp(), after `harness = TgtdHarness::Start(&error)`:

@@ -103,7 +103,8 @@ class MetricsE2ETest : public ::testing::Test {
   }
 
   bool StartPlugin(testing::PluginOptions options) {
-    metrics_port_ = testing::FreeTcpPort();
+    metrics_reserved_ = std::make_unique<testing::ReservedPort>(testing::ReservedPort::Use::kForServer);
+    metrics_port_ = metrics_reserved_->port();
     options.extra_args.insert(options.extra_args.end(),
                               {"--metrics-address", "127.0.0.1:" + std::to_string(metrics_port_)});
     std::string error;
@@ -202,6 +203,9 @@ class MetricsE2ETest : public ::testing::Test {
   std::unique_ptr<testing::ChildProcess> prometheus_;
   testing::LeakSnapshot baseline_;  // at SetUp
   int metrics_port_ = 0;
+  // Held until the test ends, so that no concurrent test is handed the port
+  // between our pick and the server's bind (the same for the ports below).
+  std::unique_ptr<testing::ReservedPort> metrics_reserved_;
 };
 
 TEST_F(MetricsE2ETest, LifecycleMovesTheCountersByExactlyTheCallsMade) {
@@ -426,8 +430,10 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
   const char* prometheus = "/usr/bin/prometheus";
   if (::access(prometheus, X_OK) != 0) GTEST_SKIP() << "prometheus not installed (Debian package prometheus)";
   // The agent on its own pool, with its metrics port.
-  int agent_port = testing::FreeTcpPort();
-  int agent_metrics = testing::FreeTcpPort();
+  testing::ReservedPort agent_reserved(testing::ReservedPort::Use::kForServer);
+  testing::ReservedPort agent_metrics_reserved(testing::ReservedPort::Use::kForServer);
+  const int agent_port = agent_reserved.port();
+  const int agent_metrics = agent_metrics_reserved.port();
   agent_ = std::make_unique<testing::ChildProcess>(
       std::vector<std::string>{testing::BinDir() + "/blockcsi-target", "--pool", dir_.Join("agent-pool"), "--listen",
                                "127.0.0.1:" + std::to_string(agent_port), "--insecure", "--tgt-control-port",
@@ -478,7 +484,8 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
   EXPECT_NE(agent_text.find("blockcsi_build_info{program=\"blockcsi-target\""), std::string::npos) << agent_text;
 
   // Prometheus in its own directory, on a port of its own, scraping both every second.
-  int prom_port = testing::FreeTcpPort();
+  testing::ReservedPort prom_reserved(testing::ReservedPort::Use::kForServer);
+  const int prom_port = prom_reserved.port();
   std::string config = dir_.Join("prometheus.yml");
   std::ofstream(config) << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                         << "scrape_configs:\n"

@@ -73,7 +73,7 @@ class PluginE2ETest : public ::testing::Test {
 
   void ExpectNothingLeftSince(const testing::LeakSnapshot& before, const std::string& after,
                               const std::string& volume_id = "") {
-    auto left = testing::NewItems(before, testing::TakeLeakSnapshot(Scope(volume_id)));
+    auto left = testing::NewItemsAfterSettling(before, Scope(volume_id));
     EXPECT_TRUE(left.empty()) << "left behind after " << after << ":\n" << testing::DescribeItems(left);
   }
 

@@ -233,6 +233,42 @@ TEST_F(NodeRealTest, Ext4LifecycleKeepsDataAcrossRestage) {
   ASSERT_TRUE(Unstage(*node_, v).ok());
 }
 
+// The figures come from the kernel (statvfs of the real mount), never from
+// a fake: what is written moves used and available bytes and inodes by at
+// least that much, and the total stays the filesystem's.
+TEST_F(NodeRealTest, Ext4StatsFollowWhatIsWrittenOnTheRealFilesystem) {
+  const std::string v = "ext4stats";
+  ASSERT_TRUE(node_->Stage(StageRequest(v, "ext4")).ok());
+  auto before = Stats(v, Staging(v));
+  ASSERT_EQ(before.usage_size(), 2);
+  constexpr int64_t kBytes = 8LL << 20;
+  constexpr int kFiles = 20;
+  {
+    int fd = ::open((Staging(v) + "/big").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    std::string chunk(1 << 20, 'x');
+    for (int64_t done = 0; done < kBytes; done += static_cast<int64_t>(chunk.size())) {
+      ASSERT_EQ(::write(fd, chunk.data(), chunk.size()), static_cast<ssize_t>(chunk.size()));
+    }
+    EXPECT_EQ(::fsync(fd), 0);  // allocated, not only reserved
+    ::close(fd);
+  }
+  for (int i = 0; i < kFiles; ++i) WriteFile(Staging(v) + "/f" + std::to_string(i), "");
+  ::sync();
+  auto after = Stats(v, Staging(v));
+  ASSERT_EQ(after.usage_size(), 2);
+  const auto &b0 = before.usage(0), &b1 = after.usage(0), &i0 = before.usage(1), &i1 = after.usage(1);
+  EXPECT_EQ(b1.total(), b0.total());
+  EXPECT_LE(b1.total(), 320LL << 20) << "more than the volume holds";
+  EXPECT_GE(b1.used() - b0.used(), kBytes) << b0.used() << " -> " << b1.used();
+  EXPECT_GE(b0.available() - b1.available(), kBytes) << b0.available() << " -> " << b1.available();
+  EXPECT_LE(b1.used() + b1.available(), b1.total());
+  EXPECT_EQ(i1.total(), i0.total());
+  EXPECT_GE(i1.used() - i0.used(), kFiles + 1) << i0.used() << " -> " << i1.used();
+  EXPECT_GE(i0.available() - i1.available(), kFiles + 1) << i0.available() << " -> " << i1.available();
+  ASSERT_TRUE(Unstage(*node_, v).ok());
+}
+
 TEST_F(NodeRealTest, XfsLifecycleAndOnlineGrowVisibleInStats) {
   const std::string v = "xfsvol";
   ASSERT_TRUE(node_->Stage(StageRequest(v, "xfs")).ok());

@@ -94,7 +94,8 @@ class RbdPluginTest : public testing::CephSuiteTest {
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
     node_a_ = std::make_unique<PluginUnderTest>(dir_.Join("node-a"), nullptr);
-    metrics_port_a_ = testing::FreeTcpPort();
+    metrics_reserved_ = std::make_unique<testing::ReservedPort>(testing::ReservedPort::Use::kForServer);
+    metrics_port_a_ = metrics_reserved_->port();
     std::string error;
     ASSERT_TRUE(node_a_->Start(Options("all", "node-a"), &error)) << error;
     baseline_ = testing::TakeLeakSnapshot(Scopes());
@@ -430,6 +431,8 @@ class RbdPluginTest : public testing::CephSuiteTest {
   std::unique_ptr<PluginUnderTest> node_a_;
   std::unique_ptr<PluginUnderTest> node_b_;
   int metrics_port_a_ = 0;  // node-a's --metrics-address (127.0.0.1)
+  // Held for the test's life: no concurrent test is handed it before node-a binds it.
+  std::unique_ptr<testing::ReservedPort> metrics_reserved_;
   std::vector<Volume> volumes_;
   std::vector<std::pair<std::string, std::string>> snapshots_;  // id, source volume id
   std::vector<std::string> cli_images_;

@@ -331,11 +331,23 @@ TEST_F(ControllerServiceTest, CreateVolumePassesTheNameAndKeepsTheBackendsAlread
   EXPECT_THAT(st.error_message(), HasSubstr("pvc-same"));
 }
 
+// The controller's part: the backend's segments, all of them and nothing
+// else, as one accessible topology; none when the backend has none (the
+// values are set here, so the test does not just read back a fake default).
 TEST_F(ControllerServiceTest, CreateVolumeReportsTheBackendTopology) {
+  backend_->SetTopology({{"topology.blockcsi.io/storage-host", "array-7"}, {"example.com/rack", "r12"}});
   csi::v1::CreateVolumeResponse resp;
   ASSERT_TRUE(Create(CreateRequest("pvc-topo"), &resp).ok());
   ASSERT_EQ(resp.volume().accessible_topology_size(), 1);
-  EXPECT_EQ(resp.volume().accessible_topology(0).segments().at(testing::FakeBackend::kTopologyKey), "storage-1");
+  const auto& segments = resp.volume().accessible_topology(0).segments();
+  EXPECT_EQ(segments.size(), 2u);
+  EXPECT_EQ(segments.at("topology.blockcsi.io/storage-host"), "array-7");
+  EXPECT_EQ(segments.at("example.com/rack"), "r12");
+
+  backend_->SetTopology({});
+  resp.Clear();
+  ASSERT_TRUE(Create(CreateRequest("pvc-anywhere"), &resp).ok());
+  EXPECT_EQ(resp.volume().accessible_topology_size(), 0) << "a topology the backend does not have";
 }
 
 TEST_F(ControllerServiceTest, CreateVolumeFromSnapshotAndClone) {
@@ -910,24 +922,30 @@ TEST_F(ControllerServiceTest, ControllerCapabilitiesAreExactlyTheAdvertisedSet) 
 
 // ---- Snapshots ----------------------------------------------------------
 
-TEST_F(ControllerServiceTest, CreateSnapshotIsIdempotentByName) {
-  std::string a = MakeVolume("pvc-snap-a"), b = MakeVolume("pvc-snap-b");
-  csi::v1::CreateSnapshotResponse first, second;
+// The controller's part of CreateSnapshot: the backend's record mapped into
+// the response, the backend's ALREADY_EXISTS kept and named, a missing
+// source NOT_FOUND naming it, bad input refused before any backend call.
+// Idempotency by name is the backend's (on the real local backend:
+// controller conformance SnapshotRules), so the fake has none to lend.
+TEST_F(ControllerServiceTest, CreateSnapshotMapsTheBackendsAnswers) {
+  std::string a = MakeVolume("pvc-snap-a");
+  csi::v1::CreateSnapshotResponse first;
   ASSERT_TRUE(CreateSnapshot(a, "snap-x", &first).ok());
   EXPECT_TRUE(first.snapshot().ready_to_use());
   EXPECT_EQ(first.snapshot().size_bytes(), static_cast<int64_t>(10 * kMiB));
   EXPECT_EQ(first.snapshot().source_volume_id(), a);
-  EXPECT_GT(first.snapshot().creation_time().seconds(), 0);
-  ASSERT_TRUE(CreateSnapshot(a, "snap-x", &second).ok());
-  EXPECT_EQ(first.snapshot().snapshot_id(), second.snapshot().snapshot_id());
-  grpc::Status st = CreateSnapshot(b, "snap-x");
+  EXPECT_EQ(first.snapshot().creation_time().seconds(), 1700000100) << "the backend's creation time";
+  backend_->FailNext("CreateSnapshot", AlreadyExists("taken by another source volume"));
+  grpc::Status st = CreateSnapshot(a, "snap-x");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_THAT(st.error_message(), HasSubstr("snap-x"));
   st = CreateSnapshot("vol-ghost", "snap-y");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(st.error_message(), HasSubstr("vol-ghost"));
+  const int calls = backend_->Calls("CreateSnapshot");
   EXPECT_CODE(CreateSnapshot(a, ""), INVALID_ARGUMENT);
   EXPECT_CODE(CreateSnapshot("", "snap-z"), INVALID_ARGUMENT);
+  EXPECT_EQ(backend_->Calls("CreateSnapshot"), calls) << "bad input reached the backend";
 
   grpc::ServerContext ctx;
   csi::v1::CreateSnapshotRequest with_params;
@@ -1108,6 +1126,18 @@ TEST_F(ControllerServiceTest, GetVolumeReportsPublishedNodesAndCondition) {
   ASSERT_EQ(resp.status().published_node_ids_size(), 1);
   EXPECT_EQ(resp.status().published_node_ids(0), "n1");
   EXPECT_FALSE(resp.status().volume_condition().abnormal());
+
+  // The controller's part of the node list, from grants it did not make: a
+  // grant naming only our initiator IQN is that node's, a second grant of n1
+  // lists n1 once, a foreign initiator is no node of ours.
+  backend_->AddRawGrant(id, {InitiatorIqnForNode("n2"), "", false, "", false});
+  backend_->AddRawGrant(id, {InitiatorIqnForNode("n1"), "", true, "", false});
+  backend_->AddRawGrant(id, {"iqn.1994-05.com.example:someone-else", "", false, "", false});
+  resp.Clear();
+  ASSERT_TRUE(get(id, &resp).ok());
+  EXPECT_EQ(
+      std::vector<std::string>(resp.status().published_node_ids().begin(), resp.status().published_node_ids().end()),
+      (std::vector<std::string>{"n1", "n2"}));
 
   backend_->SetHealth(id, {true, "image missing from the pool"});
   resp.Clear();

@@ -722,18 +722,30 @@ csi::v1::NodeGetVolumeStatsRequest StatsRequest(const std::string& volume, const
   return r;
 }
 
-TEST_F(NodeServiceTest, StatsReportBytesAndInodesOfAHealthyMount) {
+// Only the node's part: each of the host's six figures lands in its own CSI
+// field (six different numbers, so a swap shows) and a healthy mount is
+// normal. The figures themselves are the kernel's: node_real_test's
+// Ext4StatsFollowWhatIsWrittenOnTheRealFilesystem checks them on a real mount.
+TEST_F(NodeServiceTest, StatsPutEachFigureOfTheHostInItsOwnField) {
   Device("vol1", "/dev/fake1");
   ASSERT_TRUE(node_->Stage(StageRequest("vol1")).ok());
+  host_->usage = {.total_bytes = 7001,
+                  .available_bytes = 5003,
+                  .used_bytes = 1907,
+                  .total_inodes = 311,
+                  .free_inodes = 293,
+                  .used_inodes = 17};
   csi::v1::NodeGetVolumeStatsResponse resp;
   ASSERT_TRUE(node_->Stats(StatsRequest("vol1", kStaging), &resp).ok());
   ASSERT_EQ(resp.usage_size(), 2);
   EXPECT_EQ(resp.usage(0).unit(), csi::v1::VolumeUsage::BYTES);
-  EXPECT_EQ(resp.usage(0).total(), 1000);
-  EXPECT_EQ(resp.usage(0).available(), 600);
-  EXPECT_EQ(resp.usage(0).used(), 400);
+  EXPECT_EQ(resp.usage(0).total(), 7001);
+  EXPECT_EQ(resp.usage(0).available(), 5003);
+  EXPECT_EQ(resp.usage(0).used(), 1907);
   EXPECT_EQ(resp.usage(1).unit(), csi::v1::VolumeUsage::INODES);
-  EXPECT_EQ(resp.usage(1).used(), 10);
+  EXPECT_EQ(resp.usage(1).total(), 311);
+  EXPECT_EQ(resp.usage(1).available(), 293);
+  EXPECT_EQ(resp.usage(1).used(), 17);
   EXPECT_FALSE(resp.volume_condition().abnormal()) << resp.volume_condition().message();
 }
 
