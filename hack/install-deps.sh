@@ -11,6 +11,7 @@ packages=(
   tgt e2fsprogs xfsprogs btrfs-progs fdisk util-linux iproute2 openssl fio
   clang clang-format clang-tidy shellcheck yamllint python3 python3-yaml
   ceph-mon ceph-mgr ceph-osd ceph-common librbd-dev librados-dev libcpp-httplib-dev prometheus
+  etcd-server
 )
 # kubectl (for rendering the kustomize manifests) may come from another
 # package already; Debian's kubernetes-client would clash with it.

@@ -22,6 +22,12 @@ if ! hack/check_layers.py; then
   status=1
 fi
 
+# Size: no file in src/ over 600 lines (split it by what it holds).
+if ! hack/check_sizes.py; then
+  echo "verify: a file in src/ has more than 600 lines (hack/check_sizes.py)" >&2
+  status=1
+fi
+
 mapfile -t scripts < <(git ls-files --cached --others --exclude-standard -- 'hack/*.sh' '.ci/*' | sort -u)
 existing=()
 for f in "${scripts[@]}"; do [ -f "$f" ] && existing+=("$f"); done

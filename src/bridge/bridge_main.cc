@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bridge/bridge_cgroup.h"
+#include "bridge/bridge_internal.h"
 #include "bridge/bridge_protocol.h"
 #include "bridge/bridge_transport.h"
 #include "bridge/iscsi_bridge_transport.h"
@@ -40,256 +41,8 @@
 #include "common/loop_devices.h"
 #include "common/lun_identity.h"
 
-namespace blockcsi {
+namespace blockcsi::bridge_internal {
 namespace {
-
-// Largest FUSE request; the iSCSI transport splits bigger ones again.
-constexpr uint32_t kMaxTransferBytes = 1024 * 1024;
-
-struct BridgeArgs {
-  std::string transport = "iscsi";  // "iscsi" | "rbd"
-  std::string volume_id;
-  std::string control_socket;
-  std::string mountpoint;
-  std::vector<std::string> portals;
-  std::string target_iqn;
-  int lun = 0;
-  std::string initiator_iqn;
-  std::string expected_serial;
-  std::string expected_wwn;
-  bool read_only = false;
-  bool secrets_on_stdin = false;
-  int io_timeout_s = 30;
-  int reconnect_retries = 3;
-  // iSCSI sessions for data: a libiscsi context runs one command at a time,
-  // so several sessions let the loop device keep several requests in flight.
-  int sessions = 1;
-  std::string log_format = "text";
-  // Transport "rbd": the image, the monitors (empty: ceph_conf's), the
-  // cephx id, and the node id under which the client registers for fencing.
-  // expected_serial carries the image id.
-  std::string rbd_pool;
-  std::string rbd_image;
-  std::string ceph_monitors;
-  std::string ceph_user = "admin";
-  std::string ceph_conf = "/etc/ceph/ceph.conf";
-  std::string node_id;
-  // A cgroup v2 directory outside the plugin container's: the bridge moves
-  // itself there before it opens anything, so that the runtime's kill of
-  // the plugin's container does not reach it.
-  std::string cgroup;
-};
-
-// What arrives on stdin (JSON), never in argv: /proc/<pid>/cmdline is
-// readable by every user of the node.
-struct BridgeSecrets {
-  ChapCredentials chap;
-  std::string ceph_key;
-};
-
-Status ParseArgs(int argc, char** argv, BridgeArgs* a) {
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    auto value = [&]() -> StatusOr<std::string> {
-      if (i + 1 >= argc) return InvalidArgument("bridge: " + flag + " needs a value");
-      return std::string(argv[++i]);
-    };
-    auto as_int = [&](int* out) -> Status {
-      BLOCKCSI_ASSIGN_OR_RETURN(std::string v, value());
-      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), *out);
-      if (ec != std::errc() || p != v.data() + v.size()) return InvalidArgument("bridge: " + flag + " wants a number");
-      return OkStatus();
-    };
-    if (flag == "--transport") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->transport, value());
-    } else if (flag == "--rbd-pool") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->rbd_pool, value());
-    } else if (flag == "--rbd-image") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->rbd_image, value());
-    } else if (flag == "--ceph-monitors") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_monitors, value());
-    } else if (flag == "--ceph-user") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_user, value());
-    } else if (flag == "--ceph-conf") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_conf, value());
-    } else if (flag == "--node-id") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->node_id, value());
-    } else if (flag == "--cgroup") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->cgroup, value());
-    } else if (flag == "--volume-id") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->volume_id, value());
-    } else if (flag == "--control-socket") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->control_socket, value());
-    } else if (flag == "--mountpoint") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->mountpoint, value());
-    } else if (flag == "--portal") {
-      BLOCKCSI_ASSIGN_OR_RETURN(std::string p, value());
-      a->portals.push_back(p);
-    } else if (flag == "--target") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->target_iqn, value());
-    } else if (flag == "--lun") {
-      BLOCKCSI_RETURN_IF_ERROR(as_int(&a->lun));
-    } else if (flag == "--initiator") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->initiator_iqn, value());
-    } else if (flag == "--expected-serial") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->expected_serial, value());
-    } else if (flag == "--expected-wwn") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->expected_wwn, value());
-    } else if (flag == "--read-only") {
-      a->read_only = true;
-    } else if (flag == "--secrets-on-stdin") {
-      a->secrets_on_stdin = true;
-    } else if (flag == "--io-timeout-seconds") {
-      BLOCKCSI_RETURN_IF_ERROR(as_int(&a->io_timeout_s));
-    } else if (flag == "--sessions") {
-      BLOCKCSI_RETURN_IF_ERROR(as_int(&a->sessions));
-      if (a->sessions < 1 || a->sessions > 16) return InvalidArgument("bridge: --sessions wants 1..16");
-    } else if (flag == "--reconnect-retries") {
-      BLOCKCSI_RETURN_IF_ERROR(as_int(&a->reconnect_retries));
-    } else if (flag == "--log-format") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->log_format, value());
-    } else {
-      return InvalidArgument("bridge: unknown flag " + flag);
-    }
-  }
-  if (a->transport == "rbd") {
-    if (a->volume_id.empty() || a->control_socket.empty() || a->mountpoint.empty() || a->rbd_pool.empty() ||
-        a->rbd_image.empty() || a->expected_serial.empty()) {
-      return InvalidArgument(
-          "bridge: --volume-id, --control-socket, --mountpoint, --rbd-pool, --rbd-image and --expected-serial (the "
-          "image id) are required for --transport rbd");
-    }
-    return OkStatus();
-  }
-  if (a->transport != "iscsi") return InvalidArgument("bridge: --transport wants iscsi or rbd");
-  if (a->volume_id.empty() || a->control_socket.empty() || a->mountpoint.empty() || a->portals.empty() ||
-      a->target_iqn.empty() || a->initiator_iqn.empty()) {
-    return InvalidArgument(
-        "bridge: --volume-id, --control-socket, --mountpoint, --portal, --target and --initiator are required");
-  }
-  return OkStatus();
-}
-
-StatusOr<BridgeSecrets> ReadSecretsFromStdin() {
-  std::string text;
-  char buf[4096];
-  while (true) {
-    ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoToStatus(errno, "read secrets from stdin");
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  BridgeSecrets secrets;
-  if (text.empty()) return secrets;
-  try {
-    auto j = nlohmann::json::parse(text);
-    secrets.chap.username = j.value("username", "");
-    secrets.chap.password = j.value("password", "");
-    secrets.chap.mutual_username = j.value("mutual_username", "");
-    secrets.chap.mutual_password = j.value("mutual_password", "");
-    secrets.ceph_key = j.value("ceph_key", "");
-  } catch (const nlohmann::json::exception&) {
-    // Not the parser's message: it may quote the secret.
-    return InvalidArgument("bridge: the secrets on stdin are not valid JSON");
-  }
-  return secrets;
-}
-
-class Bridge {
- public:
-  explicit Bridge(BridgeArgs args) : args_(std::move(args)), executor_(MakeProcessExecutor()) {}
-
-  Status Start(const BridgeSecrets& secrets);
-  // Serves the control socket until a shutdown succeeds.
-  void Serve();
-  // Detaches the loop device, unmounts FUSE and logs out; FAILED_PRECONDITION
-  // (and nothing torn down) while the loop device is still mounted.
-  Status Teardown(bool check_in_use);
-  nlohmann::json StatusReply(bool refresh_identity);
-
-  // FUSE handlers.
-  int Read(char* buf, size_t size, off_t off);
-  int Write(const char* buf, size_t size, off_t off);
-  int Fsync();
-  int ReadUncounted(char* buf, size_t size, off_t off);
-  int WriteUncounted(const char* buf, size_t size, off_t off);
-  uint64_t size() const { return size_.load(); }
-  bool read_only() const { return args_.read_only; }
-
-  const std::string& device() const { return device_; }
-  const LunIdentity& identity() const { return identity_; }
-
- private:
-  StatusOr<std::unique_ptr<BridgeTransport>> OpenIscsi(const ChapCredentials& chap);
-  StatusOr<std::unique_ptr<BridgeTransport>> OpenRbd(const std::string& key);
-  Status MountFuse();
-  Status SetUpLoop();
-  Status ListenControl();
-  nlohmann::json Handle(const nlohmann::json& request, bool* stop);
-  void NoteIoError(const Status& st);
-
-  BridgeArgs args_;
-  std::unique_ptr<Executor> executor_;
-  std::unique_ptr<BridgeTransport> transport_;  // set by Start, reset by Teardown
-  LunIdentity identity_;
-  std::atomic<uint64_t> size_{0};
-  struct fuse* fuse_ = nullptr;
-  std::thread fuse_thread_;
-  bool fuse_mounted_ = false;
-  std::string device_;
-  int listen_fd_ = -1;
-  std::mutex rmw_mu_;  // serialises unaligned read-modify-write
-  std::atomic<uint64_t> io_errors_{0};
-  // I/O figures for `status` (the plugin's metrics, blockctl io): counted
-  // here, where every FUSE read and write passes, with lock-free atomics.
-  struct IoCounters {
-    std::atomic<uint64_t> ops{0};
-    std::atomic<uint64_t> bytes{0};
-    std::atomic<uint64_t> errors{0};
-    std::atomic<uint64_t> micros{0};                                        // summed latency
-    std::array<std::atomic<uint64_t>, kIoLatencyBuckets.size()> buckets{};  // per bucket, not cumulative
-    void Record(size_t size, std::chrono::steady_clock::duration took, bool ok);
-    nlohmann::json ToJson() const;
-  };
-  IoCounters reads_, writes_, flushes_;
-  // Failed writes and flushes since this bridge started: unlike a failed
-  // read, each may have lost data the filesystem counted on, so the volume
-  // stays abnormal until it is restaged (a new bridge).
-  std::atomic<uint64_t> write_errors_{0};
-  std::mutex err_mu_;
-  std::string last_error_;                               // guarded by err_mu_
-  std::chrono::steady_clock::time_point last_error_at_;  // guarded by err_mu_
-};
-
-void Bridge::IoCounters::Record(size_t size, std::chrono::steady_clock::duration took, bool ok) {
-  ++ops;
-  if (ok) {
-    bytes += size;
-  } else {
-    ++errors;
-  }
-  double seconds = std::chrono::duration<double>(took).count();
-  micros += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
-  for (size_t i = 0; i < kIoLatencyBuckets.size(); ++i) {
-    if (seconds <= kIoLatencyBuckets[i]) {
-      ++buckets[i];
-      break;
-    }
-  }
-}
-
-nlohmann::json Bridge::IoCounters::ToJson() const {
-  nlohmann::json j;
-  j["ops"] = ops.load();
-  j["bytes"] = bytes.load();
-  j["errors"] = errors.load();
-  j["latency_seconds_sum"] = static_cast<double>(micros.load()) / 1e6;
-  nlohmann::json counts = nlohmann::json::array();
-  for (const auto& b : buckets) counts.push_back(b.load());
-  j["latency_bucket_counts"] = counts;
-  return j;
-}
 
 Bridge* Self() { return static_cast<Bridge*>(fuse_get_context()->private_data); }
 
@@ -352,154 +105,7 @@ int FuseWrite(const char* path, const char* buf, size_t size, off_t off, fuse_fi
 int FuseFsync(const char*, int, fuse_file_info*) { return Self()->Fsync(); }
 int FuseFlush(const char*, fuse_file_info*) { return 0; }
 
-void Bridge::NoteIoError(const Status& st) {
-  io_errors_++;
-  std::lock_guard<std::mutex> lock(err_mu_);
-  if (last_error_ != st.message()) {
-    LogError(args_.transport == "rbd" ? "I/O error on the rbd image" : "I/O error on the iSCSI session",
-             {{"volume_id", args_.volume_id}, {"error", st.message()}});
-  }
-  last_error_ = st.message();
-  last_error_at_ = std::chrono::steady_clock::now();
-}
-
-int Bridge::Read(char* buf, size_t size, off_t off) {
-  auto start_time = std::chrono::steady_clock::now();
-  int r = ReadUncounted(buf, size, off);
-  reads_.Record(r > 0 ? static_cast<size_t>(r) : 0, std::chrono::steady_clock::now() - start_time, r >= 0);
-  return r;
-}
-
-int Bridge::Write(const char* buf, size_t size, off_t off) {
-  auto start_time = std::chrono::steady_clock::now();
-  int r = WriteUncounted(buf, size, off);
-  writes_.Record(r > 0 ? static_cast<size_t>(r) : 0, std::chrono::steady_clock::now() - start_time, r >= 0);
-  return r;
-}
-
-int Bridge::ReadUncounted(char* buf, size_t size, off_t off) {
-  uint64_t total = size_.load();
-  if (off < 0) return -EINVAL;
-  if (static_cast<uint64_t>(off) >= total) return 0;
-  size = static_cast<size_t>(std::min<uint64_t>(size, total - static_cast<uint64_t>(off)));
-  uint32_t bs = transport_->block_size();
-  uint64_t start = static_cast<uint64_t>(off);
-  Status st;
-  if (start % bs == 0 && size % bs == 0) {
-    st = transport_->Read(start, size, buf);
-  } else {
-    // The loop device sends whole sectors; other readers (cat, dd) may not.
-    uint64_t a = start / bs * bs;
-    uint64_t b = (start + size + bs - 1) / bs * bs;
-    std::vector<char> tmp(b - a);
-    st = transport_->Read(a, tmp.size(), tmp.data());
-    if (st.ok()) std::memcpy(buf, tmp.data() + (start - a), size);
-  }
-  if (!st.ok()) {
-    NoteIoError(st);
-    return -EIO;
-  }
-  return static_cast<int>(size);
-}
-
-int Bridge::WriteUncounted(const char* buf, size_t size, off_t off) {
-  uint64_t total = size_.load();
-  if (off < 0) return -EINVAL;
-  if (static_cast<uint64_t>(off) >= total) return -ENOSPC;
-  size = static_cast<size_t>(std::min<uint64_t>(size, total - static_cast<uint64_t>(off)));
-  uint32_t bs = transport_->block_size();
-  uint64_t start = static_cast<uint64_t>(off);
-  Status st;
-  if (start % bs == 0 && size % bs == 0) {
-    st = transport_->Write(start, size, buf);
-  } else {
-    std::lock_guard<std::mutex> lock(rmw_mu_);
-    uint64_t a = start / bs * bs;
-    uint64_t b = (start + size + bs - 1) / bs * bs;
-    std::vector<char> tmp(b - a);
-    st = transport_->Read(a, tmp.size(), tmp.data());
-    if (st.ok()) {
-      std::memcpy(tmp.data() + (start - a), buf, size);
-      st = transport_->Write(a, tmp.size(), tmp.data());
-    }
-  }
-  if (!st.ok()) {
-    write_errors_++;
-    NoteIoError(st);
-    return -EIO;
-  }
-  return static_cast<int>(size);
-}
-
-int Bridge::Fsync() {
-  auto start_time = std::chrono::steady_clock::now();
-  Status st = transport_->Flush();
-  flushes_.Record(0, std::chrono::steady_clock::now() - start_time, st.ok());
-  if (!st.ok()) {
-    write_errors_++;
-    NoteIoError(st);
-    return -EIO;
-  }
-  return 0;
-}
-
-StatusOr<std::unique_ptr<BridgeTransport>> Bridge::OpenIscsi(const ChapCredentials& chap) {
-  LibIscsiOptions o;
-  o.portals = args_.portals;
-  o.target_iqn = args_.target_iqn;
-  o.lun = args_.lun;
-  o.initiator_iqn = args_.initiator_iqn;
-  o.chap = chap;
-  o.command_timeout = std::chrono::seconds(args_.io_timeout_s);
-  o.reconnect_retries = args_.reconnect_retries;
-  BLOCKCSI_ASSIGN_OR_RETURN(std::unique_ptr<IscsiBridgeTransport> t, IscsiBridgeTransport::Connect(o));
-  LogInfo("bridge logged in", {{"volume_id", args_.volume_id},
-                               {"portal", t->location()},
-                               {"target", args_.target_iqn},
-                               {"size_bytes", std::to_string(t->size_bytes())}});
-  BLOCKCSI_ASSIGN_OR_RETURN(identity_, t->ReadIdentity());
-  // Checked here too, before the LUN is exposed at all: a wrong LUN never
-  // becomes a block device on this node (and costs one login, not many).
-  Status id = VerifyLunIdentity(args_.volume_id, args_.expected_serial, args_.expected_wwn, identity_);
-  if (!id.ok()) {
-    LogError("WRONG LUN: refusing to expose it", {{"volume_id", args_.volume_id}, {"error", id.message()}});
-    return id;
-  }
-  t->AddSessions(args_.sessions - 1, args_.volume_id);
-  return std::unique_ptr<BridgeTransport>(std::move(t));
-}
-
-StatusOr<std::unique_ptr<BridgeTransport>> Bridge::OpenRbd(const std::string& key) {
-  RbdTransportOptions o;
-  o.volume_id = args_.volume_id;
-  o.pool = args_.rbd_pool;
-  o.image = args_.rbd_image;
-  o.image_id = args_.expected_serial;
-  o.monitors = args_.ceph_monitors;
-  o.ceph_conf = args_.ceph_conf;
-  o.user = args_.ceph_user;
-  o.key = key;
-  o.node_id = args_.node_id;
-  o.read_only = args_.read_only;
-  o.io_timeout = std::chrono::seconds(args_.io_timeout_s);
-  // The transport verifies the image id itself, before it locks the image
-  // or registers this client: a wrong image is never touched.
-  auto t = RbdBridgeTransport::Open(o);
-  if (!t.ok()) {
-    if (t.status().code() == StatusCode::kFailedPrecondition) {
-      LogError("refusing to expose the rbd image", {{"volume_id", args_.volume_id}, {"error", t.status().message()}});
-    }
-    return t.status();
-  }
-  LogInfo("bridge opened rbd image", {{"volume_id", args_.volume_id},
-                                      {"image", (*t)->location()},
-                                      {"client", (*t)->client_addresses()},
-                                      {"read_only", args_.read_only ? "true" : "false"},
-                                      {"size_bytes", std::to_string((*t)->size_bytes())}});
-  BLOCKCSI_ASSIGN_OR_RETURN(identity_, (*t)->ReadIdentity());
-  BLOCKCSI_RETURN_IF_ERROR(VerifyLunIdentity(args_.volume_id, args_.expected_serial, "", identity_));
-  return std::unique_ptr<BridgeTransport>(std::move(*t));
-}
+}  // namespace
 
 Status Bridge::Start(const BridgeSecrets& secrets) {
   if (args_.transport == "rbd") {
@@ -740,6 +346,8 @@ void Bridge::Serve() {
   }
 }
 
+namespace {
+
 void WriteReadyLine(const nlohmann::json& j) {
   std::string line = j.dump() + "\n";
   size_t off = 0;
@@ -752,6 +360,11 @@ void WriteReadyLine(const nlohmann::json& j) {
 }
 
 }  // namespace
+}  // namespace blockcsi::bridge_internal
+
+namespace blockcsi {
+
+using namespace bridge_internal;  // NOLINT(google-build-using-namespace): the bridge_*.cc files share these internals
 
 int RunBridgeMain(int argc, char** argv) {
   // Terminal and plugin signals must not take a mounted volume down with

@@ -150,6 +150,7 @@ int Main(int argc, char** argv) {
     auto node = BuildNodeService({.connector = config.connector,
                                   .state_dir = config.state_dir,
                                   .node_id = config.node_id,
+                                  .zone = config.zone,
                                   .max_volumes_per_node = config.max_volumes_per_node,
                                   .bridge_io_timeout = config.bridge_io_timeout,
                                   .bridge_cgroup = config.bridge_cgroup,

@@ -25,7 +25,10 @@ struct PluginConfig {
   std::string metrics_address;
 
   // Node side.
-  std::string connector = "iscsi";   // iscsi | userspace
+  std::string connector = "iscsi";  // iscsi | userspace
+  // The zone this node is in (NodeGetInfo's topology.blockcsi.io/zone);
+  // empty: none, and the node reaches only storage hosts with no zone.
+  std::string zone;
   int64_t max_volumes_per_node = 0;  // 0: no limit advertised
   // Userspace bridge: a SCSI command / RBD op that takes longer fails with
   // EIO (and the volume's condition turns abnormal) instead of hanging.

@@ -115,13 +115,22 @@ std::string CoSimulator::PodVolumePath(const std::string& node_id, const std::st
 
 grpc::Status CoSimulator::Provision(const std::string& pvc_name, int64_t bytes,
                                     const csi::v1::VolumeCapability& capability,
-                                    const std::map<std::string, std::string>& parameters, PersistentVolume* pv) {
+                                    const std::map<std::string, std::string>& parameters, PersistentVolume* pv,
+                                    const TopologyRequirement& topology) {
   csi::v1::CreateVolumeRequest req;
   // external-provisioner names volumes pvc-<uid>.
   req.set_name("pvc-" + pvc_name);
   req.mutable_capacity_range()->set_required_bytes(bytes);
   *req.add_volume_capabilities() = capability;
   for (const auto& [k, v] : parameters) (*req.mutable_parameters())[k] = v;
+  for (const auto& segments : topology.requisite) {
+    req.mutable_accessibility_requirements()->add_requisite()->mutable_segments()->insert(segments.begin(),
+                                                                                          segments.end());
+  }
+  for (const auto& segments : topology.preferred) {
+    req.mutable_accessibility_requirements()->add_preferred()->mutable_segments()->insert(segments.begin(),
+                                                                                          segments.end());
+  }
   csi::v1::CreateVolumeResponse resp;
   grpc::Status st = Retry("CreateVolume " + req.name(), [&] {
     auto ctx = Context();
@@ -133,7 +142,38 @@ grpc::Status CoSimulator::Provision(const std::string& pvc_name, int64_t bytes,
   pv->capacity_bytes = resp.volume().capacity_bytes();
   pv->volume_context.clear();
   for (const auto& [k, v] : resp.volume().volume_context()) pv->volume_context[k] = v;
+  pv->accessible_topology.clear();
+  for (const auto& t : resp.volume().accessible_topology()) {
+    pv->accessible_topology.emplace_back(t.segments().begin(), t.segments().end());
+  }
   pv->capability = capability;
+  return st;
+}
+
+grpc::Status CoSimulator::Capacity(const Segments& segment, const std::map<std::string, std::string>& parameters,
+                                   int64_t* available_bytes) {
+  csi::v1::GetCapacityRequest req;
+  req.mutable_accessible_topology()->mutable_segments()->insert(segment.begin(), segment.end());
+  for (const auto& [k, v] : parameters) (*req.mutable_parameters())[k] = v;
+  csi::v1::GetCapacityResponse resp;
+  auto ctx = Context();
+  grpc::Status st = controller_->GetCapacity(ctx.get(), req, &resp);
+  std::string where;
+  for (const auto& [k, v] : segment) where += (where.empty() ? "" : ",") + k + "=" + v;
+  Note("GetCapacity " + where, st);
+  if (st.ok()) *available_bytes = resp.available_capacity();
+  return st;
+}
+
+grpc::Status CoSimulator::NodeTopology(const std::string& node_id, Segments* segments) {
+  NodeEntry* node = Node(node_id);
+  if (node == nullptr) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unknown node " + node_id);
+  csi::v1::NodeGetInfoResponse resp;
+  auto ctx = Context();
+  grpc::Status st = node->stub->NodeGetInfo(ctx.get(), csi::v1::NodeGetInfoRequest(), &resp);
+  Note("NodeGetInfo " + node_id, st);
+  if (st.ok())
+    segments->insert(resp.accessible_topology().segments().begin(), resp.accessible_topology().segments().end());
   return st;
 }
 

@@ -37,6 +37,7 @@
 #include "e2e/co_simulator.h"
 #include "e2e/netns_topology.h"
 #include "support/block_io.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -255,12 +256,17 @@ class TwoNodeE2eTest : public ::testing::Test {
       co_->AddNode(node, &plugin->node(), root_.Join(node + "/kubelet"));
       nodes_[node] = std::move(plugin);
     }
+    baseline_ = testing::TakeLeakSnapshot(Scopes());
+    have_baseline_ = true;
     std::cout << "[e2e] set-up (namespaces, certificates, tgtd, agent, controller, 2 nodes): "
               << Seconds(Clock::now() - started) << " s\n";
   }
 
   void TearDown() override {
     auto started = Clock::now();
+    // Before anything is cleaned: a test that passed went through the CO's
+    // whole teardown and must have left nothing since SetUp.
+    if (have_baseline_ && !HasFailure()) ExpectNothingLeftSince(baseline_, "the test (before the fixture cleans)");
     // Whatever a test left: links up again (a cut link would make every
     // unmount below wait for I/O timeouts), then the nodes' mounts, loop
     // devices and bridges, then the processes, then the namespaces.
@@ -288,6 +294,38 @@ class TwoNodeE2eTest : public ::testing::Test {
       EXPECT_TRUE(NetnsTopology::ListedNamespaces(prefix_).empty()) << "network namespaces left: " << prefix_ << "-*";
     }
     std::cout << "[e2e] tear-down: " << Seconds(Clock::now() - started) << " s\n";
+  }
+
+  // Everything the daemons can leave, in the one leak checker's terms:
+  // processes, mounts and loop devices under the test's root, both nodes'
+  // attach records, the agent's pool files, tgtd's targets, LUNs, ACLs and
+  // sessions. The daemons themselves (tgtd, agent, controller, node plugins)
+  // are not leaks; a bridge is.
+  std::vector<testing::LeakScope> Scopes(const std::string& volume_id = "") {
+    std::vector<pid_t> daemons;
+    if (tgtd_) daemons.push_back(tgtd_->pid());
+    if (agent_) daemons.push_back(agent_->pid());
+    if (controller_ && controller_->running()) daemons.push_back(controller_->pid());
+    for (auto& [name, plugin] : nodes_) {
+      if (plugin->running()) daemons.push_back(plugin->pid());
+    }
+    std::vector<testing::LeakScope> scopes(1);
+    scopes[0].dir = root_.path();
+    scopes[0].volume_id = volume_id;
+    scopes[0].pool_dir = pool_dir();
+    scopes[0].tgtd = tgtd_.get();
+    scopes[0].ignore_pids = daemons;
+    for (auto& [name, plugin] : nodes_) {
+      testing::LeakScope records;
+      records.state_dir = plugin->state_dir();
+      scopes.push_back(records);
+    }
+    return scopes;
+  }
+  void ExpectNothingLeftSince(const testing::LeakSnapshot& before, const std::string& after,
+                              const std::string& volume_id = "") {
+    auto left = testing::NewItemsAfterSettling(before, Scopes(volume_id));
+    EXPECT_TRUE(left.empty()) << "left behind after " << after << ":\n" << testing::DescribeItems(left);
   }
 
   std::string agent_address() const { return net_->store_address() + ":" + std::to_string(kAgentPort); }
@@ -421,6 +459,8 @@ class TwoNodeE2eTest : public ::testing::Test {
   std::unique_ptr<PluginUnderTest> controller_;
   std::map<std::string, std::unique_ptr<PluginUnderTest>> nodes_;
   std::unique_ptr<CoSimulator> co_;
+  testing::LeakSnapshot baseline_;  // at the end of SetUp
+  bool have_baseline_ = false;
   // --bridge-io-timeout of the node plugins; empty: their default (30 s).
   std::string node_io_timeout_;
 };
@@ -497,7 +537,11 @@ TEST_F(TwoNodeE2eTest, N1IsLockedOutByTheAclWhileAttachedToN2) {
   // kubelet on n1 handed n2's publish_context (a stale or forged
   // VolumeAttachment): NodeStage fails, naming the volume and the ACL.
   const std::string staging = co_->StagingPath("n1", pv.volume_id);
+  const testing::LeakSnapshot before_stage = testing::TakeLeakSnapshot(Scopes(pv.volume_id));
   grpc::Status st = co_->StageOnce("n1", pv, n2_context, staging);
+  // A final failure leaves nothing (bridge, loop device, mount, record,
+  // session, ACL): checked right away, before the unstage below could clean it.
+  ExpectNothingLeftSince(before_stage, "the refused stage on n1", pv.volume_id);
   EXPECT_FALSE(st.ok()) << "n1 staged a volume attached to n2";
   EXPECT_TRUE(st.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
               st.error_code() == grpc::StatusCode::NOT_FOUND ||
@@ -508,10 +552,6 @@ TEST_F(TwoNodeE2eTest, N1IsLockedOutByTheAclWhileAttachedToN2) {
       << "the message should say the initiator is not allowed: " << st.error_message();
   std::cout << "[e2e] NodeStage on n1 with n2's publish_context: " << CodeName(st.error_code()) << ": "
             << st.error_message() << "\n";
-  EXPECT_TRUE(testing::MountsUnder(root_.Join("n1")).empty()) << "the failed stage left a mount on n1";
-  EXPECT_TRUE(testing::LoopDevicesUnder(root_.Join("n1")).empty()) << "the failed stage left a loop device on n1";
-  EXPECT_TRUE(testing::ProcessesNaming(node("n1").state_dir() + "/bridges").empty())
-      << "the failed stage left a bridge on n1";
   // kubelet gives up on the pod: its unstage of a never-staged volume is OK.
   csi::v1::NodeUnstageVolumeRequest unstage;
   unstage.set_volume_id(pv.volume_id);

@@ -14,6 +14,7 @@
 
 #include "attach/attacher_factory.h"
 #include "support/block_io.h"
+#include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -50,12 +51,18 @@ class AttachIntegrationTest : public ::testing::Test {
   std::vector<int> BridgePids() const;
   std::vector<std::string> LoopDevicesUnderState() const;
   std::vector<std::string> MountsUnderState() const;
+  // The one leak checker (support/leak_check.h) against the state at SetUp:
+  // bridges, FUSE mounts, loop devices (also those whose FUSE file is gone),
+  // attach records, bridge dirs and iSCSI sessions. Called by tests right
+  // after a failing call and by TearDown before it cleans.
   void ExpectNothingLeft();
+  LeakScope Scope() const;
 
   std::unique_ptr<TgtdHarness> tgtd_;
   std::unique_ptr<TempDir> tmp_;
   std::string state_dir_;
   int next_tid_ = 1;
+  LeakSnapshot baseline_;  // at SetUp
 };
 
 }  // namespace blockcsi::testing

@@ -9,6 +9,9 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "common/executor.h"
 #include "common/mounter.h"
 #include "support/test_util.h"
 
@@ -32,9 +35,6 @@ void AddMounts(const LeakScope& scope, std::set<std::string>* out) {
   }
 }
 
-// Through sysfs, not losetup: a loop device whose backing file was deleted
-// (a bridge's FUSE file gone, the image removed) still holds a device and
-// shows its old path with " (deleted)".
 }  // namespace
 
 // Through sysfs: a loop device whose backing file was deleted (the image
@@ -146,22 +146,68 @@ std::set<std::string> TgtdItems(const std::string& text) {
   return out;
 }
 
-LeakSnapshot TakeLeakSnapshot(const LeakScope& scope) {
-  LeakSnapshot s;
-  AddMounts(scope, &s.items);
-  AddLoops(scope, &s.items);
-  AddProcesses(scope, &s.items);
-  if (!scope.state_dir.empty()) AddFiles(scope.state_dir + "/attachments", "record ", &s.items);
+std::set<std::string> RbdWatcherItems(const std::string& image, const std::string& status_json) {
+  std::set<std::string> out;
+  auto j = nlohmann::json::parse(status_json, nullptr, false);
+  if (!j.is_object() || !j.contains("watchers") || !j["watchers"].is_array()) return out;
+  for (const auto& w : j["watchers"]) {
+    if (w.is_object()) out.insert("rbd watcher " + image + " " + w.value("address", "?"));
+  }
+  return out;
+}
+
+namespace {
+
+// A failed `rbd status` (the image is gone, which is what a deleted volume
+// should be) adds nothing; the images that exist are read.
+void AddRbdWatchers(const LeakScope& scope, std::set<std::string>* out) {
+  if (scope.rbd_command.empty()) return;
+  auto exec = MakeProcessExecutor();
+  for (const auto& image : scope.rbd_images) {
+    Command c(scope.rbd_command[0]);
+    for (size_t i = 1; i < scope.rbd_command.size(); ++i) c.Arg(scope.rbd_command[i]);
+    c.Arg("status").Arg("--format").Arg("json").Arg(image).Timeout(std::chrono::seconds(60));
+    auto r = exec->Run(c);
+    if (!r.ok() || r->exit_code != 0) continue;
+    for (auto& item : RbdWatcherItems(image, r->stdout_text)) out->insert(item);
+  }
+}
+
+void AddScope(const LeakScope& scope, std::set<std::string>* items) {
+  AddMounts(scope, items);
+  AddLoops(scope, items);
+  AddProcesses(scope, items);
+  // The path, not only the file name: two nodes' records of one volume
+  // have the same name.
+  if (!scope.state_dir.empty()) AddFiles(scope.state_dir + "/attachments", "record " + scope.state_dir + ": ", items);
   if (!scope.pool_dir.empty()) {
     for (const char* sub : {"volumes", "images", "tmp"}) {
-      AddFiles(scope.pool_dir + "/" + sub, std::string("pool ") + sub + "/", &s.items);  // "pool images/vol-x.img"
+      AddFiles(scope.pool_dir + "/" + sub, std::string("pool ") + sub + "/", items);  // "pool images/vol-x.img"
     }
   }
   if (scope.tgtd != nullptr) {
-    for (auto& item : TgtdItems(scope.tgtd->ShowTargets())) s.items.insert(item);
+    for (auto& item : TgtdItems(scope.tgtd->ShowTargets())) items->insert(item);
   }
+  AddRbdWatchers(scope, items);
+}
+
+}  // namespace
+
+LeakSnapshot TakeLeakSnapshot(const std::vector<LeakScope>& scopes) {
+  LeakSnapshot s;
+  for (const auto& scope : scopes) AddScope(scope, &s.items);
+  // A process of one node's scope may be another's ignored long-running
+  // process (a node plugin naming the shared root): ignored in any, ignored.
+  std::set<pid_t> ignored;
+  for (const auto& scope : scopes) ignored.insert(scope.ignore_pids.begin(), scope.ignore_pids.end());
+  std::erase_if(s.items, [&](const std::string& item) {
+    if (item.rfind("process ", 0) != 0) return false;
+    return ignored.contains(static_cast<pid_t>(std::atol(item.c_str() + 8)));
+  });
   return s;
 }
+
+LeakSnapshot TakeLeakSnapshot(const LeakScope& scope) { return TakeLeakSnapshot(std::vector<LeakScope>{scope}); }
 
 std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot& after) {
   std::vector<std::string> out;
@@ -170,14 +216,18 @@ std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot
   return out;
 }
 
-std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope) {
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const std::vector<LeakScope>& scopes) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  std::vector<std::string> left = NewItems(before, TakeLeakSnapshot(scope));
+  std::vector<std::string> left = NewItems(before, TakeLeakSnapshot(scopes));
   while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    left = NewItems(before, TakeLeakSnapshot(scope));
+    left = NewItems(before, TakeLeakSnapshot(scopes));
   }
   return left;
+}
+
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope) {
+  return NewItemsAfterSettling(before, std::vector<LeakScope>{scope});
 }
 
 std::string DescribeItems(const std::vector<std::string>& items) {

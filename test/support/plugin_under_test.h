@@ -23,8 +23,8 @@
 namespace blockcsi::testing {
 
 struct PluginOptions {
-  std::string mode = "all";  // all | controller | node
-  std::string backend = "local";
+  std::string mode = "all";       // all | controller | node
+  std::string backend = "local";  // empty: no --backend flag
   std::string connector = "userspace";
   std::string node_id = "e2e-node";
   // Set: the plugin kills itself (SIGKILL) at that step, this start only.

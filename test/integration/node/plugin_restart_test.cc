@@ -35,6 +35,7 @@
 #include "common/filesystem.h"
 #include "csi.grpc.pb.h"
 #include "support/block_io.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -117,10 +118,32 @@ class PluginRestartTest : public ::testing::Test {
     plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
     prefix_ = std::string(kCgroupRoot) + "/blockcsi-test-" + std::to_string(::getpid()) + "-";
     bridge_cgroup_ = prefix_ + "bridges";
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+  }
+
+  // What the plugin and its bridges can leave, in the one leak checker's
+  // terms (processes, mounts, loops, records, pool files, tgtd's targets,
+  // ACLs and sessions); the running plugin itself is not a leak.
+  testing::LeakScope Scope(const std::string& volume_id = "") {
+    testing::LeakScope scope;
+    scope.dir = dir_.path();
+    scope.volume_id = volume_id;
+    scope.state_dir = plugin_->state_dir();
+    scope.pool_dir = plugin_->pool_dir();
+    scope.tgtd = tgtd_.get();
+    if (plugin_->running()) scope.ignore_pids.push_back(plugin_->pid());
+    return scope;
+  }
+  void ExpectNothingLeftSince(const testing::LeakSnapshot& before, const std::string& after,
+                              const std::string& volume_id = "") {
+    auto left = testing::NewItemsAfterSettling(before, Scope(volume_id));
+    EXPECT_TRUE(left.empty()) << "left behind after " << after << ":\n" << testing::DescribeItems(left);
   }
 
   void TearDown() override {
     if (!plugin_) return;
+    // Before anything is cleaned: a test that passed must have left nothing.
+    if (!HasFailure()) ExpectNothingLeftSince(baseline_, "the test (before the fixture cleans)");
     plugin_->Stop();
     testing::CleanUpUnder(dir_.path());
     // Only what this test made: its cgroups (empty by now unless a check
@@ -318,6 +341,7 @@ class PluginRestartTest : public ::testing::Test {
   std::string prefix_;
   std::string bridge_cgroup_;
   std::vector<std::string> made_cgroups_;
+  testing::LeakSnapshot baseline_;  // at SetUp
   std::map<std::string, std::vector<std::string>> written_;
 };
 
@@ -521,7 +545,11 @@ TEST_F(PluginRestartTest, ABridgeThatCannotMoveRefusesAndLeavesNothing) {
   ASSERT_EQ(::rmdir(outer.c_str()), 0);
 
   Volume v = Create("no-cgroup");
+  const testing::LeakSnapshot before_stage = testing::TakeLeakSnapshot(Scope(v.id));
   grpc::Status st = StageAndPublish(v);
+  // Nothing left (bridge, FUSE mount, loop device, record, tgtd session):
+  // the one leak checker, before anything could clean up.
+  ExpectNothingLeftSince(before_stage, "the refused stage", v.id);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
   EXPECT_NE(st.error_message().find(v.id), std::string::npos) << st.error_message();
   EXPECT_NE(st.error_message().find(bridge_cgroup_), std::string::npos) << st.error_message();

@@ -38,6 +38,7 @@
 #include "common/mounter.h"
 #include "support/block_io.h"
 #include "support/ceph_test_cluster.h"
+#include "support/leak_check.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -131,6 +132,7 @@ struct Node {
   std::unique_ptr<TempDir> dir;
   std::string state_dir;
   std::unique_ptr<VolumeAttacher> attacher;
+  testing::LeakSnapshot baseline;  // when the node was made
 };
 
 class RbdAttachTest : public testing::CephSuiteTest {
@@ -170,8 +172,17 @@ class RbdAttachTest : public testing::CephSuiteTest {
         }
       }
     }
+    // The detaches above are the normal path (what a CO's teardown does):
+    // after a passing test they must leave nothing, checked before the
+    // forced cleanup below could hide it.
+    if (!HasFailure()) {
+      for (auto& node : nodes_) ExpectNothingLeft(*node);
+    }
     for (auto& node : nodes_) CleanUp(*node);
-    for (auto& node : nodes_) ExpectNothingLeft(*node);
+    // After a failure: the forced cleanup itself must have worked.
+    if (HasFailure()) {
+      for (auto& node : nodes_) ExpectNothingLeft(*node);
+    }
     if (backend_ != nullptr) {
       for (auto it = volumes_.rbegin(); it != volumes_.rend(); ++it) {
         auto record = backend_->GetVolume(*it);
@@ -194,15 +205,11 @@ class RbdAttachTest : public testing::CephSuiteTest {
     }
     return out;
   }
+  // The shared checker's list (stacked ones first, those whose FUSE file
+  // is gone too).
   static std::vector<std::string> LoopDevices(const Node& node) {
     std::vector<std::string> out;
-    auto fs = MakeRootedFilesystem("");
-    auto names = fs->ListDir("/sys/block");
-    if (!names.ok()) return out;
-    for (const auto& n : *names) {
-      auto backing = ReadTrimmed(*fs, "/sys/block/" + n + "/loop/backing_file");
-      if (backing.ok() && backing->starts_with(node.state_dir)) out.push_back("/dev/" + n);
-    }
+    for (const auto& [device, backing] : testing::LoopDevicesBackedUnder(node.state_dir)) out.push_back(device);
     return out;
   }
   static std::vector<std::string> Mounts(const Node& node) {
@@ -223,10 +230,18 @@ class RbdAttachTest : public testing::CephSuiteTest {
     for (const auto& loop : LoopDevices(node)) RunProgram({"losetup", "-d", loop});
     for (const auto& m : Mounts(node)) ::umount2(m.c_str(), MNT_DETACH);
   }
+  static testing::LeakScope Scope(const Node& node) {
+    testing::LeakScope scope;
+    scope.dir = node.dir->path();
+    scope.state_dir = node.state_dir;
+    return scope;
+  }
+  // The one leak checker: bridges, FUSE mounts, loop devices, attach
+  // records of the node since it was made.
   static void ExpectNothingLeft(const Node& node) {
+    auto left = testing::NewItemsAfterSettling(node.baseline, Scope(node));
+    EXPECT_TRUE(left.empty()) << node.id << " left behind:" << testing::DescribeItems(left);
     EXPECT_TRUE(BridgePids(node).empty()) << node.id << ": bridge processes left";
-    EXPECT_TRUE(LoopDevices(node).empty()) << node.id << ": loop devices left";
-    EXPECT_TRUE(Mounts(node).empty()) << node.id << ": FUSE mounts left";
   }
 
   Node& NewNode(const std::string& id, std::chrono::milliseconds io_timeout = std::chrono::seconds(30)) {
@@ -234,6 +249,7 @@ class RbdAttachTest : public testing::CephSuiteTest {
     node->id = id;
     node->dir = std::make_unique<TempDir>();
     node->state_dir = node->dir->Join("state");
+    node->baseline = testing::TakeLeakSnapshot(Scope(*node));
     AttacherOptions o;
     o.connector = "userspace";
     o.state_dir = node->state_dir;

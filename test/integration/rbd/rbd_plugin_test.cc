@@ -41,6 +41,7 @@
 #include "support/block_io.h"
 #include "support/ceph_test_cluster.h"
 #include "support/http_probe.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -96,10 +97,15 @@ class RbdPluginTest : public testing::CephSuiteTest {
     metrics_port_a_ = testing::FreeTcpPort();
     std::string error;
     ASSERT_TRUE(node_a_->Start(Options("all", "node-a"), &error)) << error;
+    baseline_ = testing::TakeLeakSnapshot(Scopes());
+    have_baseline_ = true;
   }
 
   void TearDown() override {
     if (!skip_.empty() || !setup_error_.empty()) return;
+    // Before anything is cleaned: a test that passed must have left nothing
+    // on either node, nor a client watching one of its images.
+    if (have_baseline_ && !HasFailure()) ExpectNothingLeftSince(baseline_, "the test (before the fixture cleans)");
     // Best effort through the plugins first (the normal path), then by force.
     for (auto* plugin : {node_a_.get(), node_b_.get()}) {
       if (plugin == nullptr || !plugin->running()) continue;
@@ -136,6 +142,43 @@ class RbdPluginTest : public testing::CephSuiteTest {
       }
     }
     for (const auto& image : cli_images_) (void)Rbd({"rm", "--no-progress", PoolImage(image)});
+  }
+
+  // What the plugins can leave, in the one leak checker's terms: processes
+  // (bridges), mounts and loop devices under dir_, each node's attach
+  // records, and watchers (open librbd clients) of the test's images. The
+  // plugins themselves are not leaks.
+  std::vector<testing::LeakScope> Scopes(const std::string& volume_id = "") {
+    std::vector<testing::LeakScope> scopes;
+    std::vector<pid_t> plugins;
+    for (auto* p : {node_a_.get(), node_b_.get()}) {
+      if (p != nullptr && p->running()) plugins.push_back(p->pid());
+    }
+    for (auto* p : {node_a_.get(), node_b_.get()}) {
+      if (p == nullptr) continue;
+      testing::LeakScope node;
+      node.dir = p->dir();
+      node.volume_id = volume_id;
+      node.state_dir = p->state_dir();
+      node.ignore_pids = plugins;
+      scopes.push_back(node);
+    }
+    if (!scopes.empty()) {
+      for (const auto& v : volumes_) scopes[0].rbd_images.push_back(PoolImage(Image(v)));
+      scopes[0].rbd_command = {"rbd",
+                               "-c",
+                               env_.at("CEPH_CONF"),
+                               "--id",
+                               env_.at("BLOCKCSI_CEPH_USER"),
+                               "--keyring",
+                               env_.at("BLOCKCSI_CEPH_KEYRING")};
+    }
+    return scopes;
+  }
+  void ExpectNothingLeftSince(const testing::LeakSnapshot& before, const std::string& after,
+                              const std::string& volume_id = "") {
+    auto left = testing::NewItemsAfterSettling(before, Scopes(volume_id));
+    EXPECT_TRUE(left.empty()) << "left behind after " << after << ":\n" << testing::DescribeItems(left);
   }
 
   testing::PluginOptions Options(const std::string& mode, const std::string& node_id) const {
@@ -390,6 +433,8 @@ class RbdPluginTest : public testing::CephSuiteTest {
   std::vector<Volume> volumes_;
   std::vector<std::pair<std::string, std::string>> snapshots_;  // id, source volume id
   std::vector<std::string> cli_images_;
+  testing::LeakSnapshot baseline_;  // at the end of SetUp
+  bool have_baseline_ = false;
 };
 
 // xfs refuses filesystems below 300 MiB (xfsprogs ≥ 5.19); everything else
@@ -634,6 +679,15 @@ TEST_F(RbdPluginTest, KeyNeverInLogRecordsOrBridgeCommandLines) {
     ASSERT_GRPC_OK(Stage(a, v, ctx));
     ASSERT_GRPC_OK(Publish(a, v, ctx));
   }
+  // The leak checker sees a staged volume's RBD session (its bridge's
+  // librbd client watches the image), so a session a failed call left would show.
+  {
+    auto items = testing::TakeLeakSnapshot(Scopes()).items;
+    const std::string watcher = "rbd watcher " + PoolImage(Image(vols[0])) + " ";
+    EXPECT_TRUE(std::any_of(items.begin(), items.end(), [&](const std::string& i) { return i.starts_with(watcher); }))
+        << "no watcher of " << PoolImage(Image(vols[0]))
+        << " in:" << testing::DescribeItems({items.begin(), items.end()});
+  }
   // A stage with a wrong key fails; its error must not echo either key.
   {
     Volume bad;
@@ -643,9 +697,13 @@ TEST_F(RbdPluginTest, KeyNeverInLogRecordsOrBridgeCommandLines) {
     std::string saved = key_;
     key_[25] = key_[25] == 'A' ? 'B' : 'A';
     std::string wrong = key_;
+    const testing::LeakSnapshot before_stage = testing::TakeLeakSnapshot(Scopes(bad.id));
     grpc::Status st = Stage(a, bad, ctx);
     key_ = saved;
     EXPECT_FALSE(st.ok());
+    // A final failure leaves nothing (bridge, its librbd client, FUSE file,
+    // loop device, mount, record): checked before the unstage could clean it.
+    ExpectNothingLeftSince(before_stage, "the stage with a wrong key", bad.id);
     EXPECT_EQ(st.error_message().find(wrong), std::string::npos) << "key in the error";
     EXPECT_EQ(st.error_message().find(saved), std::string::npos) << "key in the error";
     EXPECT_EQ(ReadFileOrEmpty(a.log_path()).find(wrong), std::string::npos) << "wrong key in the log";

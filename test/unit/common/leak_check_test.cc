@@ -35,5 +35,17 @@ TEST(LeakCheckTest, NewItemsAreWhatAppearedSinceTheFirstSnapshot) {
   EXPECT_TRUE(testing::NewItems(after, after).empty());
 }
 
+// `rbd status --format json` as Ceph 16 prints it: one watcher per open
+// librbd client (a bridge's RBD session).
+TEST(LeakCheckTest, RbdWatcherItemsNameEachWatcherOfTheImage) {
+  const std::string status = R"({"watchers":[{"address":"10.0.0.5:0/1234","client":4151,"cookie":140}, )"
+                             R"({"address":"10.0.0.6:0/99","client":4200,"cookie":7}]})";
+  EXPECT_EQ(testing::RbdWatcherItems("rbd/img", status),
+            (std::set<std::string>{"rbd watcher rbd/img 10.0.0.5:0/1234", "rbd watcher rbd/img 10.0.0.6:0/99"}));
+  EXPECT_TRUE(testing::RbdWatcherItems("rbd/img", R"({"watchers":[]})").empty());
+  // Not JSON (an error text): nothing, the caller decides what a failed status means.
+  EXPECT_TRUE(testing::RbdWatcherItems("rbd/img", "rbd: error opening image img: (2) No such file").empty());
+}
+
 }  // namespace
 }  // namespace blockcsi

@@ -13,6 +13,7 @@
 
 #include "attach/publish_context.h"
 #include "common/logging.h"
+#include "common/topology.h"
 #include "support/fake_attacher.h"
 
 namespace blockcsi {
@@ -144,6 +145,26 @@ TEST_F(NodeServiceTest, GetInfoReportsNodeIdLimitAndTopology) {
   EXPECT_EQ(info.node_id(), "node-a");
   EXPECT_EQ(info.max_volumes_per_node(), 16);
   EXPECT_EQ(info.accessible_topology().segments().at(kTopologyNodeKey), "node-a");
+  // No --zone: no zone key, so only storage hosts without a zone match it.
+  EXPECT_EQ(info.accessible_topology().segments().count(kTopologyZoneKey), 0u);
+}
+
+TEST_F(NodeServiceTest, GetInfoAddsTheZoneToTheNodesSegment) {
+  NodeServiceOptions o;
+  o.node_id = "node-z";
+  o.zone = "zone-b";
+  o.attacher = attacher_;
+  o.mounter = mounter_;
+  o.probe = std::make_shared<FakeProbe>(world_);
+  o.executor = executor_;
+  o.host = host_;
+  NodeService zoned(std::move(o));
+  csi::v1::NodeGetInfoResponse info;
+  ASSERT_TRUE(zoned.NodeGetInfo(nullptr, nullptr, &info).ok());
+  const auto& segments = info.accessible_topology().segments();
+  EXPECT_EQ(segments.size(), 2u);
+  EXPECT_EQ(segments.at(kTopologyNodeKey), "node-z");
+  EXPECT_EQ(segments.at(kTopologyZoneKey), "zone-b");
 }
 
 TEST_F(NodeServiceTest, CapabilitiesListTheFiveRpcs) {

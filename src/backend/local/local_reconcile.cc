@@ -1,0 +1,110 @@
+#include "backend/local/local_backend.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "attach/chap_rules.h"
+#include "attach/iscsi_names.h"
+#include "backend/volume_id.h"
+#include "common/fault_points.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+
+// The local backend's reconcile loop and pool metrics: re-creating the
+// exports a restarted target daemon lost.
+namespace blockcsi {
+
+namespace {
+
+// A daemon that lost every target while the pool has volumes was restarted
+// (tgtd keeps no state of its own): a pass that had to create the target
+// of every exported volume is how the agent sees a restart.
+void RecordReconcile(const Status& status, const std::vector<std::string>& repairs, size_t desired_count) {
+  static MetricFamily& runs =
+      Metrics().Counter("blockcsi_target_reconcile_runs_total",
+                        "Passes comparing the target daemon with the pool, by outcome", {"result"});
+  static MetricFamily& repaired = Metrics().Counter(
+      "blockcsi_target_reconcile_repairs_total", "Changes a reconcile pass made to bring the daemon back to the pool");
+  static MetricFamily& restarts = Metrics().Counter(
+      "blockcsi_target_daemon_restarts_seen_total",
+      "Reconcile passes that found none of the pool's targets in the daemon (it restarted) and re-created them");
+  runs.Add({std::string(StatusCodeName(status.code()))});
+  repaired.Add({}, static_cast<double>(repairs.size()));
+  size_t created = 0;
+  for (const auto& line : repairs) {
+    if (line.rfind("created target ", 0) == 0) ++created;
+  }
+  // Added even when 0, so that the series exists (a dashboard shows 0, not "no data").
+  restarts.Add({}, desired_count > 0 && created == desired_count ? 1 : 0);
+}
+
+}  // namespace
+
+void LocalBackend::CollectPoolMetrics(MetricsRegistry& registry) {
+  auto& capacity = registry.Gauge("blockcsi_target_pool_capacity_bytes", "Size of the pool's file system", {"pool"});
+  auto& free_bytes =
+      registry.Gauge("blockcsi_target_pool_free_bytes", "Free space of the pool's file system", {"pool"});
+  auto& provisioned =
+      registry.Gauge("blockcsi_target_pool_provisioned_bytes",
+                     "Sum of the sizes of the pool's volumes (thin: may exceed what they use)", {"pool"});
+  auto& volumes = registry.Gauge("blockcsi_target_pool_volumes", "Volumes in the pool", {"pool"});
+  const std::string& dir = pool_->dir();
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) == 0) {
+    capacity.Set({dir}, static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize));
+    free_bytes.Set({dir}, static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize));
+  }
+  double sum = 0;
+  auto list = pool_->ListVolumes();
+  for (const auto& record : list) sum += static_cast<double>(record.size_bytes);
+  provisioned.Set({dir}, sum);
+  volumes.Set({dir}, static_cast<double>(list.size()));
+}
+
+StatusOr<std::vector<std::string>> LocalBackend::ReconcileNow() {
+  std::vector<std::string> repairs;
+  size_t desired_count = 0;
+  Status status;
+  {
+    std::unique_lock exclusive(reconcile_mu_);
+    std::vector<DesiredExport> desired;
+    for (const auto& record : pool_->ListVolumes()) desired.push_back(DesiredFor(record));
+    desired_count = desired.size();
+    auto result = exporter_->Reconcile(desired, options_.iqn_prefix);
+    if (result.ok()) {
+      repairs = std::move(result).value();
+    } else {
+      status = result.status();
+    }
+  }
+  for (const auto& line : repairs) LogInfo("reconcile: repaired", {{"repair", line}});
+  RecordReconcile(status, repairs, desired_count);
+  {
+    std::lock_guard lock(loop_mu_);
+    ++passes_;
+  }
+  loop_cv_.notify_all();
+  if (!status.ok()) return status;
+  return repairs;
+}
+
+uint64_t LocalBackend::reconcile_passes() const {
+  std::lock_guard lock(loop_mu_);
+  return passes_;
+}
+
+void LocalBackend::LoopMain() {
+  std::unique_lock lock(loop_mu_);
+  while (!stopping_) {
+    if (loop_cv_.wait_for(lock, options_.reconcile_interval, [this] { return stopping_; })) break;
+    lock.unlock();
+    auto result = ReconcileNow();
+    if (!result.ok()) LogWarn("reconcile failed", {{"error", result.status().ToString()}});
+    lock.lock();
+  }
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,162 @@
+// Internals of the userspace bridge shared by its bridge_*.cc files: its
+// arguments, the secrets it reads from stdin and the Bridge class that serves
+// the volume over FUSE. Not an interface.
+#pragma once
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 31
+#endif
+
+#include <fcntl.h>
+#include <fuse.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bridge/bridge_cgroup.h"
+#include "bridge/bridge_protocol.h"
+#include "bridge/bridge_transport.h"
+#include "bridge/iscsi_bridge_transport.h"
+#include "bridge/libiscsi_session.h"
+#include "bridge/rbd_bridge_transport.h"
+#include "common/atomic_file.h"
+#include "common/executor.h"
+#include "common/filesystem.h"
+#include "common/logging.h"
+#include "common/loop_devices.h"
+#include "common/lun_identity.h"
+
+namespace blockcsi::bridge_internal {
+
+// Largest FUSE request; the iSCSI transport splits bigger ones again.
+constexpr uint32_t kMaxTransferBytes = 1024 * 1024;
+
+struct BridgeArgs {
+  std::string transport = "iscsi";  // "iscsi" | "rbd"
+  std::string volume_id;
+  std::string control_socket;
+  std::string mountpoint;
+  std::vector<std::string> portals;
+  std::string target_iqn;
+  int lun = 0;
+  std::string initiator_iqn;
+  std::string expected_serial;
+  std::string expected_wwn;
+  bool read_only = false;
+  bool secrets_on_stdin = false;
+  int io_timeout_s = 30;
+  int reconnect_retries = 3;
+  // iSCSI sessions for data: a libiscsi context runs one command at a time,
+  // so several sessions let the loop device keep several requests in flight.
+  int sessions = 1;
+  std::string log_format = "text";
+  // Transport "rbd": the image, the monitors (empty: ceph_conf's), the
+  // cephx id, and the node id under which the client registers for fencing.
+  // expected_serial carries the image id.
+  std::string rbd_pool;
+  std::string rbd_image;
+  std::string ceph_monitors;
+  std::string ceph_user = "admin";
+  std::string ceph_conf = "/etc/ceph/ceph.conf";
+  std::string node_id;
+  // A cgroup v2 directory outside the plugin container's: the bridge moves
+  // itself there before it opens anything, so that the runtime's kill of
+  // the plugin's container does not reach it.
+  std::string cgroup;
+};
+
+// What arrives on stdin (JSON), never in argv: /proc/<pid>/cmdline is
+// readable by every user of the node.
+struct BridgeSecrets {
+  ChapCredentials chap;
+  std::string ceph_key;
+};
+Status ParseArgs(int argc, char** argv, BridgeArgs* a);
+StatusOr<BridgeSecrets> ReadSecretsFromStdin();
+
+class Bridge {
+ public:
+  explicit Bridge(BridgeArgs args) : args_(std::move(args)), executor_(MakeProcessExecutor()) {}
+
+  Status Start(const BridgeSecrets& secrets);
+  // Serves the control socket until a shutdown succeeds.
+  void Serve();
+  // Detaches the loop device, unmounts FUSE and logs out; FAILED_PRECONDITION
+  // (and nothing torn down) while the loop device is still mounted.
+  Status Teardown(bool check_in_use);
+  nlohmann::json StatusReply(bool refresh_identity);
+
+  // FUSE handlers.
+  int Read(char* buf, size_t size, off_t off);
+  int Write(const char* buf, size_t size, off_t off);
+  int Fsync();
+  int ReadUncounted(char* buf, size_t size, off_t off);
+  int WriteUncounted(const char* buf, size_t size, off_t off);
+  uint64_t size() const { return size_.load(); }
+  bool read_only() const { return args_.read_only; }
+
+  const std::string& device() const { return device_; }
+  const LunIdentity& identity() const { return identity_; }
+
+ private:
+  StatusOr<std::unique_ptr<BridgeTransport>> OpenIscsi(const ChapCredentials& chap);
+  StatusOr<std::unique_ptr<BridgeTransport>> OpenRbd(const std::string& key);
+  Status MountFuse();
+  Status SetUpLoop();
+  Status ListenControl();
+  nlohmann::json Handle(const nlohmann::json& request, bool* stop);
+  void NoteIoError(const Status& st);
+
+  BridgeArgs args_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<BridgeTransport> transport_;  // set by Start, reset by Teardown
+  LunIdentity identity_;
+  std::atomic<uint64_t> size_{0};
+  struct fuse* fuse_ = nullptr;
+  std::thread fuse_thread_;
+  bool fuse_mounted_ = false;
+  std::string device_;
+  int listen_fd_ = -1;
+  std::mutex rmw_mu_;  // serialises unaligned read-modify-write
+  std::atomic<uint64_t> io_errors_{0};
+  // I/O figures for `status` (the plugin's metrics, blockctl io): counted
+  // here, where every FUSE read and write passes, with lock-free atomics.
+  struct IoCounters {
+    std::atomic<uint64_t> ops{0};
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<uint64_t> errors{0};
+    std::atomic<uint64_t> micros{0};                                        // summed latency
+    std::array<std::atomic<uint64_t>, kIoLatencyBuckets.size()> buckets{};  // per bucket, not cumulative
+    void Record(size_t size, std::chrono::steady_clock::duration took, bool ok);
+    nlohmann::json ToJson() const;
+  };
+  IoCounters reads_, writes_, flushes_;
+  // Failed writes and flushes since this bridge started: unlike a failed
+  // read, each may have lost data the filesystem counted on, so the volume
+  // stays abnormal until it is restaged (a new bridge).
+  std::atomic<uint64_t> write_errors_{0};
+  std::mutex err_mu_;
+  std::string last_error_;                               // guarded by err_mu_
+  std::chrono::steady_clock::time_point last_error_at_;  // guarded by err_mu_
+};
+
+}  // namespace blockcsi::bridge_internal

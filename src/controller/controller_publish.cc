@@ -1,0 +1,248 @@
+#include "controller/controller_service.h"
+
+#include <google/protobuf/util/time_util.h>
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "attach/chap_rules.h"
+#include "attach/initiator.h"
+#include "attach/publish_context.h"
+#include "attach/static_volume.h"
+#include "common/fs_options.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "controller/capabilities.h"
+#include "controller/controller_internal.h"
+#include "controller/parameters.h"
+
+// ControllerPublishVolume and ControllerUnpublishVolume.
+namespace blockcsi {
+
+using namespace controller_internal;  // NOLINT(google-build-using-namespace): the controller_*.cc files share these
+                                      // helpers
+
+// ---- ControllerPublishVolume --------------------------------------------
+// Idempotent per (volume, node): the same capability and readonly again →
+// OK with the same publish_context (the grant is confirmed again, which also
+// heals an ACL lost on the target); another capability or readonly on the
+// same node → ALREADY_EXISTS. The node's initiator IQN is derived from
+// node_id alone (attach/initiator.h).
+grpc::Status ControllerService::ControllerPublishVolume(grpc::ServerContext*,
+                                                        const csi::v1::ControllerPublishVolumeRequest* request,
+                                                        csi::v1::ControllerPublishVolumeResponse* response) {
+  return ToGrpcStatus(DoPublish(*request, response));
+}
+
+Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeRequest& request,
+                                    csi::v1::ControllerPublishVolumeResponse* response) {
+  const std::string& id = request.volume_id();
+  const std::string& node_id = request.node_id();
+  if (id.empty()) return InvalidArgument("ControllerPublishVolume: volume_id is required");
+  if (node_id.empty())
+    return InvalidArgument("ControllerPublishVolume: volume " + Quoted(id) + ": node_id is required");
+  BLOCKCSI_RETURN_IF_ERROR(ValidateNodeId(node_id));
+  const std::string what = "volume " + Quoted(id) + " on node " + Quoted(node_id);
+  if (!request.has_volume_capability()) return InvalidArgument(what + ": volume_capability is required");
+  const auto& capability = request.volume_capability();
+  BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(capability, what));
+  const AccessMode mode = capability.access_mode().mode();
+  const bool read_only = request.readonly() || IsReadOnlyMode(mode);
+  const std::string fingerprint = CapabilityFingerprint(capability);
+  const std::string iqn = InitiatorIqnForNode(node_id);
+  const std::map<std::string, std::string> volume_context(request.volume_context().begin(),
+                                                          request.volume_context().end());
+  if (IsStaticVolume(volume_context)) return PublishStatic(request, volume_context, read_only, response);
+
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerPublishVolume"));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(id));
+  if (options_.node_exists) {
+    auto exists = options_.node_exists(node_id);
+    if (!exists.ok()) return Named(exists.status(), "node", node_id);
+    if (!*exists) return NotFound("node " + Quoted(node_id) + " does not exist (publishing volume " + Quoted(id) + ")");
+  }
+
+  const GrantRecord* mine = nullptr;
+  int other_writers = 0;
+  for (const auto& grant : record.grants) {
+    if (GrantIsForNode(grant, node_id, iqn)) {
+      mine = &grant;
+      continue;
+    }
+    AccessMode other_mode = ModeFromFingerprint(grant.capability);
+    // A grant whose mode we cannot read (made by hand, or by another tool)
+    // is taken as exclusive: sharing a LUN by mistake corrupts it.
+    const bool other_exclusive =
+        IsSingleNodeMode(other_mode) || other_mode == AccessMode::VolumeCapability_AccessMode_Mode_UNKNOWN;
+    if (IsSingleNodeMode(mode) || other_exclusive) {
+      return FailedPrecondition("volume " + Quoted(id) + " is already published to node " +
+                                Quoted(GrantNodeName(grant)) + " (" + grant.capability +
+                                "), a single-node access mode; unpublish it there before publishing to node " +
+                                Quoted(node_id));
+    }
+    if (!grant.read_only) ++other_writers;
+  }
+  if (mine != nullptr && (mine->capability != fingerprint || mine->read_only != read_only)) {
+    return AlreadyExists("volume " + Quoted(id) + " is already published to node " + Quoted(node_id) + " as " +
+                         mine->capability + (mine->read_only ? " read-only" : " read-write") + ", incompatible with " +
+                         fingerprint + (read_only ? " read-only" : " read-write"));
+  }
+  bool single_writer = mode == AccessMode::VolumeCapability_AccessMode_Mode_MULTI_NODE_SINGLE_WRITER;
+  for (const auto& grant : record.grants) {
+    single_writer |=
+        ModeFromFingerprint(grant.capability) == AccessMode::VolumeCapability_AccessMode_Mode_MULTI_NODE_SINGLE_WRITER;
+  }
+  if (mine == nullptr && single_writer && !read_only && other_writers > 0) {
+    for (const auto& grant : record.grants) {
+      if (!grant.read_only && !GrantIsForNode(grant, node_id, iqn)) {
+        return FailedPrecondition("volume " + Quoted(id) + " (MULTI_NODE_SINGLE_WRITER) already has a writer on node " +
+                                  Quoted(GrantNodeName(grant)) + "; node " + Quoted(node_id) +
+                                  " may only publish it read-only");
+      }
+    }
+  }
+
+  VolumeParameters params = VolumeParametersFromRecord(record.parameters);
+  auto ctx_chap = request.volume_context().find(storage_class::kChap);
+  // The record is the authority; the volume_context is a second opinion so
+  // that a statically provisioned PV can ask for CHAP too.
+  const bool chap_required = params.chap || (ctx_chap != request.volume_context().end() && ctx_chap->second == "true");
+  AccessGrant grant{iqn, node_id, read_only, fingerprint, {}};
+  if (chap_required) {
+    BLOCKCSI_ASSIGN_OR_RETURN(grant.chap, ChapFromSecrets(request.secrets(), id));
+  }
+
+  std::unique_lock<std::mutex> node_lock;
+  if (mine == nullptr && options_.max_volumes_per_node > 0) {
+    node_lock = std::unique_lock(*NodeLimitMutex(node_id));
+    BLOCKCSI_ASSIGN_OR_RETURN(int64_t on_node, CountGrantsOnNode(node_id, id));
+    if (on_node >= options_.max_volumes_per_node) {
+      return ResourceExhausted(
+          "node " + Quoted(node_id) + " already has " + std::to_string(on_node) +
+          " volumes published, its maximum (--max-volumes-per-node=" + std::to_string(options_.max_volumes_per_node) +
+          "); cannot publish volume " + Quoted(id));
+    }
+  }
+  auto granted = backend_->GrantAccess(id, grant);
+  if (!granted.ok()) {
+    if (granted.status().code() == StatusCode::kNotFound) {
+      return NotFound("volume " + Quoted(id) + " does not exist");
+    }
+    return Named(granted.status(), "volume", id);
+  }
+  for (const auto& [k, v] : PublishContextFor(*granted, read_only, chap_required)) {
+    (*response->mutable_publish_context())[k] = v;
+  }
+  LogInfo("volume published", {{"volume", id},
+                               {"node", node_id},
+                               {"capability", fingerprint},
+                               {"readonly", read_only ? "true" : "false"},
+                               {"chap", chap_required ? "true" : "false"}});
+  return OkStatus();
+}
+
+// A static volume (issue #24): the PV's attributes name a LUN no backend
+// made. Nothing is granted (the array's admin owns its ACLs) and no backend
+// is asked; the publish_context comes from the attributes alone, so the
+// call is idempotent by construction. Access-mode conflicts between nodes
+// are the CO's to enforce here (there is no grant record to check), and the
+// LUN does not count against --max-volumes-per-node (it holds no grant).
+Status ControllerService::PublishStatic(const csi::v1::ControllerPublishVolumeRequest& request,
+                                        const std::map<std::string, std::string>& volume_context, bool read_only,
+                                        csi::v1::ControllerPublishVolumeResponse* response) {
+  const std::string& id = request.volume_id();
+  // A handle a backend could have made would route DeleteVolume,
+  // ControllerUnpublish and ControllerExpand of this PV to that backend's
+  // volume of the same id: refuse it so that a static PV can never reach one.
+  if (backend_->MayHoldVolume(id)) {
+    return InvalidArgument("volume " + Quoted(id) + ": volumeHandle has the form of a blockcsi-made volume id (" +
+                           backend_->Name() + "); a static PV needs a handle of another form, e.g. \"static-" +
+                           "<array>-<lun>\"");
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(auto context, StaticPublishContext(id, volume_context, read_only));
+  // The spec's NOT_FOUND for an unknown node holds for static volumes too.
+  if (options_.node_exists) {
+    auto exists = options_.node_exists(request.node_id());
+    if (!exists.ok()) return Named(exists.status(), "node", request.node_id());
+    if (!*exists) {
+      return NotFound("node " + Quoted(request.node_id()) + " does not exist (publishing volume " + Quoted(id) + ")");
+    }
+  }
+  for (const auto& [k, v] : context) (*response->mutable_publish_context())[k] = v;
+  LogInfo("static volume published (nothing granted)", {{"volume", id},
+                                                        {"node", request.node_id()},
+                                                        {"target", context[publish_context::kTargetIqn]},
+                                                        {"lun", context[publish_context::kLun]}});
+  return OkStatus();
+}
+
+std::shared_ptr<std::mutex> ControllerService::NodeLimitMutex(const std::string& node_id) {
+  std::lock_guard lock(node_limit_mu_);
+  auto& mu = node_limit_locks_[node_id];
+  if (!mu) mu = std::make_shared<std::mutex>();
+  return mu;
+}
+
+StatusOr<int64_t> ControllerService::CountGrantsOnNode(const std::string& node_id,
+                                                       const std::string& except_volume_id) {
+  const std::string iqn = InitiatorIqnForNode(node_id);
+  int64_t count = 0;
+  std::string token;
+  do {
+    auto page = backend_->ListVolumes(token, 0);
+    if (!page.ok()) return page.status().WithContext("counting the volumes on node " + Quoted(node_id));
+    for (const auto& volume : page->items) {
+      if (volume.id == except_volume_id) continue;
+      for (const auto& grant : volume.grants) {
+        if (GrantIsForNode(grant, node_id, iqn)) {
+          ++count;
+          break;
+        }
+      }
+    }
+    token = page->next_token;
+  } while (!token.empty());
+  return count;
+}
+
+// ---- ControllerUnpublishVolume ------------------------------------------
+// Idempotent: an unknown volume, a node without a grant, or a node id that
+// could never have been granted (malformed) → OK, so that a VolumeAttachment
+// of a deleted node or volume can always be finalized. An empty node_id
+// unpublishes from every node, as the spec asks.
+grpc::Status ControllerService::ControllerUnpublishVolume(grpc::ServerContext*,
+                                                          const csi::v1::ControllerUnpublishVolumeRequest* request,
+                                                          csi::v1::ControllerUnpublishVolumeResponse*) {
+  return ToGrpcStatus(DoUnpublish(*request));
+}
+
+Status ControllerService::DoUnpublish(const csi::v1::ControllerUnpublishVolumeRequest& request) {
+  const std::string& id = request.volume_id();
+  const std::string& node_id = request.node_id();
+  if (id.empty()) return InvalidArgument("ControllerUnpublishVolume: volume_id is required");
+  if (!node_id.empty() && !ValidateNodeId(node_id).ok()) return OkStatus();
+  // A static PV's handle (or any id no backend makes): nothing was granted.
+  if (!backend_->MayHoldVolume(id)) return OkStatus();
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerUnpublishVolume"));
+  std::vector<std::string> iqns;
+  if (!node_id.empty()) {
+    iqns.push_back(InitiatorIqnForNode(node_id));
+  } else {
+    auto record = backend_->GetVolume(id);
+    if (!record.ok()) {
+      if (IsMissing(record.status())) return OkStatus();
+      return Named(record.status(), "volume", id);
+    }
+    for (const auto& grant : record->grants) iqns.push_back(grant.initiator_iqn);
+  }
+  for (const auto& iqn : iqns) {
+    Status st = backend_->RevokeAccess(id, iqn);
+    if (IsMissing(st)) continue;
+    BLOCKCSI_RETURN_IF_ERROR(Named(st, "volume", id));
+  }
+  LogInfo("volume unpublished", {{"volume", id}, {"node", node_id.empty() ? "(all)" : node_id}});
+  return OkStatus();
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,215 @@
+#include "controller/controller_service.h"
+
+#include <google/protobuf/util/time_util.h>
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "attach/chap_rules.h"
+#include "attach/initiator.h"
+#include "attach/publish_context.h"
+#include "attach/static_volume.h"
+#include "common/fs_options.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "controller/capabilities.h"
+#include "controller/controller_internal.h"
+#include "controller/parameters.h"
+
+// CreateVolume, DeleteVolume and ControllerExpandVolume.
+namespace blockcsi {
+
+using namespace controller_internal;  // NOLINT(google-build-using-namespace): the controller_*.cc files share these
+                                      // helpers
+
+// ---- CreateVolume -------------------------------------------------------
+// Idempotent by name: the backend returns the existing volume for the same
+// name, size and source (our rounding is deterministic, so a retry computes
+// the same size); another size or source → ALREADY_EXISTS.
+// accessible_topology is the backend's (e.g. the storage host's segment);
+// accessibility_requirements are not matched against it: one backend, and an
+// iSCSI portal is reachable from every node unless the backend says otherwise.
+grpc::Status ControllerService::CreateVolume(grpc::ServerContext*, const csi::v1::CreateVolumeRequest* request,
+                                             csi::v1::CreateVolumeResponse* response) {
+  return ToGrpcStatus(DoCreateVolume(*request, response));
+}
+
+Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& request,
+                                         csi::v1::CreateVolumeResponse* response) {
+  const std::string& name = request.name();
+  if (name.empty()) return InvalidArgument("CreateVolume: name is required");
+  const std::string what = "volume name " + Quoted(name);
+  if (request.volume_capabilities().empty()) {
+    return InvalidArgument(what + ": volume_capabilities are required");
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeParameters params,
+                            ParseVolumeParameters({request.parameters().begin(), request.parameters().end()},
+                                                  backend_->SupportedParameters()));
+  for (const auto& capability : request.volume_capabilities()) {
+    BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(capability, what));
+    if (capability.has_mount() && !capability.mount().fs_type().empty() && !params.fs_type.empty() &&
+        capability.mount().fs_type() != params.fs_type) {
+      return InvalidArgument(what + ": capability fs_type \"" + capability.mount().fs_type() +
+                             "\" disagrees with parameter fsType \"" + params.fs_type + "\"");
+    }
+  }
+  // The StorageClass may leave fsType to the PV's capability.
+  if (params.fs_type.empty()) {
+    for (const auto& capability : request.volume_capabilities()) {
+      if (capability.has_mount() && !capability.mount().fs_type().empty()) {
+        params.fs_type = capability.mount().fs_type();
+        params.persisted[storage_class::kFsType] = params.fs_type;
+        break;
+      }
+    }
+  }
+  BLOCKCSI_RETURN_IF_ERROR(ValidateCapacityRange(request.capacity_range(), what));
+  bool mounted = std::any_of(request.volume_capabilities().begin(), request.volume_capabilities().end(),
+                             [](const auto& capability) { return capability.has_mount(); });
+  // The filesystem the node will make: the class's, else the node's default.
+  const std::string fs_type = params.fs_type.empty() ? std::string(kDefaultFsType) : params.fs_type;
+  if (!params.mkfs_options.empty()) {
+    // Checked here, where a bad StorageClass fails its first PVC, rather
+    // than at every NodeStageVolume of a volume that then never mounts.
+    // The node checks the same rules again before it runs mkfs.
+    BLOCKCSI_RETURN_IF_ERROR(ParseMkfsOptions("name " + Quoted(name), fs_type, params.mkfs_options).status());
+  }
+  const uint64_t fs_minimum = mounted && options_.fs_minimum_bytes ? options_.fs_minimum_bytes(fs_type) : 0;
+
+  ContentSource source;
+  if (request.has_volume_content_source()) {
+    const auto& cs = request.volume_content_source();
+    if (cs.has_snapshot()) {
+      source = {ContentSource::Kind::kSnapshot, cs.snapshot().snapshot_id()};
+      if (source.id.empty()) return InvalidArgument(what + ": content source snapshot_id is empty");
+    } else if (cs.has_volume()) {
+      source = {ContentSource::Kind::kVolume, cs.volume().volume_id()};
+      if (source.id.empty()) return InvalidArgument(what + ": content source volume_id is empty");
+    } else {
+      return InvalidArgument(what + ": volume_content_source has neither a snapshot nor a volume");
+    }
+  }
+
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, name_ops_.Acquire(name, "CreateVolume"));
+
+  uint64_t source_bytes = 0;
+  if (source.kind == ContentSource::Kind::kSnapshot) {
+    auto snapshot = backend_->GetSnapshot(source.id);
+    if (!snapshot.ok()) {
+      if (IsMissing(snapshot.status())) {
+        return NotFound(what + ": source snapshot " + Quoted(source.id) + " does not exist");
+      }
+      return Named(snapshot.status(), "snapshot", source.id);
+    }
+    source_bytes = snapshot->size_bytes;
+  } else if (source.kind == ContentSource::Kind::kVolume) {
+    auto volume = backend_->GetVolume(source.id);
+    if (!volume.ok()) {
+      if (IsMissing(volume.status())) {
+        return NotFound(what + ": source volume " + Quoted(source.id) + " does not exist");
+      }
+      return Named(volume.status(), "volume", source.id);
+    }
+    source_bytes = volume->size_bytes;
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t size, ChooseVolumeSize(request.capacity_range(), backend_->AllocationGranularity(),
+                                                            options_.default_volume_bytes, source_bytes, what));
+  BLOCKCSI_ASSIGN_OR_RETURN(size, RaiseToFilesystemMinimum(size, fs_minimum, fs_type, request.capacity_range(),
+                                                           backend_->AllocationGranularity(), what));
+
+  CreateVolumeSpec spec{name, size, source, params.persisted};
+  auto record = backend_->CreateVolume(spec);
+  if (!record.ok()) return Named(record.status(), "volume name", name);
+  FillVolume(*record, response->mutable_volume());
+  LogInfo("volume created", {{"volume", record->id}, {"name", name}, {"bytes", std::to_string(record->size_bytes)}});
+  return OkStatus();
+}
+
+// ---- DeleteVolume -------------------------------------------------------
+// Idempotent: an unknown id (never made, or already deleted) → OK. Still
+// granted to a node → FAILED_PRECONDITION naming the nodes; the
+// external-attacher unpublishes first and the provisioner retries.
+grpc::Status ControllerService::DeleteVolume(grpc::ServerContext*, const csi::v1::DeleteVolumeRequest* request,
+                                             csi::v1::DeleteVolumeResponse*) {
+  return ToGrpcStatus(DoDeleteVolume(*request));
+}
+
+Status ControllerService::DoDeleteVolume(const csi::v1::DeleteVolumeRequest& request) {
+  const std::string& id = request.volume_id();
+  if (id.empty()) return InvalidArgument("DeleteVolume: volume_id is required");
+  // An id no backend makes (a static PV's handle among them) names nothing
+  // of ours: OK, as for any unknown id, and no backend is asked.
+  if (!backend_->MayHoldVolume(id)) {
+    LogInfo("DeleteVolume of an id no backend makes (static PV?): nothing to delete", {{"volume", id}});
+    return OkStatus();
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "DeleteVolume"));
+  auto record = backend_->GetVolume(id);
+  if (!record.ok()) {
+    if (IsMissing(record.status())) return OkStatus();
+    return Named(record.status(), "volume", id);
+  }
+  if (!record->grants.empty()) {
+    std::string nodes;
+    for (const auto& n : PublishedNodeIds(*record)) nodes += (nodes.empty() ? "" : ", ") + n;
+    return FailedPrecondition("volume " + Quoted(id) + " is still published to node(s) " + nodes +
+                              "; unpublish it first");
+  }
+  Status st = backend_->DeleteVolume(id);
+  if (IsMissing(st)) return OkStatus();
+  BLOCKCSI_RETURN_IF_ERROR(Named(st, "volume", id));
+  LogInfo("volume deleted", {{"volume", id}});
+  return OkStatus();
+}
+
+// ---- ControllerExpandVolume ---------------------------------------------
+// Idempotent: a volume already at least required_bytes (and within the
+// limit) → OK with its size. Never shrinks: a limit below the current size →
+// OUT_OF_RANGE. Online: a published volume grows too (the node rescans).
+grpc::Status ControllerService::ControllerExpandVolume(grpc::ServerContext*,
+                                                       const csi::v1::ControllerExpandVolumeRequest* request,
+                                                       csi::v1::ControllerExpandVolumeResponse* response) {
+  return ToGrpcStatus(DoExpand(*request, response));
+}
+
+Status ControllerService::DoExpand(const csi::v1::ControllerExpandVolumeRequest& request,
+                                   csi::v1::ControllerExpandVolumeResponse* response) {
+  const std::string& id = request.volume_id();
+  if (id.empty()) return InvalidArgument("ControllerExpandVolume: volume_id is required");
+  const std::string what = "volume " + Quoted(id);
+  if (!request.has_capacity_range()) return InvalidArgument(what + ": capacity_range is required");
+  const auto& range = request.capacity_range();
+  BLOCKCSI_RETURN_IF_ERROR(ValidateCapacityRange(range, what));
+  if (range.required_bytes() == 0) return InvalidArgument(what + ": capacity_range.required_bytes is required");
+  if (request.has_volume_capability()) {
+    BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(request.volume_capability(), what));
+  }
+  // Block volumes have nothing for the node to grow; a mount (or unknown)
+  // volume has a filesystem the node must grow.
+  const bool node_expansion = !(request.has_volume_capability() && IsBlock(request.volume_capability()));
+
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerExpandVolume"));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(id));
+  const uint64_t limit = static_cast<uint64_t>(range.limit_bytes());
+  if (limit > 0 && record.size_bytes > limit) {
+    return OutOfRange(what + " is " + std::to_string(record.size_bytes) + " bytes, above limit_bytes " +
+                      std::to_string(limit) + ": volumes never shrink");
+  }
+  uint64_t size = record.size_bytes;
+  if (record.size_bytes < static_cast<uint64_t>(range.required_bytes())) {
+    BLOCKCSI_ASSIGN_OR_RETURN(size, ChooseVolumeSize(range, backend_->AllocationGranularity(), 0, 0, what));
+    auto grown = backend_->ExpandVolume(id, size);
+    if (!grown.ok()) {
+      if (IsMissing(grown.status())) return NotFound(what + " does not exist");
+      return Named(grown.status(), "volume", id);
+    }
+    size = grown->size_bytes;
+    LogInfo("volume expanded", {{"volume", id}, {"bytes", std::to_string(size)}});
+  }
+  response->set_capacity_bytes(static_cast<int64_t>(size));
+  response->set_node_expansion_required(node_expansion);
+  return OkStatus();
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,170 @@
+// Helpers shared by the node_*.cc files (the NodeService RPCs): request
+// validation and mountinfo checks. Not an interface.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "attach/initiator.h"
+#include "attach/publish_context.h"
+#include "common/fault_points.h"
+#include "common/fs_options.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "node/filesystem_ops.h"
+#include "node/node_service.h"
+
+namespace blockcsi::node_internal {
+
+using csi::v1::VolumeCapability;
+using AccessMode = csi::v1::VolumeCapability::AccessMode;
+
+// A stacked mount (the same target mounted twice by a crashed retry) is
+// peeled one layer per Unmount; more layers than this is someone else's doing.
+constexpr int kMaxMountLayers = 8;
+
+inline std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+inline Status ValidateVolumeId(const std::string& volume_id) {
+  if (volume_id.empty()) return InvalidArgument("volume_id is required");
+  if (volume_id.size() > 256 || volume_id.find('\0') != std::string::npos) {
+    return InvalidArgument("volume_id " + Quote(volume_id.substr(0, 64)) + " is malformed");
+  }
+  return OkStatus();
+}
+
+// Absolute, clean paths only: a ".." component could walk the bind mount
+// out of the kubelet's directory.
+inline Status ValidatePath(const std::string& volume_id, std::string_view field, const std::string& path) {
+  if (path.empty()) return InvalidArgument("volume " + volume_id + ": " + std::string(field) + " is required");
+  if (path.front() != '/') {
+    return InvalidArgument("volume " + volume_id + ": " + std::string(field) + " " + Quote(path) +
+                           " is not an absolute path");
+  }
+  if (path.size() > 4096 || path.find('\0') != std::string::npos) {
+    return InvalidArgument("volume " + volume_id + ": " + std::string(field) + " is malformed");
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string_view part(path.data() + start, end - start);
+    if (part == ".." || part == ".") {
+      return InvalidArgument("volume " + volume_id + ": " + std::string(field) + " " + Quote(path) + " contains " +
+                             Quote(part));
+    }
+    start = end + 1;
+  }
+  return OkStatus();
+}
+
+// NodeGetVolumeStats / NodeExpandVolume name where a known volume is; a
+// path that cannot be a staging or publish path ("some/path", "..") holds
+// no volume: NOT_FOUND, the spec's code for "the volume is not there".
+inline Status RequireVolumePath(const std::string& volume_id, const std::string& path) {
+  Status st = ValidatePath(volume_id, "volume_path", path);
+  if (st.ok()) return st;
+  return NotFound(st.message() + ", so the volume is not there");
+}
+
+inline std::string TrimTrailingSlash(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+inline bool IsReaderOnly(AccessMode::Mode mode) {
+  return mode == AccessMode::SINGLE_NODE_READER_ONLY || mode == AccessMode::MULTI_NODE_READER_ONLY;
+}
+
+// Which access modes the node can serve: a non-cluster filesystem mounted
+// writable on several nodes would be corrupted, so multi-node writers are
+// for raw block only.
+inline Status ValidateCapability(const std::string& volume_id, const VolumeCapability& cap) {
+  if (!cap.has_block() && !cap.has_mount()) {
+    return InvalidArgument("volume " + volume_id + ": volume_capability needs an access type (block or mount)");
+  }
+  AccessMode::Mode mode = cap.access_mode().mode();
+  switch (mode) {
+    case AccessMode::SINGLE_NODE_WRITER:
+    case AccessMode::SINGLE_NODE_READER_ONLY:
+    case AccessMode::MULTI_NODE_READER_ONLY:
+    case AccessMode::SINGLE_NODE_SINGLE_WRITER:
+    case AccessMode::SINGLE_NODE_MULTI_WRITER:
+      return OkStatus();
+    case AccessMode::MULTI_NODE_SINGLE_WRITER:
+    case AccessMode::MULTI_NODE_MULTI_WRITER:
+      if (cap.has_block()) return OkStatus();
+      return InvalidArgument("volume " + volume_id + ": access mode " + AccessMode::Mode_Name(mode) +
+                             " is only supported for raw block volumes");
+    default:
+      return InvalidArgument("volume " + volume_id + ": access mode " + AccessMode::Mode_Name(mode) +
+                             " is not supported");
+  }
+}
+
+inline std::string Basename(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A bind mount of a device node shows the devtmpfs as its filesystem and
+// "/<node name>" as its root in mountinfo.
+inline bool IsBindOfDeviceNode(const MountEntry& e, const std::string& device) {
+  return !device.empty() && e.root == "/" + Basename(device) && (e.fs_type == "devtmpfs" || e.fs_type == "tmpfs");
+}
+
+// A read-only raw block publish of a writable attachment: a bind mount of
+// the device node, even a read-only one, does not stop writes to the
+// device, so the node binds a read-only loop device layered on the volume's
+// device instead. Such a layer shows in mountinfo as a bind of "/loopN"
+// whose loop reads from the volume's device.
+inline bool IsReadOnlyLayerOf(NodeHost& host, const MountEntry& e, const std::string& device) {
+  if (device.empty() || e.root.rfind("/loop", 0) != 0 || (e.fs_type != "devtmpfs" && e.fs_type != "tmpfs")) {
+    return false;
+  }
+  auto backing = host.LoopBackingFile(e.root.substr(1));
+  return backing.ok() && *backing == device;
+}
+
+inline std::map<std::string, std::string> ToMap(const google::protobuf::Map<std::string, std::string>& m) {
+  return {m.begin(), m.end()};
+}
+
+// One staging per volume, as the attach record names it. A stage at a
+// second path would mount the filesystem a second time (the kernel shares
+// one superblock, so both paths serve and an unstage of one leaves the
+// other), and restaging a raw block volume as a filesystem would format
+// what the pod wrote to the device. A record whose staging is gone (a
+// crash mid-unstage) is no staging: the retry may go anywhere.
+inline Status CheckRecordedStaging(VolumeAttacher& attacher, NodeHost& host, const std::string& volume_id,
+                                   const std::string& staging_path, bool block, const std::string& fs_type,
+                                   const std::vector<MountEntry>& table) {
+  auto record = attacher.Get(volume_id);
+  if (!record.ok()) return record.status().code() == StatusCode::kNotFound ? OkStatus() : record.status();
+  StagedFacts staged = StagedFacts::Of(*record);
+  if (staged.staging_path.empty()) return OkStatus();  // a stage died before recording; redoing it is safe
+  bool still_staged = staged.block() || FindMountAt(table, staged.staging_path) != nullptr;
+  if (!still_staged && !record->device_path.empty()) {
+    // The staging mount is gone but the device may still be mounted
+    // elsewhere (a publish bind): that is still this staging.
+    if (auto devnum = host.DeviceNumber(record->device_path); devnum.ok()) {
+      still_staged = std::any_of(table.begin(), table.end(), [&](const MountEntry& e) {
+        return e.major_minor == *devnum || IsBindOfDeviceNode(e, record->device_path);
+      });
+    }
+  }
+  if (!still_staged) return OkStatus();
+  if (staged.staging_path != staging_path) {
+    return FailedPrecondition("volume " + volume_id + " is already staged at " + staged.staging_path +
+                              "; NodeUnstageVolume it there before staging it at " + staging_path);
+  }
+  if (staged.block() && !block) {
+    return AlreadyExists("volume " + volume_id + " is staged at " + staging_path +
+                         " as raw block; the request asks for a " + fs_type + " filesystem");
+  }
+  return OkStatus();
+}
+
+}  // namespace blockcsi::node_internal

@@ -1,0 +1,197 @@
+#include "node/node_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "attach/initiator.h"
+#include "attach/publish_context.h"
+#include "common/fault_points.h"
+#include "common/fs_options.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "node/filesystem_ops.h"
+#include "node/node_internal.h"
+
+// NodePublishVolume and NodeUnpublishVolume, with the read-only loop layer
+// of a read-only raw block publish.
+namespace blockcsi {
+
+using namespace node_internal;  // NOLINT(google-build-using-namespace): the node_*.cc files share these helpers
+
+// ---- NodePublishVolume. Idempotent: the same bind with the same
+// read-only setting → OK; with the other setting → ALREADY_EXISTS.
+Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
+  const std::string& volume_id = req.volume_id();
+  // The fields the spec requires come first (INVALID_ARGUMENT), whatever
+  // else the request lacks.
+  BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
+  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "target_path", req.target_path()));
+  if (!req.has_volume_capability()) {
+    return InvalidArgument("volume " + volume_id + ": volume_capability is required");
+  }
+  const VolumeCapability& cap = req.volume_capability();
+  BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(volume_id, cap));
+  // The spec's own code for this one: STAGE_UNSTAGE_VOLUME is advertised,
+  // so a publish without a staging path is out of order, not malformed.
+  if (req.staging_target_path().empty()) {
+    return FailedPrecondition("volume " + volume_id + ": staging_target_path is not set; NodeStageVolume first");
+  }
+  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "staging_target_path", req.staging_target_path()));
+  if (cap.has_mount()) {
+    std::vector<std::string> flags(cap.mount().mount_flags().begin(), cap.mount().mount_flags().end());
+    std::string fs = cap.mount().fs_type().empty() ? kDefaultFsType : cap.mount().fs_type();
+    if (!IsStageableFsType(fs)) {
+      return InvalidArgument("volume " + volume_id + ": fsType " + Quote(fs) + " is not supported (ext4, xfs, btrfs)");
+    }
+    BLOCKCSI_RETURN_IF_ERROR(ValidateMountFlags(volume_id, fs, flags));
+  }
+  std::string staging = TrimTrailingSlash(req.staging_target_path());
+  std::string target = TrimTrailingSlash(req.target_path());
+  bool read_only = req.readonly() || IsReaderOnly(cap.access_mode().mode());
+
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodePublishVolume"));
+  auto record = options_.attacher->Get(volume_id);
+  if (!record.ok()) {
+    if (record.status().code() == StatusCode::kNotFound) {
+      return FailedPrecondition("volume " + volume_id + " is not staged on this node; NodeStageVolume first");
+    }
+    return record.status();
+  }
+  StagedFacts staged = StagedFacts::Of(*record);
+  const std::string& recorded = staged.staging_path;
+  if (recorded != staging) {
+    return FailedPrecondition("volume " + volume_id + " is not staged at " + staging +
+                              (recorded.empty() ? "" : " (it is staged at " + recorded + ")"));
+  }
+  bool staged_block = staged.block();
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
+  const MountEntry* existing = FindMountAt(table, target);
+  // A capability the staging cannot serve. Already published at this target
+  // with what was staged, the spec's answer is ALREADY_EXISTS (published but
+  // incompatible); otherwise the request does not fit the volume's state.
+  std::string mismatch;
+  if (staged_block != cap.has_block()) {
+    mismatch = std::string("is staged as ") + (staged_block ? "raw block" : "a filesystem") +
+               "; the request asks for " + (cap.has_block() ? "raw block" : "a filesystem");
+  } else if (!staged_block && !cap.mount().fs_type().empty() && !staged.fs_type.empty() &&
+             cap.mount().fs_type() != staged.fs_type) {
+    mismatch = "is staged with " + staged.fs_type + "; the request asks for " + cap.mount().fs_type();
+  }
+  if (!mismatch.empty()) {
+    const MountEntry* staged_mount = FindMountAt(table, staging);
+    bool ours = existing != nullptr &&
+                (staged_block ? IsBindOfDeviceNode(*existing, record->device_path) ||
+                                    IsReadOnlyLayerOf(*options_.host, *existing, record->device_path)
+                              : staged_mount != nullptr && existing->major_minor == staged_mount->major_minor);
+    if (ours) return AlreadyExists("volume " + volume_id + " is already published at " + target + " and " + mismatch);
+    // A filesystem type that differs but fits what is staged was accepted
+    // before; keep serving it (the bind mount does not care).
+    if (staged_block != cap.has_block()) return FailedPrecondition("volume " + volume_id + " " + mismatch);
+  }
+
+  if (!staged_block) {
+    const MountEntry* staged = FindMountAt(table, staging);
+    if (staged == nullptr) {
+      return FailedPrecondition("volume " + volume_id + ": nothing is mounted at the staging path " + staging +
+                                "; NodeStageVolume first");
+    }
+    if (existing != nullptr) {
+      if (existing->major_minor != staged->major_minor || existing->root != staged->root) {
+        return FailedPrecondition("volume " + volume_id + ": target path " + target + " already has another mount (" +
+                                  existing->source + ")");
+      }
+      if (existing->read_only() != read_only) {
+        return AlreadyExists("volume " + volume_id + " is already published at " + target + " " +
+                             (existing->read_only() ? "read-only" : "read-write"));
+      }
+      return OkStatus();
+    }
+    BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeDirectory(target));
+    Status st = options_.mounter->BindMount(staging, target, read_only);
+    if (!st.ok()) return st.WithContext("volume " + volume_id);
+  } else {
+    const std::string& device = record->device_path;
+    if (options_.host->Kind(device) != PathKind::kBlockDevice) {
+      return FailedPrecondition("volume " + volume_id + ": device " + device + " is gone; restage the volume");
+    }
+    if (existing != nullptr) {
+      if (!IsBindOfDeviceNode(*existing, device) && !IsReadOnlyLayerOf(*options_.host, *existing, device)) {
+        return FailedPrecondition("volume " + volume_id + ": target path " + target + " already has another mount (" +
+                                  existing->source + ")");
+      }
+      if (existing->read_only() != read_only) {
+        return AlreadyExists("volume " + volume_id + " is already published at " + target + " " +
+                             (existing->read_only() ? "read-only" : "read-write"));
+      }
+      return OkStatus();
+    }
+    BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeFile(target));
+    std::string source = device;
+    if (read_only && !record->read_only) {
+      BLOCKCSI_ASSIGN_OR_RETURN(source, MakeReadOnlyLayer(volume_id, device));
+    }
+    Status st = options_.mounter->BindMount(source, target, read_only);
+    if (!st.ok()) {
+      if (source != device) (void)RemoveReadOnlyLayer(volume_id, source);
+      return st.WithContext("volume " + volume_id);
+    }
+  }
+  LogInfo("published volume", {{"volume_id", volume_id}, {"target_path", target}, {"readonly", read_only ? "1" : "0"}});
+  return OkStatus();
+}
+
+// ---- NodeUnpublishVolume. Idempotent: a missing or unmounted target → OK.
+Status NodeService::Unpublish(const csi::v1::NodeUnpublishVolumeRequest& req) {
+  const std::string& volume_id = req.volume_id();
+  BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
+  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "target_path", req.target_path()));
+  std::string target = TrimTrailingSlash(req.target_path());
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodeUnpublishVolume"));
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
+  std::vector<std::string> layers;  // read-only loop layers to free once unmounted
+  for (int layer = 0; const MountEntry* entry = FindMountAt(table, target); ++layer) {
+    if (layer == kMaxMountLayers) {
+      return FailedPrecondition("volume " + volume_id + ": " + target + " is still mounted after " +
+                                std::to_string(kMaxMountLayers) + " unmounts");
+    }
+    if (entry->root.rfind("/loop", 0) == 0) {
+      auto backing = options_.host->LoopBackingFile(entry->root.substr(1));
+      if (backing.ok() && backing->rfind("/dev/", 0) == 0) layers.push_back("/dev" + entry->root);
+    }
+    Status st = options_.mounter->Unmount(target);
+    if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("volume " + volume_id);
+    BLOCKCSI_ASSIGN_OR_RETURN(table, options_.mounter->List());
+  }
+  for (const auto& layer : layers) BLOCKCSI_RETURN_IF_ERROR(RemoveReadOnlyLayer(volume_id, layer));
+  Status removed = options_.host->RemovePath(target);
+  if (!removed.ok()) return removed.WithContext("volume " + volume_id);
+  LogInfo("unpublished volume", {{"volume_id", volume_id}, {"target_path", target}});
+  return OkStatus();
+}
+
+StatusOr<std::string> NodeService::MakeReadOnlyLayer(const std::string& volume_id, const std::string& device) {
+  Command cmd("losetup");
+  cmd.Arg("--read-only").Arg("--find").Arg("--show").Arg(device).Timeout(std::chrono::seconds(30));
+  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult r, options_.executor->Run(cmd));
+  std::string loop = r.stdout_text.substr(0, r.stdout_text.find('\n'));
+  if (!r.ok() || loop.rfind("/dev/loop", 0) != 0) {
+    return Internal("volume " + volume_id + ": cannot make a read-only view of " + device + ": " +
+                    DescribeFailure(cmd, r));
+  }
+  return loop;
+}
+
+Status NodeService::RemoveReadOnlyLayer(const std::string& volume_id, const std::string& loop) {
+  Command cmd("losetup");
+  cmd.Arg("--detach").Arg(loop).Timeout(std::chrono::seconds(30));
+  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult r, options_.executor->Run(cmd));
+  if (!r.ok()) {
+    return Internal("volume " + volume_id + ": cannot free the read-only view " + loop + ": " +
+                    DescribeFailure(cmd, r));
+  }
+  return OkStatus();
+}
+
+}  // namespace blockcsi

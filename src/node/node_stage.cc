@@ -1,0 +1,289 @@
+#include "node/node_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "attach/initiator.h"
+#include "attach/publish_context.h"
+#include "common/fault_points.h"
+#include "common/fs_options.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "node/filesystem_ops.h"
+#include "node/node_internal.h"
+
+// NodeStageVolume and NodeUnstageVolume.
+namespace blockcsi {
+
+using namespace node_internal;  // NOLINT(google-build-using-namespace): the node_*.cc files share these helpers
+
+struct NodeService::StagePlan {
+  std::string volume_id;
+  std::string staging_path;
+  bool block = false;
+  std::string fs_type;  // empty for block
+  std::vector<std::string> mount_flags;
+  std::vector<std::string> mkfs_extra;
+  bool read_only = false;
+  AttachSpec spec;
+};
+
+// ---- NodeStageVolume. Idempotent: the same volume already mounted at the
+// staging path with the same filesystem → OK without touching it; any step
+// left half-done by a crash is redone (attach reuses the attachment; a
+// filesystem made by an earlier attempt is found by the probe and mounted,
+// never made again).
+Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
+  StagePlan plan;
+  plan.volume_id = req.volume_id();
+  BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(plan.volume_id));
+  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(plan.volume_id, "staging_target_path", req.staging_target_path()));
+  plan.staging_path = TrimTrailingSlash(req.staging_target_path());
+  if (!req.has_volume_capability()) {
+    return InvalidArgument("volume " + plan.volume_id + ": volume_capability is required");
+  }
+  const VolumeCapability& cap = req.volume_capability();
+  BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(plan.volume_id, cap));
+  plan.block = cap.has_block();
+  auto ctx = req.volume_context();
+  if (!plan.block) {
+    plan.fs_type = cap.mount().fs_type();
+    if (plan.fs_type.empty() && ctx.contains(volume_context::kFsType)) plan.fs_type = ctx.at(volume_context::kFsType);
+    if (plan.fs_type.empty()) plan.fs_type = kDefaultFsType;
+    if (!IsStageableFsType(plan.fs_type)) {
+      return InvalidArgument("volume " + plan.volume_id + ": fsType " + Quote(plan.fs_type) +
+                             " is not supported (ext4, xfs, btrfs)");
+    }
+    plan.mount_flags.assign(cap.mount().mount_flags().begin(), cap.mount().mount_flags().end());
+    BLOCKCSI_RETURN_IF_ERROR(ValidateMountFlags(plan.volume_id, plan.fs_type, plan.mount_flags));
+    if (ctx.contains(volume_context::kMkfsOptions)) {
+      BLOCKCSI_ASSIGN_OR_RETURN(plan.mkfs_extra,
+                                ParseMkfsOptions(plan.volume_id, plan.fs_type, ctx.at(volume_context::kMkfsOptions)));
+    }
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(plan.spec, options_.parse_spec(plan.volume_id, ToMap(req.publish_context()),
+                                                           ToMap(req.secrets()), initiator_iqn_));
+  plan.read_only = plan.spec.read_only;
+
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(plan.volume_id, "NodeStageVolume"));
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
+  BLOCKCSI_RETURN_IF_ERROR(CheckRecordedStaging(*options_.attacher, *options_.host, plan.volume_id, plan.staging_path,
+                                                plan.block, plan.fs_type, table));
+  if (const MountEntry* entry = FindMountAt(table, plan.staging_path)) {
+    bool already_staged = false;
+    BLOCKCSI_RETURN_IF_ERROR(CheckExistingStaging(plan, *entry, &already_staged));
+    if (already_staged) return OkStatus();
+  }
+
+  auto attached = options_.attacher->Attach(plan.spec);
+  if (!attached.ok()) {
+    Status failed = attached.status();
+    // A static PV's target (issue #24) is not ours: "target not found" there
+    // means a mistyped IQN or an ACL the array's admin has yet to write,
+    // which the CO should keep retrying rather than take as final.
+    if (plan.spec.static_volume && failed.code() == StatusCode::kNotFound) {
+      failed = Unavailable(failed.message());
+    }
+    if (failed.message().find(plan.volume_id) == std::string::npos) {
+      failed = failed.WithContext("volume \"" + plan.volume_id + "\"");
+    }
+    return failed;
+  }
+  AttachRecord record = std::move(*attached);
+  Fault("after-attach");
+  Status staged = FinishStage(plan, record);
+  // kubelet never calls NodeUnstageVolume after a final failure: whatever
+  // this call attached must go now, or it stays forever. (An uncertain
+  // failure keeps it: kubelet retries, or unstages, later.)
+  if (IsFinalFailure(staged)) RollBackAttach(plan.volume_id, staged);
+  return staged;
+}
+
+// After a final failure of NodeStageVolume: detaches what the attach made
+// (bridge, loop device, session, record) unless something still uses the
+// device — an attachment that was already serving before this call.
+void NodeService::RollBackAttach(const std::string& volume_id, const Status& why) {
+  auto record = options_.attacher->Get(volume_id);
+  if (!record.ok()) return;  // nothing attached (or the attacher undid it already)
+  auto table = options_.mounter->List();
+  Status unused = table.ok() ? RequireNoUsers(volume_id, *record, /*staging_path=*/"", *table) : table.status();
+  if (!unused.ok()) {
+    LogWarn("stage failed; keeping the attachment, it is in use",
+            {{"volume_id", volume_id}, {"error", why.ToString()}, {"kept_because", unused.ToString()}});
+    return;
+  }
+  Status detached = options_.attacher->Detach(volume_id);
+  if (!detached.ok()) {
+    LogError("stage failed and undoing its attach failed too; NodeUnstageVolume or blockctl cleanup must finish it",
+             {{"volume_id", volume_id}, {"error", why.ToString()}, {"detach_error", detached.ToString()}});
+    return;
+  }
+  LogInfo("stage failed; attachment undone", {{"volume_id", volume_id}, {"error", why.ToString()}});
+}
+
+Status NodeService::FinishStage(const StagePlan& plan, const AttachRecord& record) {
+  if (record.device_path.empty()) {
+    return Internal("volume " + plan.volume_id + ": the attacher reported no device path");
+  }
+  // Our facts go into the attach record before anything is formatted or
+  // mounted, so that a restarted plugin (or blockctl) knows what this
+  // device is for even if we die in the middle.
+  StagedFacts facts{
+      .access_type = plan.block ? "block" : "mount", .fs_type = plan.fs_type, .staging_path = plan.staging_path};
+  if (StagedFacts::Of(record).Encode() != facts.Encode()) {
+    BLOCKCSI_RETURN_IF_ERROR(options_.attacher->Annotate(plan.volume_id, kStagedAnnotation, facts.Encode()));
+  }
+  if (plan.block) {
+    LogInfo("staged raw block volume", {{"volume_id", plan.volume_id}, {"device", record.device_path}});
+    return OkStatus();
+  }
+  return StageMount(plan, record);
+}
+
+Status NodeService::CheckExistingStaging(const StagePlan& plan, const MountEntry& entry, bool* already_staged) {
+  auto something_else = [&] {
+    return FailedPrecondition("volume " + plan.volume_id + ": staging path " + plan.staging_path +
+                              " already has a mount of " + entry.source + " (" + entry.fs_type +
+                              ") that is not this volume");
+  };
+  auto record = options_.attacher->Get(plan.volume_id);
+  if (!record.ok()) {
+    if (record.status().code() == StatusCode::kNotFound) return something_else();
+    return record.status();
+  }
+  if (record->device_path.empty()) return something_else();
+  auto devnum = options_.host->DeviceNumber(record->device_path);
+  if (!devnum.ok() || *devnum != entry.major_minor) return something_else();
+  if (plan.block) {
+    return AlreadyExists("volume " + plan.volume_id + " is staged at " + plan.staging_path +
+                         " as a filesystem; the request asks for raw block");
+  }
+  if (entry.fs_type != plan.fs_type) {
+    return AlreadyExists("volume " + plan.volume_id + " is staged at " + plan.staging_path + " with " + entry.fs_type +
+                         "; the request asks for " + plan.fs_type);
+  }
+  *already_staged = true;
+  return OkStatus();
+}
+
+Status NodeService::StageMount(const StagePlan& plan, const AttachRecord& record) {
+  const std::string& device = record.device_path;
+  auto probed = options_.probe->Probe(device);
+  if (!probed.ok()) return probed.status().WithContext("volume " + plan.volume_id + ": probe " + device);
+  bool formatted_now = false;
+  if (probed->blank()) {
+    if (plan.read_only) {
+      return FailedPrecondition("volume " + plan.volume_id + " is blank but attached read-only: cannot create a " +
+                                plan.fs_type + " filesystem on it");
+    }
+    // CreateVolume sizes new volumes for their filesystem; a device that
+    // is still too small (a static PV, a volume made before) would only
+    // fail in mkfs, with its usage text. Say it in one line instead.
+    if (uint64_t minimum = options_.fs_minimum_bytes ? options_.fs_minimum_bytes(plan.fs_type) : 0; minimum > 0) {
+      uint64_t size = record.size_bytes;
+      if (size == 0) {
+        if (auto measured = options_.host->BlockDeviceSize(device); measured.ok()) size = *measured;
+      }
+      if (size > 0 && size < minimum) {
+        return FailedPrecondition("volume " + plan.volume_id + ": the device is " + std::to_string(size) +
+                                  " bytes, too small for " + plan.fs_type + " (at least " + std::to_string(minimum) +
+                                  " bytes); expand the volume or stage it with another fsType");
+      }
+    }
+    BLOCKCSI_RETURN_IF_ERROR(FormatDevice(*options_.executor, plan.volume_id, plan.fs_type, device, plan.mkfs_extra));
+    formatted_now = true;
+    Fault("after-mkfs");
+  } else if (probed->signatures.size() != 1 || probed->signatures.front().type != plan.fs_type) {
+    // Someone's data: another filesystem, a partition table, LVM, RAID.
+    // Never format it, never mount it as something it is not.
+    return FailedPrecondition("volume " + plan.volume_id + ": device " + device + " carries " + probed->Describe() +
+                              ", not " + plan.fs_type + " or a blank device; refusing to format or mount it");
+  }
+  // A filesystem mkfs just made is clean; one found on the device may not be.
+  if (plan.fs_type == "ext4" && !plan.read_only && !formatted_now) {
+    BLOCKCSI_RETURN_IF_ERROR(RepairExt4IfNeeded(*options_.executor, plan.volume_id, device));
+  }
+  BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeDirectory(plan.staging_path));
+  std::string mount_options;
+  for (const auto& f : plan.mount_flags) mount_options += (mount_options.empty() ? "" : ",") + f;
+  if (plan.read_only) mount_options += mount_options.empty() ? "ro" : ",ro";
+  // A volume restored from a snapshot or cloned carries its source's XFS
+  // UUID, and XFS refuses to mount a second filesystem with a UUID already
+  // mounted: without nouuid a clone could not be staged next to its source.
+  if (plan.fs_type == "xfs" &&
+      std::find(plan.mount_flags.begin(), plan.mount_flags.end(), "nouuid") == plan.mount_flags.end()) {
+    mount_options += mount_options.empty() ? "nouuid" : ",nouuid";
+  }
+  Status mounted = options_.mounter->Mount(device, plan.staging_path, plan.fs_type, mount_options);
+  if (!mounted.ok()) return mounted.WithContext("volume " + plan.volume_id);
+  Fault("after-mount");
+  LogInfo("staged volume", {{"volume_id", plan.volume_id},
+                            {"device", device},
+                            {"fs_type", plan.fs_type},
+                            {"staging_path", plan.staging_path}});
+  return OkStatus();
+}
+
+// ---- NodeUnstageVolume. Idempotent: nothing mounted and no record → OK.
+// Refuses while any publish still uses the device; detaches only after the
+// staging mount is gone, so a failed unmount never loses buffered writes.
+Status NodeService::Unstage(const csi::v1::NodeUnstageVolumeRequest& req) {
+  const std::string& volume_id = req.volume_id();
+  BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
+  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "staging_target_path", req.staging_target_path()));
+  std::string staging = TrimTrailingSlash(req.staging_target_path());
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodeUnstageVolume"));
+
+  auto record = options_.attacher->Get(volume_id);
+  if (!record.ok() && record.status().code() != StatusCode::kNotFound) return record.status();
+  if (record.ok()) {
+    std::string recorded = StagedFacts::Of(*record).staging_path;
+    if (!recorded.empty() && recorded != staging) {
+      // Staged somewhere else: this path holds nothing of ours to undo.
+      LogWarn("unstage at a path the volume is not staged at",
+              {{"volume_id", volume_id}, {"requested", staging}, {"staged_at", recorded}});
+      return OkStatus();
+    }
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
+  if (record.ok()) BLOCKCSI_RETURN_IF_ERROR(RequireNoUsers(volume_id, *record, staging, table));
+  for (int layer = 0; FindMountAt(table, staging) != nullptr; ++layer) {
+    if (layer == kMaxMountLayers) {
+      return FailedPrecondition("volume " + volume_id + ": " + staging + " is still mounted after " +
+                                std::to_string(kMaxMountLayers) + " unmounts");
+    }
+    Status st = options_.mounter->Unmount(staging);
+    if (!st.ok() && st.code() != StatusCode::kNotFound) {
+      return st.WithContext("volume " + volume_id + ": cannot unmount the staging path; not detaching");
+    }
+    BLOCKCSI_ASSIGN_OR_RETURN(table, options_.mounter->List());
+  }
+  Fault("after-unmount");
+  Status detached = options_.attacher->Detach(volume_id);
+  if (!detached.ok()) return detached.WithContext("volume " + volume_id + ": detach");
+  LogInfo("unstaged volume", {{"volume_id", volume_id}, {"staging_path", staging}});
+  return OkStatus();
+}
+
+Status NodeService::RequireNoUsers(const std::string& volume_id, const AttachRecord& record,
+                                   const std::string& staging_path, const std::vector<MountEntry>& table) {
+  if (record.device_path.empty()) return OkStatus();
+  auto devnum = options_.host->DeviceNumber(record.device_path);
+  std::vector<std::string> users;
+  for (const auto& e : table) {
+    if (e.target == staging_path) continue;
+    if ((devnum.ok() && e.major_minor == *devnum) || IsBindOfDeviceNode(e, record.device_path) ||
+        IsReadOnlyLayerOf(*options_.host, e, record.device_path)) {
+      users.push_back(e.target);
+    }
+  }
+  if (users.empty()) return OkStatus();
+  std::string list;
+  for (const auto& u : users) list += (list.empty() ? "" : ", ") + u;
+  return FailedPrecondition("volume " + volume_id + " is still in use (mounted at " + list +
+                            "); unpublish it before unstaging");
+}
+
+}  // namespace blockcsi
