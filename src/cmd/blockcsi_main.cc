@@ -147,6 +147,21 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildNode(const PluginConfig& config, c
   return std::shared_ptr<grpc::Service>(node);
 }
 
+// The metrics port comes up first: a plugin that cannot bind the port it
+// was told to serve on is misconfigured, and says so before anything else.
+// -1, or the exit code.
+int StartMetrics(const PluginConfig& config, std::unique_ptr<MetricsServer>* server) {
+  RecordBuildInfo("blockcsi");
+  if (config.metrics_address.empty()) return -1;
+  auto started = StartMetricsServer(config.metrics_address, Metrics());
+  if (!started.ok()) {
+    std::cerr << "blockcsi: " << started.status().message() << "\n";
+    return started.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  *server = std::move(*started);
+  return -1;
+}
+
 int Main(int argc, char** argv) {
   // ---- subcommand dispatch (e.g. `blockcsi bridge ...`, the per-volume
   // userspace bridge process; attach layer owner) ----
@@ -168,18 +183,8 @@ int Main(int argc, char** argv) {
                        {"node_id", config.node_id},
                        {"connector", config.connector}});
 
-  // The metrics port comes up first: a plugin that cannot bind the port it
-  // was told to serve on is misconfigured, and says so before anything else.
-  RecordBuildInfo("blockcsi");
   std::unique_ptr<MetricsServer> metrics_server;
-  if (!config.metrics_address.empty()) {
-    auto started = StartMetricsServer(config.metrics_address, Metrics());
-    if (!started.ok()) {
-      std::cerr << "blockcsi: " << started.status().message() << "\n";
-      return started.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-    }
-    metrics_server = std::move(*started);
-  }
+  if (int exit_code = StartMetrics(config, &metrics_server); exit_code >= 0) return exit_code;
 
   // Services and readiness checks are gathered per mode; Identity is built
   // last so that Probe sees every check.
