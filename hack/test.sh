@@ -5,7 +5,7 @@
 # needs root says so and is skipped without it).
 #   hack/test.sh                 everything
 #   hack/test.sh -L unit         only one label. Suites: unit, integration,
-#                                conformance, rbd, e2e, fault, fuzz, deploy; what a
+#                                conformance, rbd, e2e, fault, fuzz, deploy, k8s; what a
 #                                test needs: root, tgtd, ceph, netns (so -LE root
 #                                runs what needs no privileges). docs/testing.md
 #                                describes each label.

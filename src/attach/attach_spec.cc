@@ -101,28 +101,12 @@ StatusOr<AttachSpec> ParseRbdSpec(AttachSpec spec, const std::map<std::string, s
 
 }  // namespace
 
-StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
-                                     const std::map<std::string, std::string>& publish_context,
-                                     const std::map<std::string, std::string>& secrets,
-                                     const std::string& initiator_iqn) {
-  const std::string where = "volume \"" + volume_id.substr(0, 200) + "\": ";
-  if (volume_id.empty()) return InvalidArgument("volume id is empty");
-  if (volume_id.size() > 512) return InvalidArgument("volume id is longer than 512 bytes");
-  AttachSpec spec;
-  spec.volume_id = volume_id;
+namespace {
 
-  if (const std::string* t = Find(publish_context, publish_context::kTransport); t != nullptr && !t->empty()) {
-    spec.transport = *t;
-  }
-  if (spec.transport == "rbd") {
-    spec.initiator_iqn = initiator_iqn;
-    return ParseRbdSpec(std::move(spec), publish_context, secrets, where);
-  }
-  if (spec.transport != "iscsi") {
-    return InvalidArgument(where + "publish_context " + publish_context::kTransport + " \"" +
-                           spec.transport.substr(0, 50) + "\" is not \"iscsi\" or \"rbd\"");
-  }
+using StringMap = std::map<std::string, std::string>;
 
+// Where the iSCSI LUN is: portals (each once), target name, LUN number.
+Status ParseIscsiLocation(const StringMap& publish_context, const std::string& where, AttachSpec& spec) {
   const std::string* portals = Find(publish_context, publish_context::kPortals);
   if (portals == nullptr || portals->empty()) {
     return InvalidArgument(where + "publish_context has no " + publish_context::kPortals);
@@ -154,6 +138,11 @@ StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
   if (!parsed_lun.ok()) return parsed_lun.status().WithContext(where + "publish_context " + publish_context::kLun);
   spec.lun = *parsed_lun;
 
+  return OkStatus();
+}
+
+// What the LUN must prove it is (serial, WWN), unless it is a static volume.
+Status ParseLunIdentity(const StringMap& publish_context, const std::string& where, AttachSpec& spec) {
   if (const std::string* serial = Find(publish_context, publish_context::kSerial);
       serial != nullptr && !serial->empty()) {
     BLOCKCSI_RETURN_IF_ERROR(
@@ -176,10 +165,12 @@ StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
                            publish_context::kWwn + "; the node needs the LUN's identity to verify it");
   }
 
-  BLOCKCSI_ASSIGN_OR_RETURN(spec.read_only, ParseBool(publish_context, publish_context::kReadOnly, where));
-  BLOCKCSI_ASSIGN_OR_RETURN(bool chap_required,
-                            ParseBool(publish_context, publish_context::kChapRequired, where + "publish_context "));
+  return OkStatus();
+}
 
+// The initiator name the node logs in with: its own, or the one a static PV names.
+Status ParseInitiator(const StringMap& publish_context, const std::string& initiator_iqn, const std::string& where,
+                      AttachSpec& spec) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateIscsiName(initiator_iqn).WithContext(where + "initiator name"));
   spec.initiator_iqn = initiator_iqn;
   // A static PV may name the initiator the array's ACL was written for.
@@ -194,6 +185,11 @@ StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
     spec.initiator_iqn = *own;
   }
 
+  return OkStatus();
+}
+
+// CHAP from the node-stage secrets, required when the target says so.
+Status ParseChap(const StringMap& secrets, bool chap_required, const std::string& where, AttachSpec& spec) {
   auto secret = [&](const char* key) {
     const std::string* v = Find(secrets, key);
     return v == nullptr ? std::string() : *v;
@@ -207,6 +203,40 @@ StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
   // The same rules the controller and the target applied (chap_rules.h).
   BLOCKCSI_RETURN_IF_ERROR(ValidateChapCredentials(chap, where + "node-stage secret"));
   spec.chap = std::move(chap);
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<AttachSpec> ParseAttachSpec(const std::string& volume_id,
+                                     const std::map<std::string, std::string>& publish_context,
+                                     const std::map<std::string, std::string>& secrets,
+                                     const std::string& initiator_iqn) {
+  const std::string where = "volume \"" + volume_id.substr(0, 200) + "\": ";
+  if (volume_id.empty()) return InvalidArgument("volume id is empty");
+  if (volume_id.size() > 512) return InvalidArgument("volume id is longer than 512 bytes");
+  AttachSpec spec;
+  spec.volume_id = volume_id;
+
+  if (const std::string* t = Find(publish_context, publish_context::kTransport); t != nullptr && !t->empty()) {
+    spec.transport = *t;
+  }
+  if (spec.transport == "rbd") {
+    spec.initiator_iqn = initiator_iqn;
+    return ParseRbdSpec(std::move(spec), publish_context, secrets, where);
+  }
+  if (spec.transport != "iscsi") {
+    return InvalidArgument(where + "publish_context " + publish_context::kTransport + " \"" +
+                           spec.transport.substr(0, 50) + "\" is not \"iscsi\" or \"rbd\"");
+  }
+
+  BLOCKCSI_RETURN_IF_ERROR(ParseIscsiLocation(publish_context, where, spec));
+  BLOCKCSI_RETURN_IF_ERROR(ParseLunIdentity(publish_context, where, spec));
+  BLOCKCSI_ASSIGN_OR_RETURN(spec.read_only, ParseBool(publish_context, publish_context::kReadOnly, where));
+  BLOCKCSI_ASSIGN_OR_RETURN(bool chap_required,
+                            ParseBool(publish_context, publish_context::kChapRequired, where + "publish_context "));
+  BLOCKCSI_RETURN_IF_ERROR(ParseInitiator(publish_context, initiator_iqn, where, spec));
+  BLOCKCSI_RETURN_IF_ERROR(ParseChap(secrets, chap_required, where, spec));
   return spec;
 }
 

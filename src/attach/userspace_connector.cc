@@ -428,6 +428,60 @@ class UserspaceConnector final : public Connector {
     return argv;
   }
 
+  // In the forked child. Double fork: the bridge is reparented to init, in
+  // its own session and process group, so nothing that happens to the
+  // plugin reaches it.
+  [[noreturn]] static void ExecDetached(char** argv, int in_fd, int out_fd) {
+    ::setsid();
+    pid_t grandchild = ::fork();
+    if (grandchild != 0) ::_exit(grandchild < 0 ? 1 : 0);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::dup2(in_fd, STDIN_FILENO);
+    ::dup2(out_fd, STDOUT_FILENO);
+    // The bridge outlives the plugin: it must not keep the plugin's
+    // sockets or files open (only stdin, the ready pipe and stderr).
+    ::close_range(3, ~0U, 0);
+    ::chdir("/");
+    ::execv(argv[0], argv);
+    ::_exit(127);
+  }
+
+  // Writes what it can; a bridge that died first shows as not ready.
+  static void SendBestEffort(int fd, const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+  }
+
+  // What the bridge printed up to its first newline, by `deadline`; *eof
+  // when it closed its end before that.
+  static std::string ReadReadyLine(int fd, std::chrono::steady_clock::time_point deadline, bool* eof) {
+    std::string line;
+    while (line.find('\n') == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd pfd{fd, POLLIN, 0};
+      int rc = ::poll(&pfd, 1, static_cast<int>(left.count()));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc <= 0) break;
+      char buf[4096];
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        *eof = true;
+        break;
+      }
+      line.append(buf, static_cast<size_t>(n));
+    }
+    return line;
+  }
+
   StatusOr<nlohmann::json> SpawnBridge(const AttachSpec& spec, const BridgePaths& p) {
     Span span("bridge_start", spec.volume_id);
     std::string secrets;
@@ -450,56 +504,16 @@ class UserspaceConnector final : public Connector {
     LogInfo("starting bridge", {{"volume_id", spec.volume_id}, {"binary", o_.blockcsi_binary}});
     pid_t child = ::fork();
     if (child < 0) return ErrnoToStatus(errno, "fork for bridge");
-    if (child == 0) {
-      // Double fork: the bridge is reparented to init, in its own session
-      // and process group, so nothing that happens to the plugin reaches it.
-      ::setsid();
-      pid_t grandchild = ::fork();
-      if (grandchild != 0) ::_exit(grandchild < 0 ? 1 : 0);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::dup2(in_pipe[0], STDIN_FILENO);
-      ::dup2(out_pipe[1], STDOUT_FILENO);
-      // The bridge outlives the plugin: it must not keep the plugin's
-      // sockets or files open (only stdin, the ready pipe and stderr).
-      ::close_range(3, ~0U, 0);
-      ::chdir("/");
-      ::execv(cargv[0], cargv.data());
-      ::_exit(127);
-    }
+    if (child == 0) ExecDetached(cargv.data(), in_pipe[0], out_pipe[1]);
     ::close(in_pipe[0]);
     ::close(out_pipe[1]);
     int status = 0;
     while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }
-    size_t off = 0;
-    while (off < secrets.size()) {
-      ssize_t n = ::send(in_pipe[1], secrets.data() + off, secrets.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
-    }
+    SendBestEffort(in_pipe[1], secrets);
     ::close(in_pipe[1]);
-    std::string line;
     bool eof = false;
-    auto deadline = std::chrono::steady_clock::now() + o_.start_timeout;
-    while (line.find('\n') == std::string::npos) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      pollfd pfd{out_pipe[0], POLLIN, 0};
-      int rc = ::poll(&pfd, 1, static_cast<int>(left.count()));
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc <= 0) break;
-      char buf[4096];
-      ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        eof = true;
-        break;
-      }
-      line.append(buf, static_cast<size_t>(n));
-    }
+    std::string line = ReadReadyLine(out_pipe[0], std::chrono::steady_clock::now() + o_.start_timeout, &eof);
     ::close(out_pipe[0]);
     if (line.find('\n') == std::string::npos && eof) {
       return Internal("bridge for volume \"" + spec.volume_id + "\" exited before it was ready (exec " +

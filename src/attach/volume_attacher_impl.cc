@@ -75,63 +75,74 @@ void VolumeAttacherImpl::KeepOrAbandon(const std::optional<AttachRecord>& in_use
   if (!put.ok()) LogError("cannot restore attach record", {{"volume_id", record.volume_id}, {"error", put.ToString()}});
 }
 
-StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) {
+namespace {
+
+// The record of a first attach of `spec` through `connector`.
+AttachRecord NewRecordFor(const AttachSpec& spec, const std::string& connector) {
+  AttachRecord record;
+  record.volume_id = spec.volume_id;
+  record.connector = connector;
+  record.transport = spec.transport;
+  record.portals = spec.portals;
+  record.target_iqn = spec.target_iqn;
+  record.lun = spec.lun;
+  record.expected_serial = spec.expected_serial;
+  record.expected_wwn = spec.expected_wwn;
+  record.initiator_iqn = spec.initiator_iqn;
+  record.rbd_pool = spec.rbd.pool;
+  record.rbd_image = spec.rbd.image;
+  record.rbd_monitors = spec.rbd.monitors;
+  record.rbd_user = spec.rbd.user;
+  record.read_only = spec.read_only;
+  record.static_volume = spec.static_volume;
+  return record;
+}
+
+}  // namespace
+
+StatusOr<VolumeAttacherImpl::EarlierAttach> VolumeAttacherImpl::ExamineEarlierAttach(const AttachSpec& spec) {
+  EarlierAttach out;
   auto existing = store_.Get(spec.volume_id);
   if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) return existing.status();
-  AttachRecord record;
-  // Set when this call re-attaches a volume that was attached before: mounts
-  // and pods may still use it, so a failure must not tear it down or drop
-  // its record (NodeUnstage needs the record to clean up); the previous
-  // record is put back instead.
-  std::optional<AttachRecord> in_use;
-  if (existing.ok()) {
-    if (!RecordMatchesSpec(*existing, spec) || existing->connector != connector_->name()) {
-      if (existing->state == kAttachStateAttached) {
-        return FailedPrecondition("volume \"" + spec.volume_id + "\" is already attached on this node as " +
-                                  DescribeSource(existing->transport, existing->target_iqn, existing->lun,
-                                                 existing->rbd_pool, existing->rbd_image) +
-                                  " through " + existing->connector + "; detach it first");
-      }
-      // A half-done attempt of another shape: undo it before starting over.
-      LogWarn("cleaning up an earlier, different attach attempt", {{"volume_id", spec.volume_id}});
-      BLOCKCSI_RETURN_IF_ERROR(connector_->Disconnect(*existing));
-      BLOCKCSI_RETURN_IF_ERROR(store_.Remove(spec.volume_id));
-    } else {
-      record = *existing;
-      if (record.state == kAttachStateAttached) {
-        AttachHealth health = connector_->Check(record);
-        if (!health.abnormal) {
-          auto identity = connector_->ReadIdentity(record);
-          if (identity.ok() &&
-              VerifyLunIdentity(spec.volume_id, spec.expected_serial, spec.expected_wwn, *identity).ok()) {
-            LogInfo("volume already attached; reusing",
-                    {{"volume_id", spec.volume_id}, {"device", record.device_path}});
-            return record;
-          }
-        }
-        LogWarn("existing attachment is not healthy; attaching again",
-                {{"volume_id", spec.volume_id}, {"reason", health.message}});
-        in_use = *existing;
-      }
+  if (!existing.ok()) return out;
+  if (!RecordMatchesSpec(*existing, spec) || existing->connector != connector_->name()) {
+    if (existing->state == kAttachStateAttached) {
+      return FailedPrecondition("volume \"" + spec.volume_id + "\" is already attached on this node as " +
+                                DescribeSource(existing->transport, existing->target_iqn, existing->lun,
+                                               existing->rbd_pool, existing->rbd_image) +
+                                " through " + existing->connector + "; detach it first");
+    }
+    // A half-done attempt of another shape: undo it before starting over.
+    LogWarn("cleaning up an earlier, different attach attempt", {{"volume_id", spec.volume_id}});
+    BLOCKCSI_RETURN_IF_ERROR(connector_->Disconnect(*existing));
+    BLOCKCSI_RETURN_IF_ERROR(store_.Remove(spec.volume_id));
+    return out;
+  }
+  out.resume = *existing;
+  if (existing->state != kAttachStateAttached) return out;
+  AttachHealth health = connector_->Check(*existing);
+  if (!health.abnormal) {
+    auto identity = connector_->ReadIdentity(*existing);
+    if (identity.ok() && VerifyLunIdentity(spec.volume_id, spec.expected_serial, spec.expected_wwn, *identity).ok()) {
+      LogInfo("volume already attached; reusing", {{"volume_id", spec.volume_id}, {"device", existing->device_path}});
+      out.reuse = *existing;
+      return out;
     }
   }
-  if (record.volume_id.empty()) {
-    record.volume_id = spec.volume_id;
-    record.connector = connector_->name();
-    record.transport = spec.transport;
-    record.portals = spec.portals;
-    record.target_iqn = spec.target_iqn;
-    record.lun = spec.lun;
-    record.expected_serial = spec.expected_serial;
-    record.expected_wwn = spec.expected_wwn;
-    record.initiator_iqn = spec.initiator_iqn;
-    record.rbd_pool = spec.rbd.pool;
-    record.rbd_image = spec.rbd.image;
-    record.rbd_monitors = spec.rbd.monitors;
-    record.rbd_user = spec.rbd.user;
-    record.read_only = spec.read_only;
-    record.static_volume = spec.static_volume;
-  }
+  LogWarn("existing attachment is not healthy; attaching again",
+          {{"volume_id", spec.volume_id}, {"reason", health.message}});
+  // Mounts and pods may still use it, so a failure must not tear it down or
+  // drop its record (NodeUnstage needs the record to clean up); the
+  // previous record is put back instead.
+  out.in_use = *existing;
+  return out;
+}
+
+StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) {
+  BLOCKCSI_ASSIGN_OR_RETURN(EarlierAttach earlier, ExamineEarlierAttach(spec));
+  if (earlier.reuse) return *earlier.reuse;
+  const std::optional<AttachRecord>& in_use = earlier.in_use;
+  AttachRecord record = earlier.resume ? *earlier.resume : NewRecordFor(spec, connector_->name());
   record.state = kAttachStateAttaching;
   connector_->Prepare(spec, &record);
   // Written before anything exists on the node, so that a crash from here

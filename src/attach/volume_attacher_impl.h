@@ -38,6 +38,16 @@ class VolumeAttacherImpl final : public VolumeAttacher {
 
  private:
   StatusOr<AttachRecord> AttachLocked(const AttachSpec& spec);
+  // What an earlier record of the volume means for this attach: a healthy
+  // attachment of the same LUN to reuse, one to attach again (kept as
+  // `in_use` so a failure puts it back), or nothing (an earlier attempt of
+  // another shape is undone here).
+  struct EarlierAttach {
+    std::optional<AttachRecord> reuse;
+    std::optional<AttachRecord> resume;
+    std::optional<AttachRecord> in_use;
+  };
+  StatusOr<EarlierAttach> ExamineEarlierAttach(const AttachSpec& spec);
   Status DetachLocked(const std::string& volume_id);
   // Disconnects and removes the record after a failed attach; the first
   // error is what the caller sees, cleanup trouble is logged.

@@ -216,9 +216,24 @@ class CheckTargetVerb final : public Verb {
     return r.ok;
   }
 
+  // The diagnosis, one word: the first step that fails names the cause.
   std::string Diagnose(const std::string& chap_secret) {
     std::vector<std::string> discovered;
-    bool reachable = Step("discovery", [&](std::string& detail) {
+    if (!DiscoveryStep(chap_secret, discovered)) return "unreachable";
+    if (iqn_.empty()) {
+      if (discovered.empty()) return "refused-by-acl";  // tgt and LIO hide targets the ACL denies
+      iqn_ = discovered.front();
+    }
+    IscsiContext ctx(initiator_, false);
+    std::string login_error;
+    if (!LoginStep(ctx, chap_secret, login_error)) return ClassifyLoginError(login_error);
+    if (!InquiryStep(ctx)) return "no-such-lun";
+    return CapacityStep(ctx) ? "ok" : "no-such-lun";
+  }
+
+  // A discovery session: is the portal reachable, which targets does it show us.
+  bool DiscoveryStep(const std::string& chap_secret, std::vector<std::string>& discovered) {
+    return Step("discovery", [&](std::string& detail) {
       IscsiContext ctx(initiator_, true);
       if (ctx.get() == nullptr) {
         detail = ctx.error();
@@ -240,15 +255,11 @@ class CheckTargetVerb final : public Verb {
       detail = std::to_string(discovered.size()) + " target(s) visible to " + initiator_;
       return true;
     });
-    if (!reachable) return "unreachable";
-    if (iqn_.empty()) {
-      if (discovered.empty()) return "refused-by-acl";  // tgt and LIO hide targets the ACL denies
-      iqn_ = discovered.front();
-    }
+  }
 
-    IscsiContext ctx(initiator_, false);
-    std::string login_error;
-    bool logged_in = Step("login", [&](std::string& detail) {
+  // A normal session to the target; `login_error` says why it failed.
+  bool LoginStep(IscsiContext& ctx, const std::string& chap_secret, std::string& login_error) {
+    return Step("login", [&](std::string& detail) {
       if (ctx.get() == nullptr) {
         detail = ctx.error();
         return false;
@@ -264,9 +275,11 @@ class CheckTargetVerb final : public Verb {
       detail = "logged in to " + iqn_ + " as " + initiator_;
       return true;
     });
-    if (!logged_in) return ClassifyLoginError(login_error);
+  }
 
-    bool lun_present = Step("inquiry", [&](std::string& detail) {
+  // INQUIRY of the LUN: is it there, and connected.
+  bool InquiryStep(IscsiContext& ctx) {
+    return Step("inquiry", [&](std::string& detail) {
       scsi_task* task = iscsi_inquiry_sync(ctx.get(), lun_, 0, 0, 255);
       if (task == nullptr || task->status != SCSI_STATUS_GOOD) {
         detail = "LUN " + std::to_string(lun_) + ": " + (task != nullptr ? SenseText(task) : ctx.error());
@@ -283,9 +296,11 @@ class CheckTargetVerb final : public Verb {
       scsi_free_scsi_task(task);
       return true;
     });
-    if (!lun_present) return "no-such-lun";
+  }
 
-    bool capacity = Step("capacity", [&](std::string& detail) {
+  // READ CAPACITY(16) of the LUN.
+  bool CapacityStep(IscsiContext& ctx) {
+    return Step("capacity", [&](std::string& detail) {
       scsi_task* task = iscsi_readcapacity16_sync(ctx.get(), lun_);
       // The first command after login usually reports a unit attention
       // (power on / bus reset): that is news, not an error; ask again.
@@ -308,7 +323,6 @@ class CheckTargetVerb final : public Verb {
       scsi_free_scsi_task(task);
       return rc16 != nullptr;
     });
-    return capacity ? "ok" : "no-such-lun";
   }
 
   void Print(const GlobalOptions& options, const Io& io) const {

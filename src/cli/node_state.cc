@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <set>
 
@@ -168,58 +167,51 @@ std::vector<VolumeView> DescribeVolumes(const NodeSnapshot& s) {
   return out;
 }
 
-std::vector<Finding> Classify(const NodeSnapshot& s) {
-  std::vector<Finding> out;
-  std::vector<VolumeView> views = DescribeVolumes(s);
-  for (size_t i = 0; i < views.size(); ++i) {
-    const VolumeView& v = views[i];
-    const AttachRecord& r = s.records[i];
-    Finding f{v.volume_id, kVerdictHealthy, v.attachment + ", " + (v.device.empty() ? "no device" : v.device)};
-    bool staged = !v.staging_path.empty() && (v.access_type == "block" || v.staging_mounted);
-    if (v.bridge != nullptr && v.bridge->answered) {
-      LunIdentity actual;
-      actual.serial = v.bridge->serial;
-      actual.naa = v.bridge->naa;
-      Status id = VerifyLunIdentity(r.volume_id, r.expected_serial, r.expected_wwn, actual);
-      if (!id.ok()) {
-        out.push_back({v.volume_id, kVerdictIdentityMismatch, id.message()});
-        continue;
-      }
-    }
-    if (!v.attachment_alive) {
-      f.verdict = kVerdictStaleRecord;
-      f.detail = v.attachment + "; " +
-                 (v.device_present ? v.device + " is left behind"
-                                   : (v.device.empty() ? "no device recorded" : v.device + " is gone"));
-    } else if (r.state != kAttachStateAttached) {
-      f.verdict = kVerdictStaleRecord;
-      f.detail = "record still \"" + r.state + "\" while " + v.attachment + ": the attach never finished";
-    } else if (!v.device_present) {
-      f.verdict = kVerdictDeviceMissing;
-      f.detail = (v.device.empty() ? std::string("no device recorded") : v.device + " does not exist") + " (" +
-                 v.attachment + ")";
-    } else if (!staged && v.publish_paths.empty()) {
-      f.verdict = kVerdictStaleRecord;
-      f.detail = v.staging_path.empty()
-                     ? "attached (" + v.attachment + ", " + v.device + ") but never staged: an interrupted NodeStage"
-                     : "recorded as staged at " + v.staging_path + " but nothing is mounted there";
-    } else if (v.staging_read_only && !r.read_only) {
-      f.verdict = kVerdictReadOnly;
-      f.detail = v.staging_path + " is mounted read-only but the volume is read-write (errors=remount-ro?)";
-    } else if (v.bridge_owner == kBridgePluginGone) {
-      // Serving, but no plugin will unstage or check it until one adopts it.
-      f.verdict = kVerdictPluginGone;
-      f.detail = v.attachment + "; " + v.device + " keeps working; the next plugin to start adopts the bridge";
-    }
-    f.bridge = v.bridge_owner;
-    out.push_back(std::move(f));
-  }
-  // A static PV's LUN (issue #24) belongs to the array's admin, not to a
-  // blockcsi backend: say so next to whatever else is found.
-  for (size_t i = 0; i < out.size() && i < views.size(); ++i) {
-    if (views[i].origin == kOriginStatic) out[i].detail = "static LUN " + views[i].source + "; " + out[i].detail;
-  }
+namespace {
 
+// The verdict on one recorded volume.
+Finding ClassifyVolume(const VolumeView& v, const AttachRecord& r) {
+  Finding f{v.volume_id, kVerdictHealthy, v.attachment + ", " + (v.device.empty() ? "no device" : v.device)};
+  bool staged = !v.staging_path.empty() && (v.access_type == "block" || v.staging_mounted);
+  if (v.bridge != nullptr && v.bridge->answered) {
+    LunIdentity actual;
+    actual.serial = v.bridge->serial;
+    actual.naa = v.bridge->naa;
+    Status id = VerifyLunIdentity(r.volume_id, r.expected_serial, r.expected_wwn, actual);
+    if (!id.ok()) return {v.volume_id, kVerdictIdentityMismatch, id.message()};
+  }
+  if (!v.attachment_alive) {
+    f.verdict = kVerdictStaleRecord;
+    f.detail = v.attachment + "; " +
+               (v.device_present ? v.device + " is left behind"
+                                 : (v.device.empty() ? "no device recorded" : v.device + " is gone"));
+  } else if (r.state != kAttachStateAttached) {
+    f.verdict = kVerdictStaleRecord;
+    f.detail = "record still \"" + r.state + "\" while " + v.attachment + ": the attach never finished";
+  } else if (!v.device_present) {
+    f.verdict = kVerdictDeviceMissing;
+    f.detail = (v.device.empty() ? std::string("no device recorded") : v.device + " does not exist") + " (" +
+               v.attachment + ")";
+  } else if (!staged && v.publish_paths.empty()) {
+    f.verdict = kVerdictStaleRecord;
+    f.detail = v.staging_path.empty()
+                   ? "attached (" + v.attachment + ", " + v.device + ") but never staged: an interrupted NodeStage"
+                   : "recorded as staged at " + v.staging_path + " but nothing is mounted there";
+  } else if (v.staging_read_only && !r.read_only) {
+    f.verdict = kVerdictReadOnly;
+    f.detail = v.staging_path + " is mounted read-only but the volume is read-write (errors=remount-ro?)";
+  } else if (v.bridge_owner == kBridgePluginGone) {
+    // Serving, but no plugin will unstage or check it until one adopts it.
+    f.verdict = kVerdictPluginGone;
+    f.detail = v.attachment + "; " + v.device + " keeps working; the next plugin to start adopts the bridge";
+  }
+  f.bridge = v.bridge_owner;
+  return f;
+}
+
+// What no record accounts for: bridges, kernel sessions, loop devices and
+// mounts left behind.
+void AddOrphans(const NodeSnapshot& s, std::vector<Finding>& out) {
   std::set<std::string> orphan_bridge_dirs;
   for (const auto& b : s.bridges) {
     bool known = false;
@@ -256,138 +248,174 @@ std::vector<Finding> Classify(const NodeSnapshot& s) {
     for (const auto& b : s.bridges) known = known || m.target == b.mountpoint || Under(m.target, b.dir);
     if (!known) out.push_back({m.target, kVerdictOrphanMount, m.fs_type + " left by a bridge that is gone"});
   }
+}
+
+}  // namespace
+
+std::vector<Finding> Classify(const NodeSnapshot& s) {
+  std::vector<Finding> out;
+  std::vector<VolumeView> views = DescribeVolumes(s);
+  for (size_t i = 0; i < views.size(); ++i) out.push_back(ClassifyVolume(views[i], s.records[i]));
+  // A static PV's LUN (issue #24) belongs to the array's admin, not to a
+  // blockcsi backend: say so next to whatever else is found.
+  for (size_t i = 0; i < out.size() && i < views.size(); ++i) {
+    if (views[i].origin == kOriginStatic) out[i].detail = "static LUN " + views[i].source + "; " + out[i].detail;
+  }
+  AddOrphans(s, out);
   return out;
 }
+
+namespace {
+
+// Unmount steps for the mounts that hold `device`, or false (and a refusal
+// in plan.skipped) when a pod's mount is among them.
+bool MountsToUndo(const NodeSnapshot& s, const std::string& device, const Finding& f, CleanupPlan& plan,
+                  std::vector<CleanupStep>* steps) {
+  using Kind = CleanupStep::Kind;
+  std::vector<const MountEntry*> mounts = MountsOf(s, device);
+  for (const MountEntry* m : mounts) {
+    if (LooksLikePodMount(*m) || mounts.size() > 1) {
+      plan.skipped.push_back(
+          {f.subject, f.verdict, "a pod's mount still uses " + device + " (" + m->target + "); NodeUnpublish first"});
+      return false;
+    }
+  }
+  for (const MountEntry* m : mounts) {
+    steps->push_back({Kind::kUnmount, f.subject, m->target, "unmount " + m->target + " (" + m->fs_type + ")"});
+  }
+  return true;
+}
+
+// A stale record: unmount its staging path and detach it through the
+// attach layer, unless a NodeStage may be in flight or a pod still uses it.
+std::vector<CleanupStep> StaleRecordSteps(const NodeSnapshot& s, const std::vector<VolumeView>& views, const Finding& f,
+                                          CleanupPlan& plan) {
+  using Kind = CleanupStep::Kind;
+  std::vector<CleanupStep> steps;
+  const VolumeView* v = nullptr;
+  const AttachRecord* r = nullptr;
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].volume_id == f.subject) v = &views[i], r = &s.records[i];
+  }
+  if (v == nullptr) return {};
+  auto age = s.record_age_seconds.find(f.subject);
+  if (s.plugin_reachable && v->attachment_alive && age != s.record_age_seconds.end() &&
+      age->second < kInFlightGraceSeconds) {
+    plan.skipped.push_back({f.subject, f.verdict,
+                            "the plugin is up and the record is " + std::to_string(age->second) +
+                                "s old: a NodeStage may be in flight; look again in a few minutes"});
+    return {};
+  }
+  if (!v->publish_paths.empty()) {
+    plan.skipped.push_back({f.subject, f.verdict,
+                            "a pod's mount still uses " + v->device + " (" + JoinStrings(v->publish_paths, ", ") +
+                                "); NodeUnpublish first"});
+    return {};
+  }
+  if (v->staging_mounted) {
+    steps.push_back({Kind::kUnmount, f.subject, v->staging_path, "unmount staging path " + v->staging_path});
+  }
+  std::string what;
+  if (v->bridge != nullptr) {
+    const BridgeObservation& b = *v->bridge;
+    std::vector<std::string> parts;
+    if (!b.pids.empty() || b.answered) parts.push_back(StopBridgeText(b));
+    for (const auto& loop : s.loops) {
+      if (Under(loop.backing_file, b.dir)) parts.push_back("detach loop device " + loop.device);
+    }
+    if (b.fuse_mounted) parts.push_back("unmount FUSE " + b.mountpoint);
+    parts.push_back("remove " + b.dir);
+    what = JoinStrings(parts, ", ") + ", ";
+  } else if (r->connector == "iscsi") {
+    what = "log out of " + r->target_iqn + ", ";
+  }
+  steps.push_back({Kind::kDetachRecord, f.subject, f.subject,
+                   "detach volume " + f.subject + " through the attach layer: " + what + "remove record " +
+                       AttachRecordStore(s.state_dir).PathFor(f.subject)});
+  return steps;
+}
+
+// An orphan bridge: stop it with its loop devices and mounts.
+std::vector<CleanupStep> OrphanBridgeSteps(const NodeSnapshot& s, const Finding& f, CleanupPlan& plan) {
+  using Kind = CleanupStep::Kind;
+  std::vector<CleanupStep> steps;
+  const BridgeObservation* b = nullptr;
+  for (const auto& obs : s.bridges) {
+    if (obs.volume_id == f.subject) b = &obs;
+  }
+  if (b == nullptr) return {};
+  bool ok = true;
+  std::vector<std::string> loops;
+  for (const auto& loop : s.loops) {
+    if (!Under(loop.backing_file, b->dir)) continue;
+    loops.push_back(loop.device);
+    ok = ok && MountsToUndo(s, loop.device, f, plan, &steps);
+  }
+  if (!ok) return {};
+  std::string what = b->pids.empty() && !b->answered ? "" : StopBridgeText(*b) + ", ";
+  for (const auto& loop : loops) what += "detach loop device " + loop + ", ";
+  if (b->fuse_mounted) what += "unmount FUSE " + b->mountpoint + ", ";
+  steps.push_back({Kind::kStopBridge, f.subject, f.subject,
+                   "stop orphan bridge of " + f.subject + ": " + what + "remove " + b->dir});
+  return steps;
+}
+
+// The steps that fix one finding; none when it is left alone (the reason
+// then in plan.skipped) or needs nothing.
+std::vector<CleanupStep> StepsFor(const NodeSnapshot& s, const std::vector<VolumeView>& views, const Finding& f,
+                                  CleanupPlan& plan) {
+  using Kind = CleanupStep::Kind;
+  std::vector<CleanupStep> steps;
+  if (f.verdict == kVerdictStaleRecord) return StaleRecordSteps(s, views, f, plan);
+  if (f.verdict == kVerdictOrphanBridge) return OrphanBridgeSteps(s, f, plan);
+  if (f.verdict == kVerdictOrphanLoop) {
+    if (!MountsToUndo(s, f.subject, f, plan, &steps)) return {};
+    steps.push_back({Kind::kDetachLoop, f.subject, f.subject, "losetup -d " + f.subject});
+  } else if (f.verdict == kVerdictOrphanMount) {
+    // A mount of an orphan loop is undone with that loop (above); the rest
+    // (FUSE mounts of vanished bridges) here.
+    bool of_loop = false;
+    for (const auto& loop : s.loops) {
+      for (const MountEntry* m : MountsOf(s, loop.device)) of_loop = of_loop || m->target == f.subject;
+    }
+    if (of_loop) {
+      return {};
+    }
+    steps.push_back({Kind::kUnmount, f.subject, f.subject, "unmount " + f.subject});
+  } else if (f.verdict == kVerdictPluginGone) {
+    // Stopping it would fail the filesystem under the pods; adopting it
+    // is the plugin's job (it reconciles at start).
+    plan.skipped.push_back({f.subject, f.verdict,
+                            "the bridge serves a staged volume: start (or restart) the node plugin, which adopts "
+                            "running bridges at start; blockctl does not stop a bridge in use",
+                            f.bridge});
+  } else if (f.verdict == kVerdictOrphanSession) {
+    steps.push_back(
+        {Kind::kManual, f.subject, f.subject,
+         "log out by hand: iscsiadm -m session -r " + f.subject.substr(7) + " --logout (" + f.detail + ")"});
+  }
+  return steps;
+}
+
+}  // namespace
 
 CleanupPlan PlanCleanup(const NodeSnapshot& s) {
   CleanupPlan plan;
   std::vector<VolumeView> views = DescribeVolumes(s);
-  std::vector<Finding> findings = Classify(s);
-  using Kind = CleanupStep::Kind;
-  // Mounts that hold `device`, or a refusal when a pod's mount is among them.
-  auto mounts_to_undo = [&](const std::string& device, const Finding& f, std::vector<CleanupStep>* steps) {
-    std::vector<const MountEntry*> mounts = MountsOf(s, device);
-    for (const MountEntry* m : mounts) {
-      if (LooksLikePodMount(*m) || mounts.size() > 1) {
-        plan.skipped.push_back(
-            {f.subject, f.verdict, "a pod's mount still uses " + device + " (" + m->target + "); NodeUnpublish first"});
-        return false;
-      }
-    }
-    for (const MountEntry* m : mounts) {
-      steps->push_back({Kind::kUnmount, f.subject, m->target, "unmount " + m->target + " (" + m->fs_type + ")"});
-    }
-    return true;
-  };
   std::set<std::string> unmount_planned;
-  for (const Finding& f : findings) {
-    std::vector<CleanupStep> steps;
-    if (f.verdict == kVerdictStaleRecord) {
-      const VolumeView* v = nullptr;
-      const AttachRecord* r = nullptr;
-      for (size_t i = 0; i < views.size(); ++i) {
-        if (views[i].volume_id == f.subject) v = &views[i], r = &s.records[i];
-      }
-      if (v == nullptr) continue;
-      auto age = s.record_age_seconds.find(f.subject);
-      if (s.plugin_reachable && v->attachment_alive && age != s.record_age_seconds.end() &&
-          age->second < kInFlightGraceSeconds) {
-        plan.skipped.push_back({f.subject, f.verdict,
-                                "the plugin is up and the record is " + std::to_string(age->second) +
-                                    "s old: a NodeStage may be in flight; look again in a few minutes"});
-        continue;
-      }
-      if (!v->publish_paths.empty()) {
-        plan.skipped.push_back({f.subject, f.verdict,
-                                "a pod's mount still uses " + v->device + " (" + JoinStrings(v->publish_paths, ", ") +
-                                    "); NodeUnpublish first"});
-        continue;
-      }
-      if (v->staging_mounted) {
-        steps.push_back({Kind::kUnmount, f.subject, v->staging_path, "unmount staging path " + v->staging_path});
-      }
-      std::string what;
-      if (v->bridge != nullptr) {
-        const BridgeObservation& b = *v->bridge;
-        std::vector<std::string> parts;
-        if (!b.pids.empty() || b.answered) parts.push_back(StopBridgeText(b));
-        for (const auto& loop : s.loops) {
-          if (Under(loop.backing_file, b.dir)) parts.push_back("detach loop device " + loop.device);
-        }
-        if (b.fuse_mounted) parts.push_back("unmount FUSE " + b.mountpoint);
-        parts.push_back("remove " + b.dir);
-        what = JoinStrings(parts, ", ") + ", ";
-      } else if (r->connector == "iscsi") {
-        what = "log out of " + r->target_iqn + ", ";
-      }
-      steps.push_back({Kind::kDetachRecord, f.subject, f.subject,
-                       "detach volume " + f.subject + " through the attach layer: " + what + "remove record " +
-                           AttachRecordStore(s.state_dir).PathFor(f.subject)});
-    } else if (f.verdict == kVerdictOrphanBridge) {
-      const BridgeObservation* b = nullptr;
-      for (const auto& obs : s.bridges) {
-        if (obs.volume_id == f.subject) b = &obs;
-      }
-      if (b == nullptr) continue;
-      bool ok = true;
-      std::vector<std::string> loops;
-      for (const auto& loop : s.loops) {
-        if (!Under(loop.backing_file, b->dir)) continue;
-        loops.push_back(loop.device);
-        ok = ok && mounts_to_undo(loop.device, f, &steps);
-      }
-      if (!ok) continue;
-      std::string what = b->pids.empty() && !b->answered ? "" : StopBridgeText(*b) + ", ";
-      for (const auto& loop : loops) what += "detach loop device " + loop + ", ";
-      if (b->fuse_mounted) what += "unmount FUSE " + b->mountpoint + ", ";
-      steps.push_back({Kind::kStopBridge, f.subject, f.subject,
-                       "stop orphan bridge of " + f.subject + ": " + what + "remove " + b->dir});
-    } else if (f.verdict == kVerdictOrphanLoop) {
-      if (!mounts_to_undo(f.subject, f, &steps)) continue;
-      steps.push_back({Kind::kDetachLoop, f.subject, f.subject, "losetup -d " + f.subject});
-    } else if (f.verdict == kVerdictOrphanMount) {
-      // A mount of an orphan loop is undone with that loop (above); the rest
-      // (FUSE mounts of vanished bridges) here.
-      bool of_loop = false;
-      for (const auto& loop : s.loops) {
-        for (const MountEntry* m : MountsOf(s, loop.device)) of_loop = of_loop || m->target == f.subject;
-      }
-      if (of_loop) {
-        continue;
-      }
-      steps.push_back({Kind::kUnmount, f.subject, f.subject, "unmount " + f.subject});
-    } else if (f.verdict == kVerdictPluginGone) {
-      // Stopping it would fail the filesystem under the pods; adopting it
-      // is the plugin's job (it reconciles at start).
-      plan.skipped.push_back({f.subject, f.verdict,
-                              "the bridge serves a staged volume: start (or restart) the node plugin, which adopts "
-                              "running bridges at start; blockctl does not stop a bridge in use",
-                              f.bridge});
-    } else if (f.verdict == kVerdictOrphanSession) {
-      steps.push_back(
-          {Kind::kManual, f.subject, f.subject,
-           "log out by hand: iscsiadm -m session -r " + f.subject.substr(7) + " --logout (" + f.detail + ")"});
-    }
-    for (auto& step : steps) {
-      if (step.kind == Kind::kUnmount && !unmount_planned.insert(step.target).second) continue;
+  for (const Finding& f : Classify(s)) {
+    for (auto& step : StepsFor(s, views, f, plan)) {
+      if (step.kind == CleanupStep::Kind::kUnmount && !unmount_planned.insert(step.target).second) continue;
       plan.steps.push_back(std::move(step));
     }
   }
   return plan;
 }
 
-NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& host_fs,
-                                const std::string& mountinfo_text, int bridge_timeout_ms) {
-  NodeSnapshot s;
-  s.state_dir = state_dir;
-  AttachRecordStore store(state_dir);
-  if (auto records = store.List(); records.ok()) {
-    s.records = std::move(*records);
-  } else {
-    s.errors.push_back("cannot read the attach records: " + records.status().ToString());
-  }
-  s.mounts = ParseMountInfo(mountinfo_text);
+namespace {
 
+// How long ago each record was last written.
+void GatherRecordAges(const AttachRecordStore& store, NodeSnapshot& s) {
   for (const auto& r : s.records) {
     std::error_code age_ec;
     auto written = std::filesystem::last_write_time(store.PathFor(r.volume_id), age_ec);
@@ -395,7 +423,10 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
     auto age = std::filesystem::file_time_type::clock::now() - written;
     s.record_age_seconds[r.volume_id] = std::chrono::duration_cast<std::chrono::seconds>(age).count();
   }
+}
 
+// Whether the plugin that wrote each userspace record still runs.
+void GatherRecordOwners(const Filesystem& host_fs, NodeSnapshot& s) {
   for (const auto& r : s.records) {
     if (r.connector != "userspace") continue;
     auto pid = r.connector_state.find(kPluginPidKey);
@@ -407,7 +438,10 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
       s.errors.push_back("record of volume \"" + r.volume_id + "\" names a malformed plugin pid or start time");
     }
   }
+}
 
+// Every bridge directory: on disk under the state dir, or named by a record.
+std::set<std::string> BridgeDirs(const std::string& state_dir, const NodeSnapshot& s) {
   std::set<std::string> dirs;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(BridgesDir(state_dir), ec)) {
@@ -419,42 +453,51 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
     dirs.insert(it != r.connector_state.end() && !it->second.empty() ? it->second
                                                                      : BridgePathsFor(state_dir, r.volume_id).dir);
   }
-  for (const auto& dir : dirs) {
-    BridgeObservation b;
-    b.dir = dir;
-    auto id = UnescapeVolumeIdFromFile(Basename(dir));
-    b.volume_id = id.ok() ? *id : Basename(dir);
-    b.control_socket = dir + "/ctl.sock";
-    b.mountpoint = dir + "/fuse";
-    for (const auto& r : s.records) {
-      auto it = r.connector_state.find("bridge_dir");
-      if (it == r.connector_state.end() || it->second != dir) continue;
-      if (auto c = r.connector_state.find("control_socket"); c != r.connector_state.end()) b.control_socket = c->second;
-      if (auto m = r.connector_state.find("mountpoint"); m != r.connector_state.end()) b.mountpoint = m->second;
-    }
-    b.pids = FindBridgePids(host_fs, b.control_socket);
-    if (std::filesystem::exists(b.control_socket, ec)) {
-      auto reply = CallBridge(b.control_socket, {{"op", "status"}}, std::chrono::milliseconds(bridge_timeout_ms));
-      Status st = reply.ok() ? StatusFromReply(*reply) : reply.status();
-      if (st.ok()) {
-        b.answered = true;
-        b.device = reply->value("device", "");
-        b.serial = reply->value("serial", "");
-        b.naa = reply->value("naa", std::vector<std::string>{});
-        b.portal = reply->value("portal", "");
-        b.io_errors = reply->value("io_errors", uint64_t{0});
-        int pid = reply->value("pid", 0);
-        if (pid > 0 && std::find(b.pids.begin(), b.pids.end(), pid) == b.pids.end()) b.pids.push_back(pid);
-      } else {
-        b.error = st.message();
-      }
-    } else {
-      b.error = "no control socket";
-    }
-    for (const auto& m : s.mounts) b.fuse_mounted = b.fuse_mounted || m.target == b.mountpoint;
-    s.bridges.push_back(std::move(b));
-  }
+  return dirs;
+}
 
+// One bridge: its processes, what it answers on its control socket, and
+// whether its FUSE file is mounted.
+BridgeObservation ObserveBridge(const std::string& dir, const Filesystem& host_fs, int bridge_timeout_ms,
+                                const NodeSnapshot& s) {
+  std::error_code ec;
+  BridgeObservation b;
+  b.dir = dir;
+  auto id = UnescapeVolumeIdFromFile(Basename(dir));
+  b.volume_id = id.ok() ? *id : Basename(dir);
+  b.control_socket = dir + "/ctl.sock";
+  b.mountpoint = dir + "/fuse";
+  for (const auto& r : s.records) {
+    auto it = r.connector_state.find("bridge_dir");
+    if (it == r.connector_state.end() || it->second != dir) continue;
+    if (auto c = r.connector_state.find("control_socket"); c != r.connector_state.end()) b.control_socket = c->second;
+    if (auto m = r.connector_state.find("mountpoint"); m != r.connector_state.end()) b.mountpoint = m->second;
+  }
+  b.pids = FindBridgePids(host_fs, b.control_socket);
+  if (std::filesystem::exists(b.control_socket, ec)) {
+    auto reply = CallBridge(b.control_socket, {{"op", "status"}}, std::chrono::milliseconds(bridge_timeout_ms));
+    Status st = reply.ok() ? StatusFromReply(*reply) : reply.status();
+    if (st.ok()) {
+      b.answered = true;
+      b.device = reply->value("device", "");
+      b.serial = reply->value("serial", "");
+      b.naa = reply->value("naa", std::vector<std::string>{});
+      b.portal = reply->value("portal", "");
+      b.io_errors = reply->value("io_errors", uint64_t{0});
+      int pid = reply->value("pid", 0);
+      if (pid > 0 && std::find(b.pids.begin(), b.pids.end(), pid) == b.pids.end()) b.pids.push_back(pid);
+    } else {
+      b.error = st.message();
+    }
+  } else {
+    b.error = "no control socket";
+  }
+  for (const auto& m : s.mounts) b.fuse_mounted = b.fuse_mounted || m.target == b.mountpoint;
+  return b;
+}
+
+// The kernel initiator's iSCSI sessions, from sysfs.
+void GatherKernelSessions(const Filesystem& host_fs, NodeSnapshot& s) {
   if (auto names = host_fs.ListDir("/sys/class/iscsi_session"); names.ok()) {
     for (const auto& name : *names) {
       if (!name.starts_with("session")) continue;
@@ -473,7 +516,10 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
       s.sessions.push_back(std::move(k));
     }
   }
+}
 
+// Loop devices whose backing file is under the bridges' directory.
+void GatherBridgeLoops(const Filesystem& host_fs, const std::string& state_dir, NodeSnapshot& s) {
   if (auto names = host_fs.ListDir("/sys/block"); names.ok()) {
     for (const auto& name : *names) {
       if (!name.starts_with("loop")) continue;
@@ -483,7 +529,10 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
       s.loops.push_back({"/dev/" + name, dev.ok() ? *dev : "", *backing});
     }
   }
+}
 
+// MAJOR:MINOR of every device the records, bridges and loops name.
+void GatherDeviceNumbers(NodeSnapshot& s) {
   std::set<std::string> devices;
   for (const auto& r : s.records) devices.insert(r.device_path);
   for (const auto& b : s.bridges) devices.insert(b.device);
@@ -495,6 +544,10 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
   for (const auto& loop : s.loops) {
     if (!loop.major_minor.empty()) s.device_numbers[loop.device] = loop.major_minor;
   }
+}
+
+// Filesystem usage of every staged volume that is mounted.
+void GatherStagedUsage(NodeSnapshot& s) {
   for (const auto& r : s.records) {
     std::string path = ParseStagedAnnotation(r).staging_path;
     if (path.empty() || FindMountAt(s.mounts, path) == nullptr) continue;
@@ -505,6 +558,30 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
     u.used_bytes = static_cast<uint64_t>(vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize;
     s.usage[path] = u;
   }
+}
+
+}  // namespace
+
+NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& host_fs,
+                                const std::string& mountinfo_text, int bridge_timeout_ms) {
+  NodeSnapshot s;
+  s.state_dir = state_dir;
+  AttachRecordStore store(state_dir);
+  if (auto records = store.List(); records.ok()) {
+    s.records = std::move(*records);
+  } else {
+    s.errors.push_back("cannot read the attach records: " + records.status().ToString());
+  }
+  s.mounts = ParseMountInfo(mountinfo_text);
+  GatherRecordAges(store, s);
+  GatherRecordOwners(host_fs, s);
+  for (const auto& dir : BridgeDirs(state_dir, s)) {
+    s.bridges.push_back(ObserveBridge(dir, host_fs, bridge_timeout_ms, s));
+  }
+  GatherKernelSessions(host_fs, s);
+  GatherBridgeLoops(host_fs, state_dir, s);
+  GatherDeviceNumbers(s);
+  GatherStagedUsage(s);
   return s;
 }
 
@@ -514,20 +591,6 @@ NodeSnapshot GatherHostSnapshot(const std::string& state_dir) {
   NodeSnapshot s = GatherNodeSnapshot(state_dir, *fs, mountinfo.ok() ? *mountinfo : "", 2000);
   if (!mountinfo.ok()) s.errors.push_back("cannot read the mount table: " + mountinfo.status().ToString());
   return s;
-}
-
-std::string HumanBytes(uint64_t bytes) {
-  static const char* kUnits[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 5) value /= 1024, ++unit;
-  char buf[32];
-  if (unit == 0 || value >= 100 || value == static_cast<double>(static_cast<uint64_t>(value))) {
-    std::snprintf(buf, sizeof buf, "%.0f%s", value, kUnits[unit]);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f%s", value, kUnits[unit]);
-  }
-  return buf;
 }
 
 }  // namespace blockcsi::cli

@@ -189,7 +189,4 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
 // 2 s per bridge.
 NodeSnapshot GatherHostSnapshot(const std::string& state_dir);
 
-// "512Mi", "1.5Gi": sizes for the table.
-std::string HumanBytes(uint64_t bytes);
-
 }  // namespace blockcsi::cli

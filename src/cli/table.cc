@@ -1,6 +1,7 @@
 #include "cli/table.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -44,6 +45,20 @@ void Table::Print(std::ostream& out, OutputFormat format) const {
   };
   print_row(columns_, true);
   for (const auto& row : rows_) print_row(row, false);
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 5) value /= 1024, ++unit;
+  char buf[32];
+  if (unit == 0 || value >= 100 || value == static_cast<double>(static_cast<uint64_t>(value))) {
+    std::snprintf(buf, sizeof buf, "%.0f%s", value, kUnits[unit]);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f%s", value, kUnits[unit]);
+  }
+  return buf;
 }
 
 }  // namespace blockcsi::cli

@@ -2,6 +2,7 @@
 // the same rows, so `-o json` never drifts from what the table shows.
 #pragma once
 
+#include <cstdint>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -23,5 +24,8 @@ class Table {
   std::vector<std::string> columns_;
   std::vector<std::vector<std::string>> rows_;
 };
+
+// "512Mi", "1.5Gi": sizes for the table.
+std::string HumanBytes(uint64_t bytes);
 
 }  // namespace blockcsi::cli

@@ -76,6 +76,92 @@ std::function<StatusOr<bool>(const std::string&)> KnownNodes(const PluginConfig&
   };
 }
 
+using FsMinimumBytes = std::function<uint64_t(const std::string& fs_type)>;
+
+BackendOptions ControllerBackendOptions(const PluginConfig& config) {
+  BackendOptions backend_options;
+  backend_options.kind = config.backend;
+  backend_options.pool_dir = config.pool_dir;
+  backend_options.tgt_control_port = config.tgt_control_port;
+  backend_options.tgtadm = config.tgtadm;
+  backend_options.tgt_control = config.tgt_control;
+  backend_options.overcommit_ratio = config.overcommit_ratio;
+  backend_options.portals = config.portals;
+  backend_options.iqn_prefix = config.iqn_prefix;
+  backend_options.reconcile_interval = config.reconcile_interval;
+  backend_options.target_agent = config.target_agent;
+  backend_options.tls_cert = config.tls_cert;
+  backend_options.tls_key = config.tls_key;
+  backend_options.tls_ca = config.tls_ca;
+  backend_options.insecure = config.insecure;
+  backend_options.ceph_conf = config.ceph_conf;
+  backend_options.ceph_user = config.ceph_user;
+  backend_options.ceph_keyring = config.ceph_keyring;
+  backend_options.rbd_pool = config.rbd_pool;
+  return backend_options;
+}
+
+// The Controller service on the configured backend(s); the backend's health
+// joins the readiness `checks`.
+StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& config,
+                                                         const FsMinimumBytes& fs_minimum_bytes,
+                                                         std::vector<ReadinessCheck>& checks) {
+  // One backend keeps its own ids; several (--backend-config) sit behind a
+  // RoutingBackend whose ids name the backend.
+  auto backend = [&]() -> StatusOr<std::shared_ptr<VolumeBackend>> {
+    if (config.backend_config.empty()) return MakeControllerBackend(ControllerBackendOptions(config));
+    BLOCKCSI_ASSIGN_OR_RETURN(BackendConfig backend_config, LoadBackendConfig(config.backend_config));
+    return MakeRoutedBackends(backend_config);
+  }();
+  if (!backend.ok()) return backend.status();
+  std::shared_ptr<VolumeBackend> volume_backend = *backend;
+  checks.push_back({"backend", [volume_backend] { return volume_backend->Healthy(); }});
+  // The node advertises --max-volumes-per-node through NodeGetInfo; the
+  // controller enforces the same number (see controller_service.h).
+  ControllerOptions controller_options;
+  controller_options.max_volumes_per_node = config.max_volumes_per_node;
+  auto directory = NodeDirectory(config);
+  // An unusable --kubeconfig is a usage error.
+  if (!directory.ok()) return InvalidArgument(directory.status().message());
+  controller_options.node_exists = KnownNodes(config, *directory);
+  controller_options.fs_minimum_bytes = fs_minimum_bytes;
+  // The scoping layer hands each call's secrets (cephx from CSI secrets)
+  // and parameters to the backend; see backend/call_scope.h.
+  return std::shared_ptr<grpc::Service>(std::make_shared<CallScopingController>(
+      std::make_shared<ControllerService>(volume_backend, std::move(controller_options))));
+}
+
+StatusOr<std::shared_ptr<grpc::Service>> BuildNode(const PluginConfig& config, const FsMinimumBytes& fs_minimum_bytes) {
+  BLOCKCSI_ASSIGN_OR_RETURN(auto node, BuildNodeService({.connector = config.connector,
+                                                         .state_dir = config.state_dir,
+                                                         .node_id = config.node_id,
+                                                         .zone = config.zone,
+                                                         .max_volumes_per_node = config.max_volumes_per_node,
+                                                         .bridge_io_timeout = config.bridge_io_timeout,
+                                                         .bridge_cgroup = config.bridge_cgroup,
+                                                         .ceph_conf = config.ceph_conf,
+                                                         .rbd_map_options = config.rbd_map_options,
+                                                         .iscsi_nodes_dir = config.iscsi_nodes_dir,
+                                                         .rbd_timeout = config.rbd_timeout,
+                                                         .fs_minimum_bytes = fs_minimum_bytes}));
+  return std::shared_ptr<grpc::Service>(node);
+}
+
+// The metrics port comes up first: a plugin that cannot bind the port it
+// was told to serve on is misconfigured, and says so before anything else.
+// -1, or the exit code.
+int StartMetrics(const PluginConfig& config, std::unique_ptr<MetricsServer>* server) {
+  RecordBuildInfo("blockcsi");
+  if (config.metrics_address.empty()) return -1;
+  auto started = StartMetricsServer(config.metrics_address, Metrics());
+  if (!started.ok()) {
+    std::cerr << "blockcsi: " << started.status().message() << "\n";
+    return started.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  *server = std::move(*started);
+  return -1;
+}
+
 int Main(int argc, char** argv) {
   // ---- subcommand dispatch (e.g. `blockcsi bridge ...`, the per-volume
   // userspace bridge process; attach layer owner) ----
@@ -97,18 +183,8 @@ int Main(int argc, char** argv) {
                        {"node_id", config.node_id},
                        {"connector", config.connector}});
 
-  // The metrics port comes up first: a plugin that cannot bind the port it
-  // was told to serve on is misconfigured, and says so before anything else.
-  RecordBuildInfo("blockcsi");
   std::unique_ptr<MetricsServer> metrics_server;
-  if (!config.metrics_address.empty()) {
-    auto started = StartMetricsServer(config.metrics_address, Metrics());
-    if (!started.ok()) {
-      std::cerr << "blockcsi: " << started.status().message() << "\n";
-      return started.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-    }
-    metrics_server = std::move(*started);
-  }
+  if (int exit_code = StartMetrics(config, &metrics_server); exit_code >= 0) return exit_code;
 
   // Services and readiness checks are gathered per mode; Identity is built
   // last so that Probe sees every check.
@@ -122,77 +198,24 @@ int Main(int argc, char** argv) {
     checks.push_back({"state-dir", [dir = config.state_dir] { return StateDirWritable(dir); }});
   }
 
-  // ---- controller wiring (controller service owner): build the backend from
-  // config, push a readiness check to `checks` and the Controller service to
-  // `owned_services` ----
+  // ---- controller wiring (controller service owner): the backend from
+  // config, a readiness check in `checks`, the Controller service ----
   if (config.runs_controller()) {
-    BackendOptions backend_options;
-    backend_options.kind = config.backend;
-    backend_options.pool_dir = config.pool_dir;
-    backend_options.tgt_control_port = config.tgt_control_port;
-    backend_options.tgtadm = config.tgtadm;
-    backend_options.tgt_control = config.tgt_control;
-    backend_options.overcommit_ratio = config.overcommit_ratio;
-    backend_options.portals = config.portals;
-    backend_options.iqn_prefix = config.iqn_prefix;
-    backend_options.reconcile_interval = config.reconcile_interval;
-    backend_options.target_agent = config.target_agent;
-    backend_options.tls_cert = config.tls_cert;
-    backend_options.tls_key = config.tls_key;
-    backend_options.tls_ca = config.tls_ca;
-    backend_options.insecure = config.insecure;
-    backend_options.ceph_conf = config.ceph_conf;
-    backend_options.ceph_user = config.ceph_user;
-    backend_options.ceph_keyring = config.ceph_keyring;
-    backend_options.rbd_pool = config.rbd_pool;
-    // One backend keeps its own ids; several (--backend-config) sit behind a
-    // RoutingBackend whose ids name the backend.
-    auto backend = [&]() -> StatusOr<std::shared_ptr<VolumeBackend>> {
-      if (config.backend_config.empty()) return MakeControllerBackend(backend_options);
-      BLOCKCSI_ASSIGN_OR_RETURN(BackendConfig backend_config, LoadBackendConfig(config.backend_config));
-      return MakeRoutedBackends(backend_config);
-    }();
-    if (!backend.ok()) {
-      LogError("cannot start the controller service", {{"error", backend.status().ToString()}});
-      std::cerr << "blockcsi: " << backend.status().message() << "\n";
+    auto controller = BuildController(config, fs_minimum_bytes, checks);
+    if (!controller.ok()) {
+      LogError("cannot start the controller service", {{"error", controller.status().ToString()}});
+      std::cerr << "blockcsi: " << controller.status().message() << "\n";
       // Bad flags exit like a usage error; an unreachable backend is worth a restart.
-      return backend.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+      return controller.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     }
-    std::shared_ptr<VolumeBackend> volume_backend = *backend;
-    checks.push_back({"backend", [volume_backend] { return volume_backend->Healthy(); }});
-    // The node advertises --max-volumes-per-node through NodeGetInfo; the
-    // controller enforces the same number (see controller_service.h).
-    ControllerOptions controller_options;
-    controller_options.max_volumes_per_node = config.max_volumes_per_node;
-    auto directory = NodeDirectory(config);
-    if (!directory.ok()) {
-      std::cerr << "blockcsi: " << directory.status().message() << "\n";
-      return 2;
-    }
-    controller_options.node_exists = KnownNodes(config, *directory);
-    controller_options.fs_minimum_bytes = fs_minimum_bytes;
-    // The scoping layer hands each call's secrets (cephx from CSI secrets)
-    // and parameters to the backend; see backend/call_scope.h.
-    owned_services.push_back(std::make_shared<CallScopingController>(
-        std::make_shared<ControllerService>(volume_backend, std::move(controller_options))));
+    owned_services.push_back(*controller);
   }
   // ---- end controller wiring ----
 
-  // ---- node wiring (node service owner): build the attacher from config,
-  // push the Node service to `owned_services` ----
+  // ---- node wiring (node service owner): the attacher from config, the
+  // Node service ----
   if (config.runs_node()) {
-    auto node = BuildNodeService({.connector = config.connector,
-                                  .state_dir = config.state_dir,
-                                  .node_id = config.node_id,
-                                  .zone = config.zone,
-                                  .max_volumes_per_node = config.max_volumes_per_node,
-                                  .bridge_io_timeout = config.bridge_io_timeout,
-                                  .bridge_cgroup = config.bridge_cgroup,
-                                  .ceph_conf = config.ceph_conf,
-                                  .rbd_map_options = config.rbd_map_options,
-                                  .iscsi_nodes_dir = config.iscsi_nodes_dir,
-                                  .rbd_timeout = config.rbd_timeout,
-                                  .fs_minimum_bytes = fs_minimum_bytes});
+    auto node = BuildNode(config, fs_minimum_bytes);
     if (!node.ok()) {
       LogError("cannot start the node service", {{"error", node.status().ToString()}});
       std::cerr << "blockcsi: " << node.status().message() << "\n";

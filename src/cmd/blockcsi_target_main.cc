@@ -62,10 +62,7 @@ int Fail(const std::string& message, int code = 2) {
   return code;
 }
 
-int Main(int argc, char** argv) {
-  BlockTerminationSignals();
-  AgentConfig c;
-  CLI::App app{"blockcsi-target: the storage-host agent of blockcsi (pool + tgt/LIO export)", "blockcsi-target"};
+void AddFlags(CLI::App& app, AgentConfig& c) {
   app.add_option("--listen", c.listen, "TCP address HOST:PORT to serve on (mTLS unless --insecure); repeatable");
   app.add_option("--socket", c.socket, "Unix socket path to serve on (local clients; no TLS)");
   app.add_option("--pool", c.pool_dir, "Pool directory (images and metadata)")->required();
@@ -108,6 +105,146 @@ int Main(int argc, char** argv) {
   app.add_option("--log-level", c.log_level, "debug, info, warn, error");
   app.add_option("--metrics-address", c.metrics_address,
                  "HOST:PORT to serve Prometheus metrics on at /metrics (plain HTTP); off when not given");
+}
+
+// The flags turned into what the agent runs with, or why they do not fit
+// together.
+struct AgentSettings {
+  std::chrono::milliseconds reconcile_interval{0}, shutdown_grace{0};
+  ServerLimits limits;
+  unsigned socket_mode = 0;
+  bool tls = false;
+};
+
+StatusOr<AgentSettings> CheckFlags(const AgentConfig& c) {
+  AgentSettings out;
+  auto interval = ParseDuration(c.reconcile_interval);
+  if (!interval.ok()) return InvalidArgument("--reconcile-interval: " + interval.status().message());
+  out.reconcile_interval = *interval;
+  auto grace = ParseDuration(c.shutdown_grace);
+  if (!grace.ok()) return InvalidArgument("--shutdown-grace: " + grace.status().message());
+  out.shutdown_grace = *grace;
+  auto handshake = ParseDuration(c.handshake_timeout);
+  if (!handshake.ok() || handshake->count() <= 0) {
+    return InvalidArgument("--handshake-timeout must be a positive duration");
+  }
+  out.limits.handshake_timeout = *handshake;
+  char* end = nullptr;
+  unsigned long m = std::strtoul(c.socket_mode.c_str(), &end, 8);
+  if (c.socket_mode.empty() || *end != '\0' || m > 0777) {
+    return InvalidArgument("--socket-mode must be an octal mode like 0660");
+  }
+  out.socket_mode = static_cast<unsigned>(m);
+  if (c.listen.empty() && c.socket.empty()) return InvalidArgument("give --listen HOST:PORT and/or --socket PATH");
+  out.tls = !c.tls_cert.empty() || !c.tls_key.empty() || !c.tls_ca.empty();
+  if (out.tls && (c.tls_cert.empty() || c.tls_key.empty() || c.tls_ca.empty())) {
+    return InvalidArgument("mTLS needs all of --tls-cert, --tls-key and --tls-ca");
+  }
+  if (!c.allowed_clients.empty() && !out.tls) {
+    return InvalidArgument("--allowed-client needs mTLS (--tls-cert, --tls-key, --tls-ca)");
+  }
+  if (!c.listen.empty() && !out.tls && !c.insecure) {
+    return InvalidArgument("refusing to serve plain TCP on " + c.listen.front() +
+                           ": give --tls-cert, --tls-key and --tls-ca (clients must present a certificate signed by "
+                           "that CA), or --insecure to accept unauthenticated clients");
+  }
+  return out;
+}
+
+// Every connection is a file descriptor until its handshake times out: take
+// the hard limit the host grants (often 1024 soft of 524288 hard), so a
+// burst of idle sockets does not run the agent out of descriptors for its
+// pool and tgtd's socket.
+void RaiseFileLimit() {
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+}
+
+// The credentials of the TCP listeners: mTLS with the optional client
+// allow-list, or none (--insecure, or no TCP listener at all).
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const AgentConfig& c, bool tls) {
+  if (!tls) return grpc::InsecureServerCredentials();
+  // Before anything else starts: a broken or exposed key fails here, by name.
+  BLOCKCSI_RETURN_IF_ERROR(CheckTlsFiles(c.tls_cert, c.tls_key, c.tls_ca));
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  BLOCKCSI_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFileToString(c.tls_ca));
+  BLOCKCSI_ASSIGN_OR_RETURN(std::string cert, ReadFileToString(c.tls_cert));
+  BLOCKCSI_ASSIGN_OR_RETURN(std::string key, ReadFileToString(c.tls_key));
+  ssl.pem_key_cert_pairs.push_back({key, cert});
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(ssl);
+  if (!c.allowed_clients.empty()) {
+    credentials->SetAuthMetadataProcessor(
+        MakeClientAllowList(std::set<std::string>(c.allowed_clients.begin(), c.allowed_clients.end())));
+  }
+  return credentials;
+}
+
+BackendOptions LocalBackendOptions(const AgentConfig& c, std::chrono::milliseconds reconcile_interval) {
+  BackendOptions options;
+  options.kind = "local";
+  options.pool_dir = c.pool_dir;
+  options.target = c.target;
+  options.configfs_root = c.configfs_root;
+  options.tgt_control_port = c.tgt_control_port;
+  options.tgtadm = c.tgtadm;
+  options.tgt_control = c.tgt_control;
+  options.overcommit_ratio = c.overcommit_ratio;
+  options.portals = c.portals;
+  options.iqn_prefix = c.iqn_prefix;
+  options.reconcile_interval = reconcile_interval;
+  return options;
+}
+
+// Serves `service` on every --listen address and the --socket until SIGTERM
+// or SIGINT, then lets in-flight calls finish for the grace period.
+int ServeUntilSignalled(const AgentConfig& c, const AgentSettings& settings,
+                        const std::shared_ptr<grpc::ServerCredentials>& tcp_credentials, grpc::Service* service) {
+  grpc::ServerBuilder builder;
+  std::vector<int> ports(c.listen.size(), 0);
+  for (size_t i = 0; i < c.listen.size(); ++i) builder.AddListeningPort(c.listen[i], tcp_credentials, &ports[i]);
+  if (!c.socket.empty()) {
+    if (Status st = PrepareUnixSocket(c.socket); !st.ok()) return Fail(st.message(), 1);
+    builder.AddListeningPort("unix:" + c.socket, grpc::InsecureServerCredentials());
+  }
+  builder.RegisterService(service);
+  AddRpcLogging(builder);
+  ApplyServerLimits(builder, settings.limits);
+  // The socket is born without any access for others (no window in which a
+  // local user could connect), then gets --socket-mode.
+  mode_t old_umask = ::umask(0177);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ::umask(old_umask);
+  if (!server) return Fail("cannot listen on the given addresses", 1);
+  if (!c.socket.empty() && ::chmod(c.socket.c_str(), settings.socket_mode) != 0) {
+    return Fail("cannot set mode of " + c.socket + ": " + std::strerror(errno), 1);
+  }
+  for (size_t i = 0; i < c.listen.size(); ++i) {
+    if (ports[i] == 0) return Fail("cannot listen on " + c.listen[i], 1);
+    LogInfo("serving", {{"address", c.listen[i]}, {"port", std::to_string(ports[i])}});
+  }
+  if (!c.socket.empty()) LogInfo("serving", {{"socket", c.socket}});
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int signal_number = 0;
+  sigwait(&set, &signal_number);
+  LogInfo("shutting down", {{"signal", strsignal(signal_number)}});
+  server->Shutdown(std::chrono::system_clock::now() + settings.shutdown_grace);
+  server->Wait();
+  if (!c.socket.empty()) ::unlink(c.socket.c_str());
+  LogInfo("stopped");
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  BlockTerminationSignals();
+  AgentConfig c;
+  CLI::App app{"blockcsi-target: the storage-host agent of blockcsi (pool + tgt/LIO export)", "blockcsi-target"};
+  AddFlags(app, c);
   bool show_version = false;
   app.add_flag("--version", show_version, "Print the version and exit");
   try {
@@ -125,60 +262,11 @@ int Main(int argc, char** argv) {
   if (!level.ok()) return Fail(level.status().message());
   InitLogging("blockcsi-target", *format, *level);
 
-  auto interval = ParseDuration(c.reconcile_interval);
-  if (!interval.ok()) return Fail("--reconcile-interval: " + interval.status().message());
-  auto grace = ParseDuration(c.shutdown_grace);
-  if (!grace.ok()) return Fail("--shutdown-grace: " + grace.status().message());
-  auto handshake = ParseDuration(c.handshake_timeout);
-  if (!handshake.ok() || handshake->count() <= 0) return Fail("--handshake-timeout must be a positive duration");
-  ServerLimits limits;
-  limits.handshake_timeout = *handshake;
-  // Every connection is a file descriptor until its handshake times out: take
-  // the hard limit the host grants (often 1024 soft of 524288 hard), so a
-  // burst of idle sockets does not run the agent out of descriptors for its
-  // pool and tgtd's socket.
-  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &nofile);
-  }
-  unsigned socket_mode = 0;
-  {
-    char* end = nullptr;
-    unsigned long m = std::strtoul(c.socket_mode.c_str(), &end, 8);
-    if (c.socket_mode.empty() || *end != '\0' || m > 0777) return Fail("--socket-mode must be an octal mode like 0660");
-    socket_mode = static_cast<unsigned>(m);
-  }
-  if (c.listen.empty() && c.socket.empty()) return Fail("give --listen HOST:PORT and/or --socket PATH");
-  bool tls = !c.tls_cert.empty() || !c.tls_key.empty() || !c.tls_ca.empty();
-  if (tls && (c.tls_cert.empty() || c.tls_key.empty() || c.tls_ca.empty())) {
-    return Fail("mTLS needs all of --tls-cert, --tls-key and --tls-ca");
-  }
-  if (!c.allowed_clients.empty() && !tls) return Fail("--allowed-client needs mTLS (--tls-cert, --tls-key, --tls-ca)");
-  if (!c.listen.empty() && !tls && !c.insecure) {
-    return Fail("refusing to serve plain TCP on " + c.listen.front() +
-                ": give --tls-cert, --tls-key and --tls-ca (clients must present a certificate signed by that CA), "
-                "or --insecure to accept unauthenticated clients");
-  }
-
-  std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
-  if (tls) {
-    // Before anything else starts: a broken or exposed key fails here, by name.
-    if (Status st = CheckTlsFiles(c.tls_cert, c.tls_key, c.tls_ca); !st.ok()) return Fail(st.message());
-    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    auto ca = ReadFileToString(c.tls_ca);
-    auto cert = ReadFileToString(c.tls_cert);
-    auto key = ReadFileToString(c.tls_key);
-    for (const auto* r : {&ca, &cert, &key}) {
-      if (!r->ok()) return Fail(r->status().message());
-    }
-    ssl.pem_root_certs = *ca;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    tcp_credentials = grpc::SslServerCredentials(ssl);
-    if (!c.allowed_clients.empty()) {
-      tcp_credentials->SetAuthMetadataProcessor(
-          MakeClientAllowList(std::set<std::string>(c.allowed_clients.begin(), c.allowed_clients.end())));
-    }
-  }
+  auto settings = CheckFlags(c);
+  if (!settings.ok()) return Fail(settings.status().message());
+  RaiseFileLimit();
+  auto tcp_credentials = TcpCredentials(c, settings->tls);
+  if (!tcp_credentials.ok()) return Fail(tcp_credentials.status().message());
 
   RecordBuildInfo("blockcsi-target");
   std::unique_ptr<MetricsServer> metrics_server;
@@ -189,67 +277,18 @@ int Main(int argc, char** argv) {
     metrics_server = std::move(*started);
   }
 
-  BackendOptions options;
-  options.kind = "local";
-  options.pool_dir = c.pool_dir;
-  options.target = c.target;
-  options.configfs_root = c.configfs_root;
-  options.tgt_control_port = c.tgt_control_port;
-  options.tgtadm = c.tgtadm;
-  options.tgt_control = c.tgt_control;
-  options.overcommit_ratio = c.overcommit_ratio;
-  options.portals = c.portals;
-  options.iqn_prefix = c.iqn_prefix;
-  options.reconcile_interval = *interval;
   LogInfo("starting", {{"version", BuildVersion()},
                        {"pool", c.pool_dir},
                        {"target", c.target},
-                       {"reconcile_interval", FormatDuration(*interval)},
-                       {"tls", tls ? "mtls" : "off"}});
-  auto backend = MakeBackend(options);
+                       {"reconcile_interval", FormatDuration(settings->reconcile_interval)},
+                       {"tls", settings->tls ? "mtls" : "off"}});
+  auto backend = MakeBackend(LocalBackendOptions(c, settings->reconcile_interval));
   if (!backend.ok()) {
     LogError("cannot open the backend", {{"error", backend.status().ToString()}});
     return Fail(backend.status().message(), 1);
   }
   TargetAgentService service(*backend);
-
-  grpc::ServerBuilder builder;
-  std::vector<int> ports(c.listen.size(), 0);
-  for (size_t i = 0; i < c.listen.size(); ++i) builder.AddListeningPort(c.listen[i], tcp_credentials, &ports[i]);
-  if (!c.socket.empty()) {
-    if (Status st = PrepareUnixSocket(c.socket); !st.ok()) return Fail(st.message(), 1);
-    builder.AddListeningPort("unix:" + c.socket, grpc::InsecureServerCredentials());
-  }
-  builder.RegisterService(&service);
-  AddRpcLogging(builder);
-  ApplyServerLimits(builder, limits);
-  // The socket is born without any access for others (no window in which a
-  // local user could connect), then gets --socket-mode.
-  mode_t old_umask = ::umask(0177);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ::umask(old_umask);
-  if (!server) return Fail("cannot listen on the given addresses", 1);
-  if (!c.socket.empty() && ::chmod(c.socket.c_str(), socket_mode) != 0) {
-    return Fail("cannot set mode of " + c.socket + ": " + std::strerror(errno), 1);
-  }
-  for (size_t i = 0; i < c.listen.size(); ++i) {
-    if (ports[i] == 0) return Fail("cannot listen on " + c.listen[i], 1);
-    LogInfo("serving", {{"address", c.listen[i]}, {"port", std::to_string(ports[i])}});
-  }
-  if (!c.socket.empty()) LogInfo("serving", {{"socket", c.socket}});
-
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int signal_number = 0;
-  sigwait(&set, &signal_number);
-  LogInfo("shutting down", {{"signal", strsignal(signal_number)}});
-  server->Shutdown(std::chrono::system_clock::now() + *grace);
-  server->Wait();
-  if (!c.socket.empty()) ::unlink(c.socket.c_str());
-  LogInfo("stopped");
-  return 0;
+  return ServeUntilSignalled(c, *settings, *tcp_credentials, &service);
 }
 
 }  // namespace

@@ -22,7 +22,10 @@ const char* ModeName(PluginMode mode) {
   return "all";
 }
 
-void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
+namespace {
+
+// The flags every mode takes.
+void RegisterCommonFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
   app.add_option("--endpoint", c.endpoint, "CSI endpoint, unix:///path/to/csi.sock")->capture_default_str();
   app.add_option("--mode", texts.mode, "Services to run: controller, node or all")
       ->check(CLI::IsMember({"controller", "node", "all"}))
@@ -43,7 +46,10 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
 
   app.add_option("--metrics-address", c.metrics_address,
                  "HOST:PORT to serve Prometheus metrics on at /metrics (plain HTTP); off when not given");
+}
 
+// The Node group: how volumes are attached on this host.
+void RegisterNodeFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
   auto* node = "Node";
   app.add_option("--connector", c.connector,
                  "How the node attaches volumes: iscsi (kernel: open-iscsi for iSCSI, krbd for RBD) or userspace "
@@ -80,7 +86,10 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
   app.add_option("--rbd-timeout", texts.rbd_timeout, "iscsi connector, RBD volumes: timeout of each rbd command")
       ->group(node)
       ->capture_default_str();
+}
 
+// The Controller group: which backend, and its settings.
+void RegisterControllerFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
   auto* controller = "Controller";
   app.add_option("--backend", c.backend, "Volume backend: local (in-process pool), remote (agent) or rbd")
       ->check(CLI::IsMember({"local", "remote", "rbd"}))
@@ -142,6 +151,14 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
                  "without \"--\", default = true on one); StorageClass parameter backend=NAME picks one.\n"
                  "See docs/deploy.md, \"Several backends\"")
       ->group(controller);
+}
+
+}  // namespace
+
+void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
+  RegisterCommonFlags(app, c, texts);
+  RegisterNodeFlags(app, c, texts);
+  RegisterControllerFlags(app, c, texts);
 }
 
 int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {

@@ -12,8 +12,8 @@
 #include <filesystem>
 
 #include "common/logging.h"
-#include "common/strings.h"
 #include "common/span.h"
+#include "common/strings.h"
 
 extern char** environ;
 
@@ -155,91 +155,122 @@ class ProcessExecutor final : public Executor {
     auto started = std::chrono::steady_clock::now();
     LogDebug("exec", {{"argv", command.Redacted()}});
     Span span("exec", command.args().empty() ? "" : std::filesystem::path(command.args()[0].value).filename().string());
+    const std::string& name = command.args()[0].value;
     int out_pipe[2], err_pipe[2], in_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe for " + command.args()[0].value);
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-      CloseBoth(out_pipe);
-      return ErrnoToStatus(errno, "pipe for " + command.args()[0].value);
-    }
-    if (::pipe2(in_pipe, O_CLOEXEC) != 0) {
-      CloseBoth(out_pipe);
-      CloseBoth(err_pipe);
-      return ErrnoToStatus(errno, "pipe for " + command.args()[0].value);
-    }
-
+    BLOCKCSI_RETURN_IF_ERROR(OpenPipes(name, out_pipe, err_pipe, in_pipe));
     // Everything the child needs is prepared before fork: no allocation after.
-    std::string program = ResolveProgram(command.args()[0].value);
-    if (program.empty()) {
+    ExecImage image;
+    PrepareExec(command, &image);
+    if (image.program.empty()) {
       CloseBoth(out_pipe);
       CloseBoth(err_pipe);
       CloseBoth(in_pipe);
-      return NotFound("cannot run " + command.args()[0].value +
+      return NotFound("cannot run " + name +
                       ": no such program in /usr/sbin, /usr/bin, /sbin or /bin (PATH is not searched)");
     }
-    std::vector<std::string> argv_storage = command.Argv();
-    std::vector<char*> argv;
-    for (auto& a : argv_storage) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_storage;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string_view entry(*e);
-      auto eq = entry.find('=');
-      if (eq != std::string_view::npos && command.env().count(std::string(entry.substr(0, eq))) > 0) continue;
-      env_storage.emplace_back(entry);
-    }
-    for (const auto& [k, v] : command.env()) env_storage.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (auto& e : env_storage) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
     pid_t pid = ::fork();
     if (pid < 0) {
       int err = errno;
       CloseBoth(out_pipe);
       CloseBoth(err_pipe);
       CloseBoth(in_pipe);
-      return ErrnoToStatus(err, "fork for " + command.args()[0].value);
+      return ErrnoToStatus(err, "fork for " + name);
     }
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      ::dup2(in_pipe[0], STDIN_FILENO);
-      ::dup2(out_pipe[1], STDOUT_FILENO);
-      ::dup2(err_pipe[1], STDERR_FILENO);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::execve(program.c_str(), argv.data(), envp.data());
-      const char msg[] = "exec failed\n";
-      ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-      (void)ignored;
-      ::_exit(127);
-    }
+    if (pid == 0) ExecChild(image, in_pipe[0], out_pipe[1], err_pipe[1]);
     ::setpgid(pid, pid);  // also from the parent: no race with the kill below
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
     ::close(in_pipe[0]);
 
     CommandResult result;
-    std::string_view to_write = command.stdin_data();
     int in_fd = in_pipe[1];
+    Pump(command, started + command.timeout(), out_pipe[0], err_pipe[0], in_fd, &result);
+    if (result.timed_out) ::kill(-pid, SIGKILL);
+    if (out_pipe[0] >= 0) ::close(out_pipe[0]);
+    if (err_pipe[0] >= 0) ::close(err_pipe[0]);
+    if (in_fd >= 0) ::close(in_fd);
+    return Reap(command, pid, std::move(result));
+  }
+
+ private:
+  // What execve needs, built before fork (the child must not allocate).
+  struct ExecImage {
+    std::string program;  // "" when it is in none of kProgramDirs
+    std::vector<std::string> argv_storage, env_storage;
+    std::vector<char*> argv, envp;
+  };
+
+  static Status OpenPipes(const std::string& name, int out_pipe[2], int err_pipe[2], int in_pipe[2]) {
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe for " + name);
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      CloseBoth(out_pipe);
+      return ErrnoToStatus(errno, "pipe for " + name);
+    }
+    if (::pipe2(in_pipe, O_CLOEXEC) != 0) {
+      CloseBoth(out_pipe);
+      CloseBoth(err_pipe);
+      return ErrnoToStatus(errno, "pipe for " + name);
+    }
+    return OkStatus();
+  }
+
+  // Filled in place: argv and envp point into the storage beside them.
+  static void PrepareExec(const Command& command, ExecImage* image) {
+    image->program = ResolveProgram(command.args()[0].value);
+    image->argv_storage = command.Argv();
+    for (auto& a : image->argv_storage) image->argv.push_back(a.data());
+    image->argv.push_back(nullptr);
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string_view entry(*e);
+      auto eq = entry.find('=');
+      if (eq != std::string_view::npos && command.env().count(std::string(entry.substr(0, eq))) > 0) continue;
+      image->env_storage.emplace_back(entry);
+    }
+    for (const auto& [k, v] : command.env()) image->env_storage.push_back(k + "=" + v);
+    for (auto& e : image->env_storage) image->envp.push_back(e.data());
+    image->envp.push_back(nullptr);
+  }
+
+  // In the forked child: its own process group (a timeout kills the whole
+  // group), the pipes as stdio, no blocked signals, then the program.
+  [[noreturn]] static void ExecChild(const ExecImage& image, int in_fd, int out_fd, int err_fd) {
+    ::setpgid(0, 0);
+    ::dup2(in_fd, STDIN_FILENO);
+    ::dup2(out_fd, STDOUT_FILENO);
+    ::dup2(err_fd, STDERR_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(image.program.c_str(), image.argv.data(), image.envp.data());
+    const char msg[] = "exec failed\n";
+    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    ::_exit(127);
+  }
+
+  // Feeds stdin and captures stdout/stderr (bounded) until both outputs end
+  // or the deadline passes (result->timed_out). A descriptor that ends is
+  // closed and set to -1; the caller closes the rest.
+  static void Pump(const Command& command, std::chrono::steady_clock::time_point deadline, int& out_fd, int& err_fd,
+                   int& in_fd, CommandResult* result) {
+    std::string_view to_write = command.stdin_data();
     if (to_write.empty()) {
       ::close(in_fd);
       in_fd = -1;
     } else {
       ::fcntl(in_fd, F_SETFL, O_NONBLOCK);
     }
-    auto deadline = started + command.timeout();
     int open_outputs = 2;
     pollfd fds[3];
     while (open_outputs > 0 || in_fd >= 0) {
       auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {
-        result.timed_out = true;
+        result->timed_out = true;
         break;
       }
       int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
-      fds[0] = {out_pipe[0], POLLIN, 0};
-      fds[1] = {err_pipe[0], POLLIN, 0};
+      fds[0] = {out_fd, POLLIN, 0};
+      fds[1] = {err_fd, POLLIN, 0};
       fds[2] = {in_fd, POLLOUT, 0};
       int rc = ::poll(fds, 3, wait_ms);
       if (rc < 0) {
@@ -251,11 +282,11 @@ class ProcessExecutor final : public Executor {
         char buf[65536];
         ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
         if (n > 0) {
-          std::string& dst = i == 0 ? result.stdout_text : result.stderr_text;
+          std::string& dst = i == 0 ? result->stdout_text : result->stderr_text;
           if (dst.size() < kMaxCapture) dst.append(buf, static_cast<size_t>(n));
         } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
           ::close(fds[i].fd);
-          (i == 0 ? out_pipe[0] : err_pipe[0]) = -1;
+          (i == 0 ? out_fd : err_fd) = -1;
           --open_outputs;
         }
       }
@@ -268,11 +299,10 @@ class ProcessExecutor final : public Executor {
         }
       }
     }
-    if (result.timed_out) ::kill(-pid, SIGKILL);
-    if (out_pipe[0] >= 0) ::close(out_pipe[0]);
-    if (err_pipe[0] >= 0) ::close(err_pipe[0]);
-    if (in_fd >= 0) ::close(in_fd);
+  }
 
+  // Waits for the child and turns how it ended into the result or a status.
+  static StatusOr<CommandResult> Reap(const Command& command, pid_t pid, CommandResult result) {
     int wstatus = 0;
     while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
     }
@@ -299,7 +329,6 @@ class ProcessExecutor final : public Executor {
     return result;
   }
 
- private:
   static void CloseBoth(int fds[2]) {
     ::close(fds[0]);
     ::close(fds[1]);

@@ -35,6 +35,58 @@ grpc::Status ControllerService::ControllerPublishVolume(grpc::ServerContext*,
   return ToGrpcStatus(DoPublish(*request, response));
 }
 
+namespace {
+
+// Whether `node_id` may have the volume in `mode` beside the grants it
+// already has; *mine is this node's own grant, if any (an incompatible one
+// is ALREADY_EXISTS).
+Status CheckAccessModes(const VolumeRecord& record, const std::string& id, const std::string& node_id,
+                        const std::string& iqn, AccessMode mode, const std::string& fingerprint, bool read_only,
+                        const GrantRecord** mine) {
+  *mine = nullptr;
+  int other_writers = 0;
+  for (const auto& grant : record.grants) {
+    if (GrantIsForNode(grant, node_id, iqn)) {
+      *mine = &grant;
+      continue;
+    }
+    AccessMode other_mode = ModeFromFingerprint(grant.capability);
+    // A grant whose mode we cannot read (made by hand, or by another tool)
+    // is taken as exclusive: sharing a LUN by mistake corrupts it.
+    const bool other_exclusive =
+        IsSingleNodeMode(other_mode) || other_mode == AccessMode::VolumeCapability_AccessMode_Mode_UNKNOWN;
+    if (IsSingleNodeMode(mode) || other_exclusive) {
+      return FailedPrecondition("volume " + Quoted(id) + " is already published to node " +
+                                Quoted(GrantNodeName(grant)) + " (" + grant.capability +
+                                "), a single-node access mode; unpublish it there before publishing to node " +
+                                Quoted(node_id));
+    }
+    if (!grant.read_only) ++other_writers;
+  }
+  if (*mine != nullptr && ((*mine)->capability != fingerprint || (*mine)->read_only != read_only)) {
+    return AlreadyExists("volume " + Quoted(id) + " is already published to node " + Quoted(node_id) + " as " +
+                         (*mine)->capability + ((*mine)->read_only ? " read-only" : " read-write") +
+                         ", incompatible with " + fingerprint + (read_only ? " read-only" : " read-write"));
+  }
+  bool single_writer = mode == AccessMode::VolumeCapability_AccessMode_Mode_MULTI_NODE_SINGLE_WRITER;
+  for (const auto& grant : record.grants) {
+    single_writer |=
+        ModeFromFingerprint(grant.capability) == AccessMode::VolumeCapability_AccessMode_Mode_MULTI_NODE_SINGLE_WRITER;
+  }
+  if (*mine == nullptr && single_writer && !read_only && other_writers > 0) {
+    for (const auto& grant : record.grants) {
+      if (!grant.read_only && !GrantIsForNode(grant, node_id, iqn)) {
+        return FailedPrecondition("volume " + Quoted(id) + " (MULTI_NODE_SINGLE_WRITER) already has a writer on node " +
+                                  Quoted(GrantNodeName(grant)) + "; node " + Quoted(node_id) +
+                                  " may only publish it read-only");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeRequest& request,
                                     csi::v1::ControllerPublishVolumeResponse* response) {
   const std::string& id = request.volume_id();
@@ -64,44 +116,7 @@ Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeReques
   }
 
   const GrantRecord* mine = nullptr;
-  int other_writers = 0;
-  for (const auto& grant : record.grants) {
-    if (GrantIsForNode(grant, node_id, iqn)) {
-      mine = &grant;
-      continue;
-    }
-    AccessMode other_mode = ModeFromFingerprint(grant.capability);
-    // A grant whose mode we cannot read (made by hand, or by another tool)
-    // is taken as exclusive: sharing a LUN by mistake corrupts it.
-    const bool other_exclusive =
-        IsSingleNodeMode(other_mode) || other_mode == AccessMode::VolumeCapability_AccessMode_Mode_UNKNOWN;
-    if (IsSingleNodeMode(mode) || other_exclusive) {
-      return FailedPrecondition("volume " + Quoted(id) + " is already published to node " +
-                                Quoted(GrantNodeName(grant)) + " (" + grant.capability +
-                                "), a single-node access mode; unpublish it there before publishing to node " +
-                                Quoted(node_id));
-    }
-    if (!grant.read_only) ++other_writers;
-  }
-  if (mine != nullptr && (mine->capability != fingerprint || mine->read_only != read_only)) {
-    return AlreadyExists("volume " + Quoted(id) + " is already published to node " + Quoted(node_id) + " as " +
-                         mine->capability + (mine->read_only ? " read-only" : " read-write") + ", incompatible with " +
-                         fingerprint + (read_only ? " read-only" : " read-write"));
-  }
-  bool single_writer = mode == AccessMode::VolumeCapability_AccessMode_Mode_MULTI_NODE_SINGLE_WRITER;
-  for (const auto& grant : record.grants) {
-    single_writer |=
-        ModeFromFingerprint(grant.capability) == AccessMode::VolumeCapability_AccessMode_Mode_MULTI_NODE_SINGLE_WRITER;
-  }
-  if (mine == nullptr && single_writer && !read_only && other_writers > 0) {
-    for (const auto& grant : record.grants) {
-      if (!grant.read_only && !GrantIsForNode(grant, node_id, iqn)) {
-        return FailedPrecondition("volume " + Quoted(id) + " (MULTI_NODE_SINGLE_WRITER) already has a writer on node " +
-                                  Quoted(GrantNodeName(grant)) + "; node " + Quoted(node_id) +
-                                  " may only publish it read-only");
-      }
-    }
-  }
+  BLOCKCSI_RETURN_IF_ERROR(CheckAccessModes(record, id, node_id, iqn, mode, fingerprint, read_only, &mine));
 
   VolumeParameters params = VolumeParametersFromRecord(record.parameters);
   auto ctx_chap = request.volume_context().find(storage_class::kChap);

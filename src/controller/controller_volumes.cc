@@ -37,6 +37,54 @@ grpc::Status ControllerService::CreateVolume(grpc::ServerContext*, const csi::v1
   return ToGrpcStatus(DoCreateVolume(*request, response));
 }
 
+namespace {
+
+// The snapshot or volume a new volume starts from; kind kNone for an empty one.
+StatusOr<ContentSource> ParseContentSource(const csi::v1::CreateVolumeRequest& request, const std::string& what) {
+  ContentSource source;
+  if (request.has_volume_content_source()) {
+    const auto& cs = request.volume_content_source();
+    if (cs.has_snapshot()) {
+      source = {ContentSource::Kind::kSnapshot, cs.snapshot().snapshot_id()};
+      if (source.id.empty()) return InvalidArgument(what + ": content source snapshot_id is empty");
+    } else if (cs.has_volume()) {
+      source = {ContentSource::Kind::kVolume, cs.volume().volume_id()};
+      if (source.id.empty()) return InvalidArgument(what + ": content source volume_id is empty");
+    } else {
+      return InvalidArgument(what + ": volume_content_source has neither a snapshot nor a volume");
+    }
+  }
+  return source;
+}
+
+// The size of the source a volume is made from (0 for none): the new
+// volume is at least that big. A source that is gone is NOT_FOUND.
+StatusOr<uint64_t> SourceBytes(VolumeBackend& backend, const ContentSource& source, const std::string& what) {
+  uint64_t source_bytes = 0;
+  if (source.kind == ContentSource::Kind::kSnapshot) {
+    auto snapshot = backend.GetSnapshot(source.id);
+    if (!snapshot.ok()) {
+      if (IsMissing(snapshot.status())) {
+        return NotFound(what + ": source snapshot " + Quoted(source.id) + " does not exist");
+      }
+      return Named(snapshot.status(), "snapshot", source.id);
+    }
+    source_bytes = snapshot->size_bytes;
+  } else if (source.kind == ContentSource::Kind::kVolume) {
+    auto volume = backend.GetVolume(source.id);
+    if (!volume.ok()) {
+      if (IsMissing(volume.status())) {
+        return NotFound(what + ": source volume " + Quoted(source.id) + " does not exist");
+      }
+      return Named(volume.status(), "volume", source.id);
+    }
+    source_bytes = volume->size_bytes;
+  }
+  return source_bytes;
+}
+
+}  // namespace
+
 Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& request,
                                          csi::v1::CreateVolumeResponse* response) {
   const std::string& name = request.name();
@@ -79,42 +127,11 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
   }
   const uint64_t fs_minimum = mounted && options_.fs_minimum_bytes ? options_.fs_minimum_bytes(fs_type) : 0;
 
-  ContentSource source;
-  if (request.has_volume_content_source()) {
-    const auto& cs = request.volume_content_source();
-    if (cs.has_snapshot()) {
-      source = {ContentSource::Kind::kSnapshot, cs.snapshot().snapshot_id()};
-      if (source.id.empty()) return InvalidArgument(what + ": content source snapshot_id is empty");
-    } else if (cs.has_volume()) {
-      source = {ContentSource::Kind::kVolume, cs.volume().volume_id()};
-      if (source.id.empty()) return InvalidArgument(what + ": content source volume_id is empty");
-    } else {
-      return InvalidArgument(what + ": volume_content_source has neither a snapshot nor a volume");
-    }
-  }
+  BLOCKCSI_ASSIGN_OR_RETURN(ContentSource source, ParseContentSource(request, what));
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, name_ops_.Acquire(name, "CreateVolume"));
 
-  uint64_t source_bytes = 0;
-  if (source.kind == ContentSource::Kind::kSnapshot) {
-    auto snapshot = backend_->GetSnapshot(source.id);
-    if (!snapshot.ok()) {
-      if (IsMissing(snapshot.status())) {
-        return NotFound(what + ": source snapshot " + Quoted(source.id) + " does not exist");
-      }
-      return Named(snapshot.status(), "snapshot", source.id);
-    }
-    source_bytes = snapshot->size_bytes;
-  } else if (source.kind == ContentSource::Kind::kVolume) {
-    auto volume = backend_->GetVolume(source.id);
-    if (!volume.ok()) {
-      if (IsMissing(volume.status())) {
-        return NotFound(what + ": source volume " + Quoted(source.id) + " does not exist");
-      }
-      return Named(volume.status(), "volume", source.id);
-    }
-    source_bytes = volume->size_bytes;
-  }
+  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t source_bytes, SourceBytes(*backend_, source, what));
   BLOCKCSI_ASSIGN_OR_RETURN(uint64_t size, ChooseVolumeSize(request.capacity_range(), backend_->AllocationGranularity(),
                                                             options_.default_volume_bytes, source_bytes, what));
   BLOCKCSI_ASSIGN_OR_RETURN(size, RaiseToFilesystemMinimum(size, fs_minimum, fs_type, request.capacity_range(),

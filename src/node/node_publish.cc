@@ -22,6 +22,73 @@ using namespace node_internal;  // NOLINT(google-build-using-namespace): the nod
 
 // ---- NodePublishVolume. Idempotent: the same bind with the same
 // read-only setting → OK; with the other setting → ALREADY_EXISTS.
+namespace {
+
+// A mount already at the target of a publish: OK when it is this volume
+// (`same`) with the same read-only setting, else the error that says why not.
+Status CheckExistingPublish(const std::string& volume_id, const std::string& target, const MountEntry& existing,
+                            bool same, bool read_only) {
+  if (!same) {
+    return FailedPrecondition("volume " + volume_id + ": target path " + target + " already has another mount (" +
+                              existing.source + ")");
+  }
+  if (existing.read_only() != read_only) {
+    return AlreadyExists("volume " + volume_id + " is already published at " + target + " " +
+                         (existing.read_only() ? "read-only" : "read-write"));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+// A bind mount of the staged filesystem at `target`; false when it is
+// already there as asked.
+StatusOr<bool> NodeService::PublishFilesystem(const std::string& volume_id, const std::string& staging,
+                                              const std::string& target, bool read_only,
+                                              const std::vector<MountEntry>& table, const MountEntry* existing) {
+  const MountEntry* staged = FindMountAt(table, staging);
+  if (staged == nullptr) {
+    return FailedPrecondition("volume " + volume_id + ": nothing is mounted at the staging path " + staging +
+                              "; NodeStageVolume first");
+  }
+  if (existing != nullptr) {
+    bool same = existing->major_minor == staged->major_minor && existing->root == staged->root;
+    BLOCKCSI_RETURN_IF_ERROR(CheckExistingPublish(volume_id, target, *existing, same, read_only));
+    return false;
+  }
+  BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeDirectory(target));
+  Status st = options_.mounter->BindMount(staging, target, read_only);
+  if (!st.ok()) return st.WithContext("volume " + volume_id);
+  return true;
+}
+
+// A bind of the volume's device node (read-only through a read-only layer
+// when the attachment is writable) at `target`; false when it is already
+// there as asked.
+StatusOr<bool> NodeService::PublishBlock(const std::string& volume_id, const AttachRecord& record,
+                                         const std::string& target, bool read_only, const MountEntry* existing) {
+  const std::string& device = record.device_path;
+  if (options_.host->Kind(device) != PathKind::kBlockDevice) {
+    return FailedPrecondition("volume " + volume_id + ": device " + device + " is gone; restage the volume");
+  }
+  if (existing != nullptr) {
+    bool same = IsBindOfDeviceNode(*existing, device) || IsReadOnlyLayerOf(*options_.host, *existing, device);
+    BLOCKCSI_RETURN_IF_ERROR(CheckExistingPublish(volume_id, target, *existing, same, read_only));
+    return false;
+  }
+  BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeFile(target));
+  std::string source = device;
+  if (read_only && !record.read_only) {
+    BLOCKCSI_ASSIGN_OR_RETURN(source, MakeReadOnlyLayer(volume_id, device));
+  }
+  Status st = options_.mounter->BindMount(source, target, read_only);
+  if (!st.ok()) {
+    if (source != device) (void)RemoveReadOnlyLayer(volume_id, source);
+    return st.WithContext("volume " + volume_id);
+  }
+  return true;
+}
+
 Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
   const std::string& volume_id = req.volume_id();
   // The fields the spec requires come first (INVALID_ARGUMENT), whatever
@@ -91,53 +158,10 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
     if (staged_block != cap.has_block()) return FailedPrecondition("volume " + volume_id + " " + mismatch);
   }
 
-  if (!staged_block) {
-    const MountEntry* staged = FindMountAt(table, staging);
-    if (staged == nullptr) {
-      return FailedPrecondition("volume " + volume_id + ": nothing is mounted at the staging path " + staging +
-                                "; NodeStageVolume first");
-    }
-    if (existing != nullptr) {
-      if (existing->major_minor != staged->major_minor || existing->root != staged->root) {
-        return FailedPrecondition("volume " + volume_id + ": target path " + target + " already has another mount (" +
-                                  existing->source + ")");
-      }
-      if (existing->read_only() != read_only) {
-        return AlreadyExists("volume " + volume_id + " is already published at " + target + " " +
-                             (existing->read_only() ? "read-only" : "read-write"));
-      }
-      return OkStatus();
-    }
-    BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeDirectory(target));
-    Status st = options_.mounter->BindMount(staging, target, read_only);
-    if (!st.ok()) return st.WithContext("volume " + volume_id);
-  } else {
-    const std::string& device = record->device_path;
-    if (options_.host->Kind(device) != PathKind::kBlockDevice) {
-      return FailedPrecondition("volume " + volume_id + ": device " + device + " is gone; restage the volume");
-    }
-    if (existing != nullptr) {
-      if (!IsBindOfDeviceNode(*existing, device) && !IsReadOnlyLayerOf(*options_.host, *existing, device)) {
-        return FailedPrecondition("volume " + volume_id + ": target path " + target + " already has another mount (" +
-                                  existing->source + ")");
-      }
-      if (existing->read_only() != read_only) {
-        return AlreadyExists("volume " + volume_id + " is already published at " + target + " " +
-                             (existing->read_only() ? "read-only" : "read-write"));
-      }
-      return OkStatus();
-    }
-    BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeFile(target));
-    std::string source = device;
-    if (read_only && !record->read_only) {
-      BLOCKCSI_ASSIGN_OR_RETURN(source, MakeReadOnlyLayer(volume_id, device));
-    }
-    Status st = options_.mounter->BindMount(source, target, read_only);
-    if (!st.ok()) {
-      if (source != device) (void)RemoveReadOnlyLayer(volume_id, source);
-      return st.WithContext("volume " + volume_id);
-    }
-  }
+  BLOCKCSI_ASSIGN_OR_RETURN(bool published,
+                            staged_block ? PublishBlock(volume_id, *record, target, read_only, existing)
+                                         : PublishFilesystem(volume_id, staging, target, read_only, table, existing));
+  if (!published) return OkStatus();  // already there, as asked
   LogInfo("published volume", {{"volume_id", volume_id}, {"target_path", target}, {"readonly", read_only ? "1" : "0"}});
   return OkStatus();
 }

@@ -45,6 +45,53 @@ void NodeService::LogAdoptedVolumes() {
 
 // ---- NodeGetVolumeStats. Reads only; no in-flight lease, so stats keep
 // answering while a long stage or expand runs.
+// The usage of the filesystem mounted at `path`, and what is wrong with it:
+// gone, mounted from another device, or gone read-only after I/O errors.
+Status NodeService::FilesystemStats(const AttachRecord& record, const std::string& path,
+                                    csi::v1::NodeGetVolumeStatsResponse* response, std::vector<std::string>& problems) {
+  const std::string& device = record.device_path;
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
+  const MountEntry* entry = FindMountAt(table, path);
+  if (entry == nullptr) {
+    problems.push_back("nothing is mounted at " + path + " (the mount is gone)");
+  } else {
+    auto devnum = device.empty() ? StatusOr<std::string>(NotFound("no device")) : options_.host->DeviceNumber(device);
+    if (devnum.ok() && *devnum != entry->major_minor) {
+      problems.push_back(path + " is mounted from " + entry->source + ", not from the volume's device " + device);
+    }
+    if (auto fs = options_.host->StatFs(path); fs.ok()) {
+      auto* bytes = response->add_usage();
+      bytes->set_unit(csi::v1::VolumeUsage::BYTES);
+      bytes->set_total(static_cast<int64_t>(fs->total_bytes));
+      bytes->set_available(static_cast<int64_t>(fs->available_bytes));
+      bytes->set_used(static_cast<int64_t>(fs->used_bytes));
+      auto* inodes = response->add_usage();
+      inodes->set_unit(csi::v1::VolumeUsage::INODES);
+      inodes->set_total(static_cast<int64_t>(fs->total_inodes));
+      inodes->set_available(static_cast<int64_t>(fs->free_inodes));
+      inodes->set_used(static_cast<int64_t>(fs->used_inodes));
+    } else {
+      problems.push_back(fs.status().message());
+    }
+    // Staged writable, now read-only: ext4/xfs shut themselves down or
+    // remount read-only after write errors (a storage outage longer than
+    // the I/O timeout). The pods' writes fail until the volume is
+    // restaged, which runs the filesystem's own recovery.
+    // (Only when the staging mount itself is read-write: a read-only
+    // mount option asked for in the StorageClass is not a failure.)
+    const StagedFacts facts = StagedFacts::Of(record);
+    const MountEntry* staging_mount = facts.staging_path.empty() ? nullptr : FindMountAt(table, facts.staging_path);
+    if (!record.read_only && staging_mount != nullptr && !staging_mount->read_only()) {
+      if (auto staged = options_.host->StatFs(facts.staging_path); staged.ok() && staged->read_only) {
+        problems.push_back("the filesystem at " + facts.staging_path +
+                           " went read-only after I/O errors: stop the pods using it, then NodeUnstage and "
+                           "NodeStage again (the filesystem is checked and its journal replayed at stage)");
+      }
+    }
+  }
+  return OkStatus();
+}
+
 Status NodeService::Stats(const csi::v1::NodeGetVolumeStatsRequest& req,
                           csi::v1::NodeGetVolumeStatsResponse* response) {
   const std::string& volume_id = req.volume_id();
@@ -83,45 +130,7 @@ Status NodeService::Stats(const csi::v1::NodeGetVolumeStatsRequest& req,
       problems.push_back(size.status().message());
     }
   } else {
-    BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
-    const MountEntry* entry = FindMountAt(table, path);
-    if (entry == nullptr) {
-      problems.push_back("nothing is mounted at " + path + " (the mount is gone)");
-    } else {
-      auto devnum = device.empty() ? StatusOr<std::string>(NotFound("no device")) : options_.host->DeviceNumber(device);
-      if (devnum.ok() && *devnum != entry->major_minor) {
-        problems.push_back(path + " is mounted from " + entry->source + ", not from the volume's device " + device);
-      }
-      if (auto fs = options_.host->StatFs(path); fs.ok()) {
-        auto* bytes = response->add_usage();
-        bytes->set_unit(csi::v1::VolumeUsage::BYTES);
-        bytes->set_total(static_cast<int64_t>(fs->total_bytes));
-        bytes->set_available(static_cast<int64_t>(fs->available_bytes));
-        bytes->set_used(static_cast<int64_t>(fs->used_bytes));
-        auto* inodes = response->add_usage();
-        inodes->set_unit(csi::v1::VolumeUsage::INODES);
-        inodes->set_total(static_cast<int64_t>(fs->total_inodes));
-        inodes->set_available(static_cast<int64_t>(fs->free_inodes));
-        inodes->set_used(static_cast<int64_t>(fs->used_inodes));
-      } else {
-        problems.push_back(fs.status().message());
-      }
-      // Staged writable, now read-only: ext4/xfs shut themselves down or
-      // remount read-only after write errors (a storage outage longer than
-      // the I/O timeout). The pods' writes fail until the volume is
-      // restaged, which runs the filesystem's own recovery.
-      // (Only when the staging mount itself is read-write: a read-only
-      // mount option asked for in the StorageClass is not a failure.)
-      const StagedFacts facts = StagedFacts::Of(*record);
-      const MountEntry* staging_mount = facts.staging_path.empty() ? nullptr : FindMountAt(table, facts.staging_path);
-      if (!record->read_only && staging_mount != nullptr && !staging_mount->read_only()) {
-        if (auto staged = options_.host->StatFs(facts.staging_path); staged.ok() && staged->read_only) {
-          problems.push_back("the filesystem at " + facts.staging_path +
-                             " went read-only after I/O errors: stop the pods using it, then NodeUnstage and "
-                             "NodeStage again (the filesystem is checked and its journal replayed at stage)");
-        }
-      }
-    }
+    BLOCKCSI_RETURN_IF_ERROR(FilesystemStats(*record, path, response, problems));
   }
   auto* condition = response->mutable_volume_condition();
   condition->set_abnormal(!problems.empty());

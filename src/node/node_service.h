@@ -83,6 +83,12 @@ class NodeService final : public csi::v1::Node::Service {
   Status Publish(const csi::v1::NodePublishVolumeRequest& request);
   Status Unpublish(const csi::v1::NodeUnpublishVolumeRequest& request);
   Status Stats(const csi::v1::NodeGetVolumeStatsRequest& request, csi::v1::NodeGetVolumeStatsResponse* response);
+  StatusOr<bool> PublishFilesystem(const std::string& volume_id, const std::string& staging, const std::string& target,
+                                   bool read_only, const std::vector<MountEntry>& table, const MountEntry* existing);
+  StatusOr<bool> PublishBlock(const std::string& volume_id, const AttachRecord& record, const std::string& target,
+                              bool read_only, const MountEntry* existing);
+  Status FilesystemStats(const AttachRecord& record, const std::string& path,
+                         csi::v1::NodeGetVolumeStatsResponse* response, std::vector<std::string>& problems);
   Status Expand(const csi::v1::NodeExpandVolumeRequest& request, csi::v1::NodeExpandVolumeResponse* response);
 
   // Logs what earlier runs left staged (kept serving as is). Called once at start.

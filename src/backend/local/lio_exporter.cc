@@ -133,6 +133,50 @@ Status LioExporter::Healthy() {
   return OkStatus();
 }
 
+Status LioExporter::ApplyAclsLocked(const DesiredExport& d, const std::string& tpg, std::vector<std::string>& repairs) {
+  std::map<std::string, const ChapCredentials*> secrets;
+  for (const auto& c : d.chap) secrets[c.username] = &c;
+  bool chap_wanted = false;
+  for (const auto& a : d.acls) chap_wanted |= a.chap;
+  BLOCKCSI_RETURN_IF_ERROR(WriteAttr(tpg + "/attrib/authentication", chap_wanted ? "1" : "0"));
+
+  std::set<std::string> want;
+  for (const auto& acl : d.acls) {
+    const std::string dir = tpg + "/acls/" + acl.initiator_iqn;
+    auto known = secrets.find(acl.chap_username);
+    const ChapCredentials* chap = acl.chap_username.empty() || known == secrets.end() ? nullptr : known->second;
+    if (acl.chap && chap == nullptr && !IsDir(dir)) {
+      repairs.push_back("withheld ACL of " + acl.initiator_iqn + " on " + d.iqn +
+                        ": CHAP secret unknown after a restart, grant again");
+      continue;
+    }
+    want.insert(acl.initiator_iqn);
+    bool fresh = !IsDir(dir);
+    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(dir));
+    // Credentials before the mapped LUN: nothing is reachable without CHAP.
+    if (acl.chap && chap != nullptr) {
+      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/userid", chap->username));
+      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/password", chap->password));
+      if (chap->mutual()) {
+        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/userid_mut", chap->mutual_username));
+        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/password_mut", chap->mutual_password));
+      }
+    }
+    if (!IsDir(dir + "/lun_1")) {
+      BLOCKCSI_RETURN_IF_ERROR(MakeDirs(dir + "/lun_1"));
+      BLOCKCSI_RETURN_IF_ERROR(Symlink("../../../lun/lun_1", dir + "/lun_1/lun_1"));
+    }
+    if (fresh) repairs.push_back("allowed " + acl.initiator_iqn + " on " + d.iqn);
+  }
+  for (const auto& acl : ListDir(tpg + "/acls")) {
+    if (want.count(acl)) continue;
+    // Removing the node ACL makes the kernel close the initiator's sessions.
+    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(tpg + "/acls/" + acl));
+    repairs.push_back("disallowed " + acl + " on " + d.iqn);
+  }
+  return OkStatus();
+}
+
 StatusOr<std::vector<std::string>> LioExporter::ApplyLocked(const DesiredExport& d) {
   std::vector<std::string> repairs;
   const std::string core = Core(d.volume_id);
@@ -178,46 +222,7 @@ StatusOr<std::vector<std::string>> LioExporter::ApplyLocked(const DesiredExport&
     repairs.push_back("added LUN 1 of " + d.iqn);
   }
 
-  std::map<std::string, const ChapCredentials*> secrets;
-  for (const auto& c : d.chap) secrets[c.username] = &c;
-  bool chap_wanted = false;
-  for (const auto& a : d.acls) chap_wanted |= a.chap;
-  BLOCKCSI_RETURN_IF_ERROR(WriteAttr(tpg + "/attrib/authentication", chap_wanted ? "1" : "0"));
-
-  std::set<std::string> want;
-  for (const auto& acl : d.acls) {
-    const std::string dir = tpg + "/acls/" + acl.initiator_iqn;
-    auto known = secrets.find(acl.chap_username);
-    const ChapCredentials* chap = acl.chap_username.empty() || known == secrets.end() ? nullptr : known->second;
-    if (acl.chap && chap == nullptr && !IsDir(dir)) {
-      repairs.push_back("withheld ACL of " + acl.initiator_iqn + " on " + d.iqn +
-                        ": CHAP secret unknown after a restart, grant again");
-      continue;
-    }
-    want.insert(acl.initiator_iqn);
-    bool fresh = !IsDir(dir);
-    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(dir));
-    // Credentials before the mapped LUN: nothing is reachable without CHAP.
-    if (acl.chap && chap != nullptr) {
-      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/userid", chap->username));
-      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/password", chap->password));
-      if (chap->mutual()) {
-        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/userid_mut", chap->mutual_username));
-        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/password_mut", chap->mutual_password));
-      }
-    }
-    if (!IsDir(dir + "/lun_1")) {
-      BLOCKCSI_RETURN_IF_ERROR(MakeDirs(dir + "/lun_1"));
-      BLOCKCSI_RETURN_IF_ERROR(Symlink("../../../lun/lun_1", dir + "/lun_1/lun_1"));
-    }
-    if (fresh) repairs.push_back("allowed " + acl.initiator_iqn + " on " + d.iqn);
-  }
-  for (const auto& acl : ListDir(tpg + "/acls")) {
-    if (want.count(acl)) continue;
-    // Removing the node ACL makes the kernel close the initiator's sessions.
-    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(tpg + "/acls/" + acl));
-    repairs.push_back("disallowed " + acl + " on " + d.iqn);
-  }
+  BLOCKCSI_RETURN_IF_ERROR(ApplyAclsLocked(d, tpg, repairs));
   if (ReadAttr(tpg + "/enable") != "1") BLOCKCSI_RETURN_IF_ERROR(WriteAttr(tpg + "/enable", "1"));
   return repairs;
 }

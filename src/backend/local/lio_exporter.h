@@ -41,6 +41,9 @@ class LioExporter final : public Exporter {
 
  private:
   StatusOr<std::vector<std::string>> ApplyLocked(const DesiredExport& desired);
+  // The target's node ACLs made what `d` grants (CHAP credentials before the
+  // mapped LUN), the others removed; authentication on when any grant wants CHAP.
+  Status ApplyAclsLocked(const DesiredExport& d, const std::string& tpg, std::vector<std::string>& repairs);
   Status RemoveLocked(const std::string& iqn);
   std::string Core(const std::string& volume_id) const;
   std::string Tpg(const std::string& iqn) const;

@@ -197,43 +197,43 @@ Status TgtExporter::EnsureAccount(const std::string& user, const std::string& pa
   return OkStatus();
 }
 
-StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
-                                                            std::vector<std::string>& live_accounts,
-                                                            std::vector<AclCheck>* deferred, size_t slot) {
-  std::vector<std::string> repairs;
-  TgtTarget* target = FindTarget(live, d.iqn);
-  if (target == nullptr) {
-    int tid = 1;
-    for (const auto& t : live) tid = std::max(tid, t.tid + 1);
-    Command add = Tgtadm();
-    add.Args({"--op", "new", "--mode", "target", "--tid", std::to_string(tid), "-T", d.iqn});
-    BLOCKCSI_RETURN_IF_ERROR(Run(add, "create target of volume " + d.volume_id));
-    TgtTarget fresh;
-    fresh.tid = tid;
-    fresh.iqn = d.iqn;
-    live.push_back(fresh);
-    target = &live.back();
-    repairs.push_back("created target " + d.iqn + " (tid " + std::to_string(tid) + ")");
-  }
-  const std::string tid = std::to_string(target->tid);
+StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
+                                                     std::vector<std::string>& repairs) {
+  if (TgtTarget* target = FindTarget(live, d.iqn); target != nullptr) return target;
+  int tid = 1;
+  for (const auto& t : live) tid = std::max(tid, t.tid + 1);
+  Command add = Tgtadm();
+  add.Args({"--op", "new", "--mode", "target", "--tid", std::to_string(tid), "-T", d.iqn});
+  BLOCKCSI_RETURN_IF_ERROR(Run(add, "create target of volume " + d.volume_id));
+  TgtTarget fresh;
+  fresh.tid = tid;
+  fresh.iqn = d.iqn;
+  live.push_back(fresh);
+  repairs.push_back("created target " + d.iqn + " (tid " + std::to_string(tid) + ")");
+  return &live.back();
+}
 
+Status TgtExporter::EnsureLunLocked(const TgtTarget& target, const DesiredExport& d,
+                                    std::vector<std::string>& repairs) {
   // LUN 1. tgtd cannot resize a LUN: a new size (or a wrong image/serial)
   // is applied by deleting and re-adding it; sessions stay logged in and see
   // the new capacity on their next READ CAPACITY.
-  const TgtLun* lun = target->FindLun(1);
+  const TgtLun* lun = target.FindLun(1);
   bool lun_ok = lun != nullptr && lun->backing_path == d.image_path && lun->scsi_sn == d.serial &&
                 lun->size_mb == TgtMegabytes(d.size_bytes);
-  if (lun != nullptr && !lun_ok) {
+  if (lun_ok) return OkStatus();
+  if (lun != nullptr) {
     Command del = Tgtadm();
-    del.Args({"--op", "delete", "--mode", "logicalunit", "--tid", tid, "--lun", "1"});
+    del.Args({"--op", "delete", "--mode", "logicalunit", "--tid", std::to_string(target.tid), "--lun", "1"});
     BLOCKCSI_RETURN_IF_ERROR(Run(del, "refresh LUN 1 of volume " + d.volume_id, "can't find the logical unit"));
   }
-  if (!lun_ok) {
-    BLOCKCSI_RETURN_IF_ERROR(AddLun(target->tid, d));
-    repairs.push_back(std::string(lun == nullptr ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
-  }
+  BLOCKCSI_RETURN_IF_ERROR(AddLun(target.tid, d));
+  repairs.push_back(std::string(lun == nullptr ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
+  return OkStatus();
+}
 
-  // Accounts before ACLs: an initiator is let in only once CHAP is in force.
+Status TgtExporter::EnsureChapLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
+                                     std::vector<std::string>& live_accounts, std::vector<std::string>& repairs) {
   std::set<std::string> want_in, want_out;
   for (const auto& c : d.chap) {
     if (!c.enabled()) continue;
@@ -244,9 +244,8 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
       want_out.insert(c.mutual_username);
     }
   }
-  target = FindTarget(live, d.iqn);  // EnsureAccount may not move it, but stay safe
-  bool chap_wanted = std::any_of(d.acls.begin(), d.acls.end(), [](const DesiredAcl& a) { return a.chap; });
-  bool secrets_unknown = chap_wanted && want_in.empty();
+  TgtTarget* target = FindTarget(live, d.iqn);  // EnsureAccount may not move it, but stay safe
+  const std::string tid = std::to_string(target->tid);
   for (const auto& user : want_in) {
     if (Contains(target->incoming_accounts, user)) continue;
     Command bind = Tgtadm();
@@ -272,26 +271,68 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
   // Accounts no grant asks for any more. When CHAP is wanted but this process
   // does not know the secrets (it restarted), the live accounts are the only
   // thing enforcing CHAP: keep them.
-  if (!secrets_unknown) {
-    for (const auto& user : std::vector<std::string>(target->incoming_accounts)) {
-      if (want_in.count(user)) continue;
+  bool chap_wanted = std::any_of(d.acls.begin(), d.acls.end(), [](const DesiredAcl& a) { return a.chap; });
+  if (chap_wanted && want_in.empty()) return OkStatus();
+  for (bool outgoing : {false, true}) {
+    std::vector<std::string>& bound = outgoing ? target->outgoing_accounts : target->incoming_accounts;
+    const std::set<std::string>& want = outgoing ? want_out : want_in;
+    for (const auto& user : std::vector<std::string>(bound)) {
+      if (want.count(user)) continue;
       Command unbind = Tgtadm();
       unbind.Args({"--op", "unbind", "--mode", "account", "--tid", tid, "--user", user});
-      BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind CHAP account from volume " + d.volume_id, "can't find"));
+      if (outgoing) unbind.Arg("--outgoing");
+      const std::string what = outgoing ? "mutual CHAP" : "CHAP account";
+      BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind " + what + " from volume " + d.volume_id, "can't find"));
       unbound_accounts_.insert(user);
-      std::erase(target->incoming_accounts, user);
-      repairs.push_back("unbound CHAP account " + user + " from " + d.iqn);
-    }
-    for (const auto& user : std::vector<std::string>(target->outgoing_accounts)) {
-      if (want_out.count(user)) continue;
-      Command unbind = Tgtadm();
-      unbind.Args({"--op", "unbind", "--mode", "account", "--tid", tid, "--user", user, "--outgoing"});
-      BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind mutual CHAP from volume " + d.volume_id, "can't find"));
-      unbound_accounts_.insert(user);
-      std::erase(target->outgoing_accounts, user);
-      repairs.push_back("unbound mutual CHAP account " + user + " from " + d.iqn);
+      std::erase(bound, user);
+      repairs.push_back("unbound " + std::string(outgoing ? "mutual CHAP account " : "CHAP account ") + user +
+                        " from " + d.iqn);
     }
   }
+  return OkStatus();
+}
+
+StatusOr<bool> TgtExporter::EnsureAclLocked(const DesiredExport& d, TgtTarget& target,
+                                            const std::set<std::string>& want_acl, std::vector<std::string>& repairs) {
+  const std::string tid = std::to_string(target.tid);
+  bool changed = false;
+  for (const auto& initiator : want_acl) {
+    if (Contains(target.acls, initiator)) continue;
+    changed = true;
+    Command bind = Tgtadm();
+    bind.Args({"--op", "bind", "--mode", "target", "--tid", tid, "--initiator-name", initiator});
+    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "allow " + initiator + " on volume " + d.volume_id, "already exists"));
+    target.acls.push_back(initiator);
+    repairs.push_back("allowed " + initiator + " on " + d.iqn);
+  }
+  for (const auto& acl : std::vector<std::string>(target.acls)) {
+    if (want_acl.count(acl)) continue;
+    changed = true;
+    Command unbind = Tgtadm();
+    // An ACL entry we did not make could be an address; tgtadm unbinds those with -I.
+    bool by_name = acl.find(':') != std::string::npos || acl.rfind("iqn.", 0) == 0 || acl.rfind("eui.", 0) == 0;
+    unbind.Args({"--op", "unbind", "--mode", "target", "--tid", tid});
+    if (by_name) {
+      unbind.Args({"--initiator-name", acl});
+    } else {
+      unbind.Args({"-I", acl});
+    }
+    BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "disallow " + acl + " on volume " + d.volume_id, "does not exist"));
+    std::erase(target.acls, acl);
+    repairs.push_back("disallowed " + acl + " on " + d.iqn);
+  }
+  return changed;
+}
+
+StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
+                                                            std::vector<std::string>& live_accounts,
+                                                            std::vector<AclCheck>* deferred, size_t slot) {
+  std::vector<std::string> repairs;
+  BLOCKCSI_ASSIGN_OR_RETURN(TgtTarget * target, EnsureTargetLocked(d, live, repairs));
+  BLOCKCSI_RETURN_IF_ERROR(EnsureLunLocked(*target, d, repairs));
+  // Accounts before ACLs: an initiator is let in only once CHAP is in force.
+  BLOCKCSI_RETURN_IF_ERROR(EnsureChapLocked(d, live, live_accounts, repairs));
+  target = FindTarget(live, d.iqn);
 
   // ACL by initiator name only (never ALL, never an address).
   std::set<std::string> want_acl;
@@ -303,36 +344,11 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
     }
     want_acl.insert(acl.initiator_iqn);
   }
-  bool acl_changed = false;
-  for (const auto& initiator : want_acl) {
-    if (Contains(target->acls, initiator)) continue;
-    acl_changed = true;
-    Command bind = Tgtadm();
-    bind.Args({"--op", "bind", "--mode", "target", "--tid", tid, "--initiator-name", initiator});
-    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "allow " + initiator + " on volume " + d.volume_id, "already exists"));
-    target->acls.push_back(initiator);
-    repairs.push_back("allowed " + initiator + " on " + d.iqn);
-  }
-  for (const auto& acl : std::vector<std::string>(target->acls)) {
-    if (want_acl.count(acl)) continue;
-    acl_changed = true;
-    Command unbind = Tgtadm();
-    // An ACL entry we did not make could be an address; tgtadm unbinds those with -I.
-    bool by_name = acl.find(':') != std::string::npos || acl.rfind("iqn.", 0) == 0 || acl.rfind("eui.", 0) == 0;
-    unbind.Args({"--op", "unbind", "--mode", "target", "--tid", tid});
-    if (by_name) {
-      unbind.Args({"--initiator-name", acl});
-    } else {
-      unbind.Args({"-I", acl});
-    }
-    BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "disallow " + acl + " on volume " + d.volume_id, "does not exist"));
-    std::erase(target->acls, acl);
-    repairs.push_back("disallowed " + acl + " on " + d.iqn);
-  }
+  BLOCKCSI_ASSIGN_OR_RETURN(bool acl_changed, EnsureAclLocked(d, *target, want_acl, repairs));
   // Checked against the record before (want_acl comes from it, the tid from
   // a listing with unique ids and names) and after: read back.
   if (acl_changed) {
-    AclCheck check{slot, d.volume_id, d.iqn, std::stoi(tid), want_acl};
+    AclCheck check{slot, d.volume_id, d.iqn, target->tid, want_acl};
     if (deferred != nullptr) {
       deferred->push_back(std::move(check));
     } else {

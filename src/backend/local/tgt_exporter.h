@@ -66,6 +66,17 @@ class TgtExporter final : public Exporter {
   StatusOr<std::vector<std::string>> ApplyLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
                                                  std::vector<std::string>& live_accounts,
                                                  std::vector<AclCheck>* deferred = nullptr, size_t slot = 0);
+  // The steps of ApplyLocked, in order; each appends what it changed to
+  // `repairs`. Need mu_.
+  StatusOr<TgtTarget*> EnsureTargetLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
+                                          std::vector<std::string>& repairs);
+  Status EnsureLunLocked(const TgtTarget& target, const DesiredExport& desired, std::vector<std::string>& repairs);
+  // Accounts made and bound as the grants ask, others unbound.
+  Status EnsureChapLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
+                          std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
+  // The target's ACL made exactly `want_acl`; true when it changed.
+  StatusOr<bool> EnsureAclLocked(const DesiredExport& desired, TgtTarget& target, const std::set<std::string>& want_acl,
+                                 std::vector<std::string>& repairs);
   Status EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
                        std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
   Status AddLun(int tid, const DesiredExport& desired);

@@ -67,8 +67,147 @@ const TgtLun* TgtTarget::FindLun(int lun_number) const {
   return nullptr;
 }
 
+namespace {
+
+// A target's sections, in the order tgtd prints them.
+enum class Section { kNone, kSystem, kNexus, kLun, kAccount, kAcl };
+
+// "Target 1: iqn...": a new target after a complete one, with a tid and a
+// name no target before it has.
+Status ParseTargetHeader(int line_number, std::string_view line, Section section, std::vector<TgtTarget>& targets) {
+  if (!line.starts_with("Target ")) return Unexpected(line_number, line);
+  if (!targets.empty() && section != Section::kAcl) return Incomplete(line_number, targets.back());
+  size_t colon = line.find(':');
+  TgtTarget target;
+  if (colon == std::string_view::npos || !ParseNumber(line.substr(7, colon - 7), &target.tid)) {
+    return Unexpected(line_number, line);
+  }
+  target.iqn = std::string(TrimWhitespace(line.substr(colon + 1)));
+  // A target without a name cannot be matched to a volume: reconcile
+  // must see an error, not a nameless target (found by fuzzing).
+  if (!IsToken(target.iqn) || target.tid <= 0) return Unexpected(line_number, line);
+  // tgtd never lists a tid or a name twice: a second one means the
+  // listing is not what it seems (issue #21: a forged "Target 3:" block
+  // inside an account name made a later bind hit another volume).
+  for (const auto& seen : targets) {
+    if (seen.tid == target.tid || seen.iqn == target.iqn) {
+      return InvalidArgument("tgtadm output line " + std::to_string(line_number) + " lists target " +
+                             std::to_string(target.tid) + " \"" + Excerpt(target.iqn) +
+                             "\" a second time; refusing to act on it");
+    }
+  }
+  targets.push_back(std::move(target));
+  return OkStatus();
+}
+
+// A section heading (indent 4): the section that follows `section`, or
+// kNone for anything else.
+Section NextSection(std::string_view line, Section section) {
+  Section next = Section::kNone;
+  if (line == "System information:") {
+    next = Section::kSystem;
+  } else if (line == "I_T nexus information:") {
+    next = Section::kNexus;
+  } else if (line == "LUN information:") {
+    next = Section::kLun;
+  } else if (line == "Account information:") {
+    next = Section::kAccount;
+  } else if (line == "ACL information:") {
+    next = Section::kAcl;
+  }
+  // tgtd prints each section once, in this order. A name with newlines
+  // can insert lines into one section, but the real block's remaining
+  // sections still follow: a forged block always shows up here as a
+  // section out of order or a target without all of them.
+  if (next == Section::kNone || static_cast<int>(next) != static_cast<int>(section) + 1) return Section::kNone;
+  return next;
+}
+
+// One line of the I_T nexus section; false when it cannot be accounted for.
+bool ParseNexusLine(std::string_view line, TgtTarget& target) {
+  std::string_view value;
+  if (Field(line, "I_T nexus", &value)) {
+    TgtSession session;
+    if (!ParseNumber(value, &session.sid)) return false;
+    target.sessions.push_back(std::move(session));
+  } else if (target.sessions.empty()) {
+    return false;
+  } else if (Field(line, "Initiator", &value)) {
+    // "iqn... alias: none": an initiator name has no spaces.
+    target.sessions.back().initiator = std::string(value.substr(0, value.find(' ')));
+  } else if (Field(line, "Connection", &value)) {
+    TgtConnection conn;
+    if (!ParseNumber(value, &conn.cid)) return false;
+    target.sessions.back().connections.push_back(conn);
+  } else if (Field(line, "IP Address", &value)) {
+    if (!target.sessions.back().connections.empty()) {
+      target.sessions.back().connections.back().address = std::string(value);
+    }
+  }
+  return true;
+}
+
+// One line of the LUN section; false when it cannot be accounted for.
+bool ParseLunLine(std::string_view line, TgtTarget& target) {
+  std::string_view value;
+  if (Field(line, "LUN", &value)) {
+    TgtLun lun;
+    if (!ParseNumber(value, &lun.lun)) return false;
+    target.luns.push_back(std::move(lun));
+  } else if (target.luns.empty()) {
+    return false;
+  } else if (Field(line, "Type", &value)) {
+    target.luns.back().type = std::string(value);
+  } else if (Field(line, "SCSI ID", &value)) {
+    target.luns.back().scsi_id = std::string(value);
+  } else if (Field(line, "SCSI SN", &value)) {
+    target.luns.back().scsi_sn = std::string(value);
+  } else if (Field(line, "Size", &value)) {
+    // "67 MB, Block size: 512"
+    std::string_view mb = value.substr(0, value.find(' '));
+    if (!ParseNumber(mb, &target.luns.back().size_mb)) return false;
+  } else if (Field(line, "Backing store path", &value)) {
+    target.luns.back().backing_path = value == "None" ? "" : std::string(value);
+  }
+  return true;
+}
+
+// One line of the account section; false for a name that cannot be ours.
+bool ParseAccountLine(std::string_view line, TgtTarget& target) {
+  constexpr std::string_view kOutgoing = " (outgoing)";
+  bool outgoing = line.size() > kOutgoing.size() && line.substr(line.size() - kOutgoing.size()) == kOutgoing;
+  std::string_view user = outgoing ? line.substr(0, line.size() - kOutgoing.size()) : line;
+  // Only names chap_rules.h allows can be ours; anything else was not
+  // made through us and is not acted on.
+  if (!IsValidChapName(user)) return false;
+  (outgoing ? target.outgoing_accounts : target.incoming_accounts).emplace_back(user);
+  return true;
+}
+
+// One line inside `section` of `target`; false when it cannot be accounted for.
+bool ParseSectionLine(Section section, std::string_view line, TgtTarget& target) {
+  switch (section) {
+    case Section::kSystem:
+      return true;  // driver and state: nothing we act on
+    case Section::kNexus:
+      return ParseNexusLine(line, target);
+    case Section::kLun:
+      return ParseLunLine(line, target);
+    case Section::kAccount:
+      return ParseAccountLine(line, target);
+    case Section::kAcl:
+      if (!IsToken(line)) return false;
+      target.acls.emplace_back(line);
+      return true;
+    case Section::kNone:
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
 StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
-  enum class Section { kNone, kSystem, kNexus, kLun, kAccount, kAcl };
   std::vector<TgtTarget> targets;
   Section section = Section::kNone;
   int line_number = 0;
@@ -80,120 +219,18 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
     std::string_view line = TrimWhitespace(raw);
     if (line.empty()) continue;
     size_t indent = Indent(raw);
-    std::string_view value;
     if (indent == 0) {
-      // "Target 1: iqn..."
-      if (!line.starts_with("Target ")) return Unexpected(line_number, line);
-      if (!targets.empty() && section != Section::kAcl) return Incomplete(line_number, targets.back());
-      size_t colon = line.find(':');
-      TgtTarget target;
-      if (colon == std::string_view::npos || !ParseNumber(line.substr(7, colon - 7), &target.tid)) {
-        return Unexpected(line_number, line);
-      }
-      target.iqn = std::string(TrimWhitespace(line.substr(colon + 1)));
-      // A target without a name cannot be matched to a volume: reconcile
-      // must see an error, not a nameless target (found by fuzzing).
-      if (!IsToken(target.iqn) || target.tid <= 0) return Unexpected(line_number, line);
-      // tgtd never lists a tid or a name twice: a second one means the
-      // listing is not what it seems (issue #21: a forged "Target 3:" block
-      // inside an account name made a later bind hit another volume).
-      for (const auto& seen : targets) {
-        if (seen.tid == target.tid || seen.iqn == target.iqn) {
-          return InvalidArgument("tgtadm output line " + std::to_string(line_number) + " lists target " +
-                                 std::to_string(target.tid) + " \"" + Excerpt(target.iqn) +
-                                 "\" a second time; refusing to act on it");
-        }
-      }
-      targets.push_back(std::move(target));
+      BLOCKCSI_RETURN_IF_ERROR(ParseTargetHeader(line_number, line, section, targets));
       section = Section::kNone;
       continue;
     }
     if (targets.empty()) return Unexpected(line_number, line);
-    TgtTarget& target = targets.back();
     if (indent == 4) {
-      Section next = Section::kNone;
-      if (line == "System information:") {
-        next = Section::kSystem;
-      } else if (line == "I_T nexus information:") {
-        next = Section::kNexus;
-      } else if (line == "LUN information:") {
-        next = Section::kLun;
-      } else if (line == "Account information:") {
-        next = Section::kAccount;
-      } else if (line == "ACL information:") {
-        next = Section::kAcl;
-      }
-      // tgtd prints each section once, in this order. A name with newlines
-      // can insert lines into one section, but the real block's remaining
-      // sections still follow: a forged block always shows up here as a
-      // section out of order or a target without all of them.
-      if (next == Section::kNone || static_cast<int>(next) != static_cast<int>(section) + 1) {
-        return Unexpected(line_number, line);
-      }
-      section = next;
+      section = NextSection(line, section);
+      if (section == Section::kNone) return Unexpected(line_number, line);
       continue;
     }
-    switch (section) {
-      case Section::kSystem:
-        break;  // driver and state: nothing we act on
-      case Section::kNexus:
-        if (Field(line, "I_T nexus", &value)) {
-          TgtSession session;
-          if (!ParseNumber(value, &session.sid)) return Unexpected(line_number, line);
-          target.sessions.push_back(std::move(session));
-        } else if (target.sessions.empty()) {
-          return Unexpected(line_number, line);
-        } else if (Field(line, "Initiator", &value)) {
-          // "iqn... alias: none": an initiator name has no spaces.
-          target.sessions.back().initiator = std::string(value.substr(0, value.find(' ')));
-        } else if (Field(line, "Connection", &value)) {
-          TgtConnection conn;
-          if (!ParseNumber(value, &conn.cid)) return Unexpected(line_number, line);
-          target.sessions.back().connections.push_back(conn);
-        } else if (Field(line, "IP Address", &value)) {
-          if (!target.sessions.back().connections.empty()) {
-            target.sessions.back().connections.back().address = std::string(value);
-          }
-        }
-        break;
-      case Section::kLun:
-        if (Field(line, "LUN", &value)) {
-          TgtLun lun;
-          if (!ParseNumber(value, &lun.lun)) return Unexpected(line_number, line);
-          target.luns.push_back(std::move(lun));
-        } else if (target.luns.empty()) {
-          return Unexpected(line_number, line);
-        } else if (Field(line, "Type", &value)) {
-          target.luns.back().type = std::string(value);
-        } else if (Field(line, "SCSI ID", &value)) {
-          target.luns.back().scsi_id = std::string(value);
-        } else if (Field(line, "SCSI SN", &value)) {
-          target.luns.back().scsi_sn = std::string(value);
-        } else if (Field(line, "Size", &value)) {
-          // "67 MB, Block size: 512"
-          std::string_view mb = value.substr(0, value.find(' '));
-          if (!ParseNumber(mb, &target.luns.back().size_mb)) return Unexpected(line_number, line);
-        } else if (Field(line, "Backing store path", &value)) {
-          target.luns.back().backing_path = value == "None" ? "" : std::string(value);
-        }
-        break;
-      case Section::kAccount: {
-        constexpr std::string_view kOutgoing = " (outgoing)";
-        bool outgoing = line.size() > kOutgoing.size() && line.substr(line.size() - kOutgoing.size()) == kOutgoing;
-        std::string_view user = outgoing ? line.substr(0, line.size() - kOutgoing.size()) : line;
-        // Only names chap_rules.h allows can be ours; anything else was not
-        // made through us and is not acted on.
-        if (!IsValidChapName(user)) return Unexpected(line_number, line);
-        (outgoing ? target.outgoing_accounts : target.incoming_accounts).emplace_back(user);
-        break;
-      }
-      case Section::kAcl:
-        if (!IsToken(line)) return Unexpected(line_number, line);
-        target.acls.emplace_back(line);
-        break;
-      case Section::kNone:
-        return Unexpected(line_number, line);
-    }
+    if (!ParseSectionLine(section, line, targets.back())) return Unexpected(line_number, line);
   }
   if (!targets.empty() && section != Section::kAcl) return Incomplete(line_number, targets.back());
   return targets;

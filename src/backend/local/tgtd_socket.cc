@@ -94,12 +94,86 @@ struct Parsed {
   std::string params;
 };
 
+// The options that become tgtd's "key=value,..." parameters.
+struct ParamOptions {
+  std::string name, value, path, target_name, address, initiator, user, password, target_ops;
+  bool has_name = false;
+};
+
+// One option with its value `v`: into the request or the parameters.
+// Returns "" or why it cannot.
+std::string ParseOption(const std::string& key, const std::string& v, Parsed& p, ParamOptions& o) {
+  if (key == "-C" || key == "--control-port") {
+    if (!ParseNumber(v, &p.control_port) || p.control_port < 0 || p.control_port > 65535) return "bad control port";
+  } else if (key == "--lld" || key == "-L") {
+    if (v.size() >= sizeof p.request.lld) return "lld name too long";
+    std::memcpy(p.request.lld, v.data(), v.size());
+  } else if (key == "--op" || key == "-o") {
+    static const std::pair<const char*, WireOp> ops[] = {{"new", kNew},   {"delete", kDelete}, {"show", kShow},
+                                                         {"bind", kBind}, {"unbind", kUnbind}, {"update", kUpdate}};
+    for (const auto& [n, op] : ops) {
+      if (v == n) p.request.op = op;
+    }
+    if (p.request.op < 0) return "unknown operation " + v;
+  } else if (key == "--mode" || key == "-m") {
+    static const std::pair<const char*, WireMode> modes[] = {
+        {"system", kSystem},   {"target", kTarget},         {"logicalunit", kDevice}, {"session", kSession},
+        {"conn", kConnection}, {"connection", kConnection}, {"account", kAccount}};
+    for (const auto& [n, mode] : modes) {
+      if (v == n) p.request.mode = mode;
+    }
+    if (p.request.mode < 0) return "unknown mode " + v;
+  } else if (key == "--tid" || key == "-t") {
+    if (!ParseNumber(v, &p.request.tid) || p.request.tid < 0) return "bad tid";
+  } else if (key == "--sid" || key == "-s") {
+    if (!ParseNumber(v, &p.request.sid)) return "bad sid";
+  } else if (key == "--cid" || key == "-c") {
+    if (!ParseNumber(v, &p.request.cid)) return "bad cid";
+  } else if (key == "--lun" || key == "-l") {
+    if (!ParseNumber(v, &p.request.lun)) return "bad lun";
+  } else if (key == "-b" || key == "--backing-store") {
+    o.path = v;
+  } else if (key == "-T" || key == "--targetname") {
+    o.target_name = v;
+  } else if (key == "-I" || key == "--initiator-address") {
+    o.address = v;
+  } else if (key == "-Q" || key == "--initiator-name") {
+    o.initiator = v;
+  } else if (key == "-u" || key == "--user") {
+    o.user = v;
+  } else if (key == "-p" || key == "--password") {
+    o.password = v;
+  } else if (key == "-P" || key == "--params") {
+    o.target_ops = v;
+  } else if (key == "-n" || key == "--name") {
+    o.name = v;
+    o.has_name = true;
+  } else if (key == "-v" || key == "--value") {
+    o.value = v;
+  } else {
+    return "unsupported option " + key;
+  }
+  return "";
+}
+
+void BuildParams(const ParamOptions& o, Parsed& p) {
+  // The same parameters, in the same order, as tgtadm builds them.
+  auto add = [&](const std::string& text) { p.params += (p.params.empty() ? "" : ",") + text; };
+  if (o.has_name) add(o.name + "=" + o.value);
+  if (!o.path.empty()) add("path=" + o.path);
+  if (!o.target_name.empty()) add("targetname=" + o.target_name);
+  if (!o.address.empty()) add("initiator-address=" + o.address);
+  if (!o.initiator.empty()) add("initiator-name=" + o.initiator);
+  if (!o.user.empty()) add("user=" + o.user);
+  if (!o.password.empty()) add("password=" + o.password);
+  if (!o.target_ops.empty()) add("targetOps " + o.target_ops + ",");
+}
+
 // tgtadm's command line → its request, option for option (usr/tgtadm.c).
 // Returns "" or why it cannot.
 std::string Parse(const Command& command, Parsed& p) {
   const auto& args = command.args();
-  std::string name, value, path, target_name, address, initiator, user, password, target_ops;
-  bool has_name = false;
+  ParamOptions o;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& key = args[i].value;
     if (key == "--outgoing" || key == "-O") {
@@ -118,68 +192,10 @@ std::string Parse(const Command& command, Parsed& p) {
     if (key != "--params" && key != "-P" && v.find(',') != std::string::npos) {
       return "a value of " + key + " has a comma";
     }
-    if (key == "-C" || key == "--control-port") {
-      if (!ParseNumber(v, &p.control_port) || p.control_port < 0 || p.control_port > 65535) return "bad control port";
-    } else if (key == "--lld" || key == "-L") {
-      if (v.size() >= sizeof p.request.lld) return "lld name too long";
-      std::memcpy(p.request.lld, v.data(), v.size());
-    } else if (key == "--op" || key == "-o") {
-      static const std::pair<const char*, WireOp> ops[] = {{"new", kNew},   {"delete", kDelete}, {"show", kShow},
-                                                           {"bind", kBind}, {"unbind", kUnbind}, {"update", kUpdate}};
-      for (const auto& [n, op] : ops) {
-        if (v == n) p.request.op = op;
-      }
-      if (p.request.op < 0) return "unknown operation " + v;
-    } else if (key == "--mode" || key == "-m") {
-      static const std::pair<const char*, WireMode> modes[] = {
-          {"system", kSystem},   {"target", kTarget},         {"logicalunit", kDevice}, {"session", kSession},
-          {"conn", kConnection}, {"connection", kConnection}, {"account", kAccount}};
-      for (const auto& [n, mode] : modes) {
-        if (v == n) p.request.mode = mode;
-      }
-      if (p.request.mode < 0) return "unknown mode " + v;
-    } else if (key == "--tid" || key == "-t") {
-      if (!ParseNumber(v, &p.request.tid) || p.request.tid < 0) return "bad tid";
-    } else if (key == "--sid" || key == "-s") {
-      if (!ParseNumber(v, &p.request.sid)) return "bad sid";
-    } else if (key == "--cid" || key == "-c") {
-      if (!ParseNumber(v, &p.request.cid)) return "bad cid";
-    } else if (key == "--lun" || key == "-l") {
-      if (!ParseNumber(v, &p.request.lun)) return "bad lun";
-    } else if (key == "-b" || key == "--backing-store") {
-      path = v;
-    } else if (key == "-T" || key == "--targetname") {
-      target_name = v;
-    } else if (key == "-I" || key == "--initiator-address") {
-      address = v;
-    } else if (key == "-Q" || key == "--initiator-name") {
-      initiator = v;
-    } else if (key == "-u" || key == "--user") {
-      user = v;
-    } else if (key == "-p" || key == "--password") {
-      password = v;
-    } else if (key == "-P" || key == "--params") {
-      target_ops = v;
-    } else if (key == "-n" || key == "--name") {
-      name = v;
-      has_name = true;
-    } else if (key == "-v" || key == "--value") {
-      value = v;
-    } else {
-      return "unsupported option " + key;
-    }
+    if (std::string why = ParseOption(key, v, p, o); !why.empty()) return why;
   }
   if (p.request.op < 0 || p.request.mode < 0) return "no --op or --mode";
-  // The same parameters, in the same order, as tgtadm builds them.
-  auto add = [&](const std::string& text) { p.params += (p.params.empty() ? "" : ",") + text; };
-  if (has_name) add(name + "=" + value);
-  if (!path.empty()) add("path=" + path);
-  if (!target_name.empty()) add("targetname=" + target_name);
-  if (!address.empty()) add("initiator-address=" + address);
-  if (!initiator.empty()) add("initiator-name=" + initiator);
-  if (!user.empty()) add("user=" + user);
-  if (!password.empty()) add("password=" + password);
-  if (!target_ops.empty()) add("targetOps " + target_ops + ",");
+  BuildParams(o, p);
   return "";
 }
 

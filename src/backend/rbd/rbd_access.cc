@@ -91,6 +91,25 @@ StatusOr<VolumeRecord> RbdBackend::GrantAccess(const std::string& volume_id, con
   return Record(*image, handle.get(), meta);
 }
 
+namespace {
+
+// The client addresses an earlier revoke of `node` blocklisted (its fence
+// record), to be lifted later.
+std::vector<std::string> FencedAddrs(const std::map<std::string, std::string>& meta, const std::string& node) {
+  std::vector<std::string> fenced;
+  if (auto it = meta.find(kMetaFencePrefix + node); it != meta.end()) {
+    json j = json::parse(it->second, nullptr, false);
+    if (j.is_object() && j["addrs"].is_array()) {
+      for (const auto& a : j["addrs"]) {
+        if (a.is_string()) fenced.push_back(a.get<std::string>());
+      }
+    }
+  }
+  return fenced;
+}
+
+}  // namespace
+
 Status RbdBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
   auto image = OurImage(volume_id);
   if (!image) return OkStatus();
@@ -127,15 +146,7 @@ Status RbdBackend::RevokeAccess(const std::string& volume_id, const std::string&
             {{"volume", volume_id}, {"node", node}});
   }
 
-  std::vector<std::string> fenced;
-  if (auto it = meta.find(kMetaFencePrefix + node); it != meta.end()) {
-    json j = json::parse(it->second, nullptr, false);
-    if (j.is_object() && j["addrs"].is_array()) {
-      for (const auto& a : j["addrs"]) {
-        if (a.is_string()) fenced.push_back(a.get<std::string>());
-      }
-    }
-  }
+  std::vector<std::string> fenced = FencedAddrs(meta, node);
   for (const auto& addr : fence) {
     std::string mutable_addr = addr;
     int r = rados_blocklist_add(cluster_, mutable_addr.data(), static_cast<uint32_t>(options_.fence_expiry.count()));

@@ -3,6 +3,7 @@
 #include "cli/node_state.h"
 
 #include "attach/userspace_connector.h"
+#include "cli/table.h"
 
 #include <gtest/gtest.h>
 
