@@ -8,6 +8,7 @@
 #include "backend/routing/routing_backend.h"
 #include "common/atomic_file.h"
 #include "common/duration.h"
+#include "common/topology.h"
 #ifdef BLOCKCSI_WITH_RBD
 #include "backend/rbd/rbd_secret_backend.h"
 #endif
@@ -103,6 +104,8 @@ struct Section {
   int line = 0;
   bool is_default = false;
   bool has_default = false;
+  std::string zone;
+  int zone_line = 0;
   // Kept until `kind` is known (it may come after other keys).
   std::vector<std::tuple<int, std::string, std::string>> keys;
   std::string kind;
@@ -168,6 +171,11 @@ StatusOr<BackendConfig> ParseBackendConfig(std::string_view text, std::string_vi
       if (!b.ok()) return b.status().WithContext(at(line_no) + ": default");
       section.is_default = *b;
       section.has_default = true;
+    } else if (key == "zone") {
+      if (section.zone_line != 0) return InvalidArgument(at(line_no) + ": \"zone\" given twice");
+      if (Status st = ValidateZoneName(value, at(line_no)); !st.ok()) return st;
+      section.zone = value;
+      section.zone_line = line_no;
     } else {
       if (value.empty()) return InvalidArgument(at(line_no) + ": key \"" + key + "\" has no value");
       section.keys.emplace_back(line_no, key, value);
@@ -184,6 +192,7 @@ StatusOr<BackendConfig> ParseBackendConfig(std::string_view text, std::string_vi
     NamedBackendOptions named;
     named.name = section.name;
     named.options.kind = section.kind;
+    named.zone = section.zone;
     std::set<std::string> seen;
     for (const auto& [line, key, value] : section.keys) {
       if (!KeysOf(section.kind).contains(key)) {
@@ -240,7 +249,9 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeRoutedBackends(const BackendConfig&
   for (const auto& named : config.backends) {
     auto backend = MakeControllerBackend(named.options);
     if (!backend.ok()) return backend.status().WithContext("backend \"" + named.name + "\"");
-    backends.push_back({named.name, *backend});
+    TopologySegments topology;
+    if (!named.zone.empty()) topology[kTopologyZoneKey] = named.zone;
+    backends.push_back({named.name, *backend, std::move(topology)});
   }
   BLOCKCSI_ASSIGN_OR_RETURN(auto routing, RoutingBackend::Make(std::move(backends), config.default_name));
   return std::shared_ptr<VolumeBackend>(std::move(routing));

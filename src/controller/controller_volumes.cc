@@ -27,9 +27,11 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 // Idempotent by name: the backend returns the existing volume for the same
 // name, size and source (our rounding is deterministic, so a retry computes
 // the same size); another size or source → ALREADY_EXISTS.
-// accessible_topology is the backend's (e.g. the storage host's segment);
-// accessibility_requirements are not matched against it: one backend, and an
-// iSCSI portal is reachable from every node unless the backend says otherwise.
+// accessible_topology is the backend's (e.g. the zone of the storage host
+// that holds it). accessibility_requirements go to the backend: the routing
+// backend of a --backend-config chooses a host in an allowed zone with them
+// (RESOURCE_EXHAUSTED when none is allowed or none has room); a single
+// backend is one host, reachable from every node unless it says otherwise.
 grpc::Status ControllerService::CreateVolume(grpc::ServerContext*, const csi::v1::CreateVolumeRequest* request,
                                              csi::v1::CreateVolumeResponse* response) {
   return ToGrpcStatus(DoCreateVolume(*request, response));
@@ -119,6 +121,14 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
                                                            backend_->AllocationGranularity(), what));
 
   CreateVolumeSpec spec{name, size, source, params.persisted};
+  // Where the volume must be (and should be) reachable from; the routing
+  // backend places it among its hosts with them (backend/routing/placement.h).
+  for (const auto& t : request.accessibility_requirements().requisite()) {
+    spec.accessibility.requisite.emplace_back(t.segments().begin(), t.segments().end());
+  }
+  for (const auto& t : request.accessibility_requirements().preferred()) {
+    spec.accessibility.preferred.emplace_back(t.segments().begin(), t.segments().end());
+  }
   auto record = backend_->CreateVolume(spec);
   if (!record.ok()) return Named(record.status(), "volume name", name);
   FillVolume(*record, response->mutable_volume());
