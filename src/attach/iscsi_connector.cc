@@ -9,6 +9,7 @@
 
 #include "attach/iscsi_names.h"
 #include "attach/iscsi_sysfs.h"
+#include "common/keyed_lock.h"
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -153,7 +154,7 @@ class IscsiConnector final : public Connector {
     for (const std::string& portal_text : record.portals) {
       auto portal = ParsePortal(portal_text);
       if (!portal.ok()) continue;
-      std::lock_guard<std::mutex> lock(PathMutex(record.target_iqn, portal_text));
+      auto path_lock = path_locks_.Lock(record.target_iqn + " " + portal_text);
       auto session = FindIscsiSession(*o_.host_fs, record.target_iqn, *portal, iface);
       if (session) {
         auto others = OtherLunDevices(*o_.host_fs, *session, record.lun);
@@ -275,13 +276,6 @@ class IscsiConnector final : public Connector {
   static std::string Trim(std::string s) {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
     return s;
-  }
-
-  std::mutex& PathMutex(const std::string& target, const std::string& portal) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& m = path_mu_[target + " " + portal];
-    if (!m) m = std::make_unique<std::mutex>();
-    return *m;
   }
 
   Command Node(const std::string& target, const std::string& portal, const std::string& iface) const {
@@ -419,7 +413,7 @@ class IscsiConnector final : public Connector {
     BLOCKCSI_ASSIGN_OR_RETURN(Portal portal, ParsePortal(portal_text));
     // Held until our LUN's device exists: a detach of another LUN of this
     // target must not log the session out from under a scan in progress.
-    std::lock_guard<std::mutex> lock(PathMutex(spec.target_iqn, portal_text));
+    auto path_lock = path_locks_.Lock(spec.target_iqn + " " + portal_text);
     const std::string iface = IfaceFor(spec);
     {
       auto session = FindIscsiSession(*o_.host_fs, spec.target_iqn, portal, iface);
@@ -565,8 +559,7 @@ class IscsiConnector final : public Connector {
 
   IscsiConnectorOptions o_;
   std::mutex iface_mu_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<std::mutex>> path_mu_;  // guarded by mu_
+  KeyedLock path_locks_;  // one iSCSI path ("<target> <portal>") at a time
 };
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The --backend-config file: several named backends served by one
-// controller, one of them the default. A hand-written INI-like text:
+// controller, one of them the default. An INI file, read by inih:
 //
-//   # a comment (whole lines only: values may contain '#')
+//   # a comment; ";" also starts one, and " ;" ends a value
 //   [backend fast]
 //   kind = local
 //   pool = /var/lib/blockcsi/pool
@@ -34,7 +34,9 @@
 // 1-32 of [a-z0-9-], starting and ending alphanumeric; they become the
 // prefix of every volume and snapshot id ("<name>~<backend's id>"), so an
 // rbd backend's name and pool together may be at most 40 characters
-// (CSI ids are at most 128 bytes). Pure functions; thread-safe.
+// (CSI ids are at most 128 bytes). Lines are at most 199 characters (inih's
+// limit) and an indented line continues the key above it (as another value of
+// that key). Pure functions; thread-safe.
 #pragma once
 
 #include <memory>

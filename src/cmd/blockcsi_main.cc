@@ -14,6 +14,7 @@
 #include "cmd/grpc_server.h"
 #include "cmd/identity_service.h"
 #include "cmd/plugin_flags.h"
+#include "cmd/process_memory.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/fs_minimums.h"
@@ -80,6 +81,7 @@ int Main(int argc, char** argv) {
   // userspace bridge process; attach layer owner) ----
   if (argc > 1 && std::string_view(argv[1]) == "bridge") return RunBridgeMain(argc - 1, argv + 1);
   // ---- end subcommand dispatch ----
+  TunePluginMemory();
   BlockTerminationSignals();
   PluginConfig config;
   if (int exit_code = ParsePluginFlags(argc, argv, config); exit_code >= 0) return exit_code;

@@ -17,7 +17,9 @@
 // Then an attach storm: N volumes staged concurrently against N bare stages
 // done concurrently too (warm-up dropped, sides alternating), errors counted, and the plugin's RSS idle, with the
 // storm staged and after it. Needs root, tgt, FUSE and loop devices.
-//   lifecycle_bench [--runs N] [--storm 32,64] [--storm-rounds R] [--size-mib M]
+// Last, the per-step breakdown: --spans N lifecycles on a plugin restarted
+// with --log-level debug, its spans summed per step (bench/span_breakdown.h).
+//   lifecycle_bench [--runs N] [--storm 32,64] [--storm-rounds R] [--size-mib M] [--spans N]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -33,6 +35,7 @@
 
 #include "attach/initiator.h"
 #include "bench/bench_report.h"
+#include "bench/span_breakdown.h"
 #include "bridge/libiscsi_session.h"
 #include "common/executor.h"
 #include "common/logging.h"
@@ -324,6 +327,37 @@ class LifecycleBench {
     return errors;
   }
 
+  // Where the time of each plugin step goes: `runs` more lifecycles on a
+  // plugin started with --log-level debug (its spans, common/span.h), kept
+  // apart from the timed rounds above so that debug logging costs them
+  // nothing.
+  int Breakdown(int runs) {
+    static const char* kSteps[] = {
+        "CreateVolume",        "ControllerPublishVolume", "NodeStageVolume",           "NodePublishVolume",
+        "NodeUnpublishVolume", "NodeUnstageVolume",       "ControllerUnpublishVolume", "DeleteVolume"};
+    SpanBreakdown spans(plugin_->log_path());
+    int errors = 0;
+    for (int i = 0; i < runs; ++i) {
+      Volume v;
+      std::vector<std::function<bool()>> csi = {[&] { return Create("spans-" + std::to_string(i), &v).ok(); },
+                                                [&] { return ControllerPublish(&v).ok(); },
+                                                [&] { return Stage(v).ok(); },
+                                                [&] { return Publish(v).ok(); },
+                                                [&] { return Unpublish(v).ok(); },
+                                                [&] { return Unstage(v).ok(); },
+                                                [&] { return ControllerUnpublish(v).ok(); },
+                                                [&] { return Delete(v).ok(); }};
+      for (size_t s = 0; s < 8; ++s) {
+        spans.Mark();
+        auto t0 = Clock::now();
+        if (!csi[s]()) ++errors;
+        spans.Collect(kSteps[s], Ms(Clock::now() - t0));
+      }
+    }
+    spans.Print();
+    return errors;
+  }
+
   // N volumes staged at once (one thread each), against N bare stages at
   // once (one thread each); then the same for unstage. Like the steps: a
   // warm-up round dropped, then `rounds` rounds with the side that goes
@@ -441,6 +475,7 @@ class LifecycleBench {
 
 int Main(int argc, char** argv) {
   int runs = 10;
+  int span_runs = 3;
   uint64_t size_mib = 64;
   std::vector<int> storms = {32, 64};
   int storm_rounds = 3;
@@ -450,6 +485,8 @@ int Main(int argc, char** argv) {
       runs = std::atoi(argv[i + 1]);
     } else if (flag == "--storm-rounds") {
       storm_rounds = std::atoi(argv[i + 1]);
+    } else if (flag == "--spans") {
+      span_runs = std::atoi(argv[i + 1]);
     } else if (flag == "--size-mib") {
       size_mib = std::strtoull(argv[i + 1], nullptr, 10);
     } else if (flag == "--storm") {
@@ -460,7 +497,8 @@ int Main(int argc, char** argv) {
         if (!n.empty()) storms.push_back(std::atoi(n.c_str()));
       }
     } else {
-      std::fprintf(stderr, "usage: lifecycle_bench [--runs N] [--storm 32,64] [--storm-rounds R] [--size-mib M]\n");
+      std::fprintf(stderr,
+                   "usage: lifecycle_bench [--runs N] [--storm 32,64] [--storm-rounds R] [--size-mib M] [--spans N]\n");
       return 2;
     }
   }
@@ -491,6 +529,15 @@ int Main(int argc, char** argv) {
     errors += bench.Steps(runs);
     for (int n : storms) errors += bench.Storm(n, storm_rounds, idle_rss);
     plugin.Stop();
+    if (span_runs > 0) {
+      options.extra_args = {"--log-level", "debug"};
+      if (!plugin.Start(options, &error)) {
+        std::fprintf(stderr, "lifecycle_bench: debug restart: %s\n", error.c_str());
+        return 1;
+      }
+      errors += bench.Breakdown(span_runs);
+      plugin.Stop();
+    }
   }
   // Whatever a failure left behind (mounts, loop devices, bridges) goes
   // before the temp dir and the tgtd do.

@@ -309,7 +309,7 @@ Status RbdBackend::DeleteVolume(const std::string& volume_id) {
       }
     }
     if (!nodes.empty()) {
-      return FailedPrecondition("volume " + volume_id + " is still published to node(s) " + JoinComma(nodes));
+      return FailedPrecondition("volume " + volume_id + " is still published to node(s) " + JoinStrings(nodes, ", "));
     }
     BLOCKCSI_ASSIGN_OR_RETURN(auto all_watchers, ListWatchers(handle->get(), Spec(*image)));
     auto watchers = OthersOnly(std::move(all_watchers));
@@ -317,7 +317,7 @@ Status RbdBackend::DeleteVolume(const std::string& volume_id) {
       std::vector<std::string> who;
       who.reserve(watchers.size());
       for (const auto& w : watchers) who.push_back("client." + std::to_string(w.client_id) + " at " + w.addr);
-      return FailedPrecondition("volume " + volume_id + " is in use: watched by " + JoinComma(who));
+      return FailedPrecondition("volume " + volume_id + " is in use: watched by " + JoinStrings(who, ", "));
     }
     BLOCKCSI_ASSIGN_OR_RETURN(auto snaps, ListSnaps(handle->get(), Spec(*image)));
     std::vector<std::string> blocking;
@@ -348,7 +348,7 @@ Status RbdBackend::DeleteVolume(const std::string& volume_id) {
       blocking.push_back(SnapshotId(options_.pool, *image, snap.name));
     }
     if (!blocking.empty()) {
-      return FailedPrecondition("volume " + volume_id + " has snapshots: " + JoinComma(blocking));
+      return FailedPrecondition("volume " + volume_id + " has snapshots: " + JoinStrings(blocking, ", "));
     }
   }
   int r = rbd_remove(io_, image->c_str());

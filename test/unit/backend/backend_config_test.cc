@@ -1,4 +1,4 @@
-// The --backend-config parser: a hand-written file of named backends.
+// The --backend-config parser: an INI file (read by inih) of named backends.
 // Pure text in, BackendConfig or an error naming the file, line and key out.
 #include "backend/backend_config.h"
 
@@ -116,6 +116,17 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"[backend a]\nkind = local\ndefault = maybe\n", "default"},
                       BadCase{"[backend ceph-cluster-one]\nkind = rbd\nrbd-pool = a-rather-long-pool-name-xy\n",
                               "ids would not fit"}));
+
+// inih's own rules, which the documented format now states (docs/deploy.md).
+TEST(BackendConfigTest, CommentsAndLongLinesFollowInih) {
+  auto config = ParseBackendConfig("[backend a]\nkind = local\npool = /p#1 ; the pool\n", "b.conf");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->backends[0].options.pool_dir, "/p#1");
+  auto too_long = ParseBackendConfig("[backend a]\nkind = local\npool = /" + std::string(250, 'x') + "\n", "b.conf");
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_long.status().message(), HasSubstr("b.conf:3: line longer than 199 characters"));
+}
 
 TEST(BackendConfigTest, BackendNames) {
   EXPECT_TRUE(IsValidBackendName("a"));
