@@ -93,6 +93,7 @@ StatusOr<AttachRecord> FakeAttacher::Attach(const AttachSpec& spec) {
   r.lun = spec.lun;
   r.initiator_iqn = spec.initiator_iqn;
   r.read_only = spec.read_only;
+  r.static_volume = spec.static_volume;
   r.state = "attached";
   r.device_path = device;
   records_[spec.volume_id] = r;

@@ -708,6 +708,24 @@ TEST_F(NodeServiceTest, ExpandBelowRequiredSizeIsUnavailable) {
   EXPECT_EQ(world_->Count("exec xfs_growfs"), 0);
 }
 
+// A static PV's LUN is grown by the array's admin (issue #24): until then
+// a PVC resize asks for more than there is, which no retry of ours changes:
+// OUT_OF_RANGE in one line naming the volume, and nothing is grown.
+TEST_F(NodeServiceTest, ExpandOfAStaticLunStillTooSmallIsOutOfRange) {
+  Device("vol1", "/dev/fake1");
+  auto stage = StageRequest("vol1", "xfs");
+  (*stage.mutable_publish_context())[publish_context::kStatic] = "true";
+  ASSERT_TRUE(node_->Stage(stage).ok());
+  auto req = ExpandRequest("vol1", kStaging);
+  req.mutable_capacity_range()->set_required_bytes(4LL << 30);
+  csi::v1::NodeExpandVolumeResponse resp;
+  Status st = node_->Expand(req, &resp);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.ToString();
+  EXPECT_NE(st.message().find("vol1"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  EXPECT_EQ(world_->Count("exec xfs_growfs"), 0);
+}
+
 TEST_F(NodeServiceTest, ExpandUnknownVolumeIsNotFound) {
   csi::v1::NodeExpandVolumeResponse resp;
   EXPECT_CODE(node_->Expand(ExpandRequest("nope", kStaging), &resp), kNotFound);
