@@ -74,7 +74,7 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
 
 StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options) {
   BLOCKCSI_ASSIGN_OR_RETURN(std::unique_ptr<Connector> connector, MakeConnector(options));
-  auto attacher = std::make_unique<VolumeAttacherImpl>(options.state_dir, std::move(connector), options.step_hook);
+  auto attacher = std::make_unique<VolumeAttacherImpl>(options.state_dir, std::move(connector), options.fault_hook);
   if (options.adopt) BLOCKCSI_RETURN_IF_ERROR(attacher->Start());
   return std::unique_ptr<VolumeAttacher>(std::move(attacher));
 }

@@ -18,6 +18,7 @@
 #include "attach/volume_attacher.h"
 #include "common/clock.h"
 #include "common/executor.h"
+#include "common/fault_points.h"
 #include "common/filesystem.h"
 #include "common/status.h"
 
@@ -72,9 +73,10 @@ struct AttacherOptions {
   // others (blockctl cleanup).
   bool adopt = true;
 
-  // Test-only: called with a step name ("connected": the connector attached
-  // but the record is not yet updated) so a test can crash the plugin there.
-  std::function<void(std::string_view step)> step_hook;
+  // Test-only: sees the attacher's fault points (common/fault_points.h):
+  // node.stage.after-connect (the connector attached, the record not yet
+  // updated); an error fails the attach there.
+  FaultHook fault_hook;
 };
 
 StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options);

@@ -1,8 +1,7 @@
 // Builds the production Node service from the plugin's configuration: the
 // attacher for the chosen connector (which adopts what earlier runs left)
-// and the real OS seams (libmount, libblkid, process executor, host). The
-// test-only fault points (BLOCKCSI_FAULT_POINT) reach the attacher's steps
-// too. Called once from main.
+// and the real OS seams (libmount, libblkid, process executor, host). Called
+// once from main.
 #pragma once
 
 #include <chrono>
