@@ -23,6 +23,7 @@
 #include "common/executor.h"
 #include "common/logging.h"
 #include "common/loop_devices.h"
+#include "common/span.h"
 
 namespace blockcsi {
 
@@ -320,6 +321,7 @@ class UserspaceConnector final : public Connector {
   }
 
   void WaitForExit(const BridgePaths& p) {
+    Span span("wait_bridge_exit");
     for (int i = 0; i < 100; ++i) {
       if (FindBridgePids(*o_.host_fs, p.control_socket).empty()) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -427,6 +429,7 @@ class UserspaceConnector final : public Connector {
   }
 
   StatusOr<nlohmann::json> SpawnBridge(const AttachSpec& spec, const BridgePaths& p) {
+    Span span("bridge_start", spec.volume_id);
     std::string secrets;
     BLOCKCSI_ASSIGN_OR_RETURN(std::vector<std::string> argv, BridgeArgv(spec, p, &secrets));
 

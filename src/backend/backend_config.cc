@@ -12,6 +12,7 @@
 #include "common/atomic_file.h"
 #include "common/duration.h"
 #include "common/strings.h"
+#include "common/topology.h"
 #ifdef BLOCKCSI_WITH_RBD
 #include "backend/rbd/rbd_secret_backend.h"
 #endif
@@ -108,6 +109,7 @@ struct Section {
   std::string name;
   std::string header;  // as inih passes it
   bool is_default = false;
+  std::string zone;  // "" until a `zone` key
   std::string kind;
   std::set<std::string> seen;  // keys applied so far (pass 2)
 };
@@ -186,6 +188,10 @@ int LearnKey(ParseState& state, std::string_view header, std::string_view key, s
     auto b = ParseBool(value);
     if (!b.ok()) return Fail(state, "default: " + b.status().message());
     section.is_default = *b;
+  } else if (key == "zone") {
+    if (!section.zone.empty()) return Fail(state, "\"zone\" given twice");
+    if (Status st = ValidateZoneName(value, "key \"zone\""); !st.ok()) return Fail(state, st.message());
+    section.zone = std::string(value);
   } else if (value.empty()) {
     return Fail(state, "key \"" + std::string(key) + "\" has no value");
   }
@@ -196,7 +202,7 @@ int LearnKey(ParseState& state, std::string_view header, std::string_view key, s
 int ApplySectionKey(ParseState& state, std::string_view key, std::string_view value) {
   // Pass 1 made a section of every header followed by a key, in this order.
   if (std::exchange(state.new_header, false)) state.section = state.opened++;
-  if (key == "kind" || key == "default") return 1;
+  if (key == "kind" || key == "default" || key == "zone") return 1;
   Section& section = state.sections[state.section];
   if (!KeysOf(section.kind).contains(key)) {
     return Fail(state, "key \"" + std::string(key) + "\" is not an option of kind " + section.kind);
@@ -271,6 +277,7 @@ StatusOr<BackendConfig> ParseBackendConfig(std::string_view text, std::string_vi
     NamedBackendOptions named;
     named.name = section.name;
     named.options.kind = section.kind;
+    named.zone = section.zone;
     state.config.backends.push_back(std::move(named));
   }
   state.pass = 2;
@@ -326,7 +333,9 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeRoutedBackends(const BackendConfig&
   for (const auto& named : config.backends) {
     auto backend = MakeControllerBackend(named.options);
     if (!backend.ok()) return backend.status().WithContext("backend \"" + named.name + "\"");
-    backends.push_back({named.name, *backend});
+    TopologySegments topology;
+    if (!named.zone.empty()) topology[kTopologyZoneKey] = named.zone;
+    backends.push_back({named.name, *backend, std::move(topology)});
   }
   BLOCKCSI_ASSIGN_OR_RETURN(auto routing, RoutingBackend::Make(std::move(backends), config.default_name));
   return std::shared_ptr<VolumeBackend>(std::move(routing));

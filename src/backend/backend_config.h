@@ -9,6 +9,8 @@
 //   portal = 10.0.0.6:3260
 //   default = true
 //
+//   zone = a
+//
 //   [backend ceph]
 //   kind = rbd
 //   ceph-conf = /etc/ceph/ceph.conf
@@ -20,7 +22,11 @@
 // exactly one backend says `default = true` (optional when there is only
 // one); repeatable keys (portal) are given once per value. An rbd backend
 // without ceph-user and ceph-keyring takes its cephx credentials from the
-// CSI secrets (userID/userKey) of each call.
+// CSI secrets (userID/userKey) of each call. `zone` (any kind) puts the
+// backend's host in that topology zone (common/topology.h): its volumes are
+// accessible from nodes started with the same --zone, CreateVolume places
+// volumes by the CO's accessibility requirements, and GetCapacity answers
+// per zone (routing/placement.h).
 // Keys are the controller flags of that kind without "--" (local: pool,
 // tgt-control-port, portal, iqn-prefix, target, configfs-root,
 // reconcile-interval; remote: target-agent, tls-cert, tls-key, tls-ca,
@@ -47,6 +53,7 @@ namespace blockcsi {
 struct NamedBackendOptions {
   std::string name;
   BackendOptions options;
+  std::string zone;  // empty: reachable from every node
 };
 
 struct BackendConfig {

@@ -49,6 +49,10 @@ struct PluginConfig {
   // the plugin's own --node-id (--known-node-ids). A controller alone
   // without it takes any well-formed id at its word.
   std::vector<std::string> known_node_ids;
+  // Where the Kubernetes API is (--kubeconfig); unset: the pod's service
+  // account when in a pod. With either, a node id is known when its CSINode
+  // lists this driver (controller/k8s_node_directory.h).
+  std::string kubeconfig;
   std::string pool_dir;
   int tgt_control_port = 0;
   std::string tgtadm = "/usr/sbin/tgtadm";

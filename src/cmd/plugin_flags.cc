@@ -109,6 +109,10 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
                  "repeated); any other is NOT_FOUND. Unset on a controller alone: every well-formed id")
       ->delimiter(',')
       ->group(controller);
+  app.add_option("--kubeconfig", c.kubeconfig,
+                 "Kubernetes API access for ControllerPublishVolume's node check: a node id whose CSINode does not "
+                 "list this driver is NOT_FOUND. Unset: the pod's service account, when run in a pod")
+      ->group(controller);
   app.add_option("--iqn-prefix", c.iqn_prefix, "IQN prefix of the targets we create")
       ->group(controller)
       ->capture_default_str();

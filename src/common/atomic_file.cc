@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <random>
 
+#include "common/span.h"
+
 namespace blockcsi {
 namespace {
 
@@ -25,6 +27,7 @@ Status Reached(const AtomicWriteOptions* options, std::string_view step) {
 }
 
 Status FsyncFile(int fd, const std::string& what, const AtomicWriteOptions* options, std::string_view step) {
+  Span span("fsync", what);
   if (::fsync(fd) != 0) return ErrnoToStatus(errno, "fsync " + what);
   return Reached(options, step);
 }

@@ -9,9 +9,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "common/logging.h"
 #include "common/strings.h"
+#include "common/span.h"
 
 extern char** environ;
 
@@ -152,6 +154,7 @@ class ProcessExecutor final : public Executor {
   StatusOr<CommandResult> Run(const Command& command) override {
     auto started = std::chrono::steady_clock::now();
     LogDebug("exec", {{"argv", command.Redacted()}});
+    Span span("exec", command.args().empty() ? "" : std::filesystem::path(command.args()[0].value).filename().string());
     int out_pipe[2], err_pipe[2], in_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe for " + command.args()[0].value);
     if (::pipe2(err_pipe, O_CLOEXEC) != 0) {

@@ -63,13 +63,21 @@ Status FaultPoint(std::string_view name, const FaultHook& hook) {
     const char* v = std::getenv(kFaultPauseEnv);
     return std::string(v == nullptr ? "" : v);
   }();
-  if (spec.empty() && pause.empty() && !hook) return OkStatus();
+  static const std::string fail = [] {
+    const char* v = std::getenv(kFaultFailEnv);
+    return std::string(v == nullptr ? "" : v);
+  }();
+  if (spec.empty() && pause.empty() && fail.empty() && !hook) return OkStatus();
   std::string armed = ArmedFaultPointName(name);
   if (!pause.empty() && FaultPointListed(pause, armed)) PauseAt(armed);
   if (FaultPointListed(spec, armed)) {
     LogError("fault point reached: killing the process", {{"fault_point", armed}});
     ::raise(SIGKILL);
     ::_exit(137);  // not reached; SIGKILL cannot be caught
+  }
+  if (!fail.empty() && FaultPointListed(fail, armed)) {
+    LogWarn("fault point reached: failing the call", {{"fault_point", armed}});
+    return Internal("injected failure at " + armed);
   }
   return hook ? hook(armed) : OkStatus();
 }

@@ -38,6 +38,10 @@ inline constexpr char kFaultPointEnv[] = "BLOCKCSI_FAULT_POINT";
 // can break the outside world (stop the storage) at an exact step.
 inline constexpr char kFaultPauseEnv[] = "BLOCKCSI_FAULT_PAUSE";
 inline constexpr char kFaultPauseDirEnv[] = "BLOCKCSI_FAULT_PAUSE_DIR";
+// Test-only too: BLOCKCSI_FAULT_FAIL=<name>[,...] makes FaultPoint(name)
+// return INTERNAL (a final code) at that step, so that a test can make a call
+// fail for good half-way through and check it took back what it had done.
+inline constexpr char kFaultFailEnv[] = "BLOCKCSI_FAULT_FAIL";
 
 // A test's in-process view of the points a component reaches: called with
 // each point's name (its scope applied); a non-OK return fails the call at
@@ -47,7 +51,8 @@ using FaultHook = std::function<Status(std::string_view point)>;
 // Reaches point `name`: dies (SIGKILL, exactly like an external kill -9: no
 // destructors, no flushing) when the scoped name is listed in
 // $BLOCKCSI_FAULT_POINT, pauses when it is listed in $BLOCKCSI_FAULT_PAUSE,
-// then returns what `hook` says (OK without a hook).
+// returns INTERNAL "injected failure at <name>" when it is listed in
+// $BLOCKCSI_FAULT_FAIL, then returns what `hook` says (OK without a hook).
 Status FaultPoint(std::string_view name, const FaultHook& hook = {});
 
 // Whether `name` is listed in `spec` (a comma separated list). Pure.

@@ -160,6 +160,12 @@ Status NodeService::Expand(const csi::v1::NodeExpandVolumeRequest& req, csi::v1:
   uint64_t size = *rescanned;
   BLOCKCSI_RETURN_IF_ERROR(Fault("node.expand.after-rescan").WithContext("volume " + volume_id));
   int64_t required = req.capacity_range().required_bytes();
+  if (required > 0 && size < static_cast<uint64_t>(required) && record->static_volume) {
+    // A static LUN is grown by its array's admin, not by us: until then the
+    // PVC asks for more than there is, and a retry cannot change that.
+    return OutOfRange("volume " + volume_id + ": the static LUN is " + std::to_string(size) + " bytes, " +
+                      std::to_string(required) + " were asked for; grow the LUN on the storage first");
+  }
   if (required > 0 && size < static_cast<uint64_t>(required)) {
     // The controller grows the LUN first; seeing the old size means its
     // refresh has not reached us yet. Transient: the resizer retries.

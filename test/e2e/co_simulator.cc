@@ -373,4 +373,29 @@ grpc::Status CoSimulator::VolumeStats(const Pod& pod, csi::v1::NodeGetVolumeStat
   return node->stub->NodeGetVolumeStats(ctx.get(), req, response);
 }
 
+grpc::Status CoSimulator::ResizePvc(PersistentVolume* pv, int64_t bytes, const Pod& pod) {
+  NodeEntry* node = Node(pod.node_id);
+  if (node == nullptr) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unknown node " + pod.node_id);
+  csi::v1::ControllerExpandVolumeRequest creq;
+  creq.set_volume_id(pv->volume_id);
+  creq.mutable_capacity_range()->set_required_bytes(bytes);
+  *creq.mutable_volume_capability() = pv->capability;
+  csi::v1::ControllerExpandVolumeResponse cresp;
+  grpc::Status st = controller_->ControllerExpandVolume(Context().get(), creq, &cresp);
+  Note("ControllerExpandVolume " + pv->volume_id + " " + std::to_string(bytes), st);
+  if (!st.ok()) return st;
+  pv->capacity_bytes = cresp.capacity_bytes();
+  if (!cresp.node_expansion_required()) return st;
+  csi::v1::NodeExpandVolumeRequest nreq;
+  nreq.set_volume_id(pv->volume_id);
+  nreq.set_volume_path(pod.volume_path);
+  nreq.set_staging_target_path(StagingPath(pod.node_id, pv->volume_id));
+  nreq.mutable_capacity_range()->set_required_bytes(bytes);
+  *nreq.mutable_volume_capability() = pv->capability;
+  csi::v1::NodeExpandVolumeResponse nresp;
+  st = node->stub->NodeExpandVolume(Context().get(), nreq, &nresp);
+  Note("NodeExpandVolume " + pv->volume_id + " " + pod.node_id, st);
+  return st;
+}
+
 }  // namespace blockcsi::e2e

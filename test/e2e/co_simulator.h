@@ -139,6 +139,13 @@ class CoSimulator {
                          const std::map<std::string, std::string>& publish_context, const std::string& staging_path);
   grpc::Status VolumeStats(const Pod& pod, csi::v1::NodeGetVolumeStatsResponse* response);
 
+  // ---- resizer + kubelet: a PVC's request raised to `bytes`. As
+  // external-resizer: ControllerExpandVolume, the PV's capacity taken from
+  // its answer; then, when it says node_expansion_required, as kubelet:
+  // NodeExpandVolume on the pod's node and path. No retry (both would retry
+  // later; a test looks at the first answer). The first failure, or OK.
+  grpc::Status ResizePvc(PersistentVolume* pv, int64_t bytes, const Pod& pod);
+
   std::string StagingPath(const std::string& node_id, const std::string& volume_id) const;
   std::string PodVolumePath(const std::string& node_id, const std::string& pod_name, const std::string& pv_name) const;
 

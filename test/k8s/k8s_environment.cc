@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
+
 namespace blockcsi::testing {
 namespace {
 
@@ -23,29 +25,72 @@ PluginOptions KubeEnvironment::ControllerOptions() const {
   PluginOptions options;
   options.mode = "controller";
   options.node_id = "k8s-controller";
+  // The controller's node check reads CSINode objects as its
+  // ServiceAccount, with the RBAC of rbac-controller.yaml (item 4).
+  options.extra_args = {"--kubeconfig", cluster_->controller_kubeconfig()};
+  if (!options_.zones.empty()) {
+    options.backend = "";  // the file names them
+    options.extra_args.push_back("--backend-config");
+    options.extra_args.push_back(dir_.Join("controller/backends.conf"));
+  }
   return options;
 }
 
-std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(std::string* error) {
-  std::unique_ptr<KubeEnvironment> env(new KubeEnvironment());
-  const std::string& dir = env->dir_.path();
-  env->tgtd_ = TgtdHarness::Start(error);
-  if (!env->tgtd_) return nullptr;
+KubeEnvironment::Host& KubeEnvironment::zone(const std::string& zone) {
+  for (auto& host : hosts_) {
+    if (host.zone == zone) return host;
+  }
+  throw std::out_of_range("no zone " + zone + " in this environment");
+}
 
-  std::filesystem::create_directories(dir + "/controller");
-  env->controller_ = std::make_unique<PluginUnderTest>(dir + "/controller", env->tgtd_.get());
-  if (!env->controller_->Start(env->ControllerOptions(), error)) return nullptr;
-  std::filesystem::create_directories(dir + "/node");
-  env->node_plugin_ = std::make_unique<PluginUnderTest>(dir + "/node", nullptr);
-  PluginOptions node;
-  node.mode = "node";
-  node.node_id = kNodeName;
-  if (!env->node_plugin_->Start(node, error)) return nullptr;
+bool KubeEnvironment::WriteZonesConfig(std::string* error) {
+  std::string text;
+  for (const auto& host : hosts_) {
+    auto pool = options_.zone_pools.find(host.zone);
+    text += "[backend zone-" + host.zone + "]\nkind = local\npool = " +
+            (pool != options_.zone_pools.end() ? pool->second : dir_.Join("pool-" + host.zone)) +
+            "\ntgt-control-port = " + std::to_string(host.tgtd->control_port()) + "\nportal = " + host.tgtd->portal() +
+            "\nzone = " + host.zone + "\n" + (&host == &hosts_.front() ? "default = true\n" : "") + "\n";
+  }
+  Status st = WriteFileAtomically(dir_.Join("controller/backends.conf"), text);
+  if (!st.ok()) *error = st.ToString();
+  return st.ok();
+}
+
+std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(std::string* error) { return Start({}, error); }
+
+std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(const KubeEnvironmentOptions& options, std::string* error) {
+  std::unique_ptr<KubeEnvironment> env(new KubeEnvironment());
+  env->options_ = options;
+  const std::string& dir = env->dir_.path();
+  for (const std::string& zone : options.zones.empty() ? std::vector<std::string>{""} : options.zones) {
+    Host host;
+    host.zone = zone;
+    host.tgtd = TgtdHarness::Start(error);
+    if (!host.tgtd) return nullptr;
+    env->hosts_.push_back(std::move(host));
+  }
 
   std::filesystem::create_directories(dir + "/cluster");
   env->cluster_ = KubeCluster::Start(dir + "/cluster", error);
   if (!env->cluster_) return nullptr;
   KubeCluster& cluster = *env->cluster_;
+  std::filesystem::create_directories(dir + "/controller");
+  env->controller_ = std::make_unique<PluginUnderTest>(
+      dir + "/controller", options.zones.empty() ? env->hosts_.front().tgtd.get() : nullptr);
+  if (!options.zones.empty() && !env->WriteZonesConfig(error)) return nullptr;
+  if (!env->controller_->Start(env->ControllerOptions(), error)) return nullptr;
+  for (auto& host : env->hosts_) {
+    const std::string name = host.zone.empty() ? kNodeName : "k8s-node-" + host.zone;
+    host.node_name = name;
+    std::filesystem::create_directories(dir + "/" + name);
+    host.node_plugin = std::make_unique<PluginUnderTest>(dir + "/" + name, nullptr);
+    PluginOptions node;
+    node.mode = "node";
+    node.node_id = name;
+    if (!host.zone.empty()) node.extra_args = {"--zone", host.zone};
+    if (!host.node_plugin->Start(node, error)) return nullptr;
+  }
 
   // The project's manifests as a user applies them. Patched, and only
   // here: nothing (namespace, RBAC, CSIDriver are applied as they are).
@@ -66,10 +111,14 @@ std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(std::string* error) {
                     std::string("volumeBindingMode: WaitForFirstConsumer").size(), "volumeBindingMode: Immediate");
   if (!cluster.Apply(immediate, error)) return nullptr;
 
-  std::filesystem::create_directories(dir + "/kubelet");
-  env->kubelet_ = std::make_unique<KubeletSimulator>(&cluster, &env->node_plugin_->node(), kNodeName, dir + "/kubelet");
-  if (!env->kubelet_->Register(error)) return nullptr;
-  env->kubelet_->SetSupervisor([cluster = env->cluster_.get()] { cluster->RestartExitedPrograms(); });
+  for (auto& host : env->hosts_) {
+    const std::string& name = host.node_name;
+    const std::string kubelet_dir = host.zone.empty() ? dir + "/kubelet" : dir + "/kubelet-" + host.zone;
+    std::filesystem::create_directories(kubelet_dir);
+    host.kubelet = std::make_unique<KubeletSimulator>(&cluster, &host.node_plugin->node(), name, kubelet_dir);
+    if (!host.kubelet->Register(error)) return nullptr;
+    host.kubelet->SetSupervisor([cluster = env->cluster_.get()] { cluster->RestartExitedPrograms(); });
+  }
   if (!env->StartSidecars(error)) return nullptr;
   return env;
 }
@@ -153,19 +202,23 @@ std::string KubeEnvironment::Logs() {
     logs += std::string("---- ") + name + "\n" + cluster_->ProgramLogTail(name, 2000) + "\n";
   }
   logs += "---- blockcsi controller\n" + controller_->LogTail(2000) + "\n";
-  logs += "---- blockcsi node\n" + node_plugin_->LogTail(2000) + "\n";
+  for (auto& host : hosts_) {
+    if (host.node_plugin) logs += "---- blockcsi node " + host.zone + "\n" + host.node_plugin->LogTail(2000) + "\n";
+  }
   return logs;
 }
 
 KubeEnvironment::~KubeEnvironment() {
   cluster_.reset();
-  kubelet_.reset();
-  if (node_plugin_) node_plugin_->Stop(5s);
+  for (auto& host : hosts_) {
+    host.kubelet.reset();
+    if (host.node_plugin) host.node_plugin->Stop(5s);
+  }
   if (controller_) controller_->Stop(5s);
   CleanUpUnder(dir_.path());
-  node_plugin_.reset();
+  for (auto& host : hosts_) host.node_plugin.reset();
   controller_.reset();
-  tgtd_.reset();
+  hosts_.clear();  // the tgtds
 }
 
 std::string PvcManifest(const std::string& ns, const std::string& name, const std::string& storage_class,

@@ -5,9 +5,14 @@
 // RBAC, CSIDriver, StorageClasses), the three CSI sidecars with the flags of
 // deploy/kubernetes/base/controller.yaml, and one Node whose kubelet is the
 // KubeletSimulator. A second test file gets the same by deriving its fixture
-// from KubeTest (k8s_test_base.h). Not thread-safe.
+// from KubeTest (k8s_test_base.h). With zones (KubeEnvironmentOptions), one
+// storage host per zone instead — its own tgtd and pool, a local backend
+// `zone-<name>` with `zone = <name>` in the controller's --backend-config —
+// and one Node per zone, k8s-node-<name>, whose plugin runs with --zone.
+// Not thread-safe.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,12 +25,31 @@
 
 namespace blockcsi::testing {
 
+struct KubeEnvironmentOptions {
+  // Empty: one storage host (the controller's local backend) and one Node.
+  // Else the zones' names; the first zone's backend is the default.
+  std::vector<std::string> zones;
+  // A zone's pool directory (e.g. a small filesystem the test can fill);
+  // default: under the environment's directory.
+  std::map<std::string, std::string> zone_pools;
+};
+
 class KubeEnvironment {
  public:
+  // One storage host and the Node whose plugin reaches it (its zone's).
+  struct Host {
+    std::string zone;       // empty without zones
+    std::string node_name;  // its Node (and node id)
+    std::unique_ptr<TgtdHarness> tgtd;
+    std::unique_ptr<PluginUnderTest> node_plugin;
+    std::unique_ptr<KubeletSimulator> kubelet;
+  };
+
   // "" when this machine can run it; else the reason to skip.
   static std::string MissingCapability() { return KubeCluster::MissingCapability(); }
   // nullptr with `error` set when something would not start.
   static std::unique_ptr<KubeEnvironment> Start(std::string* error);
+  static std::unique_ptr<KubeEnvironment> Start(const KubeEnvironmentOptions& options, std::string* error);
   // Sidecars and control plane first, then the plugins and tgtd, then
   // whatever is left mounted under the directory.
   ~KubeEnvironment();
@@ -33,10 +57,13 @@ class KubeEnvironment {
   KubeEnvironment& operator=(const KubeEnvironment&) = delete;
 
   KubeCluster& cluster() { return *cluster_; }
-  TgtdHarness& tgtd() { return *tgtd_; }
+  // The first host's (the only one without zones).
+  TgtdHarness& tgtd() { return *hosts_.front().tgtd; }
   PluginUnderTest& controller() { return *controller_; }
-  PluginUnderTest& node_plugin() { return *node_plugin_; }
-  KubeletSimulator& kubelet() { return *kubelet_; }
+  PluginUnderTest& node_plugin() { return *hosts_.front().node_plugin; }
+  KubeletSimulator& kubelet() { return *hosts_.front().kubelet; }
+  // The host of zone `zone` (one of the options' zones).
+  Host& zone(const std::string& zone);
   const std::string& dir() const { return dir_.path(); }
 
   // The blockcsi controller again (after a kill), with the same flags plus
@@ -57,12 +84,14 @@ class KubeEnvironment {
   bool StartSidecars(std::string* error);
   PluginOptions ControllerOptions() const;
 
+  // The --backend-config of the zones' hosts.
+  bool WriteZonesConfig(std::string* error);
+
+  KubeEnvironmentOptions options_;
   TempDir dir_;
-  std::unique_ptr<TgtdHarness> tgtd_;
   std::unique_ptr<PluginUnderTest> controller_;
-  std::unique_ptr<PluginUnderTest> node_plugin_;
   std::unique_ptr<KubeCluster> cluster_;
-  std::unique_ptr<KubeletSimulator> kubelet_;
+  std::vector<Host> hosts_;  // at least one
 };
 
 // A PVC of `bytes` in class `storage_class` (raw block when `block`).

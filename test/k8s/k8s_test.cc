@@ -5,11 +5,13 @@
 // runs here) driving `blockcsi --mode node` with the userspace connector.
 // One cluster for the whole binary; each scenario in a namespace of its own.
 // Needs root, tgtd, etcd, kubectl and ../shared/peers; skips otherwise.
+#include <gmock/gmock.h>
 #include <sys/statvfs.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "attach/initiator.h"
 #include "k8s/k8s_test_base.h"
 
 namespace blockcsi::testing {
@@ -38,6 +40,7 @@ class KubeScenarios : public KubeTest {};
 TEST_F(KubeScenarios, ImmediateClassProvisionAttachExpandDetachDelete) {
   const std::string ns = "immediate";
   MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
   Apply(PvcManifest(ns, "data", "blockcsi-xfs-immediate", "320Mi", false));
   ASSERT_TRUE(WaitFor([&] { return Str(*cluster().Get("pvc", "data", ns), "/status/phase") == "Bound"; }, 60s))
       << "PVC not bound without a pod (Immediate)\n"
@@ -56,7 +59,7 @@ TEST_F(KubeScenarios, ImmediateClassProvisionAttachExpandDetachDelete) {
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path + "/hello", "written through kubernetes\n", false));
 
   // Expansion through the resizer, then the node part (kubelet's).
-  uint64_t before = FilesystemBytes(pod.pod.volume_path);
+  uint64_t size_before = FilesystemBytes(pod.pod.volume_path);
   KubectlResult r = cluster().Kubectl({"patch", "pvc", "data", "-n", ns, "--type=merge", "-p",
                                        R"({"spec":{"resources":{"requests":{"storage":"512Mi"}}}})"});
   ASSERT_TRUE(r.ok()) << r.err;
@@ -65,11 +68,12 @@ TEST_F(KubeScenarios, ImmediateClassProvisionAttachExpandDetachDelete) {
       << "the resizer did not grow the PV\n"
       << env().Logs();
   ASSERT_TRUE(kubelet().ExpandVolume(pod, &error)) << error;
-  EXPECT_GT(FilesystemBytes(pod.pod.volume_path), before + (128u << 20)) << "the filesystem did not grow";
+  EXPECT_GT(FilesystemBytes(pod.pod.volume_path), size_before + (128u << 20)) << "the filesystem did not grow";
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path + "/hello", "still there after the grow\n", false));
 
   DeletePodAndWaitDetached(pod);
   DeletePvcAndWaitGone(pod);
+  ExpectNothingLeftSince(before);
 }
 
 // The project's own settings as a user applies them: its CSIDriver
@@ -81,6 +85,7 @@ TEST_F(KubeScenarios, ImmediateClassProvisionAttachExpandDetachDelete) {
 TEST_F(KubeScenarios, WaitForFirstConsumerSchedulesWithStorageCapacity) {
   const std::string ns = "wffc";
   MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
   Json capacity;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -122,6 +127,7 @@ TEST_F(KubeScenarios, WaitForFirstConsumerSchedulesWithStorageCapacity) {
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path + "/hello", "ext4 through the scheduler\n", false));
   DeletePodAndWaitDetached(pod);
   DeletePvcAndWaitGone(pod);
+  ExpectNothingLeftSince(before);
 }
 
 // volumeMode: Block with the project's block class: the pod gets the LUN
@@ -129,6 +135,7 @@ TEST_F(KubeScenarios, WaitForFirstConsumerSchedulesWithStorageCapacity) {
 TEST_F(KubeScenarios, RawBlockPvc) {
   const std::string ns = "block";
   MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
   Apply(PvcManifest(ns, "raw", "blockcsi-block", "64Mi", true));
   Apply(PodManifest(ns, "app", "raw", true));
   RunningPod pod;
@@ -140,6 +147,7 @@ TEST_F(KubeScenarios, RawBlockPvc) {
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path, "raw bytes through kubernetes", true));
   DeletePodAndWaitDetached(pod);
   DeletePvcAndWaitGone(pod);
+  ExpectNothingLeftSince(before);
 }
 
 // The controller dies (kill -9, at the fault point right after the ACL is
@@ -150,6 +158,7 @@ TEST_F(KubeScenarios, RawBlockPvc) {
 TEST_F(KubeScenarios, ControllerKilledDuringAttachConverges) {
   const std::string ns = "restart";
   MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
   Apply(PvcManifest(ns, "data", "blockcsi-xfs-immediate", "320Mi", false));
   ASSERT_TRUE(WaitFor([&] { return Str(*cluster().Get("pvc", "data", ns), "/status/phase") == "Bound"; }, 60s))
       << env().Logs();
@@ -169,6 +178,67 @@ TEST_F(KubeScenarios, ControllerKilledDuringAttachConverges) {
   EXPECT_TRUE(WriteAndReadBack(pod.pod.volume_path + "/hello", "after the restart\n", false));
   DeletePodAndWaitDetached(pod);
   DeletePvcAndWaitGone(pod);
+  ExpectNothingLeftSince(before);
+}
+
+// A VolumeAttachment for a node whose CSINode gives this driver a node id
+// that no CSINode of the cluster lists (a node reinstalled under another
+// id, say): the external-attacher calls ControllerPublishVolume with that
+// id, and the controller, asking the API server as its ServiceAccount
+// (--kubeconfig, the RBAC of rbac-controller.yaml), answers NOT_FOUND; the
+// attachment stays unattached with that error, and no ACL for that id's
+// initiator is ever written (issue #20 item 4). The attacher itself never
+// calls for a node without a CSINode entry of this driver (it fails first).
+TEST_F(KubeScenarios, AttachToANodeIdWithoutCsiNodeIsNotFoundAndGrantsNothing) {
+  const std::string ns = "ghost";
+  const std::string ghost = "ghost-node";
+  const std::string stale_id = "ghost-node-reinstalled";
+  MakeNamespace(ns);
+  const LeakSnapshot before = TakeLeakSnapshot(Scope());
+  Apply(PvcManifest(ns, "data", "blockcsi-xfs-immediate", "320Mi", false));
+  ASSERT_TRUE(WaitFor([&] { return Str(*cluster().Get("pvc", "data", ns), "/status/phase") == "Bound"; }, 60s))
+      << env().Logs();
+  std::string pv = Str(*cluster().Get("pvc", "data", ns), "/spec/volumeName");
+  Json node{{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", ghost}}}};
+  Apply(node.dump());
+  Json csinode{{"apiVersion", "storage.k8s.io/v1"},
+               {"kind", "CSINode"},
+               {"metadata", {{"name", ghost}}},
+               {"spec", {{"drivers", Json::array({{{"name", "blockcsi.io"}, {"nodeID", stale_id}}})}}}};
+  Apply(csinode.dump());
+  Json va{{"apiVersion", "storage.k8s.io/v1"},
+          {"kind", "VolumeAttachment"},
+          {"metadata", {{"name", "ghost-attachment"}}},
+          {"spec", {{"attacher", "blockcsi.io"}, {"nodeName", ghost}, {"source", {{"persistentVolumeName", pv}}}}}};
+  Apply(va.dump());
+  Json seen;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto got = cluster().Get("volumeattachment", "ghost-attachment");
+        if (!got) return false;
+        seen = *got;
+        return Str(seen, "/status/attachError/message").find("NotFound") != std::string::npos;
+      },
+      60s))
+      << "no NOT_FOUND in the VolumeAttachment's attachError: " << seen.dump() << "\n"
+      << env().Logs();
+  EXPECT_THAT(Str(seen, "/status/attachError/message"), ::testing::HasSubstr(stale_id));
+  EXPECT_FALSE(seen.value(Json::json_pointer("/status/attached"), false));
+  EXPECT_EQ(env().tgtd().ShowTargets().find(InitiatorIqnForNode(stale_id)), std::string::npos)
+      << "an ACL was written for a node the cluster does not have";
+
+  KubectlResult r = cluster().Kubectl({"delete", "volumeattachment", "ghost-attachment", "--wait=false"});
+  ASSERT_TRUE(r.ok()) << r.err;
+  EXPECT_TRUE(WaitFor([&] { return !cluster().Get("volumeattachment", "ghost-attachment").has_value(); }, 60s))
+      << cluster().Kubectl({"get", "volumeattachment", "ghost-attachment", "-o", "yaml"}).out << env().Logs();
+  cluster().Kubectl({"delete", "csinode", ghost});
+  cluster().Kubectl({"delete", "node", ghost});
+  RunningPod gone;
+  gone.ns = ns;
+  gone.pvc = "data";
+  gone.pv = pv;
+  DeletePvcAndWaitGone(gone);
+  ExpectNothingLeftSince(before);
 }
 
 }  // namespace

@@ -19,11 +19,13 @@ std::unique_ptr<KubeEnvironment> KubeTest::env_;
 std::string KubeTest::skip_reason_;
 std::string KubeTest::start_error_;
 
-void KubeTest::SetUpTestSuite() {
+void KubeTest::SetUpTestSuite() { StartEnvironment({}); }
+
+void KubeTest::StartEnvironment(const KubeEnvironmentOptions& options) {
   skip_reason_ = KubeEnvironment::MissingCapability();
   if (!skip_reason_.empty()) return;
   auto started = std::chrono::steady_clock::now();
-  env_ = KubeEnvironment::Start(&start_error_);
+  env_ = KubeEnvironment::Start(options, &start_error_);
   if (env_) {
     std::cout
         << "[ k8s      ] environment up in "
@@ -53,10 +55,12 @@ bool KubeTest::WaitFor(const std::function<bool()>& done, std::chrono::milliseco
   return kubelet().WaitFor(done, timeout);
 }
 
-std::vector<std::string> KubeTest::AclOf(const std::string& target_iqn) {
+std::vector<std::string> KubeTest::AclOf(const std::string& target_iqn) { return AclOf(target_iqn, env().tgtd()); }
+
+std::vector<std::string> KubeTest::AclOf(const std::string& target_iqn, TgtdHarness& tgtd) {
   // "Target 1: <iqn>" opens a target's block; its "ACL information:"
   // section lists one initiator name per indented line.
-  std::istringstream in(env().tgtd().ShowTargets());
+  std::istringstream in(tgtd.ShowTargets());
   std::string line;
   bool in_target = false;
   bool in_acl = false;
@@ -82,6 +86,23 @@ std::vector<std::string> KubeTest::AclOf(const std::string& target_iqn) {
 
 bool KubeTest::HasTarget(const std::string& target_iqn) {
   return env().tgtd().ShowTargets().find(": " + target_iqn + "\n") != std::string::npos;
+}
+
+LeakScope KubeTest::Scope() {
+  LeakScope scope;
+  scope.dir = env().dir();
+  scope.state_dir = env().node_plugin().state_dir();
+  scope.pool_dir = env().controller().pool_dir();
+  scope.tgtd = &env().tgtd();
+  scope.ignore_pids = cluster().Pids();
+  scope.ignore_pids.push_back(env().controller().pid());
+  scope.ignore_pids.push_back(env().node_plugin().pid());
+  return scope;
+}
+
+void KubeTest::ExpectNothingLeftSince(const LeakSnapshot& before) {
+  std::vector<std::string> leaked = NewItemsAfterSettling(before, Scope());
+  EXPECT_TRUE(leaked.empty()) << "left behind:\n" << DescribeItems(leaked);
 }
 
 std::string KubeTest::NodeInitiator() { return InitiatorIqnForNode(kubelet().node_id()); }

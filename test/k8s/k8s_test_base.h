@@ -12,6 +12,7 @@
 #include <string>
 
 #include "k8s/k8s_environment.h"
+#include "support/leak_check.h"
 
 namespace blockcsi::testing {
 
@@ -19,6 +20,9 @@ class KubeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite();
   static void TearDownTestSuite();
+  // What SetUpTestSuite does, with `options`: a fixture that needs another
+  // environment (e.g. zones) calls it from its own SetUpTestSuite.
+  static void StartEnvironment(const KubeEnvironmentOptions& options);
   // Skips (machine without what the label needs) or fails (it has it,
   // and the environment still did not start).
   void SetUp() override;
@@ -35,6 +39,8 @@ class KubeTest : public ::testing::Test {
 
   // The initiator names in target `target_iqn`'s ACL (tgtadm show).
   static std::vector<std::string> AclOf(const std::string& target_iqn);
+  // The same on another storage host's tgtd (zones).
+  static std::vector<std::string> AclOf(const std::string& target_iqn, TgtdHarness& tgtd);
   // Whether tgtd still has target `target_iqn`.
   static bool HasTarget(const std::string& target_iqn);
   // The initiator name the controller grants for this test's node.
@@ -49,6 +55,13 @@ class KubeTest : public ::testing::Test {
   // Writes `data` at offset 0 of `path` (a file in the pod's mount, or its
   // block device file) with O_DIRECT|O_SYNC where `direct`, and reads it
   // back: the bytes through the whole stack.
+  // What the node, the pool and tgtd hold that the plugins could have made
+  // (the shared leak checker), ignoring the long-running programs.
+  static LeakScope Scope();
+  // Nothing new since `before`: no mount, loop device, bridge, attach
+  // record, pool file, target, ACL or session.
+  static void ExpectNothingLeftSince(const LeakSnapshot& before);
+
   static ::testing::AssertionResult WriteAndReadBack(const std::string& path, const std::string& data, bool direct);
 
   static std::unique_ptr<KubeEnvironment> env_;

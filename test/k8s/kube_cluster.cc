@@ -348,6 +348,14 @@ std::vector<std::string> KubeCluster::RestartExitedPrograms() {
   return restarted;
 }
 
+std::vector<pid_t> KubeCluster::Pids() {
+  std::vector<pid_t> pids;
+  for (auto& [name, program] : programs_) {
+    if (program.process && program.process->running()) pids.push_back(program.process->pid());
+  }
+  return pids;
+}
+
 std::string KubeCluster::ProgramLogTail(const std::string& name, size_t bytes) const {
   std::string log = ReadFileOrEmpty(dir_ + "/" + name + ".log");
   return log.size() > bytes ? log.substr(log.size() - bytes) : log;

@@ -69,6 +69,8 @@ class KubeCluster {
   // (as kubelet restarts a container); the names restarted.
   std::vector<std::string> RestartExitedPrograms();
   std::string ProgramLogTail(const std::string& name, size_t bytes = 3000) const;
+  // The pids of the programs running now (for a leak check to ignore).
+  std::vector<pid_t> Pids();
 
   // kubectl --kubeconfig <admin> <args>, with `stdin_text` on its stdin.
   KubectlResult Kubectl(const std::vector<std::string>& args, const std::string& stdin_text = "") const;

@@ -22,20 +22,6 @@
 
 namespace blockcsi::testing {
 
-int RunProgram(const std::vector<std::string>& argv, std::string* output) {
-  auto exec = MakeProcessExecutor();
-  Command cmd(argv[0]);
-  for (size_t i = 1; i < argv.size(); ++i) cmd.Arg(argv[i]);
-  cmd.Timeout(std::chrono::seconds(120));
-  auto r = exec->Run(cmd);
-  if (!r.ok()) {
-    if (output != nullptr) *output = r.status().ToString();
-    return -1;
-  }
-  if (output != nullptr) *output = r->stdout_text + r->stderr_text;
-  return r->exit_code;
-}
-
 void AttachIntegrationTest::SetUp() {
   if (!IsRoot()) GTEST_SKIP() << "requires root (tgtd, FUSE, loop devices)";
   if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "requires /dev/fuse";
@@ -190,53 +176,6 @@ void AttachIntegrationTest::ExpectNothingLeft() {
   for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/bridges", ec)) {
     ADD_FAILURE() << "bridge dir left: " << e.path();
   }
-}
-
-std::string Pattern(size_t len, char seed) {
-  std::string s(len, '\0');
-  for (size_t i = 0; i < len; ++i) s[i] = static_cast<char>(seed + (i * 7 + i / 512) % 61);
-  return s;
-}
-
-bool WriteDirect(const std::string& device, uint64_t offset, const std::string& data) {
-  int fd = ::open(device.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return false;
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, data.size()) != 0) {
-    ::close(fd);
-    return false;
-  }
-  std::memcpy(buf, data.data(), data.size());
-  ssize_t n = ::pwrite(fd, buf, data.size(), static_cast<off_t>(offset));
-  bool ok = n == static_cast<ssize_t>(data.size()) && ::fsync(fd) == 0;
-  std::free(buf);
-  ::close(fd);
-  return ok;
-}
-
-std::string ReadDirect(const std::string& device, uint64_t offset, size_t len) {
-  int fd = ::open(device.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return "";
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, len) != 0) {
-    ::close(fd);
-    return "";
-  }
-  ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(offset));
-  std::string out = n > 0 ? std::string(static_cast<char*>(buf), static_cast<size_t>(n)) : "";
-  std::free(buf);
-  ::close(fd);
-  return out;
-}
-
-std::string ReadFileAt(const std::string& path, uint64_t offset, size_t len) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  std::string out(len, '\0');
-  ssize_t n = ::pread(fd, out.data(), len, static_cast<off_t>(offset));
-  ::close(fd);
-  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  return out;
 }
 
 }  // namespace blockcsi::testing

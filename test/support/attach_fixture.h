@@ -14,6 +14,7 @@
 
 #include "attach/attacher_factory.h"
 #include "support/leak_check.h"
+#include "support/block_io.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -63,12 +64,5 @@ class AttachIntegrationTest : public ::testing::Test {
   int next_tid_ = 1;
   LeakSnapshot baseline_;  // at SetUp
 };
-
-// Pattern helpers: O_DIRECT I/O on a device, plain reads of a backing file.
-bool WriteDirect(const std::string& device, uint64_t offset, const std::string& data);
-std::string ReadDirect(const std::string& device, uint64_t offset, size_t len);
-std::string ReadFileAt(const std::string& path, uint64_t offset, size_t len);
-std::string Pattern(size_t len, char seed);
-int RunProgram(const std::vector<std::string>& argv, std::string* output = nullptr);
 
 }  // namespace blockcsi::testing

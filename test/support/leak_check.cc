@@ -156,20 +156,69 @@ std::set<std::string> RbdWatcherItems(const std::string& image, const std::strin
   return out;
 }
 
+std::set<std::string> RbdPoolItems(const std::string& pool, const std::string& ls_json) {
+  std::set<std::string> out;
+  auto j = nlohmann::json::parse(ls_json, nullptr, false);
+  if (!j.is_array()) return out;
+  for (const auto& e : j) {
+    if (!e.is_object() || !e.contains("image") || !e["image"].is_string()) continue;
+    std::string image = pool + "/" + e["image"].get<std::string>();
+    if (e.contains("snapshot") && e["snapshot"].is_string()) {
+      out.insert("rbd snapshot " + image + "@" + e["snapshot"].get<std::string>());
+    } else {
+      out.insert("rbd image " + image);
+    }
+  }
+  return out;
+}
+
+std::set<std::string> RbdMetadataItems(const std::string& image, const std::string& meta_json) {
+  std::set<std::string> out;
+  auto j = nlohmann::json::parse(meta_json, nullptr, false);
+  if (!j.is_object()) return out;
+  for (const auto& [key, value] : j.items()) out.insert("rbd metadata " + image + " " + key);
+  return out;
+}
+
 namespace {
+
+// `rbd <the scope's connection args> <args...>`: its stdout, or nothing when
+// it failed (an image that is gone has no watchers and no metadata).
+std::optional<std::string> RunRbd(const LeakScope& scope, const std::vector<std::string>& args) {
+  Command c(scope.rbd_command[0]);
+  for (size_t i = 1; i < scope.rbd_command.size(); ++i) c.Arg(scope.rbd_command[i]);
+  for (const auto& a : args) c.Arg(a);
+  c.Timeout(std::chrono::seconds(60));
+  auto r = MakeProcessExecutor()->Run(c);
+  if (!r.ok() || r->exit_code != 0) return std::nullopt;
+  return r->stdout_text;
+}
+
+void AddRbdPool(const LeakScope& scope, std::set<std::string>* out) {
+  if (scope.rbd_command.empty()) return;
+  if (!scope.rbd_pool.empty()) {
+    if (auto ls = RunRbd(scope, {"ls", "-l", "--format", "json", scope.rbd_pool})) {
+      for (auto& item : RbdPoolItems(scope.rbd_pool, *ls)) out->insert(item);
+    } else {
+      out->insert("rbd pool " + scope.rbd_pool + " cannot be listed");
+    }
+  }
+  for (const auto& image : scope.rbd_metadata_images) {
+    if (auto meta = RunRbd(scope, {"image-meta", "list", "--format", "json", image})) {
+      for (auto& item : RbdMetadataItems(image, *meta)) out->insert(item);
+    }
+  }
+}
 
 // A failed `rbd status` (the image is gone, which is what a deleted volume
 // should be) adds nothing; the images that exist are read.
 void AddRbdWatchers(const LeakScope& scope, std::set<std::string>* out) {
   if (scope.rbd_command.empty()) return;
-  auto exec = MakeProcessExecutor();
   for (const auto& image : scope.rbd_images) {
-    Command c(scope.rbd_command[0]);
-    for (size_t i = 1; i < scope.rbd_command.size(); ++i) c.Arg(scope.rbd_command[i]);
-    c.Arg("status").Arg("--format").Arg("json").Arg(image).Timeout(std::chrono::seconds(60));
-    auto r = exec->Run(c);
-    if (!r.ok() || r->exit_code != 0) continue;
-    for (auto& item : RbdWatcherItems(image, r->stdout_text)) out->insert(item);
+    auto status = RunRbd(scope, {"status", "--format", "json", image});
+    if (status) {
+      for (auto& item : RbdWatcherItems(image, *status)) out->insert(item);
+    }
   }
 }
 
@@ -189,6 +238,7 @@ void AddScope(const LeakScope& scope, std::set<std::string>* items) {
     for (auto& item : TgtdItems(scope.tgtd->ShowTargets())) items->insert(item);
   }
   AddRbdWatchers(scope, items);
+  AddRbdPool(scope, items);
 }
 
 }  // namespace

@@ -39,6 +39,13 @@ struct LeakScope {
   // {"rbd", "-c", conf, "--id", user, "--keyring", keyring}.
   std::vector<std::string> rbd_images;
   std::vector<std::string> rbd_command;
+  // A pool whose images and snapshots (`rbd ls -l`) are looked at: a create
+  // that failed for good must leave no image, and a clone no temporary
+  // snapshot. Reads the whole pool: a test that sets it must not run beside
+  // another that changes the pool (ctest RUN_SERIAL).
+  std::string rbd_pool;
+  // Images ("pool/image") whose metadata keys are looked at.
+  std::vector<std::string> rbd_metadata_images;
   // The test's own long-running processes (the plugin, an agent): they name
   // the directory too, and a restart gives them a new pid.
   std::vector<pid_t> ignore_pids;
@@ -81,5 +88,13 @@ std::set<std::string> TgtdItems(const std::string& show_target_output);
 // "rbd watcher <image> <address>" for each watcher in `rbd status --format
 // json` output; nothing for output that is not such JSON. Pure.
 std::set<std::string> RbdWatcherItems(const std::string& image, const std::string& status_json);
+
+// "rbd image <pool>/<image>" and "rbd snapshot <pool>/<image>@<snap>" for each
+// entry of `rbd ls -l --format json <pool>` output; nothing for other text. Pure.
+std::set<std::string> RbdPoolItems(const std::string& pool, const std::string& ls_json);
+
+// "rbd metadata <image> <key>" for each key of `rbd image-meta list --format
+// json <image>` output; nothing for other text. Pure.
+std::set<std::string> RbdMetadataItems(const std::string& image, const std::string& meta_json);
 
 }  // namespace blockcsi::testing

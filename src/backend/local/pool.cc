@@ -21,6 +21,7 @@
 #include "backend/volume_id.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/span.h"
 #include "common/unique_fd.h"
 
 namespace blockcsi {
@@ -28,10 +29,16 @@ namespace {
 
 using nlohmann::json;
 
+// fsync, timed as a span of the call (common/span.h).
+int TimedFsync(int fd, const std::string& what) {
+  Span span("fsync", what);
+  return ::fsync(fd);
+}
+
 Status FsyncDir(const std::string& dir) {
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoToStatus(errno, "open directory " + dir);
-  if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, "fsync directory " + dir);
+  if (TimedFsync(fd.get(), dir) != 0) return ErrnoToStatus(errno, "fsync directory " + dir);
   return OkStatus();
 }
 
@@ -116,7 +123,7 @@ Status CloneOrSparseCopy(const std::string& from, const std::string& to, uint64_
     }
   }
   if (::ftruncate(dst.get(), static_cast<off_t>(size_bytes)) != 0) return ErrnoToStatus(errno, "size " + to);
-  if (::fsync(dst.get()) != 0) return ErrnoToStatus(errno, "fsync " + to);
+  if (TimedFsync(dst.get(), to) != 0) return ErrnoToStatus(errno, "fsync " + to);
   if (method != nullptr) *method = used;
   return OkStatus();
 }
@@ -254,7 +261,7 @@ Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint6
     Status sized = OkStatus();
     if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
       sized = ErrnoToStatus(errno, "size image of volume " + id);
-    } else if (::fsync(fd.get()) != 0) {
+    } else if (TimedFsync(fd.get(), id) != 0) {
       sized = ErrnoToStatus(errno, "fsync " + staged);
     }
     if (!sized.ok()) {
@@ -318,7 +325,7 @@ Status Pool::GrowImage(const std::string& id, uint64_t size_bytes) {
   if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
     return ErrnoToStatus(errno, "grow image of volume " + id);
   }
-  if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, "fsync image of volume " + id);
+  if (TimedFsync(fd.get(), id) != 0) return ErrnoToStatus(errno, "fsync image of volume " + id);
   return OkStatus();
 }
 

@@ -23,6 +23,7 @@
 #include "attach/initiator.h"
 #include "backend/rbd/rbd_backend.h"
 #include "common/keyed_lock.h"
+#include "common/ceph_lazy.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/strings.h"
@@ -323,8 +324,12 @@ class RbdBackend final : public VolumeBackend {
                                 const std::map<std::string, std::string>& meta) const;
   StatusOr<VolumeRecord> Finish(const std::string& image, const CreateVolumeSpec& spec);
   StatusOr<VolumeRecord> Compare(const std::string& image, rbd_image_t handle, const CreateVolumeSpec& spec);
-  Status CloneFromSnapshot(const std::string& image, const CreateVolumeSpec& spec);
-  Status CloneFromVolume(const std::string& image, const CreateVolumeSpec& spec);
+  // `*created`: whether this call made the image (not found it made).
+  Status CloneFromSnapshot(const std::string& image, const CreateVolumeSpec& spec, bool* created);
+  Status CloneFromVolume(const std::string& image, const CreateVolumeSpec& spec, bool* created);
+  // After a final failure of a create that made `image`: removes it (and a
+  // clone's temporary snapshot); logs what it could not take back.
+  void UndoCreate(const std::string& image, const CreateVolumeSpec& spec, const Status& why);
   Status RemoveTempSnapshot(const std::string& source_image, const std::string& temp_snap);
   Status FlattenChildren(const std::string& image, const std::string& snap);
   StatusOr<SnapshotRecord> SnapRecord(const std::string& image, rbd_image_t handle, const SnapInfo& snap,

@@ -34,6 +34,7 @@
 #include "common/executor.h"
 #include "common/filesystem.h"
 #include "csi.grpc.pb.h"
+#include "support/block_io.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
@@ -48,9 +49,6 @@ constexpr char kCgroupRoot[] = "/sys/fs/cgroup/unified";
 // How long the volumes must keep working with no plugin running (issue #23).
 constexpr auto kWithoutPlugin = 10s;
 constexpr size_t kFileBytes = 256 * 1024;
-
-#define ASSERT_GRPC_OK(expr) ASSERT_TRUE(testing::GrpcOk(expr, plugin_->LogTail())) << #expr
-#define EXPECT_GRPC_OK(expr) EXPECT_TRUE(testing::GrpcOk(expr, plugin_->LogTail())) << #expr
 
 struct Volume {
   std::string id;
@@ -72,32 +70,8 @@ std::string Contents(const std::string& name) {
 
 // Written and fsync'd: the data goes through loop → FUSE → bridge → tgtd.
 std::string WriteDurably(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return "open " + path + ": " + std::strerror(errno);
-  ssize_t n = ::write(fd, data.data(), data.size());
-  int err = errno;
-  if (n == static_cast<ssize_t>(data.size()) && ::fsync(fd) != 0) err = errno, n = -1;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(data.size())) return "write " + path + ": " + std::strerror(err);
-  return "";
-}
-
-// O_DIRECT: the read reaches the bridge instead of the page cache.
-std::string ReadDirect(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return "open " + path + ": " + std::strerror(errno);
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, kFileBytes) != 0) {
-    ::close(fd);
-    return "posix_memalign";
-  }
-  ssize_t n = ::pread(fd, buf, kFileBytes, 0);
-  int err = errno;
-  if (n >= 0) out->assign(static_cast<char*>(buf), static_cast<size_t>(n));
-  std::free(buf);
-  ::close(fd);
-  if (n < 0) return "read " + path + ": " + std::strerror(err);
-  return "";
+  int err = testing::WriteFileSynced(path, data);
+  return err == 0 ? "" : "write " + path + ": " + std::strerror(err);
 }
 
 // Why this machine cannot run the test, or "".
@@ -134,6 +108,8 @@ bool Running(pid_t pid) {
 
 class PluginRestartTest : public ::testing::Test {
  protected:
+  std::string GrpcLogTail() { return plugin_->LogTail(); }
+
   void SetUp() override {
     if (std::string why = MissingCapability(); !why.empty()) GTEST_SKIP() << why;
     std::string error;
@@ -296,8 +272,9 @@ class PluginRestartTest : public ::testing::Test {
     std::string path = plugin_->target_path(v.id) + "/" + name;
     std::string data = Contents(v.id + "/" + name);
     if (std::string e = WriteDurably(path, data); !e.empty()) return e;
-    std::string back;
-    if (std::string e = ReadDirect(path, &back); !e.empty()) return e;
+    std::string e;
+    std::string back = testing::ReadDirect(path, 0, kFileBytes, &e);
+    if (!e.empty()) return e;
     return back == data ? "" : path + " reads back different bytes";
   }
 
@@ -305,8 +282,8 @@ class PluginRestartTest : public ::testing::Test {
   void ExpectAllIntact(const Volume& v) {
     for (const auto& name : written_[v.id]) {
       std::string path = plugin_->target_path(v.id) + "/" + name;
-      std::string back;
-      std::string e = ReadDirect(path, &back);
+      std::string e;
+      std::string back = testing::ReadDirect(path, 0, kFileBytes, &e);
       EXPECT_EQ(e, "");
       EXPECT_TRUE(back == Contents(v.id + "/" + name)) << path << " lost its bytes";
     }

@@ -38,6 +38,7 @@
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "csi.grpc.pb.h"
+#include "support/block_io.h"
 #include "support/ceph_test_cluster.h"
 #include "support/http_probe.h"
 #include "support/leak_check.h"
@@ -50,85 +51,16 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::blockcsi::testing::ChildProcess;
+using ::blockcsi::testing::Pattern;
 using ::blockcsi::testing::PluginUnderTest;
+using ::blockcsi::testing::ReadDirect;
 using ::blockcsi::testing::ReadFileOrEmpty;
+using ::blockcsi::testing::RunProgram;
 using ::blockcsi::testing::TempDir;
+using ::blockcsi::testing::WriteDirect;
+using ::blockcsi::testing::WriteFileSynced;
 
 constexpr int64_t kMiB = 1LL << 20;
-
-#define ASSERT_GRPC_OK(expr) ASSERT_TRUE(GrpcOk(expr)) << #expr
-#define EXPECT_GRPC_OK(expr) EXPECT_TRUE(GrpcOk(expr)) << #expr
-
-// Exit code (or -1 when it could not run); stdout+stderr into `output`.
-int RunProgram(const std::vector<std::string>& argv, std::string* output = nullptr) {
-  Command cmd(argv[0]);
-  for (size_t i = 1; i < argv.size(); ++i) cmd.Arg(argv[i]);
-  cmd.Timeout(std::chrono::seconds(300));
-  auto r = MakeProcessExecutor()->Run(cmd);
-  if (!r.ok()) {
-    if (output != nullptr) *output = r.status().ToString();
-    return -1;
-  }
-  if (output != nullptr) *output = r->stdout_text + r->stderr_text;
-  return r->exit_code;
-}
-
-std::string Pattern(size_t len, char seed) {
-  std::string out(len, '\0');
-  for (size_t i = 0; i < len; ++i) out[i] = static_cast<char>(seed + (i * 7 + i / 4096) % 23);
-  return out;
-}
-
-// O_DIRECT write + fsync; 0 or the errno of the failure.
-int WriteDirect(const std::string& path, int64_t offset, const std::string& data) {
-  int fd = ::open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return errno;
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, data.size()) != 0) {
-    ::close(fd);
-    return ENOMEM;
-  }
-  std::memcpy(buf, data.data(), data.size());
-  int err = 0;
-  ssize_t n = ::pwrite(fd, buf, data.size(), static_cast<off_t>(offset));
-  if (n < 0) {
-    err = errno;
-  } else if (static_cast<size_t>(n) != data.size()) {
-    err = EIO;
-  } else if (::fsync(fd) != 0) {
-    err = errno;
-  }
-  std::free(buf);
-  ::close(fd);
-  return err;
-}
-
-std::string ReadDirect(const std::string& path, int64_t offset, size_t len) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return "<open failed: " + std::string(std::strerror(errno)) + ">";
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, len) != 0) {
-    ::close(fd);
-    return "<no memory>";
-  }
-  ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(offset));
-  std::string out = n > 0 ? std::string(static_cast<char*>(buf), static_cast<size_t>(n))
-                          : "<read error " + std::string(std::strerror(errno)) + ">";
-  std::free(buf);
-  ::close(fd);
-  return out;
-}
-
-// A file written and fsynced; 0 or the errno of the failure.
-int WriteFileSynced(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno;
-  int err = 0;
-  if (::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) err = errno != 0 ? errno : EIO;
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  ::close(fd);
-  return err;
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -142,37 +74,13 @@ struct Volume {
   std::map<std::string, std::string> context;
 };
 
-class RbdPluginTest : public ::testing::Test {
+class RbdPluginTest : public testing::CephSuiteTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!testing::IsRoot()) {
-      skip_ = "needs root (Ceph daemons, FUSE mounts, loop devices, mount)";
-      return;
-    }
-    for (const char* bin : {"/usr/bin/ceph-mon", "/usr/bin/ceph-osd", "/usr/bin/ceph-mgr", "/usr/bin/rbd"}) {
-      if (!std::filesystem::exists(bin)) {
-        skip_ = std::string("ceph packages missing (") + bin + "; hack/install-deps.sh)";
-        return;
-      }
-    }
-    if (::access("/dev/fuse", R_OK | W_OK) != 0) {
-      skip_ = "needs /dev/fuse";
-      return;
-    }
-    if (!std::filesystem::exists("/dev/loop-control")) {
-      skip_ = "needs loop devices (/dev/loop-control)";
-      return;
-    }
-    cluster_ = testing::CephTestCluster::Acquire(&setup_error_);
-    if (cluster_) env_ = cluster_->env();
-  }
-
-  static void TearDownTestSuite() { cluster_.reset(); }
+  static void SetUpTestSuite() { AcquireCluster(Needs::kCephAndBridge); }
 
   void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
-    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
-    ASSERT_TRUE(env_.contains("CEPH_CONF")) << "no CEPH_CONF from hack/ceph-cluster.sh";
+    CephSuiteTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     key_ = testing::KeyFromKeyring(env_["BLOCKCSI_CEPH_KEYRING"]);
     ASSERT_FALSE(key_.empty()) << "no key in " << env_["BLOCKCSI_CEPH_KEYRING"];
     // In-process backend with the same user: only to remove, after a failed
@@ -301,10 +209,10 @@ class RbdPluginTest : public ::testing::Test {
     ASSERT_TRUE(node_b_->Start(Options("node", "node-b"), &error)) << error;
   }
 
-  ::testing::AssertionResult GrpcOk(const grpc::Status& st) {
+  std::string GrpcLogTail() {
     std::string tail = node_a_ ? node_a_->LogTail() : "";
     if (node_b_) tail += "\n--- node-b:\n" + node_b_->LogTail();
-    return testing::GrpcOk(st, tail);
+    return tail;
   }
 
   template <typename Call>
@@ -515,11 +423,6 @@ class RbdPluginTest : public ::testing::Test {
     EXPECT_GRPC_OK(DeleteVolumeCall(v.id));
     EXPECT_FALSE(ImageInPool(Image(v))) << Image(v) << " still in the pool";
   }
-
-  static inline std::string skip_;
-  static inline std::string setup_error_;
-  static inline std::unique_ptr<testing::CephTestCluster> cluster_;
-  static inline std::map<std::string, std::string> env_;
 
   TempDir dir_;
   std::string key_;

@@ -154,5 +154,25 @@ TEST(BackendConfigTest, RbdWithAKeyringButNoUserIsRefusedNamingTheFlags) {
   EXPECT_THAT(backend.status().message(), HasSubstr("--ceph-keyring needs --ceph-user"));
 }
 
+TEST(BackendConfigTest, ZoneOfAnyKindPutsTheBackendInATopologyZone) {
+  auto config = ParseBackendConfig(
+      "[backend a]\nkind = remote\ntarget-agent = 10.0.0.1:7443\nzone = eu-1a\ndefault = true\n"
+      "[backend b]\nkind = local\npool = /p\nportal = 10.0.0.2:3260\nzone = eu-1b\n"
+      "[backend c]\nkind = rbd\nrbd-pool = p\nceph-user = u\n",
+      "z.conf");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->backends[0].zone, "eu-1a");
+  EXPECT_EQ(config->backends[1].zone, "eu-1b");
+  EXPECT_EQ(config->backends[2].zone, "");
+  for (const char* bad : {"[backend a]\nkind = local\nzone = eu 1a\n", "[backend a]\nkind = local\nzone = -a\n",
+                          "[backend a]\nkind = local\nzone = a\nzone = b\n"}) {
+    auto refused = ParseBackendConfig(bad, "z.conf");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr("z.conf:"));
+    EXPECT_THAT(refused.status().message(), HasSubstr("zone"));
+  }
+}
+
 }  // namespace
 }  // namespace blockcsi

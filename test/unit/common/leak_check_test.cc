@@ -47,5 +47,21 @@ TEST(LeakCheckTest, RbdWatcherItemsNameEachWatcherOfTheImage) {
   EXPECT_TRUE(testing::RbdWatcherItems("rbd/img", "rbd: error opening image img: (2) No such file").empty());
 }
 
+// `rbd ls -l --format json` and `rbd image-meta list --format json` as
+// Ceph 16 prints them: a snapshot is an entry of its own naming its image.
+TEST(LeakCheckTest, RbdPoolItemsNameImagesAndSnapshotsAndMetadataKeys) {
+  const std::string ls = R"([{"image":"csi-vol-a","id":"10a2","size":67108864,"format":2},)"
+                         R"({"image":"csi-vol-a","id":"10a2","snapshot":"csi-tmp-b","snapshot_id":4,)"
+                         R"("size":67108864,"format":2,"protected":"true"}])";
+  EXPECT_EQ(testing::RbdPoolItems("rbd", ls),
+            (std::set<std::string>{"rbd image rbd/csi-vol-a", "rbd snapshot rbd/csi-vol-a@csi-tmp-b"}));
+  EXPECT_TRUE(testing::RbdPoolItems("rbd", "[]").empty());
+  EXPECT_TRUE(testing::RbdPoolItems("rbd", "rbd: error opening pool 'x': (2) No such file").empty());
+  EXPECT_EQ(testing::RbdMetadataItems("rbd/csi-vol-a", R"({"blockcsi.name":"pvc-1","blockcsi.param.fs":"xfs"})"),
+            (std::set<std::string>{"rbd metadata rbd/csi-vol-a blockcsi.name",
+                                   "rbd metadata rbd/csi-vol-a blockcsi.param.fs"}));
+  EXPECT_TRUE(testing::RbdMetadataItems("rbd/csi-vol-a", "{}").empty());
+}
+
 }  // namespace
 }  // namespace blockcsi

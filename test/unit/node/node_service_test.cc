@@ -20,11 +20,11 @@ namespace blockcsi {
 namespace {
 
 using testing::FakeAttacher;
-using testing::FakeExecutor;
 using testing::FakeMounter;
 using testing::FakeNodeHost;
 using testing::FakeProbe;
 using testing::FakeWorld;
+using testing::FakeWorldExecutor;
 using AccessMode = csi::v1::VolumeCapability::AccessMode;
 
 constexpr char kStaging[] = "/var/lib/kubelet/plugins/kubernetes.io/csi/blockcsi.io/abc/globalmount";
@@ -124,7 +124,7 @@ class NodeServiceTest : public ::testing::Test {
   std::shared_ptr<FakeWorld> world_ = std::make_shared<FakeWorld>();
   std::shared_ptr<FakeAttacher> attacher_ = std::make_shared<FakeAttacher>(world_);
   std::shared_ptr<FakeMounter> mounter_ = std::make_shared<FakeMounter>(world_);
-  std::shared_ptr<FakeExecutor> executor_ = std::make_shared<FakeExecutor>(world_);
+  std::shared_ptr<FakeWorldExecutor> executor_ = std::make_shared<FakeWorldExecutor>(world_);
   std::shared_ptr<FakeNodeHost> host_ = std::make_shared<FakeNodeHost>(world_);
   std::unique_ptr<NodeService> node_;
   std::string log_lines_;
