@@ -40,7 +40,7 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
       o.bridge_cgroup = options.bridge_cgroup;
     }
     connector = MakeUserspaceConnector(std::move(o));
-  } else if (options.connector == "iscsi") {
+  } else if (options.connector == "kernel" || options.connector == "iscsi") {
     IscsiConnectorOptions o;
     o.executor = executor;
     o.host_fs = host_fs;
@@ -67,7 +67,8 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
     routes["rbd"] = MakeKrbdConnector(std::move(k));
     connector = MakeTransportRouter("iscsi", std::move(routes));
   } else {
-    return InvalidArgument("attacher: unknown connector \"" + options.connector + "\" (want iscsi or userspace)");
+    return InvalidArgument("attacher: unknown connector \"" + options.connector +
+                           "\" (want kernel, iscsi or userspace)");
   }
   return connector;
 }

@@ -1,5 +1,5 @@
 // The one way the node service builds its VolumeAttacher: picks the
-// connector ("iscsi": the kernel, the production default — open-iscsi for
+// connector ("kernel", alias "iscsi": the production default — open-iscsi for
 // transport "iscsi" and krbd for "rbd", behind a TransportRouter;
 // "userspace": libiscsi/librbd + FUSE + loop bridge, for both transports)
 // and wires the OS seams.
@@ -25,7 +25,9 @@
 namespace blockcsi {
 
 struct AttacherOptions {
-  std::string connector = "iscsi";  // "iscsi" (kernel: iscsi + krbd) | "userspace"
+  // "kernel" (open-iscsi + krbd; "iscsi" is its older name, still accepted)
+  // | "userspace". The kernel family's records say "iscsi" either way.
+  std::string connector = "kernel";
   // Records live in <state_dir>/attachments, bridge sockets and FUSE mounts
   // in <state_dir>/bridges.
   std::string state_dir;

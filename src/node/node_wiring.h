@@ -19,7 +19,7 @@ namespace blockcsi {
 inline constexpr char kNodeIdFileName[] = "node-id";
 
 struct NodeWiring {
-  std::string connector;  // "iscsi" | "userspace"
+  std::string connector;  // "kernel" (alias "iscsi") | "userspace"
   std::string state_dir;
   std::string node_id;
   std::string zone;  // --zone; empty: none
