@@ -99,10 +99,10 @@ std::string AttachRecordStore::PathFor(const std::string& volume_id) const {
 Status AttachRecordStore::Put(const AttachRecord& record) {
   AtomicWriteOptions options;
   options.mode = 0600;
-  // Crash points inside the write (record-temp-written, record-temp-synced,
-  // record-renamed, record-dir-synced): the kill -9 tests die between the
-  // steps and find the old record or the new one, never a torn file.
-  options.step_hook = [](std::string_view step) { FaultPoint("record-" + std::string(step)); };
+  // Fault points inside the write (node.record.temp-written, .temp-synced,
+  // .renamed, .dir-synced): the kill -9 tests die between the steps and find
+  // the old record or the new one, never a torn file.
+  options.fault_point_prefix = "node.record.";
   return WriteFileAtomically(PathFor(record.volume_id), AttachRecordToJson(record), options);
 }
 

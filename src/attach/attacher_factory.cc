@@ -40,7 +40,7 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
       o.bridge_cgroup = options.bridge_cgroup;
     }
     connector = MakeUserspaceConnector(std::move(o));
-  } else if (options.connector == "iscsi") {
+  } else if (options.connector == "kernel" || options.connector == "iscsi") {
     IscsiConnectorOptions o;
     o.executor = executor;
     o.host_fs = host_fs;
@@ -67,14 +67,15 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
     routes["rbd"] = MakeKrbdConnector(std::move(k));
     connector = MakeTransportRouter("iscsi", std::move(routes));
   } else {
-    return InvalidArgument("attacher: unknown connector \"" + options.connector + "\" (want iscsi or userspace)");
+    return InvalidArgument("attacher: unknown connector \"" + options.connector +
+                           "\" (want kernel, iscsi or userspace)");
   }
   return connector;
 }
 
 StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options) {
   BLOCKCSI_ASSIGN_OR_RETURN(std::unique_ptr<Connector> connector, MakeConnector(options));
-  auto attacher = std::make_unique<VolumeAttacherImpl>(options.state_dir, std::move(connector), options.step_hook);
+  auto attacher = std::make_unique<VolumeAttacherImpl>(options.state_dir, std::move(connector), options.fault_hook);
   if (options.adopt) BLOCKCSI_RETURN_IF_ERROR(attacher->Start());
   return std::unique_ptr<VolumeAttacher>(std::move(attacher));
 }

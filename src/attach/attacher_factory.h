@@ -1,5 +1,5 @@
 // The one way the node service builds its VolumeAttacher: picks the
-// connector ("iscsi": the kernel, the production default — open-iscsi for
+// connector ("kernel", alias "iscsi": the production default — open-iscsi for
 // transport "iscsi" and krbd for "rbd", behind a TransportRouter;
 // "userspace": libiscsi/librbd + FUSE + loop bridge, for both transports)
 // and wires the OS seams.
@@ -18,13 +18,16 @@
 #include "attach/volume_attacher.h"
 #include "common/clock.h"
 #include "common/executor.h"
+#include "common/fault_points.h"
 #include "common/filesystem.h"
 #include "common/status.h"
 
 namespace blockcsi {
 
 struct AttacherOptions {
-  std::string connector = "iscsi";  // "iscsi" (kernel: iscsi + krbd) | "userspace"
+  // "kernel" (open-iscsi + krbd; "iscsi" is its older name, still accepted)
+  // | "userspace". The kernel family's records say "iscsi" either way.
+  std::string connector = "kernel";
   // Records live in <state_dir>/attachments, bridge sockets and FUSE mounts
   // in <state_dir>/bridges.
   std::string state_dir;
@@ -72,9 +75,10 @@ struct AttacherOptions {
   // others (blockctl cleanup).
   bool adopt = true;
 
-  // Test-only: called with a step name ("connected": the connector attached
-  // but the record is not yet updated) so a test can crash the plugin there.
-  std::function<void(std::string_view step)> step_hook;
+  // Test-only: sees the attacher's fault points (common/fault_points.h):
+  // node.stage.after-connect (the connector attached, the record not yet
+  // updated); an error fails the attach there.
+  FaultHook fault_hook;
 };
 
 StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options);

@@ -30,10 +30,10 @@ struct PathDevice {
 
 class IscsiConnector final : public Connector {
  public:
-  explicit IscsiConnector(IscsiConnectorOptions o) : o_(std::move(o)) {
-    if (!o_.executor) o_.executor = MakeProcessExecutor();
-    if (!o_.host_fs) o_.host_fs = MakeRootedFilesystem("");
-    if (!o_.clock) o_.clock = RealClock();
+  explicit IscsiConnector(IscsiConnectorOptions o) : options_(std::move(o)) {
+    if (!options_.executor) options_.executor = MakeProcessExecutor();
+    if (!options_.host_fs) options_.host_fs = MakeRootedFilesystem("");
+    if (!options_.clock) options_.clock = RealClock();
   }
 
   std::string name() const override { return "iscsi"; }
@@ -93,7 +93,7 @@ class IscsiConnector final : public Connector {
       BLOCKCSI_ASSIGN_OR_RETURN(std::string dm, WaitForMultipath(spec, paths));
       record->connector_state["dm"] = dm;
       result.device_path = "/dev/" + dm;
-    } else if (auto dm = MultipathHolder(*o_.host_fs, paths.front().block)) {
+    } else if (auto dm = MultipathHolder(*options_.host_fs, paths.front().block)) {
       // multipathd claimed the single path; the disk itself is busy then.
       record->connector_state["dm"] = *dm;
       result.device_path = "/dev/" + *dm;
@@ -104,7 +104,7 @@ class IscsiConnector final : public Connector {
   }
 
   Status Disconnect(const AttachRecord& record) override {
-    std::string iface = record.connector_state.count("iface") ? record.connector_state.at("iface") : o_.iface;
+    std::string iface = record.connector_state.count("iface") ? record.connector_state.at("iface") : options_.iface;
     // Block devices this attachment reaches, found afresh (names may have
     // changed since the record was written).
     std::vector<std::pair<std::string, IscsiSessionInfo>> sessions;
@@ -113,39 +113,41 @@ class IscsiConnector final : public Connector {
     for (const std::string& portal_text : record.portals) {
       auto portal = ParsePortal(portal_text);
       if (!portal.ok()) continue;
-      auto session = FindIscsiSession(*o_.host_fs, record.target_iqn, *portal, iface);
+      auto session = FindIscsiSession(*options_.host_fs, record.target_iqn, *portal, iface);
       if (!session) continue;
       sessions.emplace_back(portal_text, *session);
-      for (const auto& dev : ScsiDevicesOfLun(*o_.host_fs, *session, record.lun)) {
-        auto block = BlockNameOfScsiDevice(*o_.host_fs, dev);
+      for (const auto& dev : ScsiDevicesOfLun(*options_.host_fs, *session, record.lun)) {
+        auto block = BlockNameOfScsiDevice(*options_.host_fs, dev);
         if (!block.ok()) continue;
         disks.insert(*block);
-        if (auto holder = MultipathHolder(*o_.host_fs, *block)) dm = *holder;
+        if (auto holder = MultipathHolder(*options_.host_fs, *block)) dm = *holder;
       }
     }
     // 1. Flush buffers of the device the node used.
     std::string top = !dm.empty() ? dm : (disks.empty() ? "" : *disks.begin());
     if (!top.empty()) {
-      auto r = o_.executor->Run(Command("blockdev").Arg("--flushbufs").Arg("/dev/" + top).Timeout(kFlushTimeout));
+      auto r = options_.executor->Run(Command("blockdev").Arg("--flushbufs").Arg("/dev/" + top).Timeout(kFlushTimeout));
       if (!r.ok() || !r->ok()) {
         LogWarn("flushing buffers failed", {{"volume_id", record.volume_id}, {"device", "/dev/" + top}});
       }
     }
     // 2. Flush the multipath map (it queues I/O otherwise).
     if (!dm.empty()) {
-      std::string name = DmName(*o_.host_fs, dm);
-      auto r = o_.executor->Run(Command("multipath").Arg("-f").Arg(name.empty() ? dm : name).Timeout(kFlushTimeout));
-      if ((!r.ok() || !r->ok()) && o_.host_fs->Exists("/sys/block/" + dm)) {
+      std::string name = DmName(*options_.host_fs, dm);
+      auto r =
+          options_.executor->Run(Command("multipath").Arg("-f").Arg(name.empty() ? dm : name).Timeout(kFlushTimeout));
+      if ((!r.ok() || !r->ok()) && options_.host_fs->Exists("/sys/block/" + dm)) {
         return Unavailable("cannot flush multipath map " + (name.empty() ? dm : name) + " of volume \"" +
                            record.volume_id + "\": " + (r.ok() ? r->stderr_text : r.status().message()));
       }
     }
     // 3. Delete the SCSI devices of this LUN on every path.
     for (const auto& [portal_text, session] : sessions) {
-      for (const auto& dev : ScsiDevicesOfLun(*o_.host_fs, session, record.lun)) {
-        if (!o_.host_fs->Exists(dev + "/delete")) continue;
-        Status st = o_.host_fs->WriteFile(dev + "/delete", "1");
-        if (!st.ok() && o_.host_fs->Exists(dev)) return st.WithContext("delete SCSI device of " + record.volume_id);
+      for (const auto& dev : ScsiDevicesOfLun(*options_.host_fs, session, record.lun)) {
+        if (!options_.host_fs->Exists(dev + "/delete")) continue;
+        Status st = options_.host_fs->WriteFile(dev + "/delete", "1");
+        if (!st.ok() && options_.host_fs->Exists(dev))
+          return st.WithContext("delete SCSI device of " + record.volume_id);
       }
     }
     // 4. Log out only when no other LUN of the target is in use here, then
@@ -155,9 +157,9 @@ class IscsiConnector final : public Connector {
       auto portal = ParsePortal(portal_text);
       if (!portal.ok()) continue;
       auto path_lock = path_locks_.Lock(record.target_iqn + " " + portal_text);
-      auto session = FindIscsiSession(*o_.host_fs, record.target_iqn, *portal, iface);
+      auto session = FindIscsiSession(*options_.host_fs, record.target_iqn, *portal, iface);
       if (session) {
-        auto others = OtherLunDevices(*o_.host_fs, *session, record.lun);
+        auto others = OtherLunDevices(*options_.host_fs, *session, record.lun);
         if (!others.empty()) {
           LogInfo("keeping iSCSI session: another LUN of the target is in use on this node",
                   {{"volume_id", record.volume_id},
@@ -166,14 +168,15 @@ class IscsiConnector final : public Connector {
                    {"other", others.front()}});
           continue;
         }
-        auto r = o_.executor->Run(Node(record.target_iqn, portal_text, iface).Arg("--logout").Timeout(kLogoutTimeout));
+        auto r =
+            options_.executor->Run(Node(record.target_iqn, portal_text, iface).Arg("--logout").Timeout(kLogoutTimeout));
         if (!r.ok()) return r.status();
         if (!r->ok() && r->exit_code != kErrNoObjectsFound) {
           return Unavailable("iSCSI logout from " + record.target_iqn + " at " + portal_text +
                              " failed: " + Trim(r->stderr_text));
         }
       }
-      auto r = o_.executor->Run(Node(record.target_iqn, portal_text, iface).Arg("-o").Arg("delete"));
+      auto r = options_.executor->Run(Node(record.target_iqn, portal_text, iface).Arg("-o").Arg("delete"));
       if (!r.ok()) return r.status();
       if (!r->ok() && r->exit_code != kErrNoObjectsFound) {
         return Internal("deleting the node record of " + record.target_iqn + " at " + portal_text +
@@ -185,39 +188,39 @@ class IscsiConnector final : public Connector {
 
   StatusOr<LunIdentity> ReadIdentity(const AttachRecord& record) override {
     BLOCKCSI_ASSIGN_OR_RETURN(std::string disk, AnyDisk(record));
-    return ReadSysfsIdentity(*o_.host_fs, disk);
+    return ReadSysfsIdentity(*options_.host_fs, disk);
   }
 
   StatusOr<uint64_t> Rescan(AttachRecord* record) override {
     for (const auto& [key, value] : record->connector_state) {
       if (!key.starts_with("path.")) continue;
       std::string rescan = "/sys/block/" + value + "/device/rescan";
-      if (o_.host_fs->Exists(rescan)) BLOCKCSI_RETURN_IF_ERROR(o_.host_fs->WriteFile(rescan, "1"));
+      if (options_.host_fs->Exists(rescan)) BLOCKCSI_RETURN_IF_ERROR(options_.host_fs->WriteFile(rescan, "1"));
     }
     auto dm = record->connector_state.find("dm");
     if (dm != record->connector_state.end()) {
-      std::string name = DmName(*o_.host_fs, dm->second);
-      BLOCKCSI_RETURN_IF_ERROR(
-          RunChecked(*o_.executor, Command("multipathd").Arg("resize").Arg("map").Arg(name), StatusCode::kUnavailable)
-              .status());
-      return BlockDeviceSize(*o_.host_fs, dm->second);
+      std::string name = DmName(*options_.host_fs, dm->second);
+      BLOCKCSI_RETURN_IF_ERROR(RunChecked(*options_.executor, Command("multipathd").Arg("resize").Arg("map").Arg(name),
+                                          StatusCode::kUnavailable)
+                                   .status());
+      return BlockDeviceSize(*options_.host_fs, dm->second);
     }
     BLOCKCSI_ASSIGN_OR_RETURN(std::string disk, AnyDisk(*record));
-    return BlockDeviceSize(*o_.host_fs, disk);
+    return BlockDeviceSize(*options_.host_fs, disk);
   }
 
   AttachHealth Check(const AttachRecord& record) override {
     std::string name = record.device_path.substr(record.device_path.rfind('/') + 1);
-    if (name.empty() || !o_.host_fs->Exists("/sys/block/" + name)) {
+    if (name.empty() || !options_.host_fs->Exists("/sys/block/" + name)) {
       return {true, "device " + record.device_path + " is gone"};
     }
-    std::string iface = record.connector_state.count("iface") ? record.connector_state.at("iface") : o_.iface;
+    std::string iface = record.connector_state.count("iface") ? record.connector_state.at("iface") : options_.iface;
     int live = 0;
     std::string down;
     for (const std::string& portal_text : record.portals) {
       auto portal = ParsePortal(portal_text);
       if (!portal.ok()) continue;
-      auto session = FindIscsiSession(*o_.host_fs, record.target_iqn, *portal, iface);
+      auto session = FindIscsiSession(*options_.host_fs, record.target_iqn, *portal, iface);
       if (session && session->state == "LOGGED_IN") {
         ++live;
       } else {
@@ -241,12 +244,12 @@ class IscsiConnector final : public Connector {
                 {{"volume_id", record.volume_id}, {"device", record.device_path}, {"why", Check(record).message}});
       }
     }
-    auto sessions = o_.host_fs->ListDir("/sys/class/iscsi_session");
+    auto sessions = options_.host_fs->ListDir("/sys/class/iscsi_session");
     if (!sessions.ok()) return OkStatus();
     for (const auto& name : *sessions) {
       std::string base = "/sys/class/iscsi_session/" + name;
-      auto iface = ReadTrimmed(*o_.host_fs, base + "/ifacename");
-      auto target = ReadTrimmed(*o_.host_fs, base + "/targetname");
+      auto iface = ReadTrimmed(*options_.host_fs, base + "/ifacename");
+      auto target = ReadTrimmed(*options_.host_fs, base + "/targetname");
       if (!iface.ok() || !IsOurIface(*iface) || !target.ok() || targets.count(*target) > 0) continue;
       LogWarn("iSCSI session on our iface with no attach record (left by a crash or by hand); not touching it",
               {{"session", name}, {"target", *target}});
@@ -263,14 +266,16 @@ class IscsiConnector final : public Connector {
   // across restarts — carrying that name, so that the node's own iface never
   // changes under the sessions of other volumes.
   std::string IfaceFor(const AttachSpec& spec) const {
-    if (spec.initiator_iqn.empty() || spec.initiator_iqn == o_.initiator_iqn) return o_.iface;
+    if (spec.initiator_iqn.empty() || spec.initiator_iqn == options_.initiator_iqn) return options_.iface;
     uint64_t h = 0xcbf29ce484222325ull;
     for (unsigned char c : spec.initiator_iqn) h = (h ^ c) * 0x100000001b3ull;
     char hex[17];
     std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
-    return o_.iface + "-" + hex;
+    return options_.iface + "-" + hex;
   }
-  bool IsOurIface(const std::string& name) const { return name == o_.iface || name.starts_with(o_.iface + "-"); }
+  bool IsOurIface(const std::string& name) const {
+    return name == options_.iface || name.starts_with(options_.iface + "-");
+  }
   static constexpr std::chrono::seconds kLogoutTimeout{60};
 
   static std::string Trim(std::string s) {
@@ -289,7 +294,7 @@ class IscsiConnector final : public Connector {
                     const std::string& value) {
     Command c = Node(spec.target_iqn, portal, IfaceFor(spec));
     c.Arg("-o").Arg("update").Arg("-n").Arg(key).Arg("-v").Arg(value);
-    return RunChecked(*o_.executor, c, StatusCode::kInternal).status();
+    return RunChecked(*options_.executor, c, StatusCode::kInternal).status();
   }
 
   // The file of the node record `iscsiadm -m node -o new` made for target,
@@ -300,25 +305,25 @@ class IscsiConnector final : public Connector {
   // writing credentials into the wrong record is worse than failing.
   StatusOr<std::string> FindNodeRecordFile(const AttachSpec& spec, const std::string& portal_text) {
     BLOCKCSI_ASSIGN_OR_RETURN(Portal portal, ParsePortal(portal_text));
-    std::string dir = o_.nodes_dir + "/" + spec.target_iqn;
-    auto entries = o_.host_fs->ListDir(dir);
+    std::string dir = options_.nodes_dir + "/" + spec.target_iqn;
+    auto entries = options_.host_fs->ListDir(dir);
     if (!entries.ok()) {
       return Internal("volume \"" + spec.volume_id + "\": no node record directory for " + spec.target_iqn + " in " +
-                      o_.nodes_dir + ": " + entries.status().message());
+                      options_.nodes_dir + ": " + entries.status().message());
     }
     std::string flat = portal.host + "," + std::to_string(portal.port);
     const std::string iface = IfaceFor(spec);
     std::vector<std::string> found;
     for (const std::string& name : *entries) {
-      if (name == flat && !o_.host_fs->ListDir(dir + "/" + name).ok()) {
+      if (name == flat && !options_.host_fs->ListDir(dir + "/" + name).ok()) {
         found.push_back(dir + "/" + name);
-      } else if (name.starts_with(flat + ",") && o_.host_fs->Exists(dir + "/" + name + "/" + iface)) {
+      } else if (name.starts_with(flat + ",") && options_.host_fs->Exists(dir + "/" + name + "/" + iface)) {
         found.push_back(dir + "/" + name + "/" + iface);
       }
     }
     if (found.size() != 1) {
       return Internal("volume \"" + spec.volume_id + "\": " + std::to_string(found.size()) + " node records of " +
-                      spec.target_iqn + " at " + portal_text + " through iface " + iface + " in " + o_.nodes_dir +
+                      spec.target_iqn + " at " + portal_text + " through iface " + iface + " in " + options_.nodes_dir +
                       (found.empty() ? "" : " (ambiguous: " + found.front() + ", " + found.back() + ")") +
                       "; expected exactly one");
     }
@@ -341,7 +346,7 @@ class IscsiConnector final : public Connector {
       }
     }
     BLOCKCSI_ASSIGN_OR_RETURN(std::string path, FindNodeRecordFile(spec, portal));
-    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, o_.host_fs->ReadFile(path));
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, options_.host_fs->ReadFile(path));
     std::vector<std::string> lines;
     for (size_t pos = 0; pos < text.size();) {
       size_t nl = text.find('\n', pos);
@@ -378,7 +383,7 @@ class IscsiConnector final : public Connector {
     }
     std::string out;
     for (const std::string& line : lines) out += line + "\n";
-    return o_.host_fs->ReplaceFile(path, out).WithContext("write CHAP settings into node record " + path);
+    return options_.host_fs->ReplaceFile(path, out).WithContext("write CHAP settings into node record " + path);
   }
 
   // The dedicated iface carries the initiator name (IfaceFor), so that the
@@ -386,26 +391,28 @@ class IscsiConnector final : public Connector {
   // open-iscsi) are left alone.
   Status EnsureIface(const std::string& iface, const std::string& initiator) {
     std::lock_guard<std::mutex> lock(iface_mu_);
-    auto show = o_.executor->Run(Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(iface).Arg("-o").Arg("show"));
+    auto show =
+        options_.executor->Run(Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(iface).Arg("-o").Arg("show"));
     if (!show.ok()) return show.status();
     if (!show->ok()) {
       BLOCKCSI_RETURN_IF_ERROR(
-          RunChecked(*o_.executor, Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(iface).Arg("-o").Arg("new"))
+          RunChecked(*options_.executor,
+                     Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(iface).Arg("-o").Arg("new"))
               .status());
     } else if (show->stdout_text.find("iface.initiatorname = " + initiator + "\n") != std::string::npos) {
       return OkStatus();
     }
-    return RunChecked(*o_.executor, Command("iscsiadm")
-                                        .Arg("-m")
-                                        .Arg("iface")
-                                        .Arg("-I")
-                                        .Arg(iface)
-                                        .Arg("-o")
-                                        .Arg("update")
-                                        .Arg("-n")
-                                        .Arg("iface.initiatorname")
-                                        .Arg("-v")
-                                        .Arg(initiator))
+    return RunChecked(*options_.executor, Command("iscsiadm")
+                                              .Arg("-m")
+                                              .Arg("iface")
+                                              .Arg("-I")
+                                              .Arg(iface)
+                                              .Arg("-o")
+                                              .Arg("update")
+                                              .Arg("-n")
+                                              .Arg("iface.initiatorname")
+                                              .Arg("-v")
+                                              .Arg(initiator))
         .status();
   }
 
@@ -416,7 +423,7 @@ class IscsiConnector final : public Connector {
     auto path_lock = path_locks_.Lock(spec.target_iqn + " " + portal_text);
     const std::string iface = IfaceFor(spec);
     {
-      auto session = FindIscsiSession(*o_.host_fs, spec.target_iqn, portal, iface);
+      auto session = FindIscsiSession(*options_.host_fs, spec.target_iqn, portal, iface);
       if (session && session->state == "LOGGED_IN") {
         LogInfo("iSCSI session already logged in; reusing",
                 {{"volume_id", spec.volume_id}, {"portal", portal_text}, {"session", session->sid}});
@@ -427,43 +434,44 @@ class IscsiConnector final : public Connector {
     }
     // The session shows up in sysfs once iscsid has set it up.
     std::optional<IscsiSessionInfo> session;
-    auto deadline = o_.clock->Now() + o_.device_wait;
-    while (!(session = FindIscsiSession(*o_.host_fs, spec.target_iqn, portal, iface))) {
-      if (o_.clock->Now() >= deadline) {
+    auto deadline = options_.clock->Now() + options_.device_wait;
+    while (!(session = FindIscsiSession(*options_.host_fs, spec.target_iqn, portal, iface))) {
+      if (options_.clock->Now() >= deadline) {
         return DeadlineExceeded("logged in to " + spec.target_iqn + " at " + portal_text +
                                 " but no session appeared in sysfs");
       }
-      o_.clock->Sleep(o_.poll_interval);
+      options_.clock->Sleep(options_.poll_interval);
     }
     // The target's ACL admitted the name the session carries: it must be
     // the one asked for (an iface edited by hand would log in as another).
-    auto logged_in_as = ReadTrimmed(*o_.host_fs, "/sys/class/iscsi_session/session" + session->sid + "/initiatorname");
+    auto logged_in_as =
+        ReadTrimmed(*options_.host_fs, "/sys/class/iscsi_session/session" + session->sid + "/initiatorname");
     if (logged_in_as.ok() && !spec.initiator_iqn.empty() && *logged_in_as != spec.initiator_iqn) {
       return FailedPrecondition("volume \"" + spec.volume_id + "\": the session to " + spec.target_iqn + " at " +
                                 portal_text + " is logged in as " + *logged_in_as + ", not " + spec.initiator_iqn);
     }
-    BLOCKCSI_RETURN_IF_ERROR(ScanLun(*o_.host_fs, *session, spec.lun).WithContext("scan LUN"));
+    BLOCKCSI_RETURN_IF_ERROR(ScanLun(*options_.host_fs, *session, spec.lun).WithContext("scan LUN"));
     std::string block;
     while (true) {
-      for (const auto& dev : ScsiDevicesOfLun(*o_.host_fs, *session, spec.lun)) {
-        auto name = BlockNameOfScsiDevice(*o_.host_fs, dev);
+      for (const auto& dev : ScsiDevicesOfLun(*options_.host_fs, *session, spec.lun)) {
+        auto name = BlockNameOfScsiDevice(*options_.host_fs, dev);
         if (name.ok()) block = *name;
       }
       if (!block.empty()) break;
-      if (o_.clock->Now() >= deadline) {
+      if (options_.clock->Now() >= deadline) {
         return DeadlineExceeded("volume \"" + spec.volume_id + "\": LUN " + std::to_string(spec.lun) + " of " +
                                 spec.target_iqn + " did not appear as a block device through " + portal_text +
-                                " within " + std::to_string(o_.device_wait.count()) + "ms");
+                                " within " + std::to_string(options_.device_wait.count()) + "ms");
       }
-      o_.clock->Sleep(o_.poll_interval);
-      ScanLun(*o_.host_fs, *session, spec.lun).ok();  // rescan: the first one may race the session
+      options_.clock->Sleep(options_.poll_interval);
+      ScanLun(*options_.host_fs, *session, spec.lun).ok();  // rescan: the first one may race the session
     }
     PathDevice path;
     path.portal = portal_text;
     path.session = *session;
     path.block = block;
-    BLOCKCSI_ASSIGN_OR_RETURN(path.size, BlockDeviceSize(*o_.host_fs, block));
-    BLOCKCSI_ASSIGN_OR_RETURN(path.identity, ReadSysfsIdentity(*o_.host_fs, block));
+    BLOCKCSI_ASSIGN_OR_RETURN(path.size, BlockDeviceSize(*options_.host_fs, block));
+    BLOCKCSI_ASSIGN_OR_RETURN(path.identity, ReadSysfsIdentity(*options_.host_fs, block));
     LogInfo("iSCSI path ready", {{"volume_id", spec.volume_id},
                                  {"portal", portal_text},
                                  {"session", session->sid},
@@ -472,7 +480,7 @@ class IscsiConnector final : public Connector {
   }
 
   Status CreateNodeRecord(const AttachSpec& spec, const std::string& portal) {
-    auto created = o_.executor->Run(Node(spec.target_iqn, portal, IfaceFor(spec)).Arg("-o").Arg("new"));
+    auto created = options_.executor->Run(Node(spec.target_iqn, portal, IfaceFor(spec)).Arg("-o").Arg("new"));
     if (!created.ok()) return created.status();
     if (!created->ok()) {
       return Internal("creating the node record for " + spec.target_iqn + " at " + portal +
@@ -482,7 +490,7 @@ class IscsiConnector final : public Connector {
     // Manual scan: only the LUN we ask for becomes a device.
     BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec, portal, "node.startup", "manual"));
     BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec, portal, "node.session.scan", "manual"));
-    int login_s = static_cast<int>(std::max<int64_t>(1, o_.login_timeout.count() / 1000));
+    int login_s = static_cast<int>(std::max<int64_t>(1, options_.login_timeout.count() / 1000));
     BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec, portal, "node.conn[0].timeo.login_timeout", std::to_string(login_s)));
     BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec, portal, "node.session.initial_login_retry_max", "1"));
     if (spec.chap.enabled()) {
@@ -502,10 +510,10 @@ class IscsiConnector final : public Connector {
   Status Login(const AttachSpec& spec, const std::string& portal) {
     // iscsiadm's own wait covers one login attempt; bound the whole command
     // a little above it.
-    auto timeout = o_.login_timeout + std::chrono::seconds(10);
+    auto timeout = options_.login_timeout + std::chrono::seconds(10);
     std::string last;
-    for (int attempt = 0; attempt <= o_.login_retries; ++attempt) {
-      auto r = o_.executor->Run(Node(spec.target_iqn, portal, IfaceFor(spec)).Arg("--login").Timeout(timeout));
+    for (int attempt = 0; attempt <= options_.login_retries; ++attempt) {
+      auto r = options_.executor->Run(Node(spec.target_iqn, portal, IfaceFor(spec)).Arg("--login").Timeout(timeout));
       if (!r.ok()) {
         last = r.status().message();
       } else if (r->ok() || r->exit_code == kErrSessionExists) {
@@ -523,17 +531,17 @@ class IscsiConnector final : public Connector {
                                              {"error", last}});
     }
     return Unavailable("iSCSI login to " + spec.target_iqn + " at " + portal + " failed after " +
-                       std::to_string(o_.login_retries + 1) + " attempts: " + last);
+                       std::to_string(options_.login_retries + 1) + " attempts: " + last);
   }
 
   StatusOr<std::string> WaitForMultipath(const AttachSpec& spec, const std::vector<PathDevice>& paths) {
-    auto deadline = o_.clock->Now() + o_.multipath_wait;
+    auto deadline = options_.clock->Now() + options_.multipath_wait;
     while (true) {
-      std::optional<std::string> dm = MultipathHolder(*o_.host_fs, paths.front().block);
+      std::optional<std::string> dm = MultipathHolder(*options_.host_fs, paths.front().block);
       bool all = dm.has_value();
       for (const auto& p : paths) {
         if (!all) break;
-        auto holder = MultipathHolder(*o_.host_fs, p.block);
+        auto holder = MultipathHolder(*options_.host_fs, p.block);
         if (!holder || *holder != *dm) all = false;
       }
       if (all) {
@@ -541,23 +549,23 @@ class IscsiConnector final : public Connector {
                 {{"volume_id", spec.volume_id}, {"device", "/dev/" + *dm}, {"paths", std::to_string(paths.size())}});
         return *dm;
       }
-      if (o_.clock->Now() >= deadline) {
+      if (options_.clock->Now() >= deadline) {
         return DeadlineExceeded("volume \"" + spec.volume_id + "\": no dm-multipath device holds all " +
                                 std::to_string(paths.size()) + " paths within " +
-                                std::to_string(o_.multipath_wait.count()) + "ms (is multipathd running?)");
+                                std::to_string(options_.multipath_wait.count()) + "ms (is multipathd running?)");
       }
-      o_.clock->Sleep(o_.poll_interval);
+      options_.clock->Sleep(options_.poll_interval);
     }
   }
 
   StatusOr<std::string> AnyDisk(const AttachRecord& record) {
     for (const auto& [key, value] : record.connector_state) {
-      if (key.starts_with("path.") && o_.host_fs->Exists("/sys/block/" + value)) return value;
+      if (key.starts_with("path.") && options_.host_fs->Exists("/sys/block/" + value)) return value;
     }
     return NotFound("volume \"" + record.volume_id + "\": no path device of the attachment is present");
   }
 
-  IscsiConnectorOptions o_;
+  IscsiConnectorOptions options_;
   std::mutex iface_mu_;
   KeyedLock path_locks_;  // one iSCSI path ("<target> <portal>") at a time
 };

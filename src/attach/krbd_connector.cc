@@ -186,9 +186,9 @@ class KeyFile {
 
 class KrbdConnector final : public Connector {
  public:
-  explicit KrbdConnector(KrbdConnectorOptions o) : o_(std::move(o)) {
-    if (!o_.executor) o_.executor = MakeProcessExecutor();
-    if (!o_.host_fs) o_.host_fs = MakeRootedFilesystem("");
+  explicit KrbdConnector(KrbdConnectorOptions o) : options_(std::move(o)) {
+    if (!options_.executor) options_.executor = MakeProcessExecutor();
+    if (!options_.host_fs) options_.host_fs = MakeRootedFilesystem("");
   }
 
   std::string name() const override { return "krbd"; }
@@ -196,7 +196,7 @@ class KrbdConnector final : public Connector {
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     // The only thing an attempt leaves outside the kernel is the key file,
     // and only if the plugin dies during the map.
-    if (!spec.rbd.key.empty()) record->connector_state["keyfile"] = KeyFilePath(o_.state_dir, spec.volume_id);
+    if (!spec.rbd.key.empty()) record->connector_state["keyfile"] = KeyFilePath(options_.state_dir, spec.volume_id);
   }
 
   StatusOr<ConnectResult> Connect(const AttachSpec& spec, AttachRecord* record) override {
@@ -218,7 +218,7 @@ class KrbdConnector final : public Connector {
       // Named before anything else can fail, so the facade's Disconnect
       // finds the mapping even when the record has no device yet.
       record->connector_state["rbd_dev_id"] = id;
-      auto read = ReadKrbdMapping(*o_.host_fs, id);
+      auto read = ReadKrbdMapping(*options_.host_fs, id);
       if (!read.ok()) return read.status().WithContext(where + "read the new mapping /dev/rbd" + id + " in sysfs");
       mapping = *read;
     }
@@ -231,7 +231,7 @@ class KrbdConnector final : public Connector {
     // A reused mapping was made for an earlier request; its access mode
     // must be the one asked for now (a read-only mapping refuses writes,
     // a writable one would let a read-only publish write).
-    if (auto ro = ReadTrimmed(*o_.host_fs, "/sys/block/rbd" + mapping.id + "/ro"); ro.ok()) {
+    if (auto ro = ReadTrimmed(*options_.host_fs, "/sys/block/rbd" + mapping.id + "/ro"); ro.ok()) {
       bool mapped_ro = *ro == "1";
       if (mapped_ro != spec.read_only) {
         return FailedPrecondition(where + mapping.device() + " is mapped " + (mapped_ro ? "read-only" : "read-write") +
@@ -239,7 +239,7 @@ class KrbdConnector final : public Connector {
                                   "; unstage it first");
       }
     }
-    if (!o_.host_fs->Exists(mapping.device())) {
+    if (!options_.host_fs->Exists(mapping.device())) {
       return Unavailable(where + "the kernel mapped " + Spec(spec.rbd.pool, spec.rbd.image) + " as rbd" + mapping.id +
                          " but " + mapping.device() + " does not exist (is the host's /dev visible to the plugin?)");
     }
@@ -263,11 +263,11 @@ class KrbdConnector final : public Connector {
       return OkStatus();
     }
     const std::string device = mapping->device();
-    Command unmap(o_.rbd_binary);
+    Command unmap(options_.rbd_binary);
     unmap.Arg("device").Arg("unmap");
-    if (!o_.wait_for_udev) unmap.Arg("--options").Arg("noudev");
-    unmap.Arg(device).Timeout(o_.command_timeout);
-    auto r = o_.executor->Run(unmap);
+    if (!options_.wait_for_udev) unmap.Arg("--options").Arg("noudev");
+    unmap.Arg(device).Timeout(options_.command_timeout);
+    auto r = options_.executor->Run(unmap);
     if (!r.ok()) return r.status().WithContext(Quoted(record.volume_id) + ": unmap " + device);
     if (r->ok()) {
       LogInfo("RBD image unmapped", {{"volume_id", record.volume_id}, {"device", device}});
@@ -289,7 +289,7 @@ class KrbdConnector final : public Connector {
 
   StatusOr<LunIdentity> ReadIdentity(const AttachRecord& record) override {
     BLOCKCSI_ASSIGN_OR_RETURN(std::string id, DevIdOf(record));
-    auto mapping = ReadKrbdMapping(*o_.host_fs, id);
+    auto mapping = ReadKrbdMapping(*options_.host_fs, id);
     if (!mapping.ok()) return mapping.status().WithContext(Quoted(record.volume_id));
     return IdentityOf(*mapping);
   }
@@ -299,11 +299,11 @@ class KrbdConnector final : public Connector {
     // krbd picks up a resize from the header watch by itself; `refresh`
     // makes it re-read the header now instead of racing the notification.
     std::string refresh = kSysBusRbd + id + "/refresh";
-    if (o_.host_fs->Exists(refresh)) {
-      Status st = o_.host_fs->WriteFile(refresh, "1");
+    if (options_.host_fs->Exists(refresh)) {
+      Status st = options_.host_fs->WriteFile(refresh, "1");
       if (!st.ok()) return Unavailable(Quoted(record->volume_id) + ": refresh /dev/rbd" + id + ": " + st.message());
     }
-    auto mapping = ReadKrbdMapping(*o_.host_fs, id);
+    auto mapping = ReadKrbdMapping(*options_.host_fs, id);
     if (!mapping.ok()) return mapping.status().WithContext(Quoted(record->volume_id));
     if (mapping->image_id != record->expected_serial) {
       return FailedPrecondition(Quoted(record->volume_id) + ": /dev/rbd" + id + " now maps image id " +
@@ -316,8 +316,8 @@ class KrbdConnector final : public Connector {
     auto id = DevIdOf(record);
     if (!id.ok()) return {true, id.status().message()};
     std::string device = "/dev/rbd" + *id;
-    if (!o_.host_fs->Exists(device)) return {true, "device " + device + " is gone"};
-    auto mapping = ReadKrbdMapping(*o_.host_fs, *id);
+    if (!options_.host_fs->Exists(device)) return {true, "device " + device + " is gone"};
+    auto mapping = ReadKrbdMapping(*options_.host_fs, *id);
     if (!mapping.ok()) return {true, device + " is no longer mapped by the kernel RBD driver"};
     if (mapping->pool != record.rbd_pool || mapping->image != record.rbd_image) {
       return {true, device + " now maps " + Describe(*mapping) + ", not " + Spec(record.rbd_pool, record.rbd_image)};
@@ -331,7 +331,7 @@ class KrbdConnector final : public Connector {
 
   Status Reconcile(std::vector<AttachRecord>* records) override {
     RemoveAllKeyLeftovers();
-    std::vector<KrbdMapping> mappings = ListKrbdMappings(*o_.host_fs);
+    std::vector<KrbdMapping> mappings = ListKrbdMappings(*options_.host_fs);
     std::set<std::string> claimed;  // mapping ids some record names
     for (AttachRecord& record : *records) {
       if (record.transport != "rbd") continue;
@@ -363,7 +363,8 @@ class KrbdConnector final : public Connector {
       record.size_bytes = found->size_bytes;
     }
     for (const auto& m : mappings) {
-      if (claimed.count(m.id) > 0 || o_.image_prefix.empty() || !m.image.starts_with(o_.image_prefix)) continue;
+      if (claimed.count(m.id) > 0 || options_.image_prefix.empty() || !m.image.starts_with(options_.image_prefix))
+        continue;
       // Another workload (or an operator) may be using it: report, never unmap.
       LogWarn(
           "RBD mapping of one of our images with no attach record (left by a crash or mapped by hand); not "
@@ -391,7 +392,7 @@ class KrbdConnector final : public Connector {
   }
 
   std::optional<KrbdMapping> FindHeadMapping(const std::string& pool, const std::string& image) const {
-    for (auto& m : ListKrbdMappings(*o_.host_fs)) {
+    for (auto& m : ListKrbdMappings(*options_.host_fs)) {
       if (IsHeadMappingOf(m, pool, image)) return m;
     }
     return std::nullopt;
@@ -411,7 +412,7 @@ class KrbdConnector final : public Connector {
   // of that image (the device was never recorded: a crash or failed attach).
   std::optional<KrbdMapping> MappingOfRecord(const AttachRecord& record) const {
     if (auto id = DevIdOf(record); id.ok()) {
-      auto m = ReadKrbdMapping(*o_.host_fs, *id);
+      auto m = ReadKrbdMapping(*options_.host_fs, *id);
       if (m.ok() && IsHeadMappingOf(*m, record.rbd_pool, record.rbd_image)) return *m;
     }
     if (record.rbd_pool.empty() || record.rbd_image.empty()) return std::nullopt;
@@ -420,7 +421,7 @@ class KrbdConnector final : public Connector {
 
   StatusOr<std::string> Map(const AttachSpec& spec) {
     const std::string where = Quoted(spec.volume_id) + ": ";
-    Command map(o_.rbd_binary);
+    Command map(options_.rbd_binary);
     map.Arg("device").Arg("map").Arg("--pool").Arg(spec.rbd.pool).Arg("--id").Arg(spec.rbd.user);
     if (!spec.rbd.monitors.empty()) {
       auto mons = KrbdMonitorAddresses(spec.rbd.monitors);
@@ -432,17 +433,17 @@ class KrbdConnector final : public Connector {
     std::unique_ptr<KeyFile> key;
     if (!spec.rbd.key.empty()) {
       BLOCKCSI_ASSIGN_OR_RETURN(
-          key, KeyFile::Create(KeyFilePath(o_.state_dir, spec.volume_id), spec.rbd.key, spec.volume_id));
+          key, KeyFile::Create(KeyFilePath(options_.state_dir, spec.volume_id), spec.rbd.key, spec.volume_id));
       map.Arg("--keyfile").Arg(key->path());
     }
-    if (!o_.ceph_conf.empty()) map.Arg("-c").Arg(o_.ceph_conf);
+    if (!options_.ceph_conf.empty()) map.Arg("-c").Arg(options_.ceph_conf);
     if (spec.read_only) map.Arg("--read-only");
-    std::string options = o_.wait_for_udev ? "" : "noudev";
-    if (!o_.map_options.empty()) options += (options.empty() ? "" : ",") + o_.map_options;
+    std::string options = options_.wait_for_udev ? "" : "noudev";
+    if (!options_.map_options.empty()) options += (options.empty() ? "" : ",") + options_.map_options;
     if (!options.empty()) map.Arg("--options").Arg(options);
-    map.Arg(spec.rbd.image).Timeout(o_.command_timeout);
+    map.Arg(spec.rbd.image).Timeout(options_.command_timeout);
 
-    auto r = o_.executor->Run(map);
+    auto r = options_.executor->Run(map);
     key.reset();  // the key file goes as soon as rbd is done with it, whatever happened
     if (!r.ok()) {
       // A timed-out map may still complete in the kernel; the facade's
@@ -496,9 +497,10 @@ class KrbdConnector final : public Connector {
 
   void RemoveKeyLeftover(const AttachRecord& record) const {
     auto it = record.connector_state.find("keyfile");
-    std::string path = it != record.connector_state.end() ? it->second : KeyFilePath(o_.state_dir, record.volume_id);
+    std::string path =
+        it != record.connector_state.end() ? it->second : KeyFilePath(options_.state_dir, record.volume_id);
     // Only ever a file in our own key directory.
-    if (std::filesystem::path(path).parent_path() != std::filesystem::path(o_.state_dir + "/krbd")) return;
+    if (std::filesystem::path(path).parent_path() != std::filesystem::path(options_.state_dir + "/krbd")) return;
     if (::unlink(path.c_str()) == 0) {
       LogWarn("removed a cephx key file left by an interrupted map", {{"volume_id", record.volume_id}});
     }
@@ -506,7 +508,7 @@ class KrbdConnector final : public Connector {
 
   void RemoveAllKeyLeftovers() const {
     std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(o_.state_dir + "/krbd", ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/krbd", ec)) {
       if (entry.path().extension() != ".key") continue;
       std::error_code rm;
       if (std::filesystem::remove(entry.path(), rm)) {
@@ -515,7 +517,7 @@ class KrbdConnector final : public Connector {
     }
   }
 
-  KrbdConnectorOptions o_;
+  KrbdConnectorOptions options_;
 };
 
 }  // namespace

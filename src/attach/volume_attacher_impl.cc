@@ -23,8 +23,8 @@ std::string DescribeSource(const std::string& transport, const std::string& targ
 }
 
 VolumeAttacherImpl::VolumeAttacherImpl(std::string state_dir, std::unique_ptr<Connector> connector,
-                                       std::function<void(std::string_view)> step_hook)
-    : store_(std::move(state_dir)), connector_(std::move(connector)), step_hook_(std::move(step_hook)) {}
+                                       FaultHook fault_hook)
+    : store_(std::move(state_dir)), connector_(std::move(connector)), fault_hook_(std::move(fault_hook)) {}
 
 Status VolumeAttacherImpl::Start() {
   BLOCKCSI_RETURN_IF_ERROR(store_.Init());
@@ -158,7 +158,10 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
     KeepOrAbandon(in_use, record, connected.status());
     return connected.status();
   }
-  if (step_hook_) step_hook_("connected");
+  if (Status st = FaultPoint("node.stage.after-connect", fault_hook_); !st.ok()) {
+    KeepOrAbandon(in_use, record, st);
+    return st;
+  }
 
   Status identity = VerifyLunIdentity(spec.volume_id, spec.expected_serial, spec.expected_wwn, connected->identity);
   if (!identity.ok()) {

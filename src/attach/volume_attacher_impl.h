@@ -14,14 +14,14 @@
 #include "attach/attach_record_store.h"
 #include "attach/connector.h"
 #include "attach/volume_attacher.h"
+#include "common/fault_points.h"
 #include "common/keyed_lock.h"
 
 namespace blockcsi {
 
 class VolumeAttacherImpl final : public VolumeAttacher {
  public:
-  VolumeAttacherImpl(std::string state_dir, std::unique_ptr<Connector> connector,
-                     std::function<void(std::string_view)> step_hook = {});
+  VolumeAttacherImpl(std::string state_dir, std::unique_ptr<Connector> connector, FaultHook fault_hook = {});
   VolumeAttacherImpl(const VolumeAttacherImpl&) = delete;
   VolumeAttacherImpl& operator=(const VolumeAttacherImpl&) = delete;
 
@@ -58,7 +58,7 @@ class VolumeAttacherImpl final : public VolumeAttacher {
 
   AttachRecordStore store_;
   std::unique_ptr<Connector> connector_;
-  std::function<void(std::string_view)> step_hook_;
+  FaultHook fault_hook_;
   KeyedLock volume_locks_;  // orders the calls of one volume
 };
 

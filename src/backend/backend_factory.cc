@@ -51,15 +51,6 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& optio
     local.iqn_prefix = options.iqn_prefix;
     local.reconcile_interval = options.reconcile_interval;
     local.overcommit_ratio = options.overcommit_ratio;
-    // Test-only kill points inside the pool's own steps (the image placed but
-    // not yet recorded, the record gone but the image not yet): armed through
-    // BLOCKCSI_FAULT_POINT as controller.pool.<step> (agent.pool.<step> in the
-    // agent). The local backend's steps (named "op:step") have their own
-    // points in local_backend.cc.
-    local.fault_hook = [](std::string_view step) {
-      if (step.find(':') == std::string_view::npos) FaultPoint("controller.pool." + std::string(step));
-      return OkStatus();
-    };
     BLOCKCSI_ASSIGN_OR_RETURN(auto backend, LocalBackend::Open(options.pool_dir, std::move(exporter), local));
     return std::shared_ptr<VolumeBackend>(std::move(backend));
   }

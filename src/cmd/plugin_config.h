@@ -25,7 +25,7 @@ struct PluginConfig {
   std::string metrics_address;
 
   // Node side.
-  std::string connector = "iscsi";  // iscsi | userspace
+  std::string connector = "kernel";  // kernel (alias: iscsi) | userspace
   // The zone this node is in (NodeGetInfo's topology.blockcsi.io/zone);
   // empty: none, and the node reaches only storage hosts with no zone.
   std::string zone;

@@ -52,9 +52,9 @@ void RegisterCommonFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
 void RegisterNodeFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
   auto* node = "Node";
   app.add_option("--connector", c.connector,
-                 "How the node attaches volumes: iscsi (kernel: open-iscsi for iSCSI, krbd for RBD) or userspace "
-                 "(libiscsi / librbd behind a FUSE file and a loop device)")
-      ->check(CLI::IsMember({"iscsi", "userspace"}))
+                 "How the node attaches volumes: kernel (open-iscsi for iSCSI, krbd for RBD; \"iscsi\" is an alias "
+                 "kept for existing manifests) or userspace (libiscsi / librbd behind a FUSE file and a loop device)")
+      ->check(CLI::IsMember({"kernel", "iscsi", "userspace"}))
       ->group(node)
       ->capture_default_str();
   app.add_option("--zone", c.zone,

@@ -18,22 +18,24 @@ std::string DirectoryOf(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-using StepHook = std::function<void(std::string_view)>;
-
-// Each durable step reports itself (step_hook) from the function that makes
-// the system call, only after the call succeeded: the order a test records is
-// the order of the calls, so a dropped fsync shows as a missing step.
-Status FsyncFile(int fd, const std::string& what, const StepHook& hook, std::string_view step) {
-  Span span("fsync", what);
-  if (::fsync(fd) != 0) return ErrnoToStatus(errno, "fsync " + what);
-  if (hook) hook(step);
-  return OkStatus();
+// Each durable step reaches its fault point from the function that makes the
+// system call, only after the call succeeded: the order a test records is the
+// order of the calls, so a dropped fsync shows as a missing step.
+Status Reached(const AtomicWriteOptions* options, std::string_view step) {
+  if (options == nullptr || options->fault_point_prefix.empty()) return OkStatus();
+  return FaultPoint(options->fault_point_prefix + std::string(step), options->fault_hook);
 }
 
-Status FsyncDirectory(const std::string& dir, const StepHook& hook = {}) {
+Status FsyncFile(int fd, const std::string& what, const AtomicWriteOptions* options, std::string_view step) {
+  Span span("fsync", what);
+  if (::fsync(fd) != 0) return ErrnoToStatus(errno, "fsync " + what);
+  return Reached(options, step);
+}
+
+Status FsyncDirectory(const std::string& dir, const AtomicWriteOptions* options = nullptr) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, "open directory " + dir);
-  Status st = FsyncFile(fd, "directory " + dir, hook, "dir-synced");
+  Status st = FsyncFile(fd, "directory " + dir, options, "dir-synced");
   ::close(fd);
   return st;
 }
@@ -53,7 +55,6 @@ Status WriteAll(int fd, std::string_view data, const std::string& what) {
 }  // namespace
 
 Status WriteFileAtomically(const std::string& path, std::string_view contents, const AtomicWriteOptions& options) {
-  const StepHook& hook = options.step_hook;
   // A random suffix: two processes never share a temp file, and a stale temp
   // left by a crash is never mistaken for the real file (readers ignore .tmp-).
   std::random_device rd;
@@ -62,8 +63,8 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, c
   if (fd < 0) return ErrnoToStatus(errno, "create " + temp);
   Status st = WriteAll(fd, contents, temp);
   if (st.ok() && ::fchmod(fd, options.mode) != 0) st = ErrnoToStatus(errno, "chmod " + temp);
-  if (st.ok() && hook) hook("temp-written");
-  if (st.ok()) st = FsyncFile(fd, temp, hook, "temp-synced");
+  if (st.ok()) st = Reached(&options, "temp-written");
+  if (st.ok()) st = FsyncFile(fd, temp, &options, "temp-synced");
   ::close(fd);
   if (!st.ok()) {
     ::unlink(temp.c_str());
@@ -74,8 +75,8 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, c
     ::unlink(temp.c_str());
     return err;
   }
-  if (hook) hook("renamed");
-  return FsyncDirectory(DirectoryOf(path), hook);
+  BLOCKCSI_RETURN_IF_ERROR(Reached(&options, "renamed"));
+  return FsyncDirectory(DirectoryOf(path), &options);
 }
 
 StatusOr<std::string> ReadFileToString(const std::string& path) {

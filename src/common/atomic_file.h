@@ -10,17 +10,20 @@
 #include <string>
 #include <string_view>
 
+#include "common/fault_points.h"
 #include "common/status.h"
 
 namespace blockcsi {
 
 struct AtomicWriteOptions {
   mode_t mode = 0600;
-  // Called right after each durable step succeeded, in order: "temp-written",
-  // "temp-synced" (fsync of the temp file), "renamed", "dir-synced" (fsync of
-  // the directory). Tests record the order or crash between steps;
-  // AttachRecordStore arms fault points with it.
-  std::function<void(std::string_view step)> step_hook;
+  // Fault points (common/fault_points.h) reached right after each durable
+  // step succeeded, in order: <prefix>temp-written, <prefix>temp-synced (fsync
+  // of the temp file), <prefix>renamed, <prefix>dir-synced (fsync of the
+  // directory), e.g. "node.record.renamed". Empty prefix: no points. An error
+  // from `fault_hook` ends the write there (before the rename: no temp left).
+  std::string fault_point_prefix;
+  FaultHook fault_hook;
 };
 
 Status WriteFileAtomically(const std::string& path, std::string_view contents, const AtomicWriteOptions& options = {});

@@ -53,7 +53,7 @@ FaultPointScope::FaultPointScope(std::string_view role) : previous_(current_scop
 
 FaultPointScope::~FaultPointScope() { current_scope = previous_; }
 
-void FaultPoint(std::string_view name) {
+Status FaultPoint(std::string_view name, const FaultHook& hook) {
   // Read once: the variables are set by the test that starts the process.
   static const std::string spec = [] {
     const char* v = std::getenv(kFaultPointEnv);
@@ -63,26 +63,23 @@ void FaultPoint(std::string_view name) {
     const char* v = std::getenv(kFaultPauseEnv);
     return std::string(v == nullptr ? "" : v);
   }();
-  if (spec.empty() && pause.empty()) return;
-  std::string armed = ArmedFaultPointName(name);
-  if (!pause.empty() && FaultPointListed(pause, armed)) PauseAt(armed);
-  if (!FaultPointListed(spec, armed)) return;
-  LogError("fault point reached: killing the process", {{"fault_point", armed}});
-  ::raise(SIGKILL);
-  ::_exit(137);  // not reached; SIGKILL cannot be caught
-}
-
-Status FaultStatus(std::string_view name) {
-  FaultPoint(name);
   static const std::string fail = [] {
     const char* v = std::getenv(kFaultFailEnv);
     return std::string(v == nullptr ? "" : v);
   }();
-  if (fail.empty()) return OkStatus();
+  if (spec.empty() && pause.empty() && fail.empty() && !hook) return OkStatus();
   std::string armed = ArmedFaultPointName(name);
-  if (!FaultPointListed(fail, armed)) return OkStatus();
-  LogWarn("fault point reached: failing the call", {{"fault_point", armed}});
-  return Internal("injected failure at " + armed);
+  if (!pause.empty() && FaultPointListed(pause, armed)) PauseAt(armed);
+  if (FaultPointListed(spec, armed)) {
+    LogError("fault point reached: killing the process", {{"fault_point", armed}});
+    ::raise(SIGKILL);
+    ::_exit(137);  // not reached; SIGKILL cannot be caught
+  }
+  if (!fail.empty() && FaultPointListed(fail, armed)) {
+    LogWarn("fault point reached: failing the call", {{"fault_point", armed}});
+    return Internal("injected failure at " + armed);
+  }
+  return hook ? hook(armed) : OkStatus();
 }
 
 }  // namespace blockcsi

@@ -22,12 +22,11 @@ using namespace node_internal;  // NOLINT(google-build-using-namespace): the nod
 NodeService::NodeService(NodeServiceOptions options)
     : options_([&] {
         if (!options.parse_spec) options.parse_spec = ParseAttachSpec;
-        if (!options.fault_hook) options.fault_hook = FaultPoint;
         return std::move(options);
       }()),
       initiator_iqn_(InitiatorIqnForNode(options_.node_id)) {}
 
-void NodeService::Fault(std::string_view step) const { options_.fault_hook(step); }
+Status NodeService::Fault(std::string_view point) const { return FaultPoint(point, options_.fault_hook); }
 
 void NodeService::LogAdoptedVolumes() {
   auto records = options_.attacher->List();
@@ -168,7 +167,7 @@ Status NodeService::Expand(const csi::v1::NodeExpandVolumeRequest& req, csi::v1:
   auto rescanned = options_.attacher->Rescan(volume_id);
   if (!rescanned.ok()) return rescanned.status().WithContext("volume " + volume_id + ": rescan");
   uint64_t size = *rescanned;
-  Fault("after-rescan");
+  BLOCKCSI_RETURN_IF_ERROR(Fault("node.expand.after-rescan").WithContext("volume " + volume_id));
   int64_t required = req.capacity_range().required_bytes();
   if (required > 0 && size < static_cast<uint64_t>(required) && record->static_volume) {
     // A static LUN is grown by its array's admin, not by us: until then the

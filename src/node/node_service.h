@@ -17,6 +17,7 @@
 #include "attach/volume_attacher.h"
 #include "common/block_probe.h"
 #include "common/executor.h"
+#include "common/fault_points.h"
 #include "common/inflight.h"
 #include "common/mounter.h"
 #include "csi.grpc.pb.h"
@@ -49,9 +50,9 @@ struct NodeServiceOptions {
   // The smallest device `fs_type`'s mkfs formats (0: no minimum); empty:
   // not checked. A blank device below it is refused before mkfs runs.
   std::function<uint64_t(const std::string& fs_type)> fs_minimum_bytes;
-  // Called at each named step; FaultPoint (the env-driven kill -9 hook)
-  // unless a test swaps it.
-  std::function<void(std::string_view step)> fault_hook;
+  // Test-only: sees the node's fault points (common/fault_points.h:
+  // node.stage.after-attach, ...); an error fails the call at that step.
+  FaultHook fault_hook;
 };
 
 class NodeService final : public csi::v1::Node::Service {
@@ -108,7 +109,7 @@ class NodeService final : public csi::v1::Node::Service {
   // read-only loop device on top of the volume's device.
   StatusOr<std::string> MakeReadOnlyLayer(const std::string& volume_id, const std::string& device);
   Status RemoveReadOnlyLayer(const std::string& volume_id, const std::string& loop);
-  void Fault(std::string_view step) const;
+  Status Fault(std::string_view point) const;
 
   const NodeServiceOptions options_;
   const std::string initiator_iqn_;

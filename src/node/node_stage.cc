@@ -92,8 +92,8 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
     return failed;
   }
   AttachRecord record = std::move(*attached);
-  Fault("after-attach");
-  Status staged = FinishStage(plan, record);
+  Status staged = Fault("node.stage.after-attach");
+  if (staged.ok()) staged = FinishStage(plan, record);
   // kubelet never calls NodeUnstageVolume after a final failure: whatever
   // this call attached must go now, or it stays forever. (An uncertain
   // failure keeps it: kubelet retries, or unstages, later.)
@@ -194,7 +194,7 @@ Status NodeService::StageMount(const StagePlan& plan, const AttachRecord& record
     }
     BLOCKCSI_RETURN_IF_ERROR(FormatDevice(*options_.executor, plan.volume_id, plan.fs_type, device, plan.mkfs_extra));
     formatted_now = true;
-    Fault("after-mkfs");
+    BLOCKCSI_RETURN_IF_ERROR(Fault("node.stage.after-mkfs").WithContext("volume " + plan.volume_id));
   } else if (probed->signatures.size() != 1 || probed->signatures.front().type != plan.fs_type) {
     // Someone's data: another filesystem, a partition table, LVM, RAID.
     // Never format it, never mount it as something it is not.
@@ -218,7 +218,7 @@ Status NodeService::StageMount(const StagePlan& plan, const AttachRecord& record
   }
   Status mounted = options_.mounter->Mount(device, plan.staging_path, plan.fs_type, mount_options);
   if (!mounted.ok()) return mounted.WithContext("volume " + plan.volume_id);
-  Fault("after-mount");
+  BLOCKCSI_RETURN_IF_ERROR(Fault("node.stage.after-mount").WithContext("volume " + plan.volume_id));
   LogInfo("staged volume", {{"volume_id", plan.volume_id},
                             {"device", device},
                             {"fs_type", plan.fs_type},
@@ -260,7 +260,7 @@ Status NodeService::Unstage(const csi::v1::NodeUnstageVolumeRequest& req) {
     }
     BLOCKCSI_ASSIGN_OR_RETURN(table, options_.mounter->List());
   }
-  Fault("after-unmount");
+  BLOCKCSI_RETURN_IF_ERROR(Fault("node.unstage.after-unmount").WithContext("volume " + volume_id));
   Status detached = options_.attacher->Detach(volume_id);
   if (!detached.ok()) return detached.WithContext("volume " + volume_id + ": detach");
   LogInfo("unstaged volume", {{"volume_id", volume_id}, {"staging_path", staging}});

@@ -119,7 +119,6 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   attacher_options.rbd_map_options = wiring.rbd_map_options;
   attacher_options.iscsi_nodes_dir = wiring.iscsi_nodes_dir;
   attacher_options.rbd_command_timeout = wiring.rbd_timeout;
-  attacher_options.step_hook = [](std::string_view step) { FaultPoint(step); };
   auto attacher = MakeVolumeAttacher(attacher_options);
   if (!attacher.ok()) return attacher.status().WithContext("node service: attacher");
   // For the node admin's tools (blockctl check-target) when the plugin is

@@ -1,8 +1,7 @@
 // Builds the production Node service from the plugin's configuration: the
 // attacher for the chosen connector (which adopts what earlier runs left)
-// and the real OS seams (libmount, libblkid, process executor, host). The
-// test-only fault points (BLOCKCSI_FAULT_POINT) reach the attacher's steps
-// too. Called once from main.
+// and the real OS seams (libmount, libblkid, process executor, host). Called
+// once from main.
 #pragma once
 
 #include <chrono>
@@ -20,7 +19,7 @@ namespace blockcsi {
 inline constexpr char kNodeIdFileName[] = "node-id";
 
 struct NodeWiring {
-  std::string connector;  // "iscsi" | "userspace"
+  std::string connector;  // "kernel" (alias "iscsi") | "userspace"
   std::string state_dir;
   std::string node_id;
   std::string zone;  // --zone; empty: none

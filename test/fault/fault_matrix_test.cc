@@ -80,14 +80,14 @@ struct KillPoint {
 
 std::ostream& operator<<(std::ostream& out, const KillPoint& p) { return out << p.name; }
 
-// In the order each operation reaches them. The node's names are the ones
-// node_service.cc and the attacher already use ("connected" is the
-// attacher's step after the session and the bridge exist, before the
-// record names the device).
+// In the order each operation reaches them, by the names of
+// common/fault_points.h ("node.stage.after-connect" is the attacher's step
+// after the session and the bridge exist, before the record names the
+// device).
 const KillPoint kKillPoints[] = {
     {"controller.create.after-record", "controller.create.after-record", Side::kController, "create"},
     {"controller.create.after-export", "controller.create.after-export", Side::kController, "create"},
-    {"controller.pool.image-placed", "controller.pool.image-placed", Side::kController, "create"},
+    {"controller.create.image-placed", "controller.create.image-placed", Side::kController, "create"},
     {"controller.publish.after-grant-record", "controller.publish.after-grant-record", Side::kController, "publish"},
     {"controller.publish.after-acl", "controller.publish.after-acl", Side::kController, "publish"},
     {"controller.unpublish.after-grant-removed", "controller.unpublish.after-grant-removed", Side::kController,
@@ -96,7 +96,7 @@ const KillPoint kKillPoints[] = {
      "unpublish"},
     {"controller.delete.after-unexport", "controller.delete.after-unexport", Side::kController, "delete"},
     {"controller.delete.after-image-removed", "controller.delete.after-image-removed", Side::kController, "delete"},
-    {"controller.pool.record-removed", "controller.pool.record-removed", Side::kController, "delete"},
+    {"controller.delete.record-removed", "controller.delete.record-removed", Side::kController, "delete"},
     {"agent.create.after-record", "agent.create.after-record", Side::kAgent, "create"},
     {"agent.create.after-export", "agent.create.after-export", Side::kAgent, "create"},
     {"agent.publish.after-grant-record", "agent.publish.after-grant-record", Side::kAgent, "publish"},
@@ -105,8 +105,8 @@ const KillPoint kKillPoints[] = {
     {"agent.unpublish.after-acl-removed", "agent.unpublish.after-acl-removed", Side::kAgent, "unpublish"},
     {"agent.delete.after-unexport", "agent.delete.after-unexport", Side::kAgent, "delete"},
     {"agent.delete.after-image-removed", "agent.delete.after-image-removed", Side::kAgent, "delete"},
-    {"agent.pool.image-placed", "agent.pool.image-placed", Side::kAgent, "create"},
-    {"agent.pool.record-removed", "agent.pool.record-removed", Side::kAgent, "delete"},
+    {"agent.create.image-placed", "agent.create.image-placed", Side::kAgent, "create"},
+    {"agent.delete.record-removed", "agent.delete.record-removed", Side::kAgent, "delete"},
     // With CHAP: the secrets live in the backend's memory only, so a
     // restart loses them and the retried publish must bring them back.
     {"controller.publish.after-grant-record/chap", "controller.publish.after-grant-record", Side::kController,
@@ -118,16 +118,16 @@ const KillPoint kKillPoints[] = {
     {"agent.unpublish.after-acl-removed/chap", "agent.unpublish.after-acl-removed", Side::kAgent, "unpublish", true},
     // Inside AttachRecordStore::Put (issue #22): the plugin dies between the
     // fsync of the new record and its rename, and right after the rename.
-    {"node.stage.record-temp-synced", "record-temp-synced", Side::kNode, "stage"},
-    {"node.stage.record-renamed", "record-renamed", Side::kNode, "stage"},
-    {"node.stage.after-connect", "connected", Side::kNode, "stage"},
-    {"node.stage.after-attach", "after-attach", Side::kNode, "stage"},
-    {"node.stage.after-mkfs", "after-mkfs", Side::kNode, "stage"},
-    {"node.stage.after-mount", "after-mount", Side::kNode, "stage"},
-    {"node.unstage.after-unmount", "after-unmount", Side::kNode, "unstage"},
+    {"node.record.temp-synced", "node.record.temp-synced", Side::kNode, "stage"},
+    {"node.record.renamed", "node.record.renamed", Side::kNode, "stage"},
+    {"node.stage.after-connect", "node.stage.after-connect", Side::kNode, "stage"},
+    {"node.stage.after-attach", "node.stage.after-attach", Side::kNode, "stage"},
+    {"node.stage.after-mkfs", "node.stage.after-mkfs", Side::kNode, "stage"},
+    {"node.stage.after-mount", "node.stage.after-mount", Side::kNode, "stage"},
+    {"node.unstage.after-unmount", "node.unstage.after-unmount", Side::kNode, "unstage"},
     // The bridge holds the CHAP secret it was given on stdin; the restarted
     // plugin has only what kubelet's retry passes again.
-    {"node.stage.after-connect/chap", "connected", Side::kNode, "stage", true},
+    {"node.stage.after-connect/chap", "node.stage.after-connect", Side::kNode, "stage", true},
 };
 
 // ---- the matrix ----
@@ -841,7 +841,7 @@ void KillMatrixTest::RunNodeCase() {
     //    same point (after-mkfs is not on that path: nothing is formatted).
     ASSERT_TRUE(StartPlugin(p.armed));
     grpc::Status st = Stage(id);
-    if (std::string(p.armed) == "after-mkfs") {
+    if (std::string(p.armed) == "node.stage.after-mkfs") {
       ASSERT_TRUE(testing::GrpcOk(st, Logs())) << "re-stage of a formatted volume";
     } else {
       bool died = ArmedProcessDied();

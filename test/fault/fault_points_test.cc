@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace blockcsi {
 namespace {
@@ -23,8 +24,10 @@ TEST(FaultPointListed, MatchesWholeItemsOnly) {
 TEST(ScopedFaultPointName, ReplacesTheRoleOfDottedNames) {
   EXPECT_EQ(ScopedFaultPointName("agent", "controller.create.after-record"), "agent.create.after-record");
   EXPECT_EQ(ScopedFaultPointName("", "controller.create.after-record"), "controller.create.after-record");
-  // The node's undotted names are never renamed.
+  // A name without a dot is never renamed.
   EXPECT_EQ(ScopedFaultPointName("agent", "after-mkfs"), "after-mkfs");
+  // The node's own points keep their component.
+  EXPECT_EQ(ScopedFaultPointName("", "node.stage.after-mkfs"), "node.stage.after-mkfs");
 }
 
 // The scope is per thread and nests: an agent call renames only its own
@@ -45,20 +48,40 @@ TEST(FaultPointScope, IsPerThreadAndNests) {
     other.join();
     EXPECT_EQ(seen_elsewhere, kPoint);
     // Unset variable: inert whatever the scope.
-    FaultPoint(kPoint);
+    EXPECT_TRUE(FaultPoint(kPoint).ok());
   }
   EXPECT_EQ(ArmedFaultPointName(kPoint), kPoint);
 }
 
+// The in-process side of the one seam: a unit test's hook sees the point
+// under its scoped name and decides the step's outcome.
+TEST(FaultPoint, TheHookSeesTheScopedNameAndItsStatusIsReturned) {
+  std::vector<std::string> seen;
+  FaultHook hook = [&](std::string_view point) {
+    seen.emplace_back(point);
+    return point == "agent.create.after-record" ? Aborted("injected") : OkStatus();
+  };
+  EXPECT_TRUE(FaultPoint("controller.create.after-record", hook).ok());
+  {
+    FaultPointScope scope("agent");
+    Status st = FaultPoint("controller.create.after-record", hook);
+    EXPECT_EQ(st.code(), StatusCode::kAborted);
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"controller.create.after-record", "agent.create.after-record"}));
+  EXPECT_TRUE(FaultPoint("controller.create.after-record").ok());  // no hook, nothing armed
+}
+
 // BLOCKCSI_FAULT_FAIL fails exactly the listed step, with a final code
 // (so the caller must roll back) and a message naming it. The variable is
-// read once per process: armed in a forked child only.
-TEST(FaultStatus, FailsOnlyTheListedStepWithAFinalCode) {
+// read once per process: armed in a child that re-executes this test alone
+// ("threadsafe"), since earlier tests here have read the variables already.
+TEST(FaultPoint, FaultFailEnvFailsOnlyTheListedStepWithAFinalCode) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
   EXPECT_EXIT(
       {
         ::setenv(kFaultFailEnv, "x,rbd.create_volume.after-create", 1);
-        Status armed = FaultStatus("rbd.create_volume.after-create");
-        Status other = FaultStatus("rbd.create_volume.after-name");
+        Status armed = FaultPoint("rbd.create_volume.after-create");
+        Status other = FaultPoint("rbd.create_volume.after-name");
         bool ok = armed.code() == StatusCode::kInternal && IsFinalFailure(armed) &&
                   armed.message() == "injected failure at rbd.create_volume.after-create" && other.ok();
         std::exit(ok ? 0 : 1);

@@ -341,7 +341,7 @@ TEST_F(RollbackTest, CreateVolumeRefusedLeavesNothing) {
 }
 
 // The storage stops answering between the attach and mkfs (the plugin is
-// paused at its "after-attach" fault point while the test stops tgtd): mkfs
+// paused at its "node.stage.after-attach" fault point while the test stops tgtd): mkfs
 // gets I/O errors once the bridge's I/O timeout (5 s here) passes, which is
 // a final failure, so the stage must take its bridge, loop device, FUSE
 // mount and record down again although the storage is unreachable.
@@ -354,7 +354,7 @@ TEST_F(RollbackTest, IoTimeoutDuringMkfsLeavesNothing) {
   testing::PluginOptions options;
   options.node_id = kNodeId;
   options.extra_args = {"--reconcile-interval", "1h", "--log-level", "debug", "--bridge-io-timeout", "5s"};
-  options.env = {{"BLOCKCSI_FAULT_PAUSE", "after-attach"}, {"BLOCKCSI_FAULT_PAUSE_DIR", pause_dir}};
+  options.env = {{"BLOCKCSI_FAULT_PAUSE", "node.stage.after-attach"}, {"BLOCKCSI_FAULT_PAUSE_DIR", pause_dir}};
   std::string error;
   ASSERT_TRUE(Plugin().Start(options, &error)) << error;
 
@@ -364,7 +364,7 @@ TEST_F(RollbackTest, IoTimeoutDuringMkfsLeavesNothing) {
   testing::LeakSnapshot before_target = testing::TakeLeakSnapshot(Scope(v.id));
   grpc::Status st;
   std::thread stage([&] { st = Stage(StageRequest(v, "ext4")); });
-  const std::string marker = pause_dir + "/after-attach";
+  const std::string marker = pause_dir + "/node.stage.after-attach";
   for (int i = 0; i < 600 && !std::filesystem::exists(marker); ++i) std::this_thread::sleep_for(100ms);
   bool paused = std::filesystem::exists(marker);
   if (paused) {
@@ -374,7 +374,8 @@ TEST_F(RollbackTest, IoTimeoutDuringMkfsLeavesNothing) {
   stage.join();
   std::vector<std::string> leaks = testing::NewItemsAfterSettling(before, node_side);
   ::kill(env_->tgtd->pid(), SIGCONT);
-  ASSERT_TRUE(paused) << "the plugin never reached after-attach: " << st.error_message() << "\n" << Plugin().LogTail();
+  ASSERT_TRUE(paused) << "the plugin never reached node.stage.after-attach: " << st.error_message() << "\n"
+                      << Plugin().LogTail();
   std::cout << "stage with tgtd stopped after the attach: code " << st.error_code() << ": " << st.error_message()
             << "\n";
   ASSERT_FALSE(st.ok());

@@ -141,10 +141,7 @@ LocalBackend::~LocalBackend() {
 
 std::string LocalBackend::Name() const { return exporter_->Kind(); }
 
-Status LocalBackend::Fault(std::string_view step) const {
-  if (options_.fault_hook) return options_.fault_hook(step);
-  return OkStatus();
-}
+Status LocalBackend::Fault(std::string_view point) const { return FaultPoint(point, options_.fault_hook); }
 
 VolumeRecord LocalBackend::Present(VolumeRecord record) const {
   record.portals = options_.portals;
@@ -246,8 +243,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
     if (IsFinalFailure(why)) UndoCreate(record, why);
     return why;
   };
-  if (Status st = Fault("create:committed"); !st.ok()) return undo(st);
-  FaultPoint("controller.create.after-record");
+  if (Status st = Fault("controller.create.after-record"); !st.ok()) return undo(st);
   LogInfo("volume created", {{"volume", record.id},
                              {"name", record.name},
                              {"size", std::to_string(record.size_bytes)},
@@ -256,7 +252,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
                                                                           : "none"}});
   // Exported with no ACL: nobody can log in until a grant.
   if (Status st = ApplyExport(record); !st.ok()) return undo(st);
-  FaultPoint("controller.create.after-export");
+  if (Status st = Fault("controller.create.after-export"); !st.ok()) return undo(st);
   return Present(record);
 }
 
@@ -281,10 +277,9 @@ Status LocalBackend::DeleteVolume(const std::string& volume_id) {
     return FailedPrecondition("volume " + volume_id + " is still published to " + GrantNodes(*record));
   }
   BLOCKCSI_RETURN_IF_ERROR(exporter_->Remove(record->target_iqn));
-  BLOCKCSI_RETURN_IF_ERROR(Fault("delete:unexported"));
-  FaultPoint("controller.delete.after-unexport");
+  BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete.after-unexport"));
   BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteVolume(volume_id));
-  FaultPoint("controller.delete.after-image-removed");
+  BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete.after-image-removed"));
   {
     std::lock_guard lock(chap_mu_);
     chap_.erase(volume_id);
@@ -309,7 +304,7 @@ StatusOr<VolumeRecord> LocalBackend::ExpandVolume(const std::string& volume_id, 
   }
   if (new_size_bytes > record->size_bytes) {
     BLOCKCSI_RETURN_IF_ERROR(pool_->GrowImage(volume_id, new_size_bytes));
-    BLOCKCSI_RETURN_IF_ERROR(Fault("expand:image-grown"));
+    BLOCKCSI_RETURN_IF_ERROR(Fault("controller.expand.after-image-grown"));
     record->size_bytes = new_size_bytes;
     BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
     LogInfo("volume expanded", {{"volume", volume_id}, {"size", std::to_string(new_size_bytes)}});
@@ -360,14 +355,13 @@ StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, c
   if (new_grant) {
     record->grants.push_back(wanted);
     BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(*record));
-    if (Status st = Fault("grant:recorded"); !st.ok()) return undo(st);
-    FaultPoint("controller.publish.after-grant-record");
+    if (Status st = Fault("controller.publish.after-grant-record"); !st.ok()) return undo(st);
     LogInfo("access granted", {{"volume", volume_id},
                                {"initiator", grant.initiator_iqn},
                                {"chap", grant.chap.enabled() ? (grant.chap.mutual() ? "mutual" : "one-way") : "off"}});
   }
   if (Status st = ApplyExport(*record); !st.ok()) return undo(st);
-  FaultPoint("controller.publish.after-acl");
+  if (Status st = Fault("controller.publish.after-acl"); !st.ok()) return undo(st);
   return Present(*record);
 }
 
@@ -410,12 +404,11 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
   // before the sessions are closed, so the initiator cannot come back in;
   // both run even when the grant was already gone, so a retry still fences.
   BLOCKCSI_RETURN_IF_ERROR(ApplyExport(revoked));
-  FaultPoint("controller.unpublish.after-acl-removed");
+  BLOCKCSI_RETURN_IF_ERROR(Fault("controller.unpublish.after-acl-removed"));
   BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record->target_iqn, initiator_iqn));
   if (was_granted) {
     BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(revoked));
-    BLOCKCSI_RETURN_IF_ERROR(Fault("revoke:recorded"));
-    FaultPoint("controller.unpublish.after-grant-removed");
+    BLOCKCSI_RETURN_IF_ERROR(Fault("controller.unpublish.after-grant-removed"));
   }
   {
     std::lock_guard lock(chap_mu_);

@@ -38,7 +38,8 @@ struct LocalBackendOptions {
   std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};
   // The pool's thin-provisioning policy (PoolOptions::overcommit_ratio).
   double overcommit_ratio = 1.0;
-  // Test-only: see FaultHook; also passed to the pool.
+  // Test-only: sees every fault point of the backend and its pool
+  // (common/fault_points.h); an error fails the call at that step.
   FaultHook fault_hook;
 };
 
@@ -87,7 +88,7 @@ class LocalBackend final : public VolumeBackend {
 
  private:
   LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter> exporter, LocalBackendOptions options);
-  Status Fault(std::string_view step) const;
+  Status Fault(std::string_view point) const;
   VolumeRecord Present(VolumeRecord record) const;
   DesiredExport DesiredFor(const VolumeRecord& record) const;
   // Applies the record's export and logs the repairs.

@@ -162,10 +162,7 @@ std::string Pool::SnapshotRecordPath(std::string_view id) const {
   return dir_ + "/snapshots/" + std::string(id) + ".json";
 }
 
-Status Pool::Fault(std::string_view step) const {
-  if (options_.fault_hook) return options_.fault_hook(step);
-  return OkStatus();
-}
+Status Pool::Fault(std::string_view point) const { return FaultPoint(point, options_.fault_hook); }
 
 Status Pool::Load() {
   // tmp/ holds only images of operations that never committed.
@@ -255,8 +252,8 @@ std::vector<VolumeRecord> Pool::ListVolumes() const {
   return out;
 }
 
-Status Pool::PlaceImage(const std::string& id, uint64_t size_bytes, const std::string& source_image,
-                        CopyMethod* method) {
+Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint64_t size_bytes,
+                        const std::string& source_image, CopyMethod* method) {
   std::string staged = dir_ + "/tmp/" + id + ".img";
   if (source_image.empty()) {
     UniqueFd fd(::open(staged.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
@@ -280,13 +277,13 @@ Status Pool::PlaceImage(const std::string& id, uint64_t size_bytes, const std::s
       return st;
     }
   }
-  BLOCKCSI_RETURN_IF_ERROR(Fault("image-staged"));
+  BLOCKCSI_RETURN_IF_ERROR(Fault("controller." + std::string(operation) + ".image-staged"));
   std::string final_path = ImagePath(id);
   if (::rename(staged.c_str(), final_path.c_str()) != 0) return ErrnoToStatus(errno, "place image " + final_path);
   // Only the new name must be durable before the record is written; a
   // stale tmp/ entry after a crash is removed by the next Open().
   BLOCKCSI_RETURN_IF_ERROR(FsyncDir(dir_ + "/images"));
-  return Fault("image-placed");
+  return Fault("controller." + std::string(operation) + ".image-placed");
 }
 
 Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_image, CopyMethod* method) {
@@ -296,7 +293,7 @@ Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_
     if (volumes_.count(record.id)) return AlreadyExists("volume " + record.id + " already exists in the pool");
   }
   BLOCKCSI_RETURN_IF_ERROR(CheckRoom(record.size_bytes, "volume " + record.id));
-  BLOCKCSI_RETURN_IF_ERROR(PlaceImage(record.id, record.size_bytes, source_image, method));
+  BLOCKCSI_RETURN_IF_ERROR(PlaceImage("create", record.id, record.size_bytes, source_image, method));
   // The commit point: from here on the volume exists.
   if (Status written = WriteFileAtomically(VolumeRecordPath(record.id), VolumeToJson(record)); !written.ok()) {
     // A failed create leaves nothing behind (a crash here is cleaned by Open).
@@ -339,7 +336,7 @@ Status Pool::DeleteVolume(const std::string& id) {
     std::lock_guard lock(mu_);
     volumes_.erase(id);
   }
-  BLOCKCSI_RETURN_IF_ERROR(Fault("record-removed"));
+  BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete.record-removed"));
   return RemoveFileDurably(ImagePath(id));
 }
 
@@ -372,7 +369,8 @@ Status Pool::CreateSnapshot(const SnapshotRecord& record, CopyMethod* method) {
     std::lock_guard lock(mu_);
     if (snapshots_.count(record.id)) return AlreadyExists("snapshot " + record.id + " already exists in the pool");
   }
-  BLOCKCSI_RETURN_IF_ERROR(PlaceImage(record.id, record.size_bytes, ImagePath(record.source_volume_id), method));
+  BLOCKCSI_RETURN_IF_ERROR(
+      PlaceImage("snapshot", record.id, record.size_bytes, ImagePath(record.source_volume_id), method));
   BLOCKCSI_RETURN_IF_ERROR(WriteFileAtomically(SnapshotRecordPath(record.id), SnapshotToJson(record)));
   std::lock_guard lock(mu_);
   snapshots_[record.id] = record;
@@ -386,7 +384,7 @@ Status Pool::DeleteSnapshot(const std::string& id) {
     std::lock_guard lock(mu_);
     snapshots_.erase(id);
   }
-  BLOCKCSI_RETURN_IF_ERROR(Fault("record-removed"));
+  BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete-snapshot.record-removed"));
   return RemoveFileDurably(ImagePath(id));
 }
 

@@ -31,16 +31,17 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/fault_points.h"
 #include "common/status.h"
 
 namespace blockcsi {
 
-// Test-only: called between the steps of an operation with the step's name
-// ("create:image-placed", ...); a non-OK status stops the operation right
-// there, leaving the disk as a crash at that point would.
-using FaultHook = std::function<Status(std::string_view step)>;
-
 struct PoolOptions {
+  // Test-only: sees the pool's fault points (common/fault_points.h:
+  // controller.create.image-staged, .image-placed, controller.delete.record-removed,
+  // controller.snapshot.image-staged, .image-placed,
+  // controller.delete-snapshot.record-removed); an error stops the operation
+  // right there, leaving the disk as a crash at that point would.
   FaultHook fault_hook;
   // Thin provisioning (issue #21): images are sparse, so a new volume (or
   // the growth of one) is allowed up to the pool file system's free space
@@ -108,9 +109,11 @@ class Pool {
  private:
   Pool(std::string dir, PoolOptions options, int lock_fd);
   Status Load();
-  Status Fault(std::string_view step) const;
+  Status Fault(std::string_view point) const;
   // Builds tmp/<id>.img, fsyncs it and renames it to images/<id>.img.
-  Status PlaceImage(const std::string& id, uint64_t size_bytes, const std::string& source_image, CopyMethod* method);
+  // `operation` names its fault points: "controller.<operation>.image-placed".
+  Status PlaceImage(std::string_view operation, const std::string& id, uint64_t size_bytes,
+                    const std::string& source_image, CopyMethod* method);
   std::string VolumeRecordPath(std::string_view id) const;
   std::string SnapshotRecordPath(std::string_view id) const;
 

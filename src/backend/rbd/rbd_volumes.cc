@@ -65,7 +65,7 @@ StatusOr<VolumeRecord> RbdBackend::CreateVolume(const CreateVolumeSpec& spec) {
   }
   LogInfo("rbd image created", {{"volume", VolumeId(options_.pool, image)}, {"name", spec.name}});
   StatusOr<VolumeRecord> record = [&]() -> StatusOr<VolumeRecord> {
-    BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-create"));
+    BLOCKCSI_RETURN_IF_ERROR(FaultPoint("rbd.create_volume.after-create"));
     return Finish(image, spec);
   }();
   // A final failure takes the image back out: the provisioner will not
@@ -193,7 +193,7 @@ Status RbdBackend::CloneFromVolume(const std::string& image, const CreateVolumeS
     }
     return why;
   };
-  if (Status st = FaultStatus("rbd.create_volume.after-temp-snapshot"); !st.ok()) return undo(st);
+  if (Status st = FaultPoint("rbd.create_volume.after-temp-snapshot"); !st.ok()) return undo(st);
   r = rbd_snap_protect(source.get(), temp.c_str());
   if (r < 0 && r != -EBUSY) return undo(CephError(r, "protect " + Spec(*source_image) + "@" + temp));
   rbd_image_options_t opts;
@@ -242,7 +242,7 @@ StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const Create
       int r = rbd_metadata_remove(handle.get(), key.c_str());
       if (r < 0 && r != -ENOENT) return CephError(r, "remove inherited metadata " + key + " of " + Spec(image));
     }
-    BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-inherited-metadata-removed"));
+    BLOCKCSI_RETURN_IF_ERROR(FaultPoint("rbd.create_volume.after-inherited-metadata-removed"));
   }
   if (spec.source.kind == ContentSource::Kind::kVolume) {
     rbd_linked_image_spec_t parent{};
@@ -255,7 +255,7 @@ StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const Create
       rbd_snap_spec_cleanup(&parent_snap);
       r = rbd_flatten(handle.get());
       if (r < 0) return CephError(r, "flatten " + Spec(image));
-      BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-flatten"));
+      BLOCKCSI_RETURN_IF_ERROR(FaultPoint("rbd.create_volume.after-flatten"));
       if (snap.starts_with(kTempSnapPrefix)) BLOCKCSI_RETURN_IF_ERROR(RemoveTempSnapshot(parent_image, snap));
     } else if (r != -ENOENT) {
       return CephError(r, "parent of " + Spec(image));
@@ -267,7 +267,7 @@ StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const Create
   if (size < spec.size_bytes) {
     r = rbd_resize(handle.get(), spec.size_bytes);
     if (r < 0) return CephError(r, "resize " + Spec(image));
-    BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-resize"));
+    BLOCKCSI_RETURN_IF_ERROR(FaultPoint("rbd.create_volume.after-resize"));
   }
   std::string source = SourceString(spec.source);
   if (!source.empty()) {
@@ -278,10 +278,10 @@ StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const Create
     r = rbd_metadata_set(handle.get(), (kMetaParamPrefix + key).c_str(), value.c_str());
     if (r < 0) return CephError(r, "set metadata of " + Spec(image));
   }
-  BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-metadata"));
+  BLOCKCSI_RETURN_IF_ERROR(FaultPoint("rbd.create_volume.after-metadata"));
   r = rbd_metadata_set(handle.get(), kMetaName, spec.name.c_str());
   if (r < 0) return CephError(r, "set metadata of " + Spec(image));
-  BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-name"));
+  BLOCKCSI_RETURN_IF_ERROR(FaultPoint("rbd.create_volume.after-name"));
   BLOCKCSI_ASSIGN_OR_RETURN(auto meta, ListMetadata(handle.get(), Spec(image)));
   return Record(image, handle.get(), meta);
 }

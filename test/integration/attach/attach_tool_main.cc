@@ -29,8 +29,9 @@ int Attach(int argc, char** argv) {
   options.blockcsi_binary = "/proc/self/exe";
   std::string crash_at = flags["--crash-at"];
   if (!crash_at.empty()) {
-    options.step_hook = [crash_at](std::string_view step) {
-      if (step == crash_at) ::raise(SIGKILL);
+    options.fault_hook = [crash_at](std::string_view point) {
+      if (point == crash_at) ::raise(SIGKILL);
+      return blockcsi::OkStatus();
     };
   }
   auto attacher = blockcsi::MakeVolumeAttacher(options);

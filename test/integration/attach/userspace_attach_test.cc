@@ -338,9 +338,10 @@ TEST_F(AttachIntegrationTest, AttachToolKill9KeepsTheMountedVolumeWorking) {
 TEST_F(AttachIntegrationTest, CrashBetweenLoginAndRecordUpdateIsCleanedByDetach) {
   TestTarget t = MakeTarget("crash", 32 * kMiB);
   std::string log = tmp_->Join("plugin.log");
-  ChildProcess plugin({AttachToolPath(), "attach",    "--state-dir",   state_dir_, "--node-id",  kNodeId,    "--volume",
-                       "vol-a",          "--portals", tgtd_->portal(), "--target", t.iqn,        "--lun",    "1",
-                       "--serial",       t.serial,    "--wwn",         t.wwn,      "--crash-at", "connected"},
+  ChildProcess plugin({AttachToolPath(), "attach",   "--state-dir", state_dir_,   "--node-id",
+                       kNodeId,          "--volume", "vol-a",       "--portals",  tgtd_->portal(),
+                       "--target",       t.iqn,      "--lun",       "1",          "--serial",
+                       t.serial,         "--wwn",    t.wwn,         "--crash-at", "node.stage.after-connect"},
                       log);
   EXPECT_EQ(plugin.Wait(std::chrono::seconds(60)), 128 + SIGKILL) << ReadFileOrEmpty(log);
   auto text = ReadFileToString(state_dir_ + "/attachments/vol-a.json");
@@ -363,9 +364,10 @@ TEST_F(AttachIntegrationTest, CrashBetweenLoginAndRecordUpdateIsCleanedByDetach)
 
 TEST_F(AttachIntegrationTest, RetryAfterCrashReusesTheBridge) {
   TestTarget t = MakeTarget("retry", 32 * kMiB);
-  ChildProcess plugin({AttachToolPath(), "attach",    "--state-dir",   state_dir_, "--node-id",  kNodeId,    "--volume",
-                       "vol-a",          "--portals", tgtd_->portal(), "--target", t.iqn,        "--lun",    "1",
-                       "--serial",       t.serial,    "--wwn",         t.wwn,      "--crash-at", "connected"});
+  ChildProcess plugin({AttachToolPath(), "attach",   "--state-dir", state_dir_,   "--node-id",
+                       kNodeId,          "--volume", "vol-a",       "--portals",  tgtd_->portal(),
+                       "--target",       t.iqn,      "--lun",       "1",          "--serial",
+                       t.serial,         "--wwn",    t.wwn,         "--crash-at", "node.stage.after-connect"});
   EXPECT_EQ(plugin.Wait(std::chrono::seconds(60)), 128 + SIGKILL);
   auto before = BridgePids();
   ASSERT_EQ(before.size(), 1u);

@@ -241,7 +241,7 @@ TEST_F(BlockctlNodeTest, KilledMidStageIsNamedListedAndCleanedThenRestageWorks) 
   Volume v = Create("cli-kill");
   ASSERT_FALSE(v.id.empty());
   StopPlugin();
-  ASSERT_TRUE(StartPlugin("after-attach"));
+  ASSERT_TRUE(StartPlugin("node.stage.after-attach"));
   EXPECT_FALSE(Stage(v).ok());
   ASSERT_TRUE(PluginKilledItself()) << LogTail();
   ASSERT_FALSE(ProcessesUnderDir().empty()) << "the bridge outlives the plugin";

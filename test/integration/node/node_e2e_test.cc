@@ -378,7 +378,7 @@ TEST_F(PluginE2ETest, ReadOnlyPublishRefusesWrites) {
 TEST_F(PluginE2ETest, KillBetweenAttachAndMkfsThenRetryFormatsOnce) {
   Volume v = Create("kill-attach", "ext4");
   StopPlugin();
-  ASSERT_TRUE(StartPlugin("after-attach"));
+  ASSERT_TRUE(StartPlugin("node.stage.after-attach"));
   EXPECT_FALSE(Stage(v, "ext4").ok());
   ASSERT_TRUE(PluginKilledItself()) << Log();
   EXPECT_EQ(Uuid(v), "") << "killed before mkfs: still blank";
@@ -394,7 +394,7 @@ TEST_F(PluginE2ETest, KillBetweenAttachAndMkfsThenRetryFormatsOnce) {
 TEST_F(PluginE2ETest, KillBetweenMkfsAndMountThenRetryNeverReformats) {
   Volume v = Create("kill-mkfs", "xfs", 320LL << 20);
   StopPlugin();
-  ASSERT_TRUE(StartPlugin("after-mkfs"));
+  ASSERT_TRUE(StartPlugin("node.stage.after-mkfs"));
   EXPECT_FALSE(Stage(v, "xfs").ok());
   ASSERT_TRUE(PluginKilledItself()) << Log();
   std::string uuid = Uuid(v);
@@ -411,7 +411,7 @@ TEST_F(PluginE2ETest, KillBetweenMkfsAndMountThenRetryNeverReformats) {
   WriteFile(Target(v.id) + "/precious", "intact");
   ASSERT_GRPC_OK(Unpublish(v));
   StopPlugin();
-  ASSERT_TRUE(StartPlugin("after-unmount"));
+  ASSERT_TRUE(StartPlugin("node.unstage.after-unmount"));
   EXPECT_FALSE(Unstage(v).ok());
   ASSERT_TRUE(PluginKilledItself());
   ASSERT_TRUE(StartPlugin(""));

@@ -87,9 +87,7 @@ class NodeRealTest : public ::testing::Test {
     if (attacher_) attacher_->DetachAll();
   }
 
-  std::unique_ptr<NodeService> MakeNode(
-      std::shared_ptr<VolumeAttacher> attacher,
-      std::function<void(std::string_view)> fault_hook = [](std::string_view) {}) {
+  std::unique_ptr<NodeService> MakeNode(std::shared_ptr<VolumeAttacher> attacher, FaultHook fault_hook = {}) {
     NodeServiceOptions o;
     o.node_id = "node-real";
     o.attacher = std::move(attacher);
@@ -189,6 +187,7 @@ class NodeRealTest : public ::testing::Test {
       auto attacher = std::make_shared<testing::LoopAttacher>(dir_.Join("volumes"), 320ULL << 20);
       auto node = MakeNode(attacher, [point](std::string_view step) {
         if (step == point) ::raise(SIGKILL);
+        return OkStatus();
       });
       body(*node);
       ::_exit(0);  // the fault point was never reached
@@ -424,7 +423,7 @@ TEST_F(NodeRealTest, StageWhereAnotherVolumeIsMountedFails) {
 TEST_F(NodeRealTest, KilledBetweenAttachAndMkfsRetryFormatsOnce) {
   const std::string v = "crash1";
   auto req = StageRequest(v, "ext4");
-  ASSERT_TRUE(RunAndKillAt("after-attach", [&](NodeService& n) { (void)n.Stage(req); }));
+  ASSERT_TRUE(RunAndKillAt("node.stage.after-attach", [&](NodeService& n) { (void)n.Stage(req); }));
   EXPECT_EQ(ImageUuid(v), "") << "killed before mkfs: the volume must still be blank";
   EXPECT_EQ(attacher_->LoopsOf(v).size(), 1u);
   ASSERT_TRUE(node_->Stage(req).ok());
@@ -436,7 +435,7 @@ TEST_F(NodeRealTest, KilledBetweenAttachAndMkfsRetryFormatsOnce) {
 TEST_F(NodeRealTest, KilledBetweenMkfsAndMountRetryNeverReformats) {
   const std::string v = "crash2";
   auto req = StageRequest(v, "xfs");
-  ASSERT_TRUE(RunAndKillAt("after-mkfs", [&](NodeService& n) { (void)n.Stage(req); }));
+  ASSERT_TRUE(RunAndKillAt("node.stage.after-mkfs", [&](NodeService& n) { (void)n.Stage(req); }));
   std::string uuid = ImageUuid(v);
   ASSERT_FALSE(uuid.empty()) << "the child should have made the filesystem";
   ASSERT_TRUE(node_->Stage(req).ok());
@@ -445,7 +444,7 @@ TEST_F(NodeRealTest, KilledBetweenMkfsAndMountRetryNeverReformats) {
 
   // Data written now survives a later crash in the middle of unstage.
   WriteFile(Staging(v) + "/precious", "keep me");
-  ASSERT_TRUE(RunAndKillAt("after-unmount", [&](NodeService& n) { (void)Unstage(n, v); }));
+  ASSERT_TRUE(RunAndKillAt("node.unstage.after-unmount", [&](NodeService& n) { (void)Unstage(n, v); }));
   ASSERT_TRUE(Unstage(*node_, v).ok());
   ASSERT_TRUE(node_->Stage(req).ok());
   EXPECT_EQ(testing::ReadFileOrEmpty(Staging(v) + "/precious"), "keep me");
@@ -456,7 +455,7 @@ TEST_F(NodeRealTest, KilledBetweenMkfsAndMountRetryNeverReformats) {
 TEST_F(NodeRealTest, KilledAfterMountRetryIsOk) {
   const std::string v = "crash3";
   auto req = StageRequest(v, "ext4");
-  ASSERT_TRUE(RunAndKillAt("after-mount", [&](NodeService& n) { (void)n.Stage(req); }));
+  ASSERT_TRUE(RunAndKillAt("node.stage.after-mount", [&](NodeService& n) { (void)n.Stage(req); }));
   ASSERT_TRUE(node_->Stage(req).ok());
   EXPECT_EQ(executor_->mkfs_runs.load(), 0);
   auto table = ParseMountInfo(testing::ReadFileOrEmpty("/proc/self/mountinfo"));

@@ -367,7 +367,8 @@ TEST_F(TargetBackendTest, ReconcileRemovesOurOrphanTargetsAndLeavesForeignOnes) 
 
 // An error return between steps, then a restart (a real kill -9 at these steps: test/fault).
 TEST_F(TargetBackendTest, ErrorBetweenStepsThenRestartLeavesNothingHalfMade) {
-  for (const char* step : {"image-staged", "image-placed", "create:committed", "grant:recorded"}) {
+  for (const char* step : {"controller.create.image-staged", "controller.create.image-placed",
+                           "controller.create.after-record", "controller.publish.after-grant-record"}) {
     SCOPED_TRACE(step);
     backend_.reset();
     auto faulty = Open([step](std::string_view s) { return s == step ? Aborted("injected fault") : OkStatus(); });

@@ -114,7 +114,8 @@ TEST(AttachRecordStoreDeathTest, KilledInsidePutLeavesTheOldRecordOrTheNew) {
   testing::TempDir base_dir;
   ::setenv(kBaseEnv, base_dir.path().c_str(), /*overwrite=*/0);
   const std::string base = std::getenv(kBaseEnv);
-  for (const char* point : {"record-temp-written", "record-temp-synced", "record-renamed", "record-dir-synced"}) {
+  for (const char* point :
+       {"node.record.temp-written", "node.record.temp-synced", "node.record.renamed", "node.record.dir-synced"}) {
     SCOPED_TRACE(point);
     AttachRecordStore store(base + "/" + point);
     ASSERT_TRUE(store.Init().ok());
@@ -131,7 +132,7 @@ TEST(AttachRecordStoreDeathTest, KilledInsidePutLeavesTheOldRecordOrTheNew) {
     auto listed = store.List();
     ASSERT_TRUE(listed.ok()) << listed.status().ToString();
     ASSERT_EQ(listed->size(), 1u);
-    bool renamed = std::string(point) == "record-renamed" || std::string(point) == "record-dir-synced";
+    bool renamed = std::string(point) == "node.record.renamed" || std::string(point) == "node.record.dir-synced";
     EXPECT_EQ(listed->front().state, renamed ? kAttachStateAttached : kAttachStateAttaching);
     EXPECT_EQ(listed->front().target_iqn, old_record.target_iqn);
     // The restarted plugin's Init removes what the killed write left.

@@ -172,7 +172,12 @@ TEST(TransportRouterTest, FacadeReattachesThroughTheRouterByItsStableName) {
   EXPECT_EQ(log, (std::vector<std::string>{"krbd check vol-r", "krbd identity vol-r"}));
 }
 
-TEST(AttacherFactoryTest, KernelConnectorServesRbdVolumesThroughKrbd) {
+// "kernel" is the connector's name; "iscsi" its older name, kept as an alias
+// (deployed manifests say --connector=iscsi). Records say "iscsi" either way.
+class AttacherFactoryTest : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(KernelAndAlias, AttacherFactoryTest, ::testing::Values("kernel", "iscsi"));
+
+TEST_P(AttacherFactoryTest, KernelConnectorServesRbdVolumesThroughKrbd) {
   testing::TempDir dir;
   std::string root = dir.Join("root");
   // An rbd mapping of the volume's image already exists (the krbd sysfs
@@ -184,7 +189,7 @@ TEST(AttacherFactoryTest, KernelConnectorServesRbdVolumesThroughKrbd) {
   auto executor = std::make_shared<testing::FakeExecutor>();
 
   AttacherOptions options;
-  options.connector = "iscsi";
+  options.connector = GetParam();
   options.state_dir = dir.Join("state");
   options.node_id = "worker-1";
   options.executor = executor;

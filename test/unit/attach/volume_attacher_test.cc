@@ -72,9 +72,11 @@ class VolumeAttacherTest : public ::testing::Test {
     script_.identity.serial = "sn1";
     script_.identity.naa = {"6000000000000000000000007f3a9c2e"};
     script_.record_path = AttachRecordStore(dir_.path()).PathFor("vol-1");
-    attacher_ =
-        std::make_unique<VolumeAttacherImpl>(dir_.path(), std::make_unique<FakeConnector>(&script_),
-                                             [this](std::string_view step) { steps_.push_back(std::string(step)); });
+    attacher_ = std::make_unique<VolumeAttacherImpl>(dir_.path(), std::make_unique<FakeConnector>(&script_),
+                                                     [this](std::string_view point) {
+                                                       steps_.push_back(std::string(point));
+                                                       return OkStatus();
+                                                     });
     ASSERT_TRUE(attacher_->Start().ok());
   }
 
@@ -106,7 +108,7 @@ TEST_F(VolumeAttacherTest, WritesAttachingBeforeConnectingThenAttached) {
   EXPECT_EQ(record->state, "attached");
   EXPECT_EQ(record->device_path, "/dev/fake0");
   EXPECT_EQ(record->connector_state.at("session"), "7");
-  EXPECT_EQ(steps_, (std::vector<std::string>{"connected"}));
+  EXPECT_EQ(steps_, (std::vector<std::string>{"node.stage.after-connect"}));
   auto stored = attacher_->Get("vol-1");
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->state, "attached");

@@ -50,8 +50,10 @@ TEST(AtomicFileTest, CrashAtAnyStepLeavesOldOrNewNeverTorn) {
     if (pid == 0) {
       AtomicWriteOptions options;
       std::string step_to_crash = crash_step;
-      options.step_hook = [&](std::string_view step) {
-        if (step == step_to_crash) ::_exit(0);
+      options.fault_point_prefix = "test.write.";
+      options.fault_hook = [&](std::string_view point) {
+        if (point == "test.write." + step_to_crash) ::_exit(0);
+        return OkStatus();
       };
       (void)WriteFileAtomically(path, new_text, options);
       ::_exit(1);  // the hook should have ended us
@@ -79,9 +81,14 @@ TEST(AtomicFileTest, FsyncsTheTempFileBeforeTheRenameAndTheDirectoryAfter) {
   TempDir dir;
   std::vector<std::string> steps;
   AtomicWriteOptions options;
-  options.step_hook = [&](std::string_view step) { steps.emplace_back(step); };
+  options.fault_point_prefix = "test.write.";
+  options.fault_hook = [&](std::string_view point) {
+    steps.emplace_back(point);
+    return OkStatus();
+  };
   ASSERT_TRUE(WriteFileAtomically(dir.Join("record.json"), "{}", options).ok());
-  EXPECT_EQ(steps, (std::vector<std::string>{"temp-written", "temp-synced", "renamed", "dir-synced"}));
+  EXPECT_EQ(steps, (std::vector<std::string>{"test.write.temp-written", "test.write.temp-synced", "test.write.renamed",
+                                             "test.write.dir-synced"}));
 }
 
 TEST(AtomicFileTest, RemoveMissingFileIsOk) {

@@ -66,9 +66,9 @@ TEST(FaultPointsDeathTest, KillsWithSigkillWhenEnvNamesThePoint) {
   ::testing::FLAGS_gtest_death_test_style = "threadsafe";
   EXPECT_EXIT(
       {
-        setenv(kFaultPointEnv, "after-mkfs", 1);
-        FaultPoint("after-attach");  // not listed: returns
-        FaultPoint("after-mkfs");
+        setenv(kFaultPointEnv, "node.stage.after-mkfs", 1);
+        (void)FaultPoint("node.stage.after-attach");  // not listed: returns
+        (void)FaultPoint("node.stage.after-mkfs");
       },
       ::testing::KilledBySignal(SIGKILL), "");
 }
@@ -80,7 +80,7 @@ TEST(FaultPointsDeathTest, InertWithoutEnv) {
   EXPECT_EXIT(
       {
         unsetenv(kFaultPointEnv);
-        FaultPoint("after-mkfs");
+        (void)FaultPoint("node.stage.after-mkfs");
         std::_Exit(0);
       },
       ::testing::ExitedWithCode(0), "");

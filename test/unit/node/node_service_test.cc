@@ -45,6 +45,7 @@ class NodeServiceTest : public ::testing::Test {
     o.fault_hook = [this](std::string_view step) {
       std::lock_guard lock(steps_mu_);
       steps_.emplace_back(step);
+      return OkStatus();
     };
     node_ = std::make_unique<NodeService>(std::move(o));
     world_->dirs.insert(kStaging);
@@ -243,7 +244,8 @@ TEST_F(NodeServiceTest, StageFormatsBlankDeviceWithFastOptionsAndMounts) {
   EXPECT_EQ(facts.staging_path, kStaging);
   EXPECT_EQ(facts.fs_type, "ext4");
   EXPECT_FALSE(facts.block());
-  EXPECT_EQ(steps_, (std::vector<std::string>{"after-attach", "after-mkfs", "after-mount"}));
+  EXPECT_EQ(steps_,
+            (std::vector<std::string>{"node.stage.after-attach", "node.stage.after-mkfs", "node.stage.after-mount"}));
 }
 
 TEST_F(NodeServiceTest, StageXfsUsesDashKAndValidatedMkfsOptions) {

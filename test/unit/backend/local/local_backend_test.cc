@@ -226,7 +226,8 @@ TEST_F(LocalBackendTest, ConcurrentCreatesOfDistinctAndOfTheSameName) {
 
 // An error return between steps, then a restart (a real kill -9 at these steps: test/fault).
 TEST_F(LocalBackendTest, ErrorBetweenStepsThenRestartShowsWholeObjectsOrNothing) {
-  for (const char* step : {"image-staged", "image-placed", "create:committed"}) {
+  for (const char* step :
+       {"controller.create.image-staged", "controller.create.image-placed", "controller.create.after-record"}) {
     SCOPED_TRACE(step);
     TempDir pool;
     TempDir configfs;
@@ -265,7 +266,7 @@ TEST_F(LocalBackendTest, ErrorBetweenStepsThenRestartShowsWholeObjectsOrNothing)
 TEST_F(LocalBackendTest, FinalFailureOfCreateOrGrantLeavesNothing) {
   std::string failing;
   auto b = Open([&failing](std::string_view s) { return s == failing ? Internal("injected failure") : OkStatus(); });
-  failing = "create:committed";
+  failing = "controller.create.after-record";
   auto created = b->CreateVolume(Spec("pvc-final", 4 * kMiB));
   EXPECT_EQ(created.status().code(), StatusCode::kInternal);
   EXPECT_TRUE(Files("images").empty()) << "the image stayed";
@@ -280,7 +281,7 @@ TEST_F(LocalBackendTest, FinalFailureOfCreateOrGrantLeavesNothing) {
   failing = "";
   auto v = b->CreateVolume(Spec("pvc-final", 4 * kMiB));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
-  failing = "grant:recorded";
+  failing = "controller.publish.after-grant-record";
   AccessGrant grant{kNodeA, "a", false, "rwo-mount", {}};
   EXPECT_EQ(b->GrantAccess(v->id, grant).status().code(), StatusCode::kInternal);
   EXPECT_TRUE(b->GetVolume(v->id)->grants.empty()) << "the grant record stayed";
@@ -296,7 +297,9 @@ TEST_F(LocalBackendTest, ErrorInDeleteThenRestartFinishesWithoutHalfVolume) {
   options.reconcile_interval = std::chrono::milliseconds(0);
   std::string id;
   {
-    options.fault_hook = [](std::string_view s) { return s == "delete:unexported" ? Aborted("fault") : OkStatus(); };
+    options.fault_hook = [](std::string_view s) {
+      return s == "controller.delete.after-unexport" ? Aborted("fault") : OkStatus();
+    };
     auto b = LocalBackend::Open(pool.path(), std::make_shared<LioExporter>(configfs.path()), options);
     ASSERT_TRUE(b.ok());
     id = (*b)->CreateVolume(Spec("pvc-d", kMiB))->id;

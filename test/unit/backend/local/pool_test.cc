@@ -103,7 +103,7 @@ TEST(PoolTest, RecoveryRemovesImagesWithoutRecordAndTempFiles) {
 
 // An error return between steps (a real kill -9 at these steps: test/fault).
 TEST(PoolTest, ErrorBetweenStepsLeavesNothingVisibleAfterReopen) {
-  for (const char* step : {"image-staged", "image-placed"}) {
+  for (const char* step : {"controller.create.image-staged", "controller.create.image-placed"}) {
     TempDir dir;
     PoolOptions options;
     options.fault_hook = [step](std::string_view s) {
@@ -129,7 +129,9 @@ TEST(PoolTest, DeleteRemovesRecordThenImageAndSurvivesAnErrorBetween) {
   VolumeRecord r = Record("pvc-del", 8 * kMiB);
   {
     PoolOptions options;
-    options.fault_hook = [](std::string_view s) { return s == "record-removed" ? Aborted("fault") : OkStatus(); };
+    options.fault_hook = [](std::string_view s) {
+      return s == "controller.delete.record-removed" ? Aborted("fault") : OkStatus();
+    };
     auto pool = Pool::Open(dir.path(), options);
     ASSERT_TRUE(pool.ok());
     ASSERT_TRUE((*pool)->CreateVolume(r, "").ok());
