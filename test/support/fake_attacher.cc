@@ -95,6 +95,7 @@ StatusOr<AttachRecord> FakeAttacher::Attach(const AttachSpec& spec) {
   r.read_only = spec.read_only;
   r.state = "attached";
   r.device_path = device;
+  r.annotations = spec.annotations;  // in the attach write, as the real attacher does
   records_[spec.volume_id] = r;
   return r;
 }
