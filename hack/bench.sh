@@ -43,17 +43,21 @@ for tool in tgtd tgtadm losetup mkfs.ext4; do
   command -v "$tool" >/dev/null 2>&1 || { echo "bench.sh: $tool is missing (hack/install-deps.sh)" >&2; exit 2; }
 done
 
+# --quick is smaller, never different: every program still runs a warm-up
+# round and at least two measured rounds (so each side goes first once).
 if [ "$quick" -eq 1 ]; then
-  lifecycle_args=(--runs 3 --storm 8 --size-mib 64 --spans 2)
-  attach_args=(64 1)
-  datapath_args=(--size-mib 64 --ops 300 --rounds 1 --fio-seconds 3)
+  lifecycle_args=(--runs 3 --storm 8 --storm-rounds 2 --size-mib 64 --spans 2)
+  attach_args=(64 2)
+  datapath_args=(--size-mib 64 --ops 300 --rounds 2 --fio-seconds 3)
   scale_args=(--volumes 100 --page 50 --samples 5)
+  control_args=(--rounds 20 --warmup 2)
   memory_args=(--staged 8)
 else
-  lifecycle_args=(--runs 20 --storm "32,64" --size-mib 64 --spans 5)
+  lifecycle_args=(--runs 20 --storm "32,64" --storm-rounds 3 --size-mib 64 --spans 5)
   attach_args=(256 3)
   datapath_args=(--size-mib 256 --ops 2000 --rounds 5 --fio-seconds 5)
   scale_args=(--volumes 1000 --page 100 --samples 20)
+  control_args=(--rounds 200 --warmup 10)
   memory_args=(--staged 64)
 fi
 
@@ -63,7 +67,7 @@ if [ "$do_build" -eq 1 ]; then
   fi
   # Only what the benchmarks run; the machine may be shared.
   cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi attach_tool attach_bench lifecycle_bench \
-    datapath_bench controller_scale_bench memory_bench
+    datapath_bench controller_scale_bench tgtd_control_bench memory_bench
 fi
 
 workdir=$(mktemp -d /tmp/blockcsi-bench-XXXXXX)
@@ -137,19 +141,21 @@ attach_shown="${attach_cmd[*]/#$repo\//}"
 awk -v cmd="$attach_shown" '
   /^raw libiscsi/ { rw = $(NF - 1); rr = $NF }
   /^loop device/ { lw = $(NF - 1); lr = $NF }
-  /^attach latency ms/ { al = $5 }
-  /^detach latency ms/ { dl = $5 }
+  /^spread / { k = $2; $1 = ""; $2 = ""; sp[k] = "min/median/max " substr($0, 3) " MiB/s" }
+  /^attach latency ms/ { al = $5 " ms " $6 " " $7 }
+  /^detach latency ms/ { dl = $5 " ms " $6 " " $7 }
   END {
     if (rw > 0 && rr > 0) {
-      printf "4\t1 MiB sequential write, loop device (O_DIRECT)\t%s MiB/s\t%s MiB/s (raw libiscsi)\t%.2f\t%s\n", lw, rw, lw / rw, cmd
-      printf "4\t1 MiB sequential read, loop device (O_DIRECT)\t%s MiB/s\t%s MiB/s (raw libiscsi)\t%.2f\t%s\n", lr, rr, lr / rr, cmd
-      printf "4\tAttach (bridge + FUSE + loop), median\t%s ms\t-\t-\t%s\n", al, cmd
-      printf "4\tDetach, median\t%s ms\t-\t-\t%s\n", dl, cmd
+      printf "4\t1 MiB sequential write, loop device (O_DIRECT)\t%s\t%s (raw libiscsi)\t%.2f\t%s\n", sp["loop-write"], sp["raw-write"], lw / rw, cmd
+      printf "4\t1 MiB sequential read, loop device (O_DIRECT)\t%s\t%s (raw libiscsi)\t%.2f\t%s\n", sp["loop-read"], sp["raw-read"], lr / rr, cmd
+      printf "4\tAttach (bridge + FUSE + loop), median\t%s\t-\t-\t%s\n", al, cmd
+      printf "4\tDetach, median\t%s\t-\t-\t%s\n", dl, cmd
     }
   }' "$attach_log" >>"$rows"
 
 run 4 "$bin/bench/datapath_bench" "${datapath_args[@]}"
 run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}"
+run 5 "$bin/bench/tgtd_control_bench" "${control_args[@]}"
 
 # ---- issue #18: plugin memory against the CSI reference driver -------------
 # hostpathplugin (csi-driver-host-path, a peer program) is unpacked into the
@@ -279,17 +285,21 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    is no kernel iSCSI initiator on this host, so the bare stage logs in with
    libiscsi but puts its loop device on the image file: the stage ratio
    includes everything the bridge (libiscsi session → FUSE file → loop
-   device) adds. Medians; the two sides are interleaved.
+   device) adds. Both sides mount through libmount. A warm-up round is
+   dropped, the side that goes first alternates per round, and each figure
+   shows min / median / max of both sides.
 2. **Attach storm** — N volumes created and published first, then N
    `NodeStageVolume` calls at once (one thread each), wall time against N bare
-   stages one after another. Failures are counted (expected 0).
+   stages at once (concurrent against concurrent), in rounds like item 1.
+   Failures are counted (expected 0).
 3. **Plugin RSS** (`VmRSS` of the plugin process) idle after start-up, with
    the storm staged, and after everything was unstaged; the bridges (one
    process per staged volume) are reported apart.
 4. **Data path** — through the loop device of a userspace-connector attach
    against raw libiscsi on the same LUN, one command in flight: 1 MiB
    sequential (`attach_bench`) and 4 KiB random (`datapath_bench`, same
-   offsets both sides, rounds interleaved). Debian's fio has no libiscsi
+   offsets both sides), each a warm-up round dropped, then rounds with the
+   side that goes first alternating. Debian's fio has no libiscsi
    engine, so fio runs only on the loop device (psync, direct, QD1) as a
    cross-check of our own tool, set against our raw libiscsi figure for the
    same pattern measured just before and just after each fio job.
@@ -300,7 +310,9 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    counted. A page's health checks are made once per page
    (`VolumeBackend::CheckVolumes`, one tgtd read for the page); the
    pre-batching path, one `CheckVolume` and one `tgtadm --op show` per
-   volume, is measured on the same ids for comparison.
+   volume, is measured on the same ids for comparison. Then one tgtd
+   management call over its control socket against an exec of `tgtadm`
+   (`tgtd_control_bench`).
 6. **Plugin memory** (issue #18) — `blockcsi` in `--mode all`, `controller`
    and `node` beside the CSI reference driver (hostpathplugin v1.15.0, a Go
    program) doing the same CSI calls: idle, after one volume's lifecycle and

@@ -54,10 +54,6 @@ StatusOr<std::vector<std::string>> ListNames(const std::string& dir) {
   return names;
 }
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 std::string SourceKindName(ContentSource::Kind kind) {
   switch (kind) {
     case ContentSource::Kind::kSnapshot:
@@ -183,7 +179,7 @@ Status Pool::Load() {
   BLOCKCSI_ASSIGN_OR_RETURN(auto volume_names, ListNames(dir_ + "/volumes"));
   for (const auto& name : volume_names) {
     std::string path = dir_ + "/volumes/" + name;
-    if (!EndsWith(name, ".json") || !IsVolumeId(name.substr(0, name.size() - 5))) {
+    if (!name.ends_with(".json") || !IsVolumeId(name.substr(0, name.size() - 5))) {
       // WriteFileAtomically's temp files, from a crash mid-write.
       LogWarn("pool recovery: removing stray file", {{"file", path}});
       BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(path));
@@ -197,7 +193,7 @@ Status Pool::Load() {
   BLOCKCSI_ASSIGN_OR_RETURN(auto snapshot_names, ListNames(dir_ + "/snapshots"));
   for (const auto& name : snapshot_names) {
     std::string path = dir_ + "/snapshots/" + name;
-    if (!EndsWith(name, ".json") || !IsSnapshotId(name.substr(0, name.size() - 5))) {
+    if (!name.ends_with(".json") || !IsSnapshotId(name.substr(0, name.size() - 5))) {
       LogWarn("pool recovery: removing stray file", {{"file", path}});
       BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(path));
       continue;
@@ -211,7 +207,7 @@ Status Pool::Load() {
   // delete that crashed after it.
   BLOCKCSI_ASSIGN_OR_RETURN(auto image_names, ListNames(dir_ + "/images"));
   for (const auto& name : image_names) {
-    std::string id = EndsWith(name, ".img") ? name.substr(0, name.size() - 4) : "";
+    std::string id = name.ends_with(".img") ? name.substr(0, name.size() - 4) : "";
     if (volumes.count(id) || snapshots.count(id)) continue;
     LogWarn("pool recovery: removing image without a record", {{"file", name}});
     BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(dir_ + "/images/" + name));
