@@ -223,7 +223,7 @@ draw_spans_chart() {
   local ncols
   ncols=$(head -1 "$matrix" | awk -F'\t' '{ print NF }')
   gnuplot <<GNUPLOT >/dev/null 2>&1 || rm -f "$spans_tmp"
-set terminal svg size 960,520 dynamic font "sans,11"
+set terminal svg size 960,520 dynamic font "sans,11" noenhanced
 set output "$spans_tmp"
 set datafile separator "\t"
 set title "blockcsi lifecycle: where each CSI step's time goes (ms per call)"
