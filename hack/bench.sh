@@ -223,7 +223,7 @@ draw_spans_chart() {
   local ncols
   ncols=$(head -1 "$matrix" | awk -F'\t' '{ print NF }')
   gnuplot <<GNUPLOT >/dev/null 2>&1 || rm -f "$spans_tmp"
-set terminal svg size 960,520 dynamic font "sans,11"
+set terminal svg size 960,520 dynamic font "sans,11" noenhanced
 set output "$spans_tmp"
 set datafile separator "\t"
 set title "blockcsi lifecycle: where each CSI step's time goes (ms per call)"
@@ -323,6 +323,16 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    own. PSS splits shared pages between the processes mapping them (the
    bridges map the same binary), so it falls as more volumes are staged.
    `--memory-compare LABEL=BINARY` adds another blockcsi build to the table.
+   Where it goes (`/proc/PID/smaps` per mapping): until issue #18 every mode
+   mapped librbd, librados, libceph-common and what they pull in (boost,
+   cryptsetup, devmapper) at start, ~12 MiB of RSS; now only an RBD backend
+   or an RBD bridge loads them, with dlopen (`src/common/ceph_lazy.h`). The
+   rest is mostly shared-library pages: libgrpc ~4.8 MiB, libcrypto ~3.1
+   (gRPC's), libprotobuf ~1.9, libstdc++ ~1.6, libc ~1.3, the program ~2.4;
+   heap and stacks ~2. Debian ships gRPC only as shared libraries, so RSS
+   has a floor of about 20 MiB that PSS and private pages do not show;
+   libiscsi and libfuse (with libibverbs and libnl) stay mapped while the
+   bridge is a subcommand of the plugin's program (issue #17 moves it).
 
 On a shared or small machine the absolute figures move with the load from
 other work (the load average is in the machine table); ratios of figures

@@ -45,6 +45,10 @@ struct AttachSpec {
   // expected_serial carries the image id, so the shared identity check
   // (VerifyLunIdentity against what the connector reads) covers both.
   RbdSource rbd;
+  // Set on the record in the same durable write that marks it attached
+  // (the node service's staged facts), so that a stage does not write and
+  // fsync the record once more before it formats or mounts (issue #18).
+  std::map<std::string, std::string> annotations;
 };
 
 // INVALID_ARGUMENT with a precise message naming the volume and the key for

@@ -177,6 +177,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
   record.device_path = connected->device_path;
   record.size_bytes = connected->size_bytes;
   record.state = kAttachStateAttached;
+  for (const auto& [key, value] : spec.annotations) record.annotations[key] = value;
   Status put = store_.Put(record);
   if (!put.ok()) {
     Abandon(record, put);

@@ -30,6 +30,15 @@ struct NodeService::StagePlan {
   AttachSpec spec;
 };
 
+namespace {
+
+// What the attach record says about this staging, for blockctl and restarts.
+StagedFacts FactsOf(bool block, const std::string& fs_type, const std::string& staging_path) {
+  return {.access_type = block ? "block" : "mount", .fs_type = fs_type, .staging_path = staging_path};
+}
+
+}  // namespace
+
 // ---- NodeStageVolume. Idempotent: the same volume already mounted at the
 // staging path with the same filesystem → OK without touching it; any step
 // left half-done by a crash is redone (attach reuses the attachment; a
@@ -66,6 +75,8 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
   BLOCKCSI_ASSIGN_OR_RETURN(plan.spec, options_.parse_spec(plan.volume_id, ToMap(req.publish_context()),
                                                            ToMap(req.secrets()), initiator_iqn_));
   plan.read_only = plan.spec.read_only;
+  // Our facts ride in the attacher's own "attached" write (see FinishStage).
+  plan.spec.annotations[kStagedAnnotation] = FactsOf(plan.block, plan.fs_type, plan.staging_path).Encode();
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(plan.volume_id, "NodeStageVolume"));
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
@@ -130,10 +141,11 @@ Status NodeService::FinishStage(const StagePlan& plan, const AttachRecord& recor
   // Our facts go into the attach record before anything is formatted or
   // mounted, so that a restarted plugin (or blockctl) knows what this
   // device is for even if we die in the middle.
-  StagedFacts facts{
-      .access_type = plan.block ? "block" : "mount", .fs_type = plan.fs_type, .staging_path = plan.staging_path};
-  if (StagedFacts::Of(record).Encode() != facts.Encode()) {
-    BLOCKCSI_RETURN_IF_ERROR(options_.attacher->Annotate(plan.volume_id, kStagedAnnotation, facts.Encode()));
+  // A new attachment got them in the write that marked it attached (one
+  // record write and its fsyncs fewer per stage); a reused one may not.
+  std::string facts = FactsOf(plan.block, plan.fs_type, plan.staging_path).Encode();
+  if (StagedFacts::Of(record).Encode() != facts) {
+    BLOCKCSI_RETURN_IF_ERROR(options_.attacher->Annotate(plan.volume_id, kStagedAnnotation, facts));
   }
   if (plan.block) {
     LogInfo("staged raw block volume", {{"volume_id", plan.volume_id}, {"device", record.device_path}});

@@ -295,7 +295,8 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  if (binaries.empty()) binaries.emplace_back("blockcsi", testing::BinDir() + "/blockcsi");
+  // This build first; --binary adds others (e.g. a build from before a change).
+  binaries.insert(binaries.begin(), {"blockcsi", testing::BinDir() + "/blockcsi"});
   InitLogging("memory_bench", LogFormat::kText, LogLevel::kWarn);
   if (::access(hostpath.c_str(), X_OK) != 0) {
     std::fprintf(stderr,

@@ -96,6 +96,7 @@ StatusOr<AttachRecord> FakeAttacher::Attach(const AttachSpec& spec) {
   r.static_volume = spec.static_volume;
   r.state = "attached";
   r.device_path = device;
+  r.annotations = spec.annotations;  // in the attach write, as the real attacher does
   records_[spec.volume_id] = r;
   return r;
 }

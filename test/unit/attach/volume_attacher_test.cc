@@ -120,6 +120,21 @@ TEST_F(VolumeAttacherTest, WritesAttachingBeforeConnectingThenAttached) {
   EXPECT_EQ(text->find("alice"), std::string::npos);
 }
 
+// The node service's facts go into the record in the write that marks it
+// attached (one durable write per stage fewer, issue #18), not before the
+// login: a record still "attaching" never claims a staging.
+TEST_F(VolumeAttacherTest, SpecAnnotationsArriveWithTheAttachedWrite) {
+  AttachSpec spec = Spec();
+  spec.annotations["staged"] = "mount ext4 /staging/vol-1";
+  auto record = attacher_->Attach(spec);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(script_.record_seen_at_connect.find("/staging/vol-1"), std::string::npos);
+  EXPECT_EQ(record->annotations.at("staged"), "mount ext4 /staging/vol-1");
+  auto text = ReadFileToString(script_.record_path);
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("/staging/vol-1"), std::string::npos) << *text;
+}
+
 TEST_F(VolumeAttacherTest, IdentityMismatchDetachesAndFailsLoudly) {
   std::string logs;
   SetLogCaptureForTest(&logs);
