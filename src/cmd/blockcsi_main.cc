@@ -10,7 +10,6 @@
 
 #include "backend/backend_config.h"
 #include "backend/backend_factory.h"
-#include "bridge/bridge_main.h"
 #include "cmd/grpc_server.h"
 #include "cmd/identity_service.h"
 #include "cmd/plugin_flags.h"
@@ -49,10 +48,6 @@ std::function<StatusOr<bool>(const std::string&)> KnownNodes(const PluginConfig&
 }
 
 int Main(int argc, char** argv) {
-  // ---- subcommand dispatch (e.g. `blockcsi bridge ...`, the per-volume
-  // userspace bridge process; attach layer owner) ----
-  if (argc > 1 && std::string_view(argv[1]) == "bridge") return RunBridgeMain(argc - 1, argv + 1);
-  // ---- end subcommand dispatch ----
   BlockTerminationSignals();
   PluginConfig config;
   if (int exit_code = ParsePluginFlags(argc, argv, config); exit_code >= 0) return exit_code;
