@@ -5,6 +5,7 @@
 # fio is used when installed (hack/install-deps.sh installs it).
 #
 #   hack/bench.sh [--out FILE] [--build-dir DIR] [--no-build] [--quick]
+#                 [--memory-compare LABEL=BLOCKCSI_BINARY]...
 #
 # Each benchmark program starts its own tgtd on free private ports and stops
 # it by pid. Everything they make lives under one private directory
@@ -21,12 +22,14 @@ out="docs/performance.md"
 build_dir="${BUILD_DIR:-build}"
 do_build=1
 quick=0
+memory_compare=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --quick) quick=1; shift ;;
+    --memory-compare) memory_compare+=(--binary "$2"); shift 2 ;;
     -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -40,16 +43,22 @@ for tool in tgtd tgtadm losetup mkfs.ext4; do
   command -v "$tool" >/dev/null 2>&1 || { echo "bench.sh: $tool is missing (hack/install-deps.sh)" >&2; exit 2; }
 done
 
+# --quick is smaller, never different: every program still runs a warm-up
+# round and at least two measured rounds (so each side goes first once).
 if [ "$quick" -eq 1 ]; then
-  lifecycle_args=(--runs 3 --storm 8 --size-mib 64)
-  attach_args=(64 1)
-  datapath_args=(--size-mib 64 --ops 300 --rounds 1 --fio-seconds 3)
+  lifecycle_args=(--runs 3 --storm 8 --storm-rounds 2 --size-mib 64 --spans 2)
+  attach_args=(64 2)
+  datapath_args=(--size-mib 64 --ops 300 --rounds 2 --fio-seconds 3)
   scale_args=(--volumes 100 --page 50 --samples 5)
+  control_args=(--rounds 20 --warmup 2)
+  memory_args=(--staged 8)
 else
-  lifecycle_args=(--runs 20 --storm "32,64" --size-mib 64)
+  lifecycle_args=(--runs 20 --storm "32,64" --storm-rounds 3 --size-mib 64 --spans 5)
   attach_args=(256 3)
   datapath_args=(--size-mib 256 --ops 2000 --rounds 5 --fio-seconds 5)
   scale_args=(--volumes 1000 --page 100 --samples 20)
+  control_args=(--rounds 200 --warmup 10)
+  memory_args=(--staged 64)
 fi
 
 if [ "$do_build" -eq 1 ]; then
@@ -58,7 +67,7 @@ if [ "$do_build" -eq 1 ]; then
   fi
   # Only what the benchmarks run; the machine may be shared.
   cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi attach_tool attach_bench lifecycle_bench \
-    datapath_bench controller_scale_bench
+    datapath_bench controller_scale_bench tgtd_control_bench memory_bench
 fi
 
 workdir=$(mktemp -d /tmp/blockcsi-bench-XXXXXX)
@@ -132,21 +141,117 @@ attach_shown="${attach_cmd[*]/#$repo\//}"
 awk -v cmd="$attach_shown" '
   /^raw libiscsi/ { rw = $(NF - 1); rr = $NF }
   /^loop device/ { lw = $(NF - 1); lr = $NF }
-  /^attach latency ms/ { al = $5 }
-  /^detach latency ms/ { dl = $5 }
+  /^spread / { k = $2; $1 = ""; $2 = ""; sp[k] = "min/median/max " substr($0, 3) " MiB/s" }
+  /^attach latency ms/ { al = $5 " ms " $6 " " $7 }
+  /^detach latency ms/ { dl = $5 " ms " $6 " " $7 }
   END {
     if (rw > 0 && rr > 0) {
-      printf "4\t1 MiB sequential write, loop device (O_DIRECT)\t%s MiB/s\t%s MiB/s (raw libiscsi)\t%.2f\t%s\n", lw, rw, lw / rw, cmd
-      printf "4\t1 MiB sequential read, loop device (O_DIRECT)\t%s MiB/s\t%s MiB/s (raw libiscsi)\t%.2f\t%s\n", lr, rr, lr / rr, cmd
-      printf "4\tAttach (bridge + FUSE + loop), median\t%s ms\t-\t-\t%s\n", al, cmd
-      printf "4\tDetach, median\t%s ms\t-\t-\t%s\n", dl, cmd
+      printf "4\t1 MiB sequential write, loop device (O_DIRECT)\t%s\t%s (raw libiscsi)\t%.2f\t%s\n", sp["loop-write"], sp["raw-write"], lw / rw, cmd
+      printf "4\t1 MiB sequential read, loop device (O_DIRECT)\t%s\t%s (raw libiscsi)\t%.2f\t%s\n", sp["loop-read"], sp["raw-read"], lr / rr, cmd
+      printf "4\tAttach (bridge + FUSE + loop), median\t%s\t-\t-\t%s\n", al, cmd
+      printf "4\tDetach, median\t%s\t-\t-\t%s\n", dl, cmd
     }
   }' "$attach_log" >>"$rows"
 
 run 4 "$bin/bench/datapath_bench" "${datapath_args[@]}"
 run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}"
+run 5 "$bin/bench/tgtd_control_bench" "${control_args[@]}"
+
+# ---- issue #18: plugin memory against the CSI reference driver -------------
+# hostpathplugin (csi-driver-host-path, a peer program) is unpacked into the
+# build tree and run beside blockcsi in each --mode by memory_bench; a clone
+# without ../shared/peers skips this section with the reason.
+bench_memory() {
+  local peers="$repo/../shared/peers/bin" hostpath="$bin/peers/hostpathplugin"
+  if [ ! -x "$hostpath" ]; then
+    if [ ! -f "$peers/hostpathplugin.xz" ]; then
+      echo "bench.sh: memory section skipped: no $peers/hostpathplugin.xz" >&2
+      return 0
+    fi
+    mkdir -p "$bin/peers"
+    xz -dc "$peers/hostpathplugin.xz" >"$hostpath.tmp" && chmod +x "$hostpath.tmp" && mv "$hostpath.tmp" "$hostpath"
+  fi
+  run M "$bin/bench/memory_bench" --hostpath "$hostpath" "${memory_args[@]}" "${memory_compare[@]}"
+}
+bench_memory
+
+# ---- issue #17: each userspace bridge's memory with many volumes staged ----
+# bridge_memory_bench stages N volumes (ext4, mounted, 4 MiB written and
+# fsynced) through blockcsi-bridge and reads each bridge's smaps_rollup.
+bench_bridge_memory() {
+  local volumes=64
+  if [ "$quick" -eq 1 ]; then volumes=8; fi
+  if [ "$do_build" -eq 1 ]; then
+    cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target bridge_memory_bench >/dev/null
+  fi
+  run B "$bin/bench/bridge_memory_bench" --volumes "$volumes"
+}
+bench_bridge_memory
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- issue #18: per-step breakdown from the plugin's debug spans ----------
+# lifecycle_bench prints SPAN<TAB>step<TAB>span<TAB>ms<TAB>count lines (the
+# mean per call of each kind of span inside each CSI step, and "other": the
+# wall time no span covers). Written as a table and, where gnuplot is
+# installed, a stacked bar chart beside $out.
+spans="$workdir/spans.tsv"
+grep '^SPAN' "$workdir/lifecycle_bench.log" 2>/dev/null | cut -f2- >"$spans" || true
+spans_chart="$(dirname "$out")/lifecycle-spans.svg"
+spans_tmp="$workdir/lifecycle-spans.svg"
+spans_table() {
+  [ -s "$spans" ] || return 0
+  echo
+  echo "### 1b. Where each step's time goes (plugin debug spans, mean per call)"
+  echo
+  echo "Each exec (by program), tgtd request, mount, fsync, mountinfo read, bridge"
+  echo "start and wait, summed per CSI step; \"other\" is the step's wall time that"
+  echo "no span covers (gRPC, locks, libblkid probes, our own code). Measured on a"
+  echo "plugin restarted with \`--log-level debug\` after the timed rounds above."
+  if [ -s "$spans_tmp" ]; then
+    echo
+    echo "![per-step breakdown]($(basename "$spans_chart"))"
+  fi
+  echo
+  echo "| Step | Span | ms per call | Count per call |"
+  echo "|---|---|---|---|"
+  awk -F'\t' '{ printf "| %s | %s | %.2f | %s |\n", $1, $2, $3, $4 }' "$spans"
+}
+draw_spans_chart() {
+  [ -s "$spans" ] && command -v gnuplot >/dev/null 2>&1 || return 0
+  local matrix="$workdir/spans-matrix.tsv"
+  # Rows: steps in bench order; columns: span kinds; cells: ms per call.
+  awk -F'\t' '
+    !($1 in row) { row[$1] = ++rows; step[rows] = $1 }
+    !($2 in col) { col[$2] = ++cols; kind[cols] = $2 }
+    { ms[row[$1], col[$2]] = ($3 < 0 ? 0 : $3) }
+    END {
+      printf "step"; for (c = 1; c <= cols; ++c) printf "\t%s", kind[c]; printf "\n"
+      for (r = 1; r <= rows; ++r) {
+        printf "%s", step[r]
+        for (c = 1; c <= cols; ++c) printf "\t%.3f", ((r, c) in ms) ? ms[r, c] : 0
+        printf "\n"
+      }
+    }' "$spans" >"$matrix"
+  local ncols
+  ncols=$(head -1 "$matrix" | awk -F'\t' '{ print NF }')
+  gnuplot <<GNUPLOT >/dev/null 2>&1 || rm -f "$spans_tmp"
+set terminal svg size 960,520 dynamic font "sans,11"
+set output "$spans_tmp"
+set datafile separator "\t"
+set title "blockcsi lifecycle: where each CSI step's time goes (ms per call)"
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.85 border -1
+set boxwidth 0.7
+set ylabel "ms per call (mean)"
+set xtics rotate by -25 nomirror
+set key outside right top
+set grid ytics
+plot for [i=2:$ncols] "$matrix" using i:xtic(1) title columnheader(i)
+GNUPLOT
+}
+draw_spans_chart
 
 # ---- the report ------------------------------------------------------------
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
@@ -160,6 +265,35 @@ if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
 fi
 fio_version=$(fio --version 2>/dev/null || echo "not installed")
 tgt_version=$(dpkg-query -W -f='${Version}' tgt 2>/dev/null || echo unknown)
+
+# ---- issue #17: where a bridge's memory goes (the table, then why) ---------
+bridge_memory_doc() {
+  table "7. Userspace bridge memory (issue #17)" "B"
+  cat <<'BRIDGE_DOC'
+
+Targets: private (Private_Clean + Private_Dirty) ≤ 2 MiB and PSS ≤ 3 MiB per
+bridge with 64 volumes staged. Before issue #17 each bridge was the whole
+plugin (`blockcsi bridge ...`): measured the same way with 16 staged
+(`bridge_memory_bench --volumes 16 --bridge-dir DIR`, DIR holding a
+`blockcsi-bridge` script that runs the previous plugin's `blockcsi bridge`)
+RSS 36.1, PSS 11.0, private 9.5 MiB (medians). Where one bridge's private
+memory goes now (`/proc/PID/smaps` by mapping, 2 staged):
+
+| Where | Private KiB | How it is sized |
+|---|---|---|
+| FUSE receive buffers | 520 | 2 workers (one per iSCSI session + 1) × (max_write 256 KiB + 4 KiB), each kept for the worker's life; before: up to 10 workers × 1 MiB |
+| other anonymous (thread stacks, TLS, libiscsi context and PDUs) | 140 | FUSE worker stacks 256 KiB (`FUSE_THREAD_STACK`), 12 KiB of each touched |
+| heap | 72 | one malloc arena (`M_ARENA_MAX` 1); a fixed 64 KiB mmap threshold, so request-sized buffers are unmapped after use |
+| shared libraries' relocated data | 228 | libstdc++, libc, libfuse3, libiscsi (with its libnl/librdmacm for iSER); no gRPC, protobuf, OpenSSL, spdlog or Ceph (before: 2 MiB here) |
+| main thread's stack | 28 | |
+
+RBD: the same program loads librbd/librados with dlopen when an RBD volume
+opens (`common/ceph_lazy.h`, issue #18), so an iSCSI bridge maps no Ceph
+library. A second program linked with them would map the same libraries in
+an RBD bridge and none in an iSCSI one, so the same memory either way; one
+program and one mechanism for Ceph decided it.
+BRIDGE_DOC
+}
 
 table() {
   local title="$1" items="$2"
@@ -193,17 +327,21 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    is no kernel iSCSI initiator on this host, so the bare stage logs in with
    libiscsi but puts its loop device on the image file: the stage ratio
    includes everything the bridge (libiscsi session → FUSE file → loop
-   device) adds. Medians; the two sides are interleaved.
+   device) adds. Both sides mount through libmount. A warm-up round is
+   dropped, the side that goes first alternates per round, and each figure
+   shows min / median / max of both sides.
 2. **Attach storm** — N volumes created and published first, then N
    `NodeStageVolume` calls at once (one thread each), wall time against N bare
-   stages one after another. Failures are counted (expected 0).
+   stages at once (concurrent against concurrent), in rounds like item 1.
+   Failures are counted (expected 0).
 3. **Plugin RSS** (`VmRSS` of the plugin process) idle after start-up, with
    the storm staged, and after everything was unstaged; the bridges (one
    process per staged volume) are reported apart.
 4. **Data path** — through the loop device of a userspace-connector attach
    against raw libiscsi on the same LUN, one command in flight: 1 MiB
    sequential (`attach_bench`) and 4 KiB random (`datapath_bench`, same
-   offsets both sides, rounds interleaved). Debian's fio has no libiscsi
+   offsets both sides), each a warm-up round dropped, then rounds with the
+   side that goes first alternating. Debian's fio has no libiscsi
    engine, so fio runs only on the loop device (psync, direct, QD1) as a
    cross-check of our own tool, set against our raw libiscsi figure for the
    same pattern measured just before and just after each fio job.
@@ -214,7 +352,19 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    counted. A page's health checks are made once per page
    (`VolumeBackend::CheckVolumes`, one tgtd read for the page); the
    pre-batching path, one `CheckVolume` and one `tgtadm --op show` per
-   volume, is measured on the same ids for comparison.
+   volume, is measured on the same ids for comparison. Then one tgtd
+   management call over its control socket against an exec of `tgtadm`
+   (`tgtd_control_bench`).
+6. **Plugin memory** (issue #18) — `blockcsi` in `--mode all`, `controller`
+   and `node` beside the CSI reference driver (hostpathplugin v1.15.0, a Go
+   program) doing the same CSI calls: idle, after one volume's lifecycle and
+   with 64 volumes staged (controller: published). VmRSS, and PSS and private
+   pages from `/proc/PID/smaps_rollup`, of the plugin process alone (the
+   bridges are separate processes). RSS counts every shared-library page the
+   process touched; hostpath is one static binary, so its RSS is all its
+   own. PSS splits shared pages between the processes mapping them (the
+   bridges map the same binary), so it falls as more volumes are staged.
+   `--memory-compare LABEL=BINARY` adds another blockcsi build to the table.
 
 On a shared or small machine the absolute figures move with the load from
 other work (the load average is in the machine table); ratios of figures
@@ -238,9 +388,12 @@ EOF
   echo
   echo "## Results"
   table "1. Lifecycle latency per step" "1-3" | awk -F'|' 'NR <= 5 || $2 !~ /Storm|RSS/'
+  spans_table
   table "2-3. Attach storm and plugin RSS" "1-3" | awk -F'|' 'NR <= 5 || $2 ~ /Storm|RSS/'
   table "4. Userspace data path" "4"
   table "5. Controller at scale" "5"
+  table "6. Plugin memory against hostpathplugin (issue #18)" "M"
+  bridge_memory_doc
   if [ "${#failed_steps[@]}" -gt 0 ]; then
     echo
     echo "**Benchmarks that reported errors in this run:**"
@@ -250,6 +403,7 @@ EOF
 
 mkdir -p "$(dirname "$out")"
 cp "$workdir/performance.md" "$out"
+if [ -s "$spans_tmp" ]; then mv "$spans_tmp" "$spans_chart"; fi
 echo >&2
 column -t -s $'\t' "$rows" >&2 || cat "$rows" >&2
 echo "bench.sh: wrote $out" >&2

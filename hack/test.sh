@@ -4,7 +4,11 @@
 # (integration tests use tgtd, loop devices, FUSE and mounts; each test that
 # needs root says so and is skipped without it).
 #   hack/test.sh                 everything
-#   hack/test.sh -L unit         only one label (unit, integration, deploy, ...)
+#   hack/test.sh -L unit         only one label. Suites: unit, integration,
+#                                conformance, rbd, e2e, fault, fuzz, deploy; what a
+#                                test needs: root, tgtd, ceph, netns (so -LE root
+#                                runs what needs no privileges). docs/testing.md
+#                                describes each label.
 #   BLOCKCSI_SANITIZE=address hack/test.sh -L unit   sanitizer build in build-address/
 #   BLOCKCSI_SKIP_FUZZ=1 / BLOCKCSI_SKIP_VERIFY=1    leave out those phases
 # Ends with the wall time of every phase (and of every ctest label, from its

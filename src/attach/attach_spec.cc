@@ -6,6 +6,7 @@
 #include "attach/chap_rules.h"
 #include "attach/iscsi_names.h"
 #include "attach/publish_context.h"
+#include "common/strings.h"
 
 namespace blockcsi {
 namespace {
@@ -25,17 +26,8 @@ StatusOr<bool> ParseBool(const std::map<std::string, std::string>& m, const char
 // Splits on ',' and drops surrounding spaces; empty items are kept so that
 // "a,,b" is reported instead of silently accepted.
 std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    size_t b = item.find_first_not_of(' ');
-    size_t e = item.find_last_not_of(' ');
-    out.push_back(b == std::string::npos ? "" : item.substr(b, e - b + 1));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  std::vector<std::string> out = SplitString(text, ',');
+  for (auto& item : out) item = std::string(TrimWhitespace(item));
   return out;
 }
 

@@ -29,7 +29,7 @@ struct AttacherOptions {
   // in <state_dir>/bridges.
   std::string state_dir;
   std::string node_id;
-  // Where the bridge programs are (blockcsi-bridge, blockcsi-bridge-rbd);
+  // Where blockcsi-bridge is (both transports);
   // empty: beside the running program.
   std::string bridge_dir;
   std::shared_ptr<Executor> executor;   // default: MakeProcessExecutor()

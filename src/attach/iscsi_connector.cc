@@ -1,6 +1,7 @@
 #include "attach/iscsi_connector.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <future>
 #include <map>
 #include <mutex>
@@ -8,6 +9,7 @@
 
 #include "attach/iscsi_names.h"
 #include "attach/iscsi_sysfs.h"
+#include "common/keyed_lock.h"
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -36,18 +38,12 @@ class IscsiConnector final : public Connector {
 
   std::string name() const override { return "iscsi"; }
 
-  void Prepare(const AttachSpec&, AttachRecord* record) override { record->connector_state["iface"] = o_.iface; }
+  void Prepare(const AttachSpec& spec, AttachRecord* record) override {
+    record->connector_state["iface"] = IfaceFor(spec);
+  }
 
   StatusOr<ConnectResult> Connect(const AttachSpec& spec, AttachRecord* record) override {
-    // One iface carries this node's initiator name; a static PV's own
-    // initiatorName (issue #24) would need an iface per name, which this
-    // connector does not make: refuse rather than log in as someone else.
-    if (spec.static_volume && spec.initiator_iqn != o_.initiator_iqn) {
-      return FailedPrecondition("volume \"" + spec.volume_id + "\": initiatorName " + spec.initiator_iqn +
-                                " differs from this node's initiator " + o_.initiator_iqn +
-                                "; the kernel iscsi connector logs in only as the node's initiator");
-    }
-    BLOCKCSI_RETURN_IF_ERROR(EnsureIface());
+    BLOCKCSI_RETURN_IF_ERROR(EnsureIface(IfaceFor(spec), spec.initiator_iqn));
     // Portals are logged in to in parallel: a dead portal costs its login
     // timeout and retries, and must not add them to the healthy paths' time.
     std::vector<StatusOr<PathDevice>> results;
@@ -158,7 +154,7 @@ class IscsiConnector final : public Connector {
     for (const std::string& portal_text : record.portals) {
       auto portal = ParsePortal(portal_text);
       if (!portal.ok()) continue;
-      std::lock_guard<std::mutex> lock(PathMutex(record.target_iqn, portal_text));
+      auto path_lock = path_locks_.Lock(record.target_iqn + " " + portal_text);
       auto session = FindIscsiSession(*o_.host_fs, record.target_iqn, *portal, iface);
       if (session) {
         auto others = OtherLunDevices(*o_.host_fs, *session, record.lun);
@@ -251,7 +247,7 @@ class IscsiConnector final : public Connector {
       std::string base = "/sys/class/iscsi_session/" + name;
       auto iface = ReadTrimmed(*o_.host_fs, base + "/ifacename");
       auto target = ReadTrimmed(*o_.host_fs, base + "/targetname");
-      if (!iface.ok() || *iface != o_.iface || !target.ok() || targets.count(*target) > 0) continue;
+      if (!iface.ok() || !IsOurIface(*iface) || !target.ok() || targets.count(*target) > 0) continue;
       LogWarn("iSCSI session on our iface with no attach record (left by a crash or by hand); not touching it",
               {{"session", name}, {"target", *target}});
     }
@@ -260,18 +256,26 @@ class IscsiConnector final : public Connector {
 
  private:
   static constexpr std::chrono::seconds kFlushTimeout{60};
+
+  // The iface a volume logs in through: ours, carrying this node's
+  // initiator name; or, for a static PV naming its own initiatorName (issue
+  // #24), one per such name — "<iface>-<FNV-1a 64 of the name>", stable
+  // across restarts — carrying that name, so that the node's own iface never
+  // changes under the sessions of other volumes.
+  std::string IfaceFor(const AttachSpec& spec) const {
+    if (spec.initiator_iqn.empty() || spec.initiator_iqn == o_.initiator_iqn) return o_.iface;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : spec.initiator_iqn) h = (h ^ c) * 0x100000001b3ull;
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+    return o_.iface + "-" + hex;
+  }
+  bool IsOurIface(const std::string& name) const { return name == o_.iface || name.starts_with(o_.iface + "-"); }
   static constexpr std::chrono::seconds kLogoutTimeout{60};
 
   static std::string Trim(std::string s) {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
     return s;
-  }
-
-  std::mutex& PathMutex(const std::string& target, const std::string& portal) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& m = path_mu_[target + " " + portal];
-    if (!m) m = std::make_unique<std::mutex>();
-    return *m;
   }
 
   Command Node(const std::string& target, const std::string& portal, const std::string& iface) const {
@@ -281,9 +285,9 @@ class IscsiConnector final : public Connector {
   }
 
   // Non-secret settings only: iscsiadm's argv is readable from /proc.
-  Status UpdateNode(const std::string& target, const std::string& portal, const std::string& key,
+  Status UpdateNode(const AttachSpec& spec, const std::string& portal, const std::string& key,
                     const std::string& value) {
-    Command c = Node(target, portal, o_.iface);
+    Command c = Node(spec.target_iqn, portal, IfaceFor(spec));
     c.Arg("-o").Arg("update").Arg("-n").Arg(key).Arg("-v").Arg(value);
     return RunChecked(*o_.executor, c, StatusCode::kInternal).status();
   }
@@ -303,17 +307,18 @@ class IscsiConnector final : public Connector {
                       o_.nodes_dir + ": " + entries.status().message());
     }
     std::string flat = portal.host + "," + std::to_string(portal.port);
+    const std::string iface = IfaceFor(spec);
     std::vector<std::string> found;
     for (const std::string& name : *entries) {
       if (name == flat && !o_.host_fs->ListDir(dir + "/" + name).ok()) {
         found.push_back(dir + "/" + name);
-      } else if (name.starts_with(flat + ",") && o_.host_fs->Exists(dir + "/" + name + "/" + o_.iface)) {
-        found.push_back(dir + "/" + name + "/" + o_.iface);
+      } else if (name.starts_with(flat + ",") && o_.host_fs->Exists(dir + "/" + name + "/" + iface)) {
+        found.push_back(dir + "/" + name + "/" + iface);
       }
     }
     if (found.size() != 1) {
       return Internal("volume \"" + spec.volume_id + "\": " + std::to_string(found.size()) + " node records of " +
-                      spec.target_iqn + " at " + portal_text + " through iface " + o_.iface + " in " + o_.nodes_dir +
+                      spec.target_iqn + " at " + portal_text + " through iface " + iface + " in " + o_.nodes_dir +
                       (found.empty() ? "" : " (ambiguous: " + found.front() + ", " + found.back() + ")") +
                       "; expected exactly one");
     }
@@ -376,33 +381,31 @@ class IscsiConnector final : public Connector {
     return o_.host_fs->ReplaceFile(path, out).WithContext("write CHAP settings into node record " + path);
   }
 
-  // The dedicated iface carries this node's initiator name, so that the
+  // The dedicated iface carries the initiator name (IfaceFor), so that the
   // host's own /etc/iscsi/initiatorname.iscsi (and other users of
   // open-iscsi) are left alone.
-  Status EnsureIface() {
+  Status EnsureIface(const std::string& iface, const std::string& initiator) {
     std::lock_guard<std::mutex> lock(iface_mu_);
-    auto show =
-        o_.executor->Run(Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(o_.iface).Arg("-o").Arg("show"));
+    auto show = o_.executor->Run(Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(iface).Arg("-o").Arg("show"));
     if (!show.ok()) return show.status();
     if (!show->ok()) {
       BLOCKCSI_RETURN_IF_ERROR(
-          RunChecked(*o_.executor,
-                     Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(o_.iface).Arg("-o").Arg("new"))
+          RunChecked(*o_.executor, Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(iface).Arg("-o").Arg("new"))
               .status());
-    } else if (show->stdout_text.find("iface.initiatorname = " + o_.initiator_iqn + "\n") != std::string::npos) {
+    } else if (show->stdout_text.find("iface.initiatorname = " + initiator + "\n") != std::string::npos) {
       return OkStatus();
     }
     return RunChecked(*o_.executor, Command("iscsiadm")
                                         .Arg("-m")
                                         .Arg("iface")
                                         .Arg("-I")
-                                        .Arg(o_.iface)
+                                        .Arg(iface)
                                         .Arg("-o")
                                         .Arg("update")
                                         .Arg("-n")
                                         .Arg("iface.initiatorname")
                                         .Arg("-v")
-                                        .Arg(o_.initiator_iqn))
+                                        .Arg(initiator))
         .status();
   }
 
@@ -410,9 +413,10 @@ class IscsiConnector final : public Connector {
     BLOCKCSI_ASSIGN_OR_RETURN(Portal portal, ParsePortal(portal_text));
     // Held until our LUN's device exists: a detach of another LUN of this
     // target must not log the session out from under a scan in progress.
-    std::lock_guard<std::mutex> lock(PathMutex(spec.target_iqn, portal_text));
+    auto path_lock = path_locks_.Lock(spec.target_iqn + " " + portal_text);
+    const std::string iface = IfaceFor(spec);
     {
-      auto session = FindIscsiSession(*o_.host_fs, spec.target_iqn, portal, o_.iface);
+      auto session = FindIscsiSession(*o_.host_fs, spec.target_iqn, portal, iface);
       if (session && session->state == "LOGGED_IN") {
         LogInfo("iSCSI session already logged in; reusing",
                 {{"volume_id", spec.volume_id}, {"portal", portal_text}, {"session", session->sid}});
@@ -424,12 +428,19 @@ class IscsiConnector final : public Connector {
     // The session shows up in sysfs once iscsid has set it up.
     std::optional<IscsiSessionInfo> session;
     auto deadline = o_.clock->Now() + o_.device_wait;
-    while (!(session = FindIscsiSession(*o_.host_fs, spec.target_iqn, portal, o_.iface))) {
+    while (!(session = FindIscsiSession(*o_.host_fs, spec.target_iqn, portal, iface))) {
       if (o_.clock->Now() >= deadline) {
         return DeadlineExceeded("logged in to " + spec.target_iqn + " at " + portal_text +
                                 " but no session appeared in sysfs");
       }
       o_.clock->Sleep(o_.poll_interval);
+    }
+    // The target's ACL admitted the name the session carries: it must be
+    // the one asked for (an iface edited by hand would log in as another).
+    auto logged_in_as = ReadTrimmed(*o_.host_fs, "/sys/class/iscsi_session/session" + session->sid + "/initiatorname");
+    if (logged_in_as.ok() && !spec.initiator_iqn.empty() && *logged_in_as != spec.initiator_iqn) {
+      return FailedPrecondition("volume \"" + spec.volume_id + "\": the session to " + spec.target_iqn + " at " +
+                                portal_text + " is logged in as " + *logged_in_as + ", not " + spec.initiator_iqn);
     }
     BLOCKCSI_RETURN_IF_ERROR(ScanLun(*o_.host_fs, *session, spec.lun).WithContext("scan LUN"));
     std::string block;
@@ -461,7 +472,7 @@ class IscsiConnector final : public Connector {
   }
 
   Status CreateNodeRecord(const AttachSpec& spec, const std::string& portal) {
-    auto created = o_.executor->Run(Node(spec.target_iqn, portal, o_.iface).Arg("-o").Arg("new"));
+    auto created = o_.executor->Run(Node(spec.target_iqn, portal, IfaceFor(spec)).Arg("-o").Arg("new"));
     if (!created.ok()) return created.status();
     if (!created->ok()) {
       return Internal("creating the node record for " + spec.target_iqn + " at " + portal +
@@ -469,12 +480,11 @@ class IscsiConnector final : public Connector {
     }
     // Manual startup: iscsid must not log in at boot behind our back.
     // Manual scan: only the LUN we ask for becomes a device.
-    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.startup", "manual"));
-    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.scan", "manual"));
+    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec, portal, "node.startup", "manual"));
+    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec, portal, "node.session.scan", "manual"));
     int login_s = static_cast<int>(std::max<int64_t>(1, o_.login_timeout.count() / 1000));
-    BLOCKCSI_RETURN_IF_ERROR(
-        UpdateNode(spec.target_iqn, portal, "node.conn[0].timeo.login_timeout", std::to_string(login_s)));
-    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.initial_login_retry_max", "1"));
+    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec, portal, "node.conn[0].timeo.login_timeout", std::to_string(login_s)));
+    BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec, portal, "node.session.initial_login_retry_max", "1"));
     if (spec.chap.enabled()) {
       std::vector<std::pair<std::string, std::string>> auth = {
           {"authmethod", "CHAP"}, {"username", spec.chap.username}, {"password", spec.chap.password}};
@@ -484,7 +494,7 @@ class IscsiConnector final : public Connector {
       }
       BLOCKCSI_RETURN_IF_ERROR(WriteNodeAuth(spec, portal, auth));
     } else {
-      BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec.target_iqn, portal, "node.session.auth.authmethod", "None"));
+      BLOCKCSI_RETURN_IF_ERROR(UpdateNode(spec, portal, "node.session.auth.authmethod", "None"));
     }
     return OkStatus();
   }
@@ -495,7 +505,7 @@ class IscsiConnector final : public Connector {
     auto timeout = o_.login_timeout + std::chrono::seconds(10);
     std::string last;
     for (int attempt = 0; attempt <= o_.login_retries; ++attempt) {
-      auto r = o_.executor->Run(Node(spec.target_iqn, portal, o_.iface).Arg("--login").Timeout(timeout));
+      auto r = o_.executor->Run(Node(spec.target_iqn, portal, IfaceFor(spec)).Arg("--login").Timeout(timeout));
       if (!r.ok()) {
         last = r.status().message();
       } else if (r->ok() || r->exit_code == kErrSessionExists) {
@@ -549,8 +559,7 @@ class IscsiConnector final : public Connector {
 
   IscsiConnectorOptions o_;
   std::mutex iface_mu_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<std::mutex>> path_mu_;  // guarded by mu_
+  KeyedLock path_locks_;  // one iSCSI path ("<target> <portal>") at a time
 };
 
 }  // namespace

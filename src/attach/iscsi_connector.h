@@ -1,5 +1,6 @@
 // The `iscsi` connector: the kernel initiator driven through open-iscsi's
-// iscsiadm. A dedicated iface carries this node's initiator name; node
+// iscsiadm. A dedicated iface carries this node's initiator name (a static
+// PV's own initiatorName gets an iface of its own, "<iface>-<hash>"); node
 // records are created with node.startup=manual and node.session.scan=manual
 // (so no other LUN of the target shows up unasked); CHAP goes on the node
 // record by rewriting its file in open-iscsi's node database (never on

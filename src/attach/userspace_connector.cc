@@ -23,6 +23,7 @@
 #include "common/executor.h"
 #include "common/logging.h"
 #include "common/loop_devices.h"
+#include "common/span.h"
 
 namespace blockcsi {
 
@@ -55,17 +56,17 @@ bool IsBridgeArgv(const std::vector<std::string>& argv) {
   if (argv.empty()) return false;
   std::string_view program = argv[0];
   program = program.substr(program.find_last_of('/') + 1);
-  if (program == "blockcsi-bridge" || program == "blockcsi-bridge-rbd") return true;
+  if (program == "blockcsi-bridge") return true;
   return argv.size() > 1 && argv[1] == "bridge";  // the plugin's own binary, before issue #17
 }
 
-std::string BridgeProgramFor(const std::string& bridge_dir, const std::string& transport) {
+std::string BridgeProgramFor(const std::string& bridge_dir) {
   std::string dir = bridge_dir;
   if (dir.empty()) {
     std::error_code ec;
     dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
   }
-  return dir + (transport == "rbd" ? "/blockcsi-bridge-rbd" : "/blockcsi-bridge");
+  return dir + "/blockcsi-bridge";
 }
 
 namespace {
@@ -336,6 +337,7 @@ class UserspaceConnector final : public Connector {
   }
 
   void WaitForExit(const BridgePaths& p) {
+    Span span("wait_bridge_exit");
     for (int i = 0; i < 100; ++i) {
       if (FindBridgePids(*o_.host_fs, p.control_socket).empty()) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -397,7 +399,7 @@ class UserspaceConnector final : public Connector {
   // readable by everyone on the node.
   StatusOr<std::vector<std::string>> BridgeArgv(const AttachSpec& spec, const BridgePaths& p,
                                                 std::string* secrets) const {
-    std::vector<std::string> argv = {BridgeProgramFor(o_.bridge_dir, spec.transport),
+    std::vector<std::string> argv = {BridgeProgramFor(o_.bridge_dir),
                                      "--volume-id",
                                      spec.volume_id,
                                      "--control-socket",
@@ -448,6 +450,7 @@ class UserspaceConnector final : public Connector {
   }
 
   StatusOr<nlohmann::json> SpawnBridge(const AttachSpec& spec, const BridgePaths& p) {
+    Span span("bridge_start", spec.volume_id);
     std::string secrets;
     BLOCKCSI_ASSIGN_OR_RETURN(std::vector<std::string> argv, BridgeArgv(spec, p, &secrets));
 

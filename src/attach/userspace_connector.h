@@ -1,6 +1,5 @@
 // The `userspace` connector: each volume gets its own bridge process
-// (`blockcsi-bridge ...`, `blockcsi-bridge-rbd ...` for RBD: libiscsi session
-// or librbd image → FUSE file → loop device), started detached so that it
+// (`blockcsi-bridge ...`: libiscsi session or librbd image → FUSE file → loop device), started detached so that it
 // outlives the plugin. Bridges an older plugin started as `<blockcsi> bridge
 // ...` speak the same control protocol at the same paths and are adopted. It serves
 // both transports of an AttachSpec ("iscsi", "rbd"); no kernel rbd/nbd. The plugin talks to it
@@ -21,7 +20,7 @@ namespace blockcsi {
 
 struct UserspaceConnectorOptions {
   std::string state_dir;
-  // Where blockcsi-bridge and blockcsi-bridge-rbd are; empty: the directory
+  // Where blockcsi-bridge is; empty: the directory
   // of the running program (/proc/self/exe), as installed in bin/ and the image.
   std::string bridge_dir{};
   std::shared_ptr<Filesystem> host_fs;  // /sys and /proc
@@ -67,8 +66,7 @@ std::vector<int> FindBridgePids(const Filesystem& fs, const std::string& control
 // issue #17.
 bool IsBridgeArgv(const std::vector<std::string>& argv);
 
-// The program that serves `transport` ("iscsi" or "rbd") in `bridge_dir`
-// (empty: the running program's directory).
-std::string BridgeProgramFor(const std::string& bridge_dir, const std::string& transport);
+// blockcsi-bridge in `bridge_dir` (empty: the running program's directory).
+std::string BridgeProgramFor(const std::string& bridge_dir);
 
 }  // namespace blockcsi

@@ -44,15 +44,8 @@ Status VolumeAttacherImpl::Start() {
   return OkStatus();
 }
 
-std::mutex& VolumeAttacherImpl::VolumeMutex(const std::string& volume_id) {
-  std::lock_guard<std::mutex> lock(map_mu_);
-  auto& mu = volume_mu_[volume_id];
-  if (!mu) mu = std::make_unique<std::mutex>();
-  return *mu;
-}
-
 StatusOr<AttachRecord> VolumeAttacherImpl::Attach(const AttachSpec& spec) {
-  std::lock_guard<std::mutex> lock(VolumeMutex(spec.volume_id));
+  auto lock = volume_locks_.Lock(spec.volume_id);
   auto attached = AttachLocked(spec);
   RecordOperation("attach", attached.status());
   return attached;
@@ -183,7 +176,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
 }
 
 Status VolumeAttacherImpl::Detach(const std::string& volume_id) {
-  std::lock_guard<std::mutex> lock(VolumeMutex(volume_id));
+  auto lock = volume_locks_.Lock(volume_id);
   Status st = DetachLocked(volume_id);
   RecordOperation("detach", st);
   return st;
@@ -207,7 +200,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::Get(const std::string& volume_id) { r
 StatusOr<std::vector<AttachRecord>> VolumeAttacherImpl::List() { return store_.List(); }
 
 Status VolumeAttacherImpl::Annotate(const std::string& volume_id, const std::string& key, const std::string& value) {
-  std::lock_guard<std::mutex> lock(VolumeMutex(volume_id));
+  auto lock = volume_locks_.Lock(volume_id);
   BLOCKCSI_ASSIGN_OR_RETURN(AttachRecord record, store_.Get(volume_id));
   if (value.empty()) {
     record.annotations.erase(key);
@@ -218,7 +211,7 @@ Status VolumeAttacherImpl::Annotate(const std::string& volume_id, const std::str
 }
 
 StatusOr<uint64_t> VolumeAttacherImpl::Rescan(const std::string& volume_id) {
-  std::lock_guard<std::mutex> lock(VolumeMutex(volume_id));
+  auto lock = volume_locks_.Lock(volume_id);
   BLOCKCSI_ASSIGN_OR_RETURN(AttachRecord record, store_.Get(volume_id));
   if (record.state != kAttachStateAttached) {
     return FailedPrecondition("volume \"" + volume_id + "\" is not attached (state " + record.state + ")");
@@ -230,7 +223,7 @@ StatusOr<uint64_t> VolumeAttacherImpl::Rescan(const std::string& volume_id) {
 }
 
 AttachHealth VolumeAttacherImpl::Check(const std::string& volume_id) {
-  std::lock_guard<std::mutex> lock(VolumeMutex(volume_id));
+  auto lock = volume_locks_.Lock(volume_id);
   auto record = store_.Get(volume_id);
   if (!record.ok()) return {true, record.status().message()};
   if (record->state != kAttachStateAttached) return {true, "attachment is incomplete (state " + record->state + ")"};

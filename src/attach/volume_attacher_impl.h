@@ -1,5 +1,5 @@
 // The VolumeAttacher behind MakeVolumeAttacher: records + one Connector +
-// the LUN identity check. Thread-safe: one mutex per volume id orders the
+// the LUN identity check. Thread-safe: a KeyedLock by volume id orders the
 // record writes of that volume; different volumes proceed in parallel.
 #pragma once
 
@@ -14,6 +14,7 @@
 #include "attach/attach_record_store.h"
 #include "attach/connector.h"
 #include "attach/volume_attacher.h"
+#include "common/keyed_lock.h"
 
 namespace blockcsi {
 
@@ -36,7 +37,6 @@ class VolumeAttacherImpl final : public VolumeAttacher {
   AttachHealth Check(const std::string& volume_id) override;
 
  private:
-  std::mutex& VolumeMutex(const std::string& volume_id);
   StatusOr<AttachRecord> AttachLocked(const AttachSpec& spec);
   Status DetachLocked(const std::string& volume_id);
   // Disconnects and removes the record after a failed attach; the first
@@ -49,8 +49,7 @@ class VolumeAttacherImpl final : public VolumeAttacher {
   AttachRecordStore store_;
   std::unique_ptr<Connector> connector_;
   std::function<void(std::string_view)> step_hook_;
-  std::mutex map_mu_;
-  std::unordered_map<std::string, std::unique_ptr<std::mutex>> volume_mu_;  // guarded by map_mu_
+  KeyedLock volume_locks_;  // orders the calls of one volume
 };
 
 // True when `record` describes the same LUN, through the same portals, as `spec`.

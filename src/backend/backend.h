@@ -13,6 +13,7 @@
 
 #include "common/chap.h"
 #include "common/status.h"
+#include "common/topology.h"
 
 namespace blockcsi {
 
@@ -23,6 +24,17 @@ struct ContentSource {
   bool operator==(const ContentSource&) const = default;
 };
 
+// CreateVolume's accessibility_requirements: the volume must be reachable
+// from at least one requisite segment (none: from anywhere), and
+// preferably from the preferred ones, in order. A backend of one storage
+// host ignores them (its host is where it is); the routing backend picks a
+// host with them (routing/placement.h).
+struct AccessibilityRequirements {
+  std::vector<TopologySegments> requisite;
+  std::vector<TopologySegments> preferred;
+  bool empty() const { return requisite.empty() && preferred.empty(); }
+};
+
 struct CreateVolumeSpec {
   std::string name;         // the CO's name: the idempotency key
   uint64_t size_bytes = 0;  // already rounded to AllocationGranularity()
@@ -30,6 +42,7 @@ struct CreateVolumeSpec {
   // Backend parameters from the StorageClass (already validated by the
   // controller against the backend's SupportedParameters()).
   std::map<std::string, std::string> parameters;
+  AccessibilityRequirements accessibility = {};
 };
 
 // One node's access to a volume. `capability` is an opaque fingerprint of the

@@ -1,13 +1,15 @@
 // The --backend-config file: several named backends served by one
-// controller, one of them the default. A hand-written INI-like text:
+// controller, one of them the default. An INI file, read by inih:
 //
-//   # a comment (whole lines only: values may contain '#')
+//   # a comment; ";" also starts one, and " ;" ends a value
 //   [backend fast]
 //   kind = local
 //   pool = /var/lib/blockcsi/pool
 //   portal = 10.0.0.5:3260
 //   portal = 10.0.0.6:3260
 //   default = true
+//
+//   zone = a
 //
 //   [backend ceph]
 //   kind = rbd
@@ -20,7 +22,11 @@
 // exactly one backend says `default = true` (optional when there is only
 // one); repeatable keys (portal) are given once per value. An rbd backend
 // without ceph-user and ceph-keyring takes its cephx credentials from the
-// CSI secrets (userID/userKey) of each call.
+// CSI secrets (userID/userKey) of each call. `zone` (any kind) puts the
+// backend's host in that topology zone (common/topology.h): its volumes are
+// accessible from nodes started with the same --zone, CreateVolume places
+// volumes by the CO's accessibility requirements, and GetCapacity answers
+// per zone (routing/placement.h).
 // Keys are the controller flags of that kind without "--" (local: pool,
 // tgt-control-port, portal, iqn-prefix, target, configfs-root,
 // reconcile-interval; remote: target-agent, tls-cert, tls-key, tls-ca,
@@ -28,7 +34,9 @@
 // 1-32 of [a-z0-9-], starting and ending alphanumeric; they become the
 // prefix of every volume and snapshot id ("<name>~<backend's id>"), so an
 // rbd backend's name and pool together may be at most 40 characters
-// (CSI ids are at most 128 bytes). Pure functions; thread-safe.
+// (CSI ids are at most 128 bytes). Lines are at most 199 characters (inih's
+// limit) and an indented line continues the key above it (as another value of
+// that key). Pure functions; thread-safe.
 #pragma once
 
 #include <memory>
@@ -45,6 +53,7 @@ namespace blockcsi {
 struct NamedBackendOptions {
   std::string name;
   BackendOptions options;
+  std::string zone;  // empty: reachable from every node
 };
 
 struct BackendConfig {

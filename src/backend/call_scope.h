@@ -3,7 +3,7 @@
 // parameters — made visible to backend code that runs on the handler's
 // thread while that call lasts. Set by CallScopingController (one RAII
 // ScopedCall per RPC); read by backends that need it (RbdSecretBackend: the
-// cephx credentials; RoutingBackend: GetCapacity's `backend`).
+// cephx credentials; RoutingBackend: GetCapacity's `backend` and segment).
 //
 // Why a per-thread scope rather than a parameter: the gRPC server is
 // synchronous, so a call's handler, the ControllerService and the backend
@@ -17,11 +17,16 @@
 #include <map>
 #include <string>
 
+#include "common/topology.h"
+
 namespace blockcsi {
 
 struct CallScope {
   std::map<std::string, std::string> secrets;     // csi_secret: never log
   std::map<std::string, std::string> parameters;  // StorageClass parameters
+  // GetCapacity's accessible_topology: the segment whose capacity is asked
+  // (RoutingBackend answers it from the hosts that segment reaches).
+  TopologySegments accessible_topology = {};
 };
 
 // The scope of the call running on this thread, or nullptr outside one.

@@ -1,6 +1,6 @@
-// Bridge::OpenRbd for blockcsi-bridge-rbd: the only part of the bridge that
-// needs librbd/librados, kept in its own file so that the iSCSI program
-// (blockcsi-bridge, bridge_rbd_absent.cc) does not map them at all.
+// Bridge::OpenRbd: the bridge's RBD side. librbd/librados are loaded only
+// here, on first use (rbd_bridge_transport.cc, common/ceph_lazy.h), so an
+// iSCSI bridge never maps them.
 #include "bridge/bridge_internal.h"
 #include "bridge/rbd_bridge_transport.h"
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/ceph_lazy.h"
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -43,6 +44,8 @@ std::string BareAddresses(std::string text) {
 std::string RbdClientMetadataKey(const std::string& node_id) { return "blockcsi.client." + node_id; }
 
 StatusOr<std::unique_ptr<RbdBridgeTransport>> RbdBridgeTransport::Open(const RbdTransportOptions& options) {
+  // Loaded on first use (common/ceph_lazy.h): an iSCSI bridge never maps them.
+  if (Status st = LoadCephLibraries(); !st.ok()) return st.WithContext("volume \"" + options.volume_id + "\"");
   std::unique_ptr<RbdBridgeTransport> t(new RbdBridgeTransport(options));
   Status st = t->Connect();
   t->o_.key.clear();  // librados holds it now; nothing else may

@@ -15,6 +15,7 @@
 #include "bridge/bridge_cgroup.h"
 #include "bridge/bridge_protocol.h"
 #include "common/lun_identity.h"
+#include "common/strings.h"
 
 namespace blockcsi::cli {
 namespace {
@@ -22,12 +23,6 @@ namespace {
 std::string Basename(const std::string& path) {
   size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-std::string Join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : sep) + item;
-  return out;
 }
 
 bool Under(const std::string& path, const std::string& dir) { return path.rfind(dir + "/", 0) == 0; }
@@ -303,9 +298,9 @@ CleanupPlan PlanCleanup(const NodeSnapshot& s) {
         continue;
       }
       if (!v->publish_paths.empty()) {
-        plan.skipped.push_back(
-            {f.subject, f.verdict,
-             "a pod's mount still uses " + v->device + " (" + Join(v->publish_paths, ", ") + "); NodeUnpublish first"});
+        plan.skipped.push_back({f.subject, f.verdict,
+                                "a pod's mount still uses " + v->device + " (" + JoinStrings(v->publish_paths, ", ") +
+                                    "); NodeUnpublish first"});
         continue;
       }
       if (v->staging_mounted) {
@@ -321,7 +316,7 @@ CleanupPlan PlanCleanup(const NodeSnapshot& s) {
         }
         if (b.fuse_mounted) parts.push_back("unmount FUSE " + b.mountpoint);
         parts.push_back("remove " + b.dir);
-        what = Join(parts, ", ") + ", ";
+        what = JoinStrings(parts, ", ") + ", ";
       } else if (r->connector == "iscsi") {
         what = "log out of " + r->target_iqn + ", ";
       }

@@ -13,6 +13,7 @@
 #include "cmd/grpc_server.h"
 #include "cmd/identity_service.h"
 #include "cmd/plugin_flags.h"
+#include "cmd/process_memory.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/fs_minimums.h"
@@ -21,6 +22,7 @@
 #include "common/version.h"
 #include "controller/call_scoping_controller.h"
 #include "controller/controller_service.h"
+#include "controller/k8s_node_directory.h"
 #include "node/node_wiring.h"
 
 namespace blockcsi {
@@ -35,19 +37,46 @@ Status StateDirWritable(const std::string& state_dir) {
   return RemoveFileDurably(probe);
 }
 
+// The Kubernetes API's node directory: from --kubeconfig (unreadable →
+// the plugin does not start), else the pod's service account when there is
+// one; nullptr outside a cluster.
+StatusOr<std::shared_ptr<KubeNodeDirectory>> NodeDirectory(const PluginConfig& config) {
+  StatusOr<KubeApiAccess> access = NotFound("");
+  if (!config.kubeconfig.empty()) {
+    access = KubeAccessFromKubeconfig(config.kubeconfig);
+    if (!access.ok()) return access.status();
+  } else {
+    access = KubeAccessInCluster("/var/run/secrets/kubernetes.io/serviceaccount");
+    if (!access.ok()) {
+      if (access.status().code() != StatusCode::kNotFound) {
+        LogWarn("no Kubernetes node check: service account unusable", {{"error", access.status().message()}});
+      }
+      return std::shared_ptr<KubeNodeDirectory>();
+    }
+  }
+  LogInfo("node check: CSINode objects", {{"server", access->server}});
+  return std::make_shared<KubeNodeDirectory>(MakeKubeApiClient(*std::move(access)), config.driver_name);
+}
+
 // The controller's answer to "does this node exist" (ControllerPublish of an
 // unknown node is NOT_FOUND): in --mode all the node this plugin serves,
-// plus any --known-node-ids; a controller alone without the flag cannot
-// tell (the cluster's node list is the Kubernetes wiring's part) and takes
+// plus any --known-node-ids, then the cluster's CSINode objects when the
+// API is reachable; a controller alone with neither cannot tell and takes
 // any well-formed id.
-std::function<StatusOr<bool>(const std::string&)> KnownNodes(const PluginConfig& config) {
+std::function<StatusOr<bool>(const std::string&)> KnownNodes(const PluginConfig& config,
+                                                             std::shared_ptr<KubeNodeDirectory> directory) {
   std::set<std::string> ids(config.known_node_ids.begin(), config.known_node_ids.end());
   if (config.runs_node()) ids.insert(config.node_id);
-  if (ids.empty()) return nullptr;
-  return [ids = std::move(ids)](const std::string& node_id) -> StatusOr<bool> { return ids.count(node_id) > 0; };
+  if (ids.empty() && !directory) return nullptr;
+  return [ids = std::move(ids), directory](const std::string& node_id) -> StatusOr<bool> {
+    if (ids.count(node_id) > 0) return true;
+    if (directory) return directory->Known(node_id);
+    return false;
+  };
 }
 
 int Main(int argc, char** argv) {
+  TunePluginMemory();
   BlockTerminationSignals();
   PluginConfig config;
   if (int exit_code = ParsePluginFlags(argc, argv, config); exit_code >= 0) return exit_code;
@@ -130,7 +159,12 @@ int Main(int argc, char** argv) {
     // controller enforces the same number (see controller_service.h).
     ControllerOptions controller_options;
     controller_options.max_volumes_per_node = config.max_volumes_per_node;
-    controller_options.node_exists = KnownNodes(config);
+    auto directory = NodeDirectory(config);
+    if (!directory.ok()) {
+      std::cerr << "blockcsi: " << directory.status().message() << "\n";
+      return 2;
+    }
+    controller_options.node_exists = KnownNodes(config, *directory);
     controller_options.fs_minimum_bytes = fs_minimum_bytes;
     // The scoping layer hands each call's secrets (cephx from CSI secrets)
     // and parameters to the backend; see backend/call_scope.h.
@@ -145,6 +179,7 @@ int Main(int argc, char** argv) {
     auto node = BuildNodeService({.connector = config.connector,
                                   .state_dir = config.state_dir,
                                   .node_id = config.node_id,
+                                  .zone = config.zone,
                                   .max_volumes_per_node = config.max_volumes_per_node,
                                   .bridge_io_timeout = config.bridge_io_timeout,
                                   .bridge_cgroup = config.bridge_cgroup,

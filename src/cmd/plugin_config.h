@@ -25,7 +25,10 @@ struct PluginConfig {
   std::string metrics_address;
 
   // Node side.
-  std::string connector = "iscsi";   // iscsi | userspace
+  std::string connector = "iscsi";  // iscsi | userspace
+  // The zone this node is in (NodeGetInfo's topology.blockcsi.io/zone);
+  // empty: none, and the node reaches only storage hosts with no zone.
+  std::string zone;
   int64_t max_volumes_per_node = 0;  // 0: no limit advertised
   // Userspace bridge: a SCSI command / RBD op that takes longer fails with
   // EIO (and the volume's condition turns abnormal) instead of hanging.
@@ -46,6 +49,10 @@ struct PluginConfig {
   // the plugin's own --node-id (--known-node-ids). A controller alone
   // without it takes any well-formed id at its word.
   std::vector<std::string> known_node_ids;
+  // Where the Kubernetes API is (--kubeconfig); unset: the pod's service
+  // account when in a pod. With either, a node id is known when its CSINode
+  // lists this driver (controller/k8s_node_directory.h).
+  std::string kubeconfig;
   std::string pool_dir;
   int tgt_control_port = 0;
   std::string tgtadm = "/usr/sbin/tgtadm";

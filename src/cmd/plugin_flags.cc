@@ -5,6 +5,7 @@
 
 #include "common/duration.h"
 #include "common/logging.h"
+#include "common/topology.h"
 #include "common/version.h"
 
 namespace blockcsi {
@@ -50,6 +51,10 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
       ->check(CLI::IsMember({"iscsi", "userspace"}))
       ->group(node)
       ->capture_default_str();
+  app.add_option("--zone", c.zone,
+                 "The zone this node is in: NodeGetInfo reports it as topology.blockcsi.io/zone, and volumes go to "
+                 "the storage hosts of that zone (backend config `zone`); empty: only hosts with no zone")
+      ->group(node);
   app.add_option("--max-volumes-per-node", c.max_volumes_per_node,
                  "Volumes this node accepts (NodeGetInfo); 0 means no limit")
       ->check(CLI::NonNegativeNumber)
@@ -103,6 +108,10 @@ void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts)
                  "Node ids ControllerPublishVolume accepts besides --node-id in --mode all (comma-separated or "
                  "repeated); any other is NOT_FOUND. Unset on a controller alone: every well-formed id")
       ->delimiter(',')
+      ->group(controller);
+  app.add_option("--kubeconfig", c.kubeconfig,
+                 "Kubernetes API access for ControllerPublishVolume's node check: a node id whose CSINode does not "
+                 "list this driver is NOT_FOUND. Unset: the pod's service account, when run in a pod")
       ->group(controller);
   app.add_option("--iqn-prefix", c.iqn_prefix, "IQN prefix of the targets we create")
       ->group(controller)
@@ -188,6 +197,7 @@ Status ValidatePluginConfig(const PluginConfig& config) {
   if (config.runs_node() && config.node_id.empty()) {
     return InvalidArgument("--node-id is required when the node service runs (--mode node or all)");
   }
+  if (!config.zone.empty()) BLOCKCSI_RETURN_IF_ERROR(ValidateZoneName(config.zone, "--zone"));
   if (config.runs_controller() && config.backend_config.empty() && config.backend == "rbd") {
     if (config.rbd_pool.empty()) return InvalidArgument("--rbd-pool is required for --backend rbd");
     if (config.ceph_conf.empty()) return InvalidArgument("--ceph-conf is required for --backend rbd");

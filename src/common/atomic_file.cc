@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <random>
 
+#include "common/span.h"
+
 namespace blockcsi {
 namespace {
 
@@ -22,6 +24,7 @@ using StepHook = std::function<void(std::string_view)>;
 // the system call, only after the call succeeded: the order a test records is
 // the order of the calls, so a dropped fsync shows as a missing step.
 Status FsyncFile(int fd, const std::string& what, const StepHook& hook, std::string_view step) {
+  Span span("fsync", what);
   if (::fsync(fd) != 0) return ErrnoToStatus(errno, "fsync " + what);
   if (hook) hook(step);
   return OkStatus();

@@ -9,8 +9,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "common/logging.h"
+#include "common/strings.h"
+#include "common/span.h"
 
 extern char** environ;
 
@@ -36,24 +39,6 @@ namespace {
 
 constexpr size_t kMaxErrorLine = 300;
 
-bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
-bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(s[i])) != std::tolower(static_cast<unsigned char>(prefix[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
-std::string_view TrimSpace(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
 // "mke2fs 1.47.0 (5-Feb-2023)", "btrfs-progs v6.2": a program name and a
 // version, nothing about the failure.
 bool IsVersionBanner(std::string_view line) {
@@ -66,12 +51,12 @@ bool IsVersionBanner(std::string_view line) {
     ++digits;
   }
   if (digits == 0 || rest.substr(0, digits).find('.') == std::string_view::npos) return false;
-  std::string_view tail = TrimSpace(rest.substr(digits));
+  std::string_view tail = TrimWhitespace(rest.substr(digits));
   return tail.empty() || (tail.front() == '(' && tail.back() == ')');
 }
 
 bool StartsUsage(std::string_view line) {
-  return StartsWithNoCase(line, "usage:") || StartsWith(line, "Try `") || StartsWith(line, "Try '");
+  return StartsWithNoCase(line, "usage:") || line.starts_with("Try `") || line.starts_with("Try '");
 }
 
 }  // namespace
@@ -108,14 +93,14 @@ std::string FirstMeaningfulLine(std::string_view output) {
     std::string_view raw = output.substr(0, nl);
     output = nl == std::string_view::npos ? std::string_view() : output.substr(nl + 1);
     const bool continuation = !raw.empty() && (raw.front() == ' ' || raw.front() == '\t');
-    std::string_view text = TrimSpace(raw);
+    std::string_view text = TrimWhitespace(raw);
     if (!line.empty()) {
       if (!continuation || text.empty()) break;
       line += " ";
       line += text;
       continue;
     }
-    if (text.empty() || IsVersionBanner(text) || StartsWith(text, "See http")) continue;
+    if (text.empty() || IsVersionBanner(text) || text.starts_with("See http")) continue;
     if (StartsUsage(text)) break;
     line = std::string(text);
   }
@@ -169,6 +154,7 @@ class ProcessExecutor final : public Executor {
   StatusOr<CommandResult> Run(const Command& command) override {
     auto started = std::chrono::steady_clock::now();
     LogDebug("exec", {{"argv", command.Redacted()}});
+    Span span("exec", command.args().empty() ? "" : std::filesystem::path(command.args()[0].value).filename().string());
     int out_pipe[2], err_pipe[2], in_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe for " + command.args()[0].value);
     if (::pipe2(err_pipe, O_CLOEXEC) != 0) {

@@ -72,4 +72,17 @@ void FaultPoint(std::string_view name) {
   ::_exit(137);  // not reached; SIGKILL cannot be caught
 }
 
+Status FaultStatus(std::string_view name) {
+  FaultPoint(name);
+  static const std::string fail = [] {
+    const char* v = std::getenv(kFaultFailEnv);
+    return std::string(v == nullptr ? "" : v);
+  }();
+  if (fail.empty()) return OkStatus();
+  std::string armed = ArmedFaultPointName(name);
+  if (!FaultPointListed(fail, armed)) return OkStatus();
+  LogWarn("fault point reached: failing the call", {{"fault_point", armed}});
+  return Internal("injected failure at " + armed);
+}
+
 }  // namespace blockcsi

@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
+
 namespace blockcsi {
 
 inline constexpr char kFaultPointEnv[] = "BLOCKCSI_FAULT_POINT";
@@ -23,11 +25,20 @@ inline constexpr char kFaultPointEnv[] = "BLOCKCSI_FAULT_POINT";
 // can break the outside world (stop the storage) at an exact step.
 inline constexpr char kFaultPauseEnv[] = "BLOCKCSI_FAULT_PAUSE";
 inline constexpr char kFaultPauseDirEnv[] = "BLOCKCSI_FAULT_PAUSE_DIR";
+// Test-only too: BLOCKCSI_FAULT_FAIL=<name>[,...] makes FaultStatus(name)
+// return INTERNAL (a final code) at that step, so that a test can make a call
+// fail for good half-way through and check it took back what it had done.
+inline constexpr char kFaultFailEnv[] = "BLOCKCSI_FAULT_FAIL";
 
 // Dies (SIGKILL, exactly like an external kill -9: no destructors, no
 // flushing) when `name` (renamed by this thread's scope) is listed in
 // $BLOCKCSI_FAULT_POINT; pauses when it is listed in $BLOCKCSI_FAULT_PAUSE.
 void FaultPoint(std::string_view name);
+
+// FaultPoint(name), then INTERNAL "injected failure at <name>" when `name`
+// (renamed by this thread's scope) is listed in $BLOCKCSI_FAULT_FAIL; OK
+// otherwise. For steps after which a failure must be rolled back.
+Status FaultStatus(std::string_view name);
 
 // Whether `name` is listed in `spec` (a comma separated list). Pure.
 bool FaultPointListed(std::string_view spec, std::string_view name);

@@ -2,25 +2,14 @@
 
 #include <algorithm>
 
+#include "common/strings.h"
+
 namespace blockcsi {
 namespace {
 
-std::string Hex(std::string_view bytes) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
-}
-
+// VPD serials are ASCII; NULs are padding on some arrays.
 std::string Trim(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\n\r");
-  if (b == std::string_view::npos) return "";
-  size_t e = s.find_last_not_of(" \t\n\r");
-  // VPD serials are ASCII; NULs are padding on some arrays.
-  std::string out(s.substr(b, e - b + 1));
+  std::string out(TrimWhitespace(s));
   out.erase(std::remove(out.begin(), out.end(), '\0'), out.end());
   return out;
 }
@@ -71,13 +60,13 @@ Status ParseVpdPage83(std::string_view page, LunIdentity* identity) {
     if (association != 0) continue;
     switch (type) {
       case 3:  // NAA, binary
-        if (code_set == 1) identity->naa.push_back(Hex(designator));
+        if (code_set == 1) identity->naa.push_back(HexEncode(designator));
         break;
       case 1:  // T10 vendor id, ASCII
         identity->other.push_back("t10:" + Trim(designator));
         break;
       case 2:  // EUI-64
-        identity->other.push_back("eui:" + Hex(designator));
+        identity->other.push_back("eui:" + HexEncode(designator));
         break;
       case 8:  // SCSI name string
         identity->other.push_back("name:" + Trim(designator));

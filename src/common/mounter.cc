@@ -9,6 +9,7 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/span.h"
 
 namespace blockcsi {
 
@@ -26,12 +27,14 @@ class LibmountMounter final : public Mounter {
  public:
   Status Mount(const std::string& source, const std::string& target, const std::string& fs_type,
                const std::string& options) override {
+    Span span("mount", target);
     Status st = RunContext(source, target, fs_type, options, 0, "mount " + source + " at " + target);
     RecordOperation("mount", st);
     return st;
   }
 
   Status BindMount(const std::string& source, const std::string& target, bool read_only) override {
+    Span span("bind_mount", target);
     // libmount performs the bind then the read-only remount when asked "bind,ro".
     Status st =
         RunContext(source, target, "", read_only ? "bind,ro" : "bind", 0, "bind mount " + source + " at " + target);
@@ -40,6 +43,7 @@ class LibmountMounter final : public Mounter {
   }
 
   Status Unmount(const std::string& target) override {
+    Span span("umount", target);
     libmnt_context* cxt = mnt_new_context();
     if (cxt == nullptr) return ResourceExhausted("libmount context for unmount " + target);
     mnt_context_disable_mtab(cxt, 1);
@@ -52,6 +56,7 @@ class LibmountMounter final : public Mounter {
   }
 
   StatusOr<std::vector<MountEntry>> List() override {
+    Span span("mountinfo");
     BLOCKCSI_ASSIGN_OR_RETURN(std::string text, ReadFileToString("/proc/self/mountinfo"));
     return ParseMountInfo(text);
   }

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -12,5 +14,22 @@ namespace blockcsi {
 // written %XX, so any id maps to one safe, reversible name.
 std::string EscapeVolumeIdForFile(const std::string& volume_id);
 StatusOr<std::string> UnescapeVolumeIdFromFile(const std::string& name);
+
+// `s` without leading and trailing whitespace (space, tab, CR, LF, VT, FF).
+std::string_view TrimWhitespace(std::string_view s);
+
+// Every item between `sep`s, empty ones included ("a,,b" gives three, ""
+// gives one empty item), so that a caller can report an empty item.
+std::vector<std::string> SplitString(std::string_view s, char sep);
+
+// The items with `sep` between them.
+std::string JoinStrings(const std::vector<std::string>& items, std::string_view sep);
+
+// ASCII lower case; other bytes as they are.
+std::string AsciiLower(std::string_view s);
+bool StartsWithNoCase(std::string_view s, std::string_view prefix);
+
+// Two lower-case hex digits per byte.
+std::string HexEncode(std::string_view bytes);
 
 }  // namespace blockcsi

@@ -31,7 +31,8 @@ BLOCKCSI_SCOPED(ControllerUnpublishVolume, ControllerUnpublishVolumeRequest, Con
 BLOCKCSI_SCOPED(ValidateVolumeCapabilities, ValidateVolumeCapabilitiesRequest, ValidateVolumeCapabilitiesResponse,
                 Secrets(request->secrets()))
 BLOCKCSI_SCOPED(ListVolumes, ListVolumesRequest, ListVolumesResponse, CallScope{})
-BLOCKCSI_SCOPED(GetCapacity, GetCapacityRequest, GetCapacityResponse, (CallScope{{}, ToMap(request->parameters())}))
+BLOCKCSI_SCOPED(GetCapacity, GetCapacityRequest, GetCapacityResponse,
+                (CallScope{{}, ToMap(request->parameters()), ToMap(request->accessible_topology().segments())}))
 BLOCKCSI_SCOPED(ControllerGetCapabilities, ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
                 CallScope{})
 BLOCKCSI_SCOPED(CreateSnapshot, CreateSnapshotRequest, CreateSnapshotResponse, Secrets(request->secrets()))

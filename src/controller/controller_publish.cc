@@ -113,9 +113,9 @@ Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeReques
     BLOCKCSI_ASSIGN_OR_RETURN(grant.chap, ChapFromSecrets(request.secrets(), id));
   }
 
-  std::unique_lock<std::mutex> node_lock;
+  KeyedLock::Guard node_lock;
   if (mine == nullptr && options_.max_volumes_per_node > 0) {
-    node_lock = std::unique_lock(*NodeLimitMutex(node_id));
+    node_lock = node_limit_locks_.Lock(node_id);
     BLOCKCSI_ASSIGN_OR_RETURN(int64_t on_node, CountGrantsOnNode(node_id, id));
     if (on_node >= options_.max_volumes_per_node) {
       return ResourceExhausted(
@@ -175,13 +175,6 @@ Status ControllerService::PublishStatic(const csi::v1::ControllerPublishVolumeRe
                                                         {"target", context[publish_context::kTargetIqn]},
                                                         {"lun", context[publish_context::kLun]}});
   return OkStatus();
-}
-
-std::shared_ptr<std::mutex> ControllerService::NodeLimitMutex(const std::string& node_id) {
-  std::lock_guard lock(node_limit_mu_);
-  auto& mu = node_limit_locks_[node_id];
-  if (!mu) mu = std::make_shared<std::mutex>();
-  return mu;
 }
 
 StatusOr<int64_t> ControllerService::CountGrantsOnNode(const std::string& node_id,

@@ -144,8 +144,17 @@ Status ControllerService::DoGetCapacity(const csi::v1::GetCapacityRequest& reque
   BLOCKCSI_RETURN_IF_ERROR(
       ParseVolumeParameters({request.parameters().begin(), request.parameters().end()}, backend_->SupportedParameters())
           .status());
-  for (const auto& capability : request.volume_capabilities()) {
-    BLOCKCSI_RETURN_IF_ERROR(ValidateCapabilityShape(capability, "GetCapacity"));
+  for (const auto& given : request.volume_capabilities()) {
+    // A part the CO left out constrains nothing: external-provisioner v3.x
+    // (up to v4.0.1) asks with `mount {}` and access mode UNKNOWN, and a
+    // zero answer to that strands every WaitForFirstConsumer pod (issue
+    // #20). The missing part is filled with the most permissive choice, so
+    // only what the CO did say can make the answer zero.
+    csi::v1::VolumeCapability capability = given;
+    if (!capability.has_block() && !capability.has_mount()) capability.mutable_block();
+    if (capability.access_mode().mode() == csi::v1::VolumeCapability::AccessMode::UNKNOWN) {
+      capability.mutable_access_mode()->set_mode(csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+    }
     // Capacity that can hold volumes of a kind we do not make is zero.
     if (!ValidateCapability(capability, "GetCapacity").ok()) {
       response->set_available_capacity(0);

@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "common/inflight.h"
+#include "common/keyed_lock.h"
 #include "common/status.h"
 #include "csi.grpc.pb.h"
 
@@ -107,9 +108,6 @@ class ControllerService final : public csi::v1::Controller::Service {
   StatusOr<VolumeRecord> GetVolumeRecord(const std::string& volume_id);
   // Grants held by `node_id` across every volume but `except_volume_id`.
   StatusOr<int64_t> CountGrantsOnNode(const std::string& node_id, const std::string& except_volume_id);
-  // Serializes the count-then-grant of one node so that two publishes of
-  // different volumes to a full node cannot both pass the limit.
-  std::shared_ptr<std::mutex> NodeLimitMutex(const std::string& node_id);
 
   const std::shared_ptr<VolumeBackend> backend_;
   const ControllerOptions options_;
@@ -117,8 +115,9 @@ class ControllerService final : public csi::v1::Controller::Service {
   InFlightGuard name_ops_;      // keyed by CreateVolume name
   InFlightGuard snapshot_ops_;  // keyed by snapshot name and id
 
-  std::mutex node_limit_mu_;
-  std::map<std::string, std::shared_ptr<std::mutex>> node_limit_locks_;  // guarded by node_limit_mu_
+  // Per node: serializes the count-then-grant so that two publishes of
+  // different volumes to a full node cannot both pass the limit.
+  KeyedLock node_limit_locks_;
 };
 
 }  // namespace blockcsi

@@ -27,9 +27,11 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 // Idempotent by name: the backend returns the existing volume for the same
 // name, size and source (our rounding is deterministic, so a retry computes
 // the same size); another size or source → ALREADY_EXISTS.
-// accessible_topology is the backend's (e.g. the storage host's segment);
-// accessibility_requirements are not matched against it: one backend, and an
-// iSCSI portal is reachable from every node unless the backend says otherwise.
+// accessible_topology is the backend's (e.g. the zone of the storage host
+// that holds it). accessibility_requirements go to the backend: the routing
+// backend of a --backend-config chooses a host in an allowed zone with them
+// (RESOURCE_EXHAUSTED when none is allowed or none has room); a single
+// backend is one host, reachable from every node unless it says otherwise.
 grpc::Status ControllerService::CreateVolume(grpc::ServerContext*, const csi::v1::CreateVolumeRequest* request,
                                              csi::v1::CreateVolumeResponse* response) {
   return ToGrpcStatus(DoCreateVolume(*request, response));
@@ -119,6 +121,14 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
                                                            backend_->AllocationGranularity(), what));
 
   CreateVolumeSpec spec{name, size, source, params.persisted};
+  // Where the volume must be (and should be) reachable from; the routing
+  // backend places it among its hosts with them (backend/routing/placement.h).
+  for (const auto& t : request.accessibility_requirements().requisite()) {
+    spec.accessibility.requisite.emplace_back(t.segments().begin(), t.segments().end());
+  }
+  for (const auto& t : request.accessibility_requirements().preferred()) {
+    spec.accessibility.preferred.emplace_back(t.segments().begin(), t.segments().end());
+  }
   auto record = backend_->CreateVolume(spec);
   if (!record.ok()) return Named(record.status(), "volume name", name);
   FillVolume(*record, response->mutable_volume());
@@ -188,6 +198,19 @@ Status ControllerService::DoExpand(const csi::v1::ControllerExpandVolumeRequest&
   // Block volumes have nothing for the node to grow; a mount (or unknown)
   // volume has a filesystem the node must grow.
   const bool node_expansion = !(request.has_volume_capability() && IsBlock(request.volume_capability()));
+  // A static PV's handle (an id no backend makes): its LUN is grown by the
+  // array's admin, so there is nothing to do here and no backend is asked.
+  // The node checks the device really is that big (OUT_OF_RANGE otherwise)
+  // and grows the filesystem, so node expansion is asked for even for a
+  // raw block volume. (A mistyped handle of ours still has our form and is
+  // NOT_FOUND below.)
+  if (!backend_->MayHoldVolume(id)) {
+    LogInfo("ControllerExpandVolume of a static volume: nothing to grow here, the node checks the LUN",
+            {{"volume", id}, {"bytes", std::to_string(range.required_bytes())}});
+    response->set_capacity_bytes(range.required_bytes());
+    response->set_node_expansion_required(true);
+    return OkStatus();
+  }
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerExpandVolume"));
   BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(id));

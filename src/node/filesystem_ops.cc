@@ -6,17 +6,12 @@
 #include "common/fs_options.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/strings.h"
 
 namespace blockcsi {
 namespace {
 
 using std::chrono::minutes;
-
-std::string Trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\n");
-  size_t e = s.find_last_not_of(" \t\n");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
 
 // What the program said went wrong, in one line (the whole output goes to
 // the debug log through DescribeFailure).
@@ -64,7 +59,7 @@ Status RepairExt4IfNeeded(Executor& executor, const std::string& volume_id, cons
   std::istringstream lines(header.stdout_text);
   std::string line;
   while (std::getline(lines, line)) {
-    if (line.rfind("Filesystem state:", 0) == 0 && Trim(line.substr(17)) != "clean") needs_check = true;
+    if (line.rfind("Filesystem state:", 0) == 0 && TrimWhitespace(line.substr(17)) != "clean") needs_check = true;
     if (line.rfind("Filesystem features:", 0) == 0 && line.find("needs_recovery") != std::string::npos) {
       needs_check = true;
     }

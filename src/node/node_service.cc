@@ -11,6 +11,7 @@
 #include "common/fs_options.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/topology.h"
 #include "node/filesystem_ops.h"
 #include "node/node_internal.h"
 
@@ -160,6 +161,12 @@ Status NodeService::Expand(const csi::v1::NodeExpandVolumeRequest& req, csi::v1:
   uint64_t size = *rescanned;
   Fault("after-rescan");
   int64_t required = req.capacity_range().required_bytes();
+  if (required > 0 && size < static_cast<uint64_t>(required) && record->static_volume) {
+    // A static LUN is grown by its array's admin, not by us: until then the
+    // PVC asks for more than there is, and a retry cannot change that.
+    return OutOfRange("volume " + volume_id + ": the static LUN is " + std::to_string(size) + " bytes, " +
+                      std::to_string(required) + " were asked for; grow the LUN on the storage first");
+  }
   if (required > 0 && size < static_cast<uint64_t>(required)) {
     // The controller grows the LUN first; seeing the old size means its
     // refresh has not reached us yet. Transient: the resizer retries.
@@ -222,7 +229,9 @@ grpc::Status NodeService::NodeGetInfo(grpc::ServerContext*, const csi::v1::NodeG
                                       csi::v1::NodeGetInfoResponse* response) {
   response->set_node_id(options_.node_id);
   response->set_max_volumes_per_node(options_.max_volumes_per_node);
-  (*response->mutable_accessible_topology()->mutable_segments())[kTopologyNodeKey] = options_.node_id;
+  auto& segments = *response->mutable_accessible_topology()->mutable_segments();
+  segments[kTopologyNodeKey] = options_.node_id;
+  if (!options_.zone.empty()) segments[kTopologyZoneKey] = options_.zone;
   return grpc::Status::OK;
 }
 

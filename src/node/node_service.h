@@ -31,6 +31,10 @@ inline constexpr char kTopologyNodeKey[] = "topology.blockcsi.io/node";
 
 struct NodeServiceOptions {
   std::string node_id;
+  // The zone this node is in (--zone; common/topology.h): NodeGetInfo adds
+  // it to the node's segment so that volumes of that zone's storage hosts
+  // are placed where this node can reach them. Empty: no zone.
+  std::string zone;
   int64_t max_volumes_per_node = 0;
   std::shared_ptr<VolumeAttacher> attacher;
   std::shared_ptr<Mounter> mounter;

@@ -136,6 +136,7 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
 
   NodeServiceOptions options;
   options.node_id = wiring.node_id;
+  options.zone = wiring.zone;
   options.max_volumes_per_node = wiring.max_volumes_per_node;
   options.attacher = std::move(shared_attacher);
   options.mounter = MakeLibmountMounter();

@@ -23,6 +23,7 @@ struct NodeWiring {
   std::string connector;  // "iscsi" | "userspace"
   std::string state_dir;
   std::string node_id;
+  std::string zone;  // --zone; empty: none
   int64_t max_volumes_per_node = 0;
   std::chrono::milliseconds bridge_io_timeout{std::chrono::seconds(30)};
   std::string bridge_cgroup;  // userspace connector; see attacher_factory.h

@@ -69,6 +69,22 @@ inline void ReportSpread(const std::vector<double>& measured, const std::vector<
   std::fflush(stdout);
 }
 
+// One row from both sides' samples (one per measured round, the warm-up
+// already dropped): medians compared, and each side's min / median / max
+// printed and carried into the RESULT line, so that the report's table shows
+// the spread next to the figure.
+inline void ReportSamples(const std::string& figure, const std::vector<double>& measured,
+                          const std::vector<double>& baseline, const char* unit, const std::string& baseline_label) {
+  double m = Median(measured), b = Median(baseline);
+  double ratio = b > 0 ? m / b : 0;
+  std::printf("  %-58s %14s  vs %-34s ratio %.2f\n", figure.c_str(), Format(m, unit).c_str(),
+              (Format(b, unit) + " (" + baseline_label + ")").c_str(), ratio);
+  ReportSpread(measured, baseline, unit);
+  std::printf("RESULT\t%s\t%s\t%s\t%.2f\n", figure.c_str(), ("min/median/max " + Spread(measured, unit)).c_str(),
+              ("min/median/max " + Spread(baseline, unit) + " (" + baseline_label + ")").c_str(), ratio);
+  std::fflush(stdout);
+}
+
 // A figure that has no baseline of its own (a count, e.g. errors).
 inline void ReportCount(const std::string& figure, long value) {
   std::printf("  %-58s %14ld\n", figure.c_str(), value);

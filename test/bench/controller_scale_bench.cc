@@ -125,30 +125,44 @@ int Main(int argc, char** argv) {
     (void)tgtd->ShowTargets();
     return Ms(Clock::now() - t0);
   };
+  // Samples at one pool size (each figure reported as min / median / max).
   struct AtSize {
+    std::vector<double> creates, pages, fulls, shows;
     double create = 0, page = 0, full = 0, show = 0;
     long page_calls = 0, full_calls = 0;
   };
   auto measure = [&](int size) {
     AtSize a;
-    std::vector<double> creates, pages, fulls, shows;
+    auto& creates = a.creates;
+    auto& pages = a.pages;
+    auto& fulls = a.fulls;
+    auto& shows = a.shows;
     for (int i = 0; i < samples; ++i) creates.push_back(create());
-    // Pages of the listing as it stands (size + samples volumes), twice over.
+    // A warm-up page and show, dropped: the first read of a pool this size.
+    std::string none;
+    long warm_calls = 0;
+    (void)list_page("", page, &none, &warm_calls);
+    (void)show_targets();
+    // Pages of the listing as it stands (size + samples volumes), twice
+    // over; the page and its baseline alternate which goes first.
     std::vector<long> page_calls;
+    int n = 0;
     for (int pass = 0; pass < 2; ++pass) {
       std::string token;
       do {
+        const bool show_first = n++ % 2 == 1;
+        double show_ms = show_first ? show_targets() : 0;
         long calls = 0;
         double ms = list_page(token, page, &token, &calls);
+        if (!show_first) show_ms = show_targets();  // the baseline, under the same load
         // Only full pages count: a short last page (or a pool smaller than
         // a page) is less work and would flatter the comparison.
         if (last_entries < page) continue;
         pages.push_back(ms);
         page_calls.push_back(calls);
-        shows.push_back(show_targets());  // the baseline, under the same load
+        shows.push_back(show_ms);
       } while (!token.empty());
     }
-    std::string none;
     for (int i = 0; i < 3; ++i) {
       long calls = 0;
       fulls.push_back(list_page("", 0, &none, &calls));
@@ -187,22 +201,34 @@ int Main(int argc, char** argv) {
   if (listed.ok()) {
     std::vector<std::string> ids;
     for (const auto& r : listed->items) ids.push_back(r.id);
-    for (int i = 0; i < 3; ++i) {
+    auto old_way = [&](bool keep) {
       long before = counting->tgtadm();
       auto t0 = Clock::now();
       for (const auto& id : ids) {
         auto h = backend->CheckVolume(id);
         if (!h.ok() || h->abnormal) ++failures;
       }
-      one_by_one.push_back(Ms(Clock::now() - t0));
+      if (keep) one_by_one.push_back(Ms(Clock::now() - t0));
       one_by_one_calls = counting->tgtadm() - before;
-      before = counting->tgtadm();
-      t0 = Clock::now();
+    };
+    auto batched_way = [&](bool keep) {
+      long before = counting->tgtadm();
+      auto t0 = Clock::now();
       for (const auto& h : backend->CheckVolumes(ids)) {
         if (!h.ok() || h->abnormal) ++failures;
       }
-      batched.push_back(Ms(Clock::now() - t0));
+      if (keep) batched.push_back(Ms(Clock::now() - t0));
       batched_calls = counting->tgtadm() - before;
+    };
+    // Round -1 is a warm-up, dropped; the side that goes first alternates.
+    for (int i = -1; i < 4; ++i) {
+      if (i < 0 || i % 2 == 0) {
+        old_way(i >= 0);
+        batched_way(i >= 0);
+      } else {
+        batched_way(i >= 0);
+        old_way(i >= 0);
+      }
     }
   } else {
     ++failures;
@@ -210,16 +236,16 @@ int Main(int argc, char** argv) {
 
   std::string n = std::to_string(volumes);
   std::string p = std::to_string(page);
-  Report("CreateVolume at " + n + " volumes", full.create, empty.create, "ms",
-         "at " + std::to_string(std::max(page, samples)) + " volumes");
-  Report("ListVolumes page of " + p + " at " + n + " volumes", full.page, full.show, "ms", "1 tgtadm show");
-  Report("ListVolumes whole list at " + n + " volumes", full.full, full.show, "ms", "1 tgtadm show");
-  Report("ListVolumes page of " + p + " at " + n + " vs one page of volumes", full.page, empty.page, "ms",
-         "a full page at " + std::to_string(std::max(page, samples)) + " volumes");
+  ReportSamples("CreateVolume at " + n + " volumes", full.creates, empty.creates, "ms",
+                "at " + std::to_string(std::max(page, samples)) + " volumes");
+  ReportSamples("ListVolumes page of " + p + " at " + n + " volumes", full.pages, full.shows, "ms", "1 tgtadm show");
+  ReportSamples("ListVolumes whole list at " + n + " volumes", full.fulls, full.shows, "ms", "1 tgtadm show");
+  ReportSamples("ListVolumes page of " + p + " at " + n + " vs one page of volumes", full.pages, empty.pages, "ms",
+                "a full page at " + std::to_string(std::max(page, samples)) + " volumes");
   ReportCount("tgtadm runs per ListVolumes page of " + p, full.page_calls);
   ReportCount("tgtadm runs per whole ListVolumes of " + n, full.full_calls);
-  Report("Page checks batched (CheckVolumes x" + p + ")", Median(batched), Median(one_by_one), "ms",
-         "CheckVolume x" + p + ", pre-fix path");
+  ReportSamples("Page checks batched (CheckVolumes x" + p + ")", batched, one_by_one, "ms",
+                "CheckVolume x" + p + ", pre-fix path");
   ReportCount("tgtadm runs: CheckVolumes x" + p, batched_calls);
   ReportCount("tgtadm runs: CheckVolume x" + p + " (pre-fix)", one_by_one_calls);
   ReportCount("Controller scale failures", failures);

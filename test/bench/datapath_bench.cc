@@ -2,7 +2,9 @@
 // userspace connector's loop device (the real `blockcsi bridge`: libiscsi
 // session → FUSE file → loop device, O_DIRECT) against raw libiscsi
 // READ(16)/WRITE(16) on the same LUN of a throw-away tgtd, same offsets,
-// rounds interleaved. Sequential 1 MiB is attach_bench's (same setup).
+// a warm-up round dropped, the side that goes first alternating per round,
+// each figure with its min / median / max. Sequential 1 MiB is
+// attach_bench's (same setup).
 // When fio is installed it also runs fio on the same loop device (psync,
 // direct, QD1; sequential 1 MiB and random 4 KiB) as a cross-check of our
 // own loop figures, set against our raw libiscsi figures (Debian's fio has
@@ -182,7 +184,10 @@ int Main(int argc, char** argv) {
       uint32_t bs = (*session)->block_size();
       std::vector<double> raw_r, raw_w, loop_r, loop_w, raw_r_us, raw_w_us, loop_r_us, loop_w_us;
       std::mt19937_64 rng(7);
-      for (int round = 0; round < rounds && rc == 0; ++round) {
+      // Round -1 is a warm-up, discarded (first touch of the LUN's blocks
+      // in tgtd's and the host's caches, first FUSE requests); then the side
+      // that goes first alternates per measured round.
+      for (int round = -1; round < rounds && rc == 0; ++round) {
         std::vector<uint64_t> offsets(ops);
         for (auto& off : offsets) off = (rng() % (size / kBlock)) * kBlock;
         Figures f;
@@ -198,12 +203,14 @@ int Main(int argc, char** argv) {
         // read the same offsets would otherwise always find them warmer.
         auto measure = [&](auto io, std::vector<double>* iops, std::vector<double>* us) {
           bool good = Measure(offsets, io, &f);
-          iops->push_back(f.iops);
-          us->push_back(f.median_us);
+          if (round >= 0) {
+            iops->push_back(f.iops);
+            us->push_back(f.median_us);
+          }
           return good;
         };
         bool ok = true;
-        if (round % 2 == 0) {
+        if (round < 0 || round % 2 == 0) {
           ok = measure(raw_read, &raw_r, &raw_r_us) && measure(loop_read, &loop_r, &loop_r_us) &&
                measure(raw_write, &raw_w, &raw_w_us) && measure(loop_write, &loop_w, &loop_w_us);
         } else {
@@ -216,21 +223,20 @@ int Main(int argc, char** argv) {
         }
       }
       if (rc == 0) {
-        std::printf("4 KiB random, QD1, %d ops x %d rounds on a %s LUN (own tool both sides)\n", ops, rounds,
-                    Format(static_cast<double>(mib), "MiB").c_str());
-        Report("4 KiB random read IOPS, loop device (O_DIRECT)", Median(loop_r), Median(raw_r), "IOPS", "raw libiscsi");
-        Report("4 KiB random write IOPS, loop device (O_DIRECT)", Median(loop_w), Median(raw_w), "IOPS",
-               "raw libiscsi");
-        Report("4 KiB random read median latency, loop device", Median(loop_r_us), Median(raw_r_us), "us",
-               "raw libiscsi");
-        Report("4 KiB random write median latency, loop device", Median(loop_w_us), Median(raw_w_us), "us",
-               "raw libiscsi");
+        std::printf(
+            "4 KiB random, QD1, %d ops x %d rounds after a discarded warm-up, sides alternating, on a %s LUN "
+            "(own tool both sides)\n",
+            ops, rounds, Format(static_cast<double>(mib), "MiB").c_str());
+        ReportSamples("4 KiB random read IOPS, loop device (O_DIRECT)", loop_r, raw_r, "IOPS", "raw libiscsi");
+        ReportSamples("4 KiB random write IOPS, loop device (O_DIRECT)", loop_w, raw_w, "IOPS", "raw libiscsi");
+        ReportSamples("4 KiB random read median latency, loop device", loop_r_us, raw_r_us, "us", "raw libiscsi");
+        ReportSamples("4 KiB random write median latency, loop device", loop_w_us, raw_w_us, "us", "raw libiscsi");
         if (::access("/usr/bin/fio", X_OK) == 0) {
           ::close(dev);
           dev = -1;
           std::printf(
               "fio %ds per job on the same loop device (psync, direct, QD1); baseline: raw libiscsi "
-              "(own tool) just before and just after each job, averaged\n",
+              "(own tool) just before and just after each job (median of the two)\n",
               fio_seconds);
           // Raw figure for one fio job's pattern: ops/s (MiB/s for 1 MiB ops).
           auto raw_for = [&](bool random, bool write) {
@@ -268,7 +274,10 @@ int Main(int argc, char** argv) {
             bool ran = Fio(device, job.rw, job.bs, fio_seconds, &iops, &mibps);
             double after = raw_for(job.random, job.write);
             if (ran && before > 0 && after > 0) {
-              Report(job.figure, job.random ? iops : mibps, (before + after) / 2, job.unit, "raw libiscsi, own tool");
+              // One fio job against the raw figure just before and just
+              // after it: the baseline's spread is those two.
+              ReportSamples(job.figure, {job.random ? iops : mibps}, {before, after}, job.unit,
+                            "raw libiscsi, own tool, before/after");
             }
           }
         } else {

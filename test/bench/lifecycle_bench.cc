@@ -15,9 +15,11 @@
 // through libmount, alternate which goes first per round, and drop a warm-up
 // round; each step prints its min / median / max.
 // Then an attach storm: N volumes staged concurrently against N bare stages
-// done concurrently too, errors counted, and the plugin's RSS idle, with the
+// done concurrently too (warm-up dropped, sides alternating), errors counted, and the plugin's RSS idle, with the
 // storm staged and after it. Needs root, tgt, FUSE and loop devices.
-//   lifecycle_bench [--runs N] [--storm 32,64] [--size-mib M]
+// Last, the per-step breakdown: --spans N lifecycles on a plugin restarted
+// with --log-level debug, its spans summed per step (bench/span_breakdown.h).
+//   lifecycle_bench [--runs N] [--storm 32,64] [--storm-rounds R] [--size-mib M] [--spans N]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -33,6 +35,7 @@
 
 #include "attach/initiator.h"
 #include "bench/bench_report.h"
+#include "bench/span_breakdown.h"
 #include "bridge/libiscsi_session.h"
 #include "common/executor.h"
 #include "common/logging.h"
@@ -312,97 +315,153 @@ class LifecycleBench {
     }
     std::printf("Per-step latency, median of %d lifecycles (%s volumes)\n", runs,
                 Format(size_bytes_ >> 20, "MiB").c_str());
-    double plugin_total = 0, bare_total = 0;
+    // Each round's whole lifecycle (the sum of its steps), both sides.
+    std::vector<double> plugin_total(plugin[0].size(), 0), bare_total(bare[0].size(), 0);
     for (size_t s = 0; s < 8; ++s) {
-      Report(std::string(kSteps[s]), Median(plugin[s]), Median(bare[s]), "ms", kBare[s]);
-      ReportSpread(plugin[s], bare[s], "ms");
-      plugin_total += Median(plugin[s]);
-      bare_total += Median(bare[s]);
+      ReportSamples(std::string(kSteps[s]), plugin[s], bare[s], "ms", kBare[s]);
+      for (size_t r = 0; r < plugin[s].size() && r < plugin_total.size(); ++r) plugin_total[r] += plugin[s][r];
+      for (size_t r = 0; r < bare[s].size() && r < bare_total.size(); ++r) bare_total[r] += bare[s][r];
     }
-    Report("Full lifecycle (sum of step medians)", plugin_total, bare_total, "ms", "bare commands");
+    ReportSamples("Full lifecycle (all steps of one round)", plugin_total, bare_total, "ms", "bare commands");
     ReportCount("Lifecycle errors", errors);
     return errors;
   }
 
-  // N volumes staged at once (one thread each), against N bare stages at
-  // once (one thread each); then the same for unstage.
-  int Storm(int n, double idle_rss) {
+  // Where the time of each plugin step goes: `runs` more lifecycles on a
+  // plugin started with --log-level debug (its spans, common/span.h), kept
+  // apart from the timed rounds above so that debug logging costs them
+  // nothing.
+  int Breakdown(int runs) {
+    static const char* kSteps[] = {
+        "CreateVolume",        "ControllerPublishVolume", "NodeStageVolume",           "NodePublishVolume",
+        "NodeUnpublishVolume", "NodeUnstageVolume",       "ControllerUnpublishVolume", "DeleteVolume"};
+    SpanBreakdown spans(plugin_->log_path());
     int errors = 0;
-    std::vector<Volume> vols(n);
-    for (int i = 0; i < n; ++i) {
-      if (!Create("storm" + std::to_string(n) + "-" + std::to_string(i), &vols[i]).ok() ||
-          !ControllerPublish(&vols[i]).ok()) {
-        ++errors;
+    for (int i = 0; i < runs; ++i) {
+      Volume v;
+      std::vector<std::function<bool()>> csi = {[&] { return Create("spans-" + std::to_string(i), &v).ok(); },
+                                                [&] { return ControllerPublish(&v).ok(); },
+                                                [&] { return Stage(v).ok(); },
+                                                [&] { return Publish(v).ok(); },
+                                                [&] { return Unpublish(v).ok(); },
+                                                [&] { return Unstage(v).ok(); },
+                                                [&] { return ControllerUnpublish(v).ok(); },
+                                                [&] { return Delete(v).ok(); }};
+      for (size_t s = 0; s < 8; ++s) {
+        spans.Mark();
+        auto t0 = Clock::now();
+        if (!csi[s]()) ++errors;
+        spans.Collect(kSteps[s], Ms(Clock::now() - t0));
       }
     }
-    std::atomic<int> failed{0};
-    auto concurrently = [&](auto call) {
-      std::vector<std::thread> threads;
-      auto t0 = Clock::now();
-      for (int i = 0; i < n; ++i) {
-        threads.emplace_back([&, i] {
-          grpc::Status st = call(vols[i]);
-          if (!st.ok()) {
-            ++failed;
-            std::fprintf(stderr, "lifecycle_bench: storm %s: %s\n", vols[i].id.c_str(), st.error_message().c_str());
-          }
-        });
-      }
-      for (auto& t : threads) t.join();
-      return Ms(Clock::now() - t0);
-    };
-    double stage_ms = concurrently([&](const Volume& v) { return Stage(v); });
-    int stage_failed = failed.exchange(0);
-    double peak_rss = RssMib(plugin_->pid());
+    spans.Print();
+    return errors;
+  }
+
+  // N volumes staged at once (one thread each), against N bare stages at
+  // once (one thread each); then the same for unstage. Like the steps: a
+  // warm-up round dropped, then `rounds` rounds with the side that goes
+  // first alternating, each figure with its min / median / max.
+  int Storm(int n, int rounds, double idle_rss) {
+    int errors = 0, failed_calls = 0;
+    std::vector<double> stage_ms, unstage_ms, bare_stage_ms, bare_unstage_ms;
+    double peak_rss = 0, after_rss = 0, bridges_rss = 0;
     int bridges = 0;
-    double bridges_rss = BridgesRssMib(plugin_->dir(), plugin_->pid(), &bridges);
-    double unstage_ms = concurrently([&](const Volume& v) { return Unstage(v); });
-    int unstage_failed = failed.exchange(0);
-    for (auto& v : vols) {
-      if (!ControllerUnpublish(v).ok() || !Delete(v).ok()) ++errors;
+    const std::string sn = std::to_string(n);
+    auto plugin_round = [&](int round, bool keep) {
+      std::vector<Volume> vols(n);
+      for (int i = 0; i < n; ++i) {
+        if (!Create("storm" + sn + "-" + std::to_string(round + 1) + "-" + std::to_string(i), &vols[i]).ok() ||
+            !ControllerPublish(&vols[i]).ok()) {
+          ++errors;
+        }
+      }
+      std::atomic<int> failed{0};
+      auto concurrently = [&](auto call) {
+        std::vector<std::thread> threads;
+        auto t0 = Clock::now();
+        for (int i = 0; i < n; ++i) {
+          threads.emplace_back([&, i] {
+            grpc::Status st = call(vols[i]);
+            if (!st.ok()) {
+              ++failed;
+              std::fprintf(stderr, "lifecycle_bench: storm %s: %s\n", vols[i].id.c_str(), st.error_message().c_str());
+            }
+          });
+        }
+        for (auto& t : threads) t.join();
+        return Ms(Clock::now() - t0);
+      };
+      double stage = concurrently([&](const Volume& v) { return Stage(v); });
+      // Memory with the storm staged: the last round's (any round would do).
+      peak_rss = RssMib(plugin_->pid());
+      bridges_rss = BridgesRssMib(plugin_->dir(), plugin_->pid(), &bridges);
+      double unstage = concurrently([&](const Volume& v) { return Unstage(v); });
+      failed_calls += failed.load();
+      for (auto& v : vols) {
+        if (!ControllerUnpublish(v).ok() || !Delete(v).ok()) ++errors;
+      }
+      if (keep) {
+        stage_ms.push_back(stage);
+        unstage_ms.push_back(unstage);
+      }
+    };
+    auto bare_round = [&](int round, bool keep) {
+      std::vector<Bare> bare;
+      for (int i = 0; i < n; ++i) {
+        bare.push_back(NewBare(1000 * (round + 2) + i));
+        if (!BareCreate(bare.back()) || !BareControllerPublish(bare.back())) ++errors;
+      }
+      // Concurrent against concurrent (issue #22: N serial bare stages made
+      // the plugin's concurrent storm look better than the same work is).
+      std::atomic<int> bare_failed{0};
+      auto bare_concurrently = [&](auto step) {
+        std::vector<std::thread> threads;
+        auto t0 = Clock::now();
+        for (auto& b : bare) {
+          threads.emplace_back([&, bp = &b] {
+            if (!step(*bp)) ++bare_failed;
+          });
+        }
+        for (auto& t : threads) t.join();
+        return Ms(Clock::now() - t0);
+      };
+      double stage = bare_concurrently([&](Bare& b) { return BareStage(b); });
+      double unstage = bare_concurrently([&](Bare& b) { return BareUnstage(b); });
+      errors += bare_failed.load();
+      for (auto& b : bare) {
+        if (!BareControllerUnpublish(b) || !BareDelete(b)) ++errors;
+      }
+      if (keep) {
+        bare_stage_ms.push_back(stage);
+        bare_unstage_ms.push_back(unstage);
+      }
+    };
+    for (int round = -1; round < rounds; ++round) {
+      const bool keep = round >= 0;  // round -1: the warm-up
+      if (round < 0 || round % 2 == 0) {
+        plugin_round(round, keep);
+        bare_round(round, keep);
+      } else {
+        bare_round(round, keep);
+        plugin_round(round, keep);
+      }
     }
     std::this_thread::sleep_for(1s);  // let the allocator hand back what it will
-    double after_rss = RssMib(plugin_->pid());
+    after_rss = RssMib(plugin_->pid());
 
-    std::vector<Bare> bare;
-    for (int i = 0; i < n; ++i) {
-      bare.push_back(NewBare(1000 + i));
-      if (!BareCreate(bare.back()) || !BareControllerPublish(bare.back())) ++errors;
-    }
-    // Concurrent against concurrent (issue #22: N serial bare stages made
-    // the plugin's concurrent storm look better than the same work is).
-    std::atomic<int> bare_failed{0};
-    auto bare_concurrently = [&](auto step) {
-      std::vector<std::thread> threads;
-      auto t0 = Clock::now();
-      for (auto& b : bare) {
-        threads.emplace_back([&, bp = &b] {
-          if (!step(*bp)) ++bare_failed;
-        });
-      }
-      for (auto& t : threads) t.join();
-      return Ms(Clock::now() - t0);
-    };
-    double bare_stage_ms = bare_concurrently([&](Bare& b) { return BareStage(b); });
-    double bare_unstage_ms = bare_concurrently([&](Bare& b) { return BareUnstage(b); });
-    errors += bare_failed.load();
-    for (auto& b : bare) {
-      if (!BareControllerUnpublish(b) || !BareDelete(b)) ++errors;
-    }
-
-    std::printf("Attach storm: %d volumes on one node\n", n);
-    std::string sn = std::to_string(n);
-    Report("Storm " + sn + ": NodeStage x" + sn + " concurrent, wall", stage_ms, bare_stage_ms, "ms",
-           "bare stage x" + sn + " concurrent");
-    Report("Storm " + sn + ": NodeUnstage x" + sn + " concurrent, wall", unstage_ms, bare_unstage_ms, "ms",
-           "bare unstage x" + sn + " concurrent");
-    ReportCount("Storm " + sn + ": failed NodeStage/NodeUnstage", stage_failed + unstage_failed);
+    std::printf("Attach storm: %d volumes on one node, %d rounds after a warm-up, sides alternating\n", n, rounds);
+    ReportSamples("Storm " + sn + ": NodeStage x" + sn + " concurrent, wall", stage_ms, bare_stage_ms, "ms",
+                  "bare stage x" + sn + " concurrent");
+    ReportSamples("Storm " + sn + ": NodeUnstage x" + sn + " concurrent, wall", unstage_ms, bare_unstage_ms, "ms",
+                  "bare unstage x" + sn + " concurrent");
+    ReportCount("Storm " + sn + ": failed NodeStage/NodeUnstage", failed_calls);
     Report("Plugin RSS with " + sn + " staged", peak_rss, idle_rss, "MiB", "idle");
     Report("Plugin RSS after storm " + sn + " (all unstaged)", after_rss, idle_rss, "MiB", "idle");
     // Each staged volume has its own bridge process (libiscsi + FUSE).
     Report("RSS per bridge with " + sn + " staged (mean of " + std::to_string(bridges) + ")",
            bridges > 0 ? bridges_rss / bridges : 0, idle_rss, "MiB", "plugin idle");
-    return errors + stage_failed + unstage_failed;
+    return errors + failed_calls;
   }
 
  private:
@@ -416,12 +475,18 @@ class LifecycleBench {
 
 int Main(int argc, char** argv) {
   int runs = 10;
+  int span_runs = 3;
   uint64_t size_mib = 64;
   std::vector<int> storms = {32, 64};
+  int storm_rounds = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--runs") {
       runs = std::atoi(argv[i + 1]);
+    } else if (flag == "--storm-rounds") {
+      storm_rounds = std::atoi(argv[i + 1]);
+    } else if (flag == "--spans") {
+      span_runs = std::atoi(argv[i + 1]);
     } else if (flag == "--size-mib") {
       size_mib = std::strtoull(argv[i + 1], nullptr, 10);
     } else if (flag == "--storm") {
@@ -432,7 +497,8 @@ int Main(int argc, char** argv) {
         if (!n.empty()) storms.push_back(std::atoi(n.c_str()));
       }
     } else {
-      std::fprintf(stderr, "usage: lifecycle_bench [--runs N] [--storm 32,64] [--size-mib M]\n");
+      std::fprintf(stderr,
+                   "usage: lifecycle_bench [--runs N] [--storm 32,64] [--storm-rounds R] [--size-mib M] [--spans N]\n");
       return 2;
     }
   }
@@ -461,8 +527,17 @@ int Main(int argc, char** argv) {
     double idle_rss = RssMib(plugin.pid());
     LifecycleBench bench(tgtd.get(), &plugin, tmp.path(), size_mib << 20);
     errors += bench.Steps(runs);
-    for (int n : storms) errors += bench.Storm(n, idle_rss);
+    for (int n : storms) errors += bench.Storm(n, storm_rounds, idle_rss);
     plugin.Stop();
+    if (span_runs > 0) {
+      options.extra_args = {"--log-level", "debug"};
+      if (!plugin.Start(options, &error)) {
+        std::fprintf(stderr, "lifecycle_bench: debug restart: %s\n", error.c_str());
+        return 1;
+      }
+      errors += bench.Breakdown(span_runs);
+      plugin.Stop();
+    }
   }
   // Whatever a failure left behind (mounts, loop devices, bridges) goes
   // before the temp dir and the tgtd do.

@@ -83,9 +83,9 @@ int Main(int argc, char** argv) {
   }
   std::printf("tgtd_control_bench: %d rounds (+%d warm-up), %d targets, tgtd on control port %d\n", rounds, warmup,
               targets, tgtd->control_port());
-  Report("show target, socket (median)", Median(show_socket), Median(show_exec), "ms", "exec tgtadm");
+  ReportSamples("show target, socket", show_socket, show_exec, "ms", "exec tgtadm");
   Report("show target, socket (p90)", P90(show_socket), P90(show_exec), "ms", "exec tgtadm");
-  Report("account new+delete, socket (median)", Median(pair_socket), Median(pair_exec), "ms", "exec tgtadm");
+  ReportSamples("account new+delete, socket", pair_socket, pair_exec, "ms", "exec tgtadm");
   Report("account new+delete, socket (p90)", P90(pair_socket), P90(pair_exec), "ms", "exec tgtadm");
   ReportCount("failed calls", failures);
   return failures == 0 ? 0 : 1;

@@ -50,27 +50,8 @@ csi::v1::VolumeCapability MountCap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
   return cap;
 }
 
-class RbdControllerConformanceTest : public ::testing::Test {
+class RbdControllerConformanceTest : public testing::CephSuiteTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!testing::IsRoot()) {
-      skip_ = "needs root (runs Ceph daemons)";
-      return;
-    }
-    if (!std::filesystem::exists("/usr/bin/ceph-mon") || !std::filesystem::exists("/usr/bin/ceph-osd")) {
-      skip_ = "ceph packages missing (hack/install-deps.sh)";
-      return;
-    }
-    cluster_ = testing::CephTestCluster::Acquire(&setup_error_);
-    if (cluster_) env_ = cluster_->env();
-  }
-  static void TearDownTestSuite() { cluster_.reset(); }
-
-  void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
-    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
-    ASSERT_TRUE(env_.contains("CEPH_CONF") && env_.contains("RBD_POOL")) << "hack/ceph-cluster.sh printed no env";
-  }
   void TearDown() override {
     // Leave the shared cluster as we found it, also after a failure.
     if (controller_ != nullptr) {
@@ -234,10 +215,6 @@ class RbdControllerConformanceTest : public ::testing::Test {
     rados_shutdown(cluster);
     return value;
   }
-
-  static inline std::string skip_, setup_error_;
-  static inline std::unique_ptr<testing::CephTestCluster> cluster_;
-  static inline std::map<std::string, std::string> env_;
 
   testing::TempDir dir_;
   std::unique_ptr<testing::ChildProcess> plugin_;

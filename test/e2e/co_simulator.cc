@@ -115,13 +115,22 @@ std::string CoSimulator::PodVolumePath(const std::string& node_id, const std::st
 
 grpc::Status CoSimulator::Provision(const std::string& pvc_name, int64_t bytes,
                                     const csi::v1::VolumeCapability& capability,
-                                    const std::map<std::string, std::string>& parameters, PersistentVolume* pv) {
+                                    const std::map<std::string, std::string>& parameters, PersistentVolume* pv,
+                                    const TopologyRequirement& topology) {
   csi::v1::CreateVolumeRequest req;
   // external-provisioner names volumes pvc-<uid>.
   req.set_name("pvc-" + pvc_name);
   req.mutable_capacity_range()->set_required_bytes(bytes);
   *req.add_volume_capabilities() = capability;
   for (const auto& [k, v] : parameters) (*req.mutable_parameters())[k] = v;
+  for (const auto& segments : topology.requisite) {
+    req.mutable_accessibility_requirements()->add_requisite()->mutable_segments()->insert(segments.begin(),
+                                                                                          segments.end());
+  }
+  for (const auto& segments : topology.preferred) {
+    req.mutable_accessibility_requirements()->add_preferred()->mutable_segments()->insert(segments.begin(),
+                                                                                          segments.end());
+  }
   csi::v1::CreateVolumeResponse resp;
   grpc::Status st = Retry("CreateVolume " + req.name(), [&] {
     auto ctx = Context();
@@ -133,7 +142,38 @@ grpc::Status CoSimulator::Provision(const std::string& pvc_name, int64_t bytes,
   pv->capacity_bytes = resp.volume().capacity_bytes();
   pv->volume_context.clear();
   for (const auto& [k, v] : resp.volume().volume_context()) pv->volume_context[k] = v;
+  pv->accessible_topology.clear();
+  for (const auto& t : resp.volume().accessible_topology()) {
+    pv->accessible_topology.emplace_back(t.segments().begin(), t.segments().end());
+  }
   pv->capability = capability;
+  return st;
+}
+
+grpc::Status CoSimulator::Capacity(const Segments& segment, const std::map<std::string, std::string>& parameters,
+                                   int64_t* available_bytes) {
+  csi::v1::GetCapacityRequest req;
+  req.mutable_accessible_topology()->mutable_segments()->insert(segment.begin(), segment.end());
+  for (const auto& [k, v] : parameters) (*req.mutable_parameters())[k] = v;
+  csi::v1::GetCapacityResponse resp;
+  auto ctx = Context();
+  grpc::Status st = controller_->GetCapacity(ctx.get(), req, &resp);
+  std::string where;
+  for (const auto& [k, v] : segment) where += (where.empty() ? "" : ",") + k + "=" + v;
+  Note("GetCapacity " + where, st);
+  if (st.ok()) *available_bytes = resp.available_capacity();
+  return st;
+}
+
+grpc::Status CoSimulator::NodeTopology(const std::string& node_id, Segments* segments) {
+  NodeEntry* node = Node(node_id);
+  if (node == nullptr) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unknown node " + node_id);
+  csi::v1::NodeGetInfoResponse resp;
+  auto ctx = Context();
+  grpc::Status st = node->stub->NodeGetInfo(ctx.get(), csi::v1::NodeGetInfoRequest(), &resp);
+  Note("NodeGetInfo " + node_id, st);
+  if (st.ok())
+    segments->insert(resp.accessible_topology().segments().begin(), resp.accessible_topology().segments().end());
   return st;
 }
 
@@ -331,6 +371,31 @@ grpc::Status CoSimulator::VolumeStats(const Pod& pod, csi::v1::NodeGetVolumeStat
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   return node->stub->NodeGetVolumeStats(ctx.get(), req, response);
+}
+
+grpc::Status CoSimulator::ResizePvc(PersistentVolume* pv, int64_t bytes, const Pod& pod) {
+  NodeEntry* node = Node(pod.node_id);
+  if (node == nullptr) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unknown node " + pod.node_id);
+  csi::v1::ControllerExpandVolumeRequest creq;
+  creq.set_volume_id(pv->volume_id);
+  creq.mutable_capacity_range()->set_required_bytes(bytes);
+  *creq.mutable_volume_capability() = pv->capability;
+  csi::v1::ControllerExpandVolumeResponse cresp;
+  grpc::Status st = controller_->ControllerExpandVolume(Context().get(), creq, &cresp);
+  Note("ControllerExpandVolume " + pv->volume_id + " " + std::to_string(bytes), st);
+  if (!st.ok()) return st;
+  pv->capacity_bytes = cresp.capacity_bytes();
+  if (!cresp.node_expansion_required()) return st;
+  csi::v1::NodeExpandVolumeRequest nreq;
+  nreq.set_volume_id(pv->volume_id);
+  nreq.set_volume_path(pod.volume_path);
+  nreq.set_staging_target_path(StagingPath(pod.node_id, pv->volume_id));
+  nreq.mutable_capacity_range()->set_required_bytes(bytes);
+  *nreq.mutable_volume_capability() = pv->capability;
+  csi::v1::NodeExpandVolumeResponse nresp;
+  st = node->stub->NodeExpandVolume(Context().get(), nreq, &nresp);
+  Note("NodeExpandVolume " + pv->volume_id + " " + pod.node_id, st);
+  return st;
 }
 
 }  // namespace blockcsi::e2e

@@ -40,12 +40,25 @@ struct CoSimulatorOptions {
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(120)};
 };
 
+// A topology segment: key → value (NodeGetInfo, accessible_topology).
+using Segments = std::map<std::string, std::string>;
+
+// CreateVolume's accessibility_requirements as external-provisioner's
+// Topology feature sends them: requisite, and preferred with the segment
+// of the node the scheduler picked first (WaitForFirstConsumer).
+struct TopologyRequirement {
+  std::vector<Segments> requisite;
+  std::vector<Segments> preferred;
+};
+
 // What external-provisioner keeps in the PersistentVolume.
 struct PersistentVolume {
   std::string name;
   std::string volume_id;
   int64_t capacity_bytes = 0;
   std::map<std::string, std::string> volume_context;
+  // CreateVolume's accessible_topology: what the PV's node affinity says.
+  std::vector<Segments> accessible_topology;
   csi::v1::VolumeCapability capability;
   // The Secret spec.csi.nodeStageSecretRef names, as kubelet reads it for
   // NodeStageVolume (e.g. a static PV's CHAP credentials).
@@ -85,8 +98,16 @@ class CoSimulator {
 
   // ---- provisioner
   grpc::Status Provision(const std::string& pvc_name, int64_t bytes, const csi::v1::VolumeCapability& capability,
-                         const std::map<std::string, std::string>& parameters, PersistentVolume* pv);
+                         const std::map<std::string, std::string>& parameters, PersistentVolume* pv,
+                         const TopologyRequirement& topology = {});
   grpc::Status Deprovision(const PersistentVolume& pv);
+  // GetCapacity for one segment, with no capability (as newer provisioners
+  // send it), as --enable-capacity asks for each segment its nodes report.
+  grpc::Status Capacity(const Segments& segment, const std::map<std::string, std::string>& parameters,
+                        int64_t* available_bytes);
+  // NodeGetInfo's segment of a node: what node-driver-registrar puts on
+  // the Node's labels and the CSINode's topology keys.
+  grpc::Status NodeTopology(const std::string& node_id, Segments* segments);
 
   // ---- attacher
   // Creates (or finds) the VolumeAttachment of pv × node and reconciles it
@@ -94,6 +115,12 @@ class CoSimulator {
   grpc::Status Attach(const PersistentVolume& pv, const std::string& node_id);
   // Reconciles the VolumeAttachment to detached and deletes it.
   grpc::Status Detach(const PersistentVolume& pv, const std::string& node_id);
+  // Takes an attachment another attacher made (the real external-attacher,
+  // read from the VolumeAttachment's status), as kubelet reads the object:
+  // RunPod then uses its attachment_metadata.
+  void ObserveAttachment(const VolumeAttachment& va) { attachments_[va.name] = va; }
+  // Forgets it again (the object was deleted).
+  void ForgetAttachment(const std::string& name) { attachments_.erase(name); }
   // nullptr when there is none.
   const VolumeAttachment* FindAttachment(const std::string& volume_id, const std::string& node_id) const;
 
@@ -111,6 +138,13 @@ class CoSimulator {
   grpc::Status StageOnce(const std::string& node_id, const PersistentVolume& pv,
                          const std::map<std::string, std::string>& publish_context, const std::string& staging_path);
   grpc::Status VolumeStats(const Pod& pod, csi::v1::NodeGetVolumeStatsResponse* response);
+
+  // ---- resizer + kubelet: a PVC's request raised to `bytes`. As
+  // external-resizer: ControllerExpandVolume, the PV's capacity taken from
+  // its answer; then, when it says node_expansion_required, as kubelet:
+  // NodeExpandVolume on the pod's node and path. No retry (both would retry
+  // later; a test looks at the first answer). The first failure, or OK.
+  grpc::Status ResizePvc(PersistentVolume* pv, int64_t bytes, const Pod& pod);
 
   std::string StagingPath(const std::string& node_id, const std::string& volume_id) const;
   std::string PodVolumePath(const std::string& node_id, const std::string& pod_name, const std::string& pv_name) const;

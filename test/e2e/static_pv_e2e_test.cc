@@ -238,7 +238,10 @@ TEST_F(StaticPvTest, InitiatorNameLogsInAsTheInitiatorTheArraysAclNames) {
   e2e::Pod pod;
   ASSERT_TRUE(testing::GrpcOk(sim_->RunPod("reader", kNode, pv, &pod), plugin_->LogTail())) << sim_->EventLog();
   EXPECT_EQ(testing::ReadFileOrEmpty(pod.volume_path + "/hello.txt"), kContent);
-  EXPECT_NE(array_->ShowTargets().find(custom), std::string::npos);
+  // The array's session is logged in as that initiator (tgtd's own view).
+  EXPECT_TRUE(
+      testing::TgtdItems(array_->ShowTargets()).contains(std::string("tgtd session ") + kArrayIqn + " " + custom))
+      << array_->ShowTargets();
   ASSERT_TRUE(testing::GrpcOk(sim_->DeletePod(pod), plugin_->LogTail())) << sim_->EventLog();
   ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << sim_->EventLog();
   EXPECT_EQ(AdminConfig(*array_), admin_config_) << "the array's ACLs changed";
@@ -286,7 +289,12 @@ TEST_F(StaticPvTest, AnotherFilesystemThanThePvSaysIsRefusedNeverFormatted) {
   ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail()));
 }
 
-TEST_F(StaticPvTest, TheNodeGrowsTheFilesystemAfterTheAdminGrewTheLun) {
+// A PVC resize of a static PV, as external-resizer and kubelet drive it:
+// ControllerExpandVolume grows nothing (the array's admin owns the LUN) and
+// asks for node expansion; the node refuses while the LUN is still smaller
+// than asked (OUT_OF_RANGE, one line naming the volume, filesystem as it
+// was), and grows the filesystem online once the admin grew the LUN.
+TEST_F(StaticPvTest, APvcResizeGrowsTheFilesystemOnceTheAdminGrewTheLun) {
   // xfs: a mounted ext4 grows only with CAP_SYS_RESOURCE, which this
   // machine's root lacks; xfs grows online here.
   const std::string image = dir_.Join("array-disk2.img");
@@ -302,33 +310,43 @@ TEST_F(StaticPvTest, TheNodeGrowsTheFilesystemAfterTheAdminGrewTheLun) {
   e2e::PersistentVolume pv = StaticPv("array-a-disk2", {{"iqn", iqn}, {"fsType", "xfs"}});
   pv.volume_context.erase("serial");
   pv.capability = testing::MountCapability("xfs");
+  pv.capacity_bytes = 320LL << 20;
   ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
   e2e::Pod pod;
   ASSERT_TRUE(testing::GrpcOk(sim_->RunPod("grower", kNode, pv, &pod), plugin_->LogTail())) << sim_->EventLog();
   std::ofstream(pod.volume_path + "/kept.txt") << "kept across the grow\n";
   csi::v1::NodeGetVolumeStatsResponse before;
   ASSERT_TRUE(testing::GrpcOk(sim_->VolumeStats(pod, &before), plugin_->LogTail()));
+  ASSERT_GE(before.usage_size(), 1);
+  const auto admin_config = AdminConfig(*array_);
 
-  // The admin grows the LUN (tgtd refreshes a LUN's size by re-adding it).
+  // The PVC asks for 640 MiB before the admin grew the LUN.
+  grpc::Status st = sim_->ResizePvc(&pv, 640LL << 20, pod);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE) << sim_->EventLog();
+  EXPECT_NE(st.error_message().find("array-a-disk2"), std::string::npos) << st.error_message();
+  EXPECT_EQ(st.error_message().find('\n'), std::string::npos) << st.error_message();
+  EXPECT_NE(sim_->EventLog().find("ControllerExpandVolume array-a-disk2 671088640 -> OK"), std::string::npos)
+      << sim_->EventLog();
+  csi::v1::NodeGetVolumeStatsResponse refused;
+  ASSERT_TRUE(testing::GrpcOk(sim_->VolumeStats(pod, &refused), plugin_->LogTail()));
+  EXPECT_EQ(refused.usage(0).total(), before.usage(0).total());
+
+  // The admin grows the LUN. tgtd re-reads a LUN's size only when the LU is
+  // made again (`--op update` changes no size); an idle session survives.
   ASSERT_EQ(Exec({"truncate", "-s", "640M", image}).code, 0);
   Tgtadm({"--op", "delete", "--mode", "logicalunit", "--tid", "8", "--lun", "1"});
   Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "8", "--lun", "1", "-b", image});
 
-  csi::v1::NodeExpandVolumeRequest req;
-  req.set_volume_id(pv.volume_id);
-  req.set_volume_path(pod.volume_path);
-  req.set_staging_target_path(sim_->StagingPath(kNode, pv.volume_id));
-  req.mutable_capacity_range()->set_required_bytes(640LL << 20);
-  *req.mutable_volume_capability() = pv.capability;
-  csi::v1::NodeExpandVolumeResponse resp;
-  ASSERT_TRUE(
-      testing::GrpcOk(plugin_->node().NodeExpandVolume(testing::Deadline().get(), req, &resp), plugin_->LogTail()));
-  EXPECT_GE(resp.capacity_bytes(), 640LL << 20);
+  // The resizer and kubelet retry: now it grows.
+  ASSERT_TRUE(testing::GrpcOk(sim_->ResizePvc(&pv, 640LL << 20, pod), plugin_->LogTail())) << sim_->EventLog();
+  EXPECT_EQ(pv.capacity_bytes, 640LL << 20);
   csi::v1::NodeGetVolumeStatsResponse after;
   ASSERT_TRUE(testing::GrpcOk(sim_->VolumeStats(pod, &after), plugin_->LogTail()));
   ASSERT_GE(after.usage_size(), 1);
   EXPECT_GT(after.usage(0).total(), before.usage(0).total() + (200LL << 20));
   EXPECT_EQ(testing::ReadFileOrEmpty(pod.volume_path + "/kept.txt"), "kept across the grow\n");
+  // Nothing of the array's configuration was touched by the resize.
+  EXPECT_EQ(AdminConfig(*array_), admin_config);
   ASSERT_TRUE(testing::GrpcOk(sim_->DeletePod(pod), plugin_->LogTail())) << sim_->EventLog();
   ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << sim_->EventLog();
 }

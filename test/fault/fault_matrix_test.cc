@@ -358,6 +358,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
   }
 
   std::string Logs() const { return plugin_->LogTail() + (agent_side() ? "\nagent log:\n" + AgentLog() : ""); }
+  std::string GrpcLogTail() const { return Logs(); }
 
   // Whether the armed process died by its own SIGKILL.
   bool ArmedProcessDied() {
@@ -703,8 +704,6 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
   Outcome outcome_;
   std::chrono::steady_clock::time_point start_;
 };
-
-#define ASSERT_GRPC_OK(expr) ASSERT_TRUE(testing::GrpcOk((expr), Logs())) << #expr
 
 // Controller and agent points: one armed start, the operation dies with
 // the process, one unarmed restart, the same request retried.

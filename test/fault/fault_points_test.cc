@@ -1,9 +1,11 @@
 // The naming rules of the crash points (common/fault_points.h): pure
-// functions and the per-thread scope; nothing here is ever armed.
+// functions and the per-thread scope; nothing is armed in this process (the
+// one armed case runs in a child of its own).
 #include "common/fault_points.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -46,6 +48,22 @@ TEST(FaultPointScope, IsPerThreadAndNests) {
     FaultPoint(kPoint);
   }
   EXPECT_EQ(ArmedFaultPointName(kPoint), kPoint);
+}
+
+// BLOCKCSI_FAULT_FAIL fails exactly the listed step, with a final code
+// (so the caller must roll back) and a message naming it. The variable is
+// read once per process: armed in a forked child only.
+TEST(FaultStatus, FailsOnlyTheListedStepWithAFinalCode) {
+  EXPECT_EXIT(
+      {
+        ::setenv(kFaultFailEnv, "x,rbd.create_volume.after-create", 1);
+        Status armed = FaultStatus("rbd.create_volume.after-create");
+        Status other = FaultStatus("rbd.create_volume.after-name");
+        bool ok = armed.code() == StatusCode::kInternal && IsFinalFailure(armed) &&
+                  armed.message() == "injected failure at rbd.create_volume.after-create" && other.ok();
+        std::exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "attach/attacher_factory.h"
+#include "support/leak_check.h"
+#include "support/block_io.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -49,19 +51,18 @@ class AttachIntegrationTest : public ::testing::Test {
   std::vector<int> BridgePids() const;
   std::vector<std::string> LoopDevicesUnderState() const;
   std::vector<std::string> MountsUnderState() const;
+  // The one leak checker (support/leak_check.h) against the state at SetUp:
+  // bridges, FUSE mounts, loop devices (also those whose FUSE file is gone),
+  // attach records, bridge dirs and iSCSI sessions. Called by tests right
+  // after a failing call and by TearDown before it cleans.
   void ExpectNothingLeft();
+  LeakScope Scope() const;
 
   std::unique_ptr<TgtdHarness> tgtd_;
   std::unique_ptr<TempDir> tmp_;
   std::string state_dir_;
   int next_tid_ = 1;
+  LeakSnapshot baseline_;  // at SetUp
 };
-
-// Pattern helpers: O_DIRECT I/O on a device, plain reads of a backing file.
-bool WriteDirect(const std::string& device, uint64_t offset, const std::string& data);
-std::string ReadDirect(const std::string& device, uint64_t offset, size_t len);
-std::string ReadFileAt(const std::string& path, uint64_t offset, size_t len);
-std::string Pattern(size_t len, char seed);
-int RunProgram(const std::vector<std::string>& argv, std::string* output = nullptr);
 
 }  // namespace blockcsi::testing

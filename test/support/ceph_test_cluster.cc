@@ -57,6 +57,28 @@ std::string KeyFromKeyring(const std::string& keyring_path) {
   return "";
 }
 
+void CephSuiteTest::AcquireCluster(Needs needs) {
+  skip_ = CephTestCluster::SkipReason();
+  if (skip_.empty() && needs == Needs::kCephAndBridge) {
+    if (::access("/dev/fuse", R_OK | W_OK) != 0) {
+      skip_ = "needs /dev/fuse";
+    } else if (!std::filesystem::exists("/dev/loop-control")) {
+      skip_ = "needs loop devices (/dev/loop-control)";
+    }
+  }
+  if (!skip_.empty()) return;
+  setup_error_.clear();
+  cluster_ = CephTestCluster::Acquire(&setup_error_);
+  if (cluster_) env_ = cluster_->env();
+}
+
+void CephSuiteTest::SetUp() {
+  if (!skip_.empty()) GTEST_SKIP() << skip_;
+  ASSERT_TRUE(setup_error_.empty()) << setup_error_;
+  ASSERT_TRUE(env_.contains("CEPH_CONF") && env_.contains("RBD_POOL"))
+      << "hack/ceph-cluster.sh printed no CEPH_CONF or RBD_POOL";
+}
+
 std::string CephTestCluster::SkipReason() {
   if (!IsRoot()) return "needs root (runs Ceph daemons)";
   for (const char* bin : {"/usr/bin/ceph-mon", "/usr/bin/ceph-mgr", "/usr/bin/ceph-osd", "/usr/bin/rbd"}) {

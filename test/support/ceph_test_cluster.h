@@ -6,6 +6,7 @@
 // (SetUpTestSuite / TearDownTestSuite). Not thread-safe.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <map>
@@ -41,6 +42,33 @@ class CephTestCluster {
   std::map<std::string, std::string> env_;
   pid_t reaper_ = -1;
   int reaper_pipe_ = -1;
+};
+
+// Base of every test suite on Ceph: one cluster per suite, acquired in
+// SetUpTestSuite; each test skips with the reason when the machine cannot
+// run Ceph (or lacks what the suite needs besides) and fails when the
+// cluster could not be had. A derived SetUp calls CephSuiteTest::SetUp()
+// first and returns when IsSkipped() or HasFatalFailure().
+class CephSuiteTest : public ::testing::Test {
+ public:
+  enum class Needs {
+    kCeph,
+    kCephAndBridge,  // also /dev/fuse and loop devices: the userspace connector's bridge
+  };
+
+ protected:
+  // A derived suite whose tests run bridges defines its own SetUpTestSuite
+  // calling AcquireCluster(Needs::kCephAndBridge).
+  static void AcquireCluster(Needs needs);
+  static void SetUpTestSuite() { AcquireCluster(Needs::kCeph); }
+  static void TearDownTestSuite() { cluster_.reset(); }
+  void SetUp() override;
+
+  static inline std::string skip_;         // why this machine cannot run the suite
+  static inline std::string setup_error_;  // why the cluster could not be had
+  static inline std::unique_ptr<CephTestCluster> cluster_;
+  // hack/ceph-cluster.sh's KEY=VALUE lines (CephTestCluster::env()).
+  static inline std::map<std::string, std::string> env_;
 };
 
 // The KEY=VALUE lines of hack/ceph-cluster.sh's output (progress ignored).

@@ -244,19 +244,19 @@ StatusOr<ProbeResult> FakeProbe::Probe(const std::string& device) {
   return r;
 }
 
-// ---- FakeExecutor
+// ---- FakeWorldExecutor
 
-void FakeExecutor::BeforeRun(std::function<void(const std::vector<std::string>&)> hook) {
+void FakeWorldExecutor::BeforeRun(std::function<void(const std::vector<std::string>&)> hook) {
   std::lock_guard lock(mu_);
   before_run_ = std::move(hook);
 }
 
-void FakeExecutor::Script(const std::string& program, CommandResult result) {
+void FakeWorldExecutor::Script(const std::string& program, CommandResult result) {
   std::lock_guard lock(mu_);
   script_[program] = std::move(result);
 }
 
-StatusOr<CommandResult> FakeExecutor::Run(const Command& command) {
+StatusOr<CommandResult> FakeWorldExecutor::Run(const Command& command) {
   std::vector<std::string> argv = command.Argv();
   std::function<void(const std::vector<std::string>&)> hook;
   {
@@ -294,7 +294,7 @@ StatusOr<CommandResult> FakeExecutor::Run(const Command& command) {
     // fail as a missing program would, so that no test passes on a success
     // the fake made up.
     result.exit_code = 127;
-    result.stderr_text = "FakeExecutor: no script for " + argv[0] + "\n";
+    result.stderr_text = "FakeWorldExecutor: no script for " + argv[0] + "\n";
   }
   if (result.ok() && argv[0].rfind("mkfs.", 0) == 0) {
     world_->devices[argv.back()].signatures = {{argv[0].substr(5), "filesystem", "", ""}};
@@ -314,7 +314,7 @@ StatusOr<CommandResult> FakeExecutor::Run(const Command& command) {
   return result;
 }
 
-std::vector<std::vector<std::string>> FakeExecutor::Commands() {
+std::vector<std::vector<std::string>> FakeWorldExecutor::Commands() {
   std::lock_guard lock(mu_);
   return commands_;
 }

@@ -1,7 +1,7 @@
 // In-memory fakes of everything the node service touches, sharing one
 // FakeWorld: "devices" (a node path, a device number, a size, what libblkid
 // would find on them), the mount table and the paths that exist. mkfs run
-// through FakeExecutor writes a signature into the world, so the probe
+// through FakeWorldExecutor writes a signature into the world, so the probe
 // sees it afterwards, as it would on a real device. Thread-safe (one mutex
 // in the world); every fake keeps an action log for assertions.
 #pragma once
@@ -107,9 +107,9 @@ class FakeProbe final : public BlockProbe {
 // it and "losetup --detach" removes it; resize2fs/xfs_growfs/btrfs succeed;
 // "dumpe2fs -h" prints a clean header for an ext4 device and fails on any
 // other. Any other program fails (exit 127): never a made-up success.
-class FakeExecutor final : public Executor {
+class FakeWorldExecutor final : public Executor {
  public:
-  explicit FakeExecutor(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
+  explicit FakeWorldExecutor(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
   void Script(const std::string& program, CommandResult result);
   // Runs before each command, outside the fake's lock (a test can block here).
   void BeforeRun(std::function<void(const std::vector<std::string>&)> hook);

@@ -9,6 +9,9 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "common/executor.h"
 #include "common/mounter.h"
 #include "support/test_util.h"
 
@@ -32,9 +35,6 @@ void AddMounts(const LeakScope& scope, std::set<std::string>* out) {
   }
 }
 
-// Through sysfs, not losetup: a loop device whose backing file was deleted
-// (a bridge's FUSE file gone, the image removed) still holds a device and
-// shows its old path with " (deleted)".
 }  // namespace
 
 // Through sysfs: a loop device whose backing file was deleted (the image
@@ -146,22 +146,118 @@ std::set<std::string> TgtdItems(const std::string& text) {
   return out;
 }
 
-LeakSnapshot TakeLeakSnapshot(const LeakScope& scope) {
-  LeakSnapshot s;
-  AddMounts(scope, &s.items);
-  AddLoops(scope, &s.items);
-  AddProcesses(scope, &s.items);
-  if (!scope.state_dir.empty()) AddFiles(scope.state_dir + "/attachments", "record ", &s.items);
+std::set<std::string> RbdWatcherItems(const std::string& image, const std::string& status_json) {
+  std::set<std::string> out;
+  auto j = nlohmann::json::parse(status_json, nullptr, false);
+  if (!j.is_object() || !j.contains("watchers") || !j["watchers"].is_array()) return out;
+  for (const auto& w : j["watchers"]) {
+    if (w.is_object()) out.insert("rbd watcher " + image + " " + w.value("address", "?"));
+  }
+  return out;
+}
+
+std::set<std::string> RbdPoolItems(const std::string& pool, const std::string& ls_json) {
+  std::set<std::string> out;
+  auto j = nlohmann::json::parse(ls_json, nullptr, false);
+  if (!j.is_array()) return out;
+  for (const auto& e : j) {
+    if (!e.is_object() || !e.contains("image") || !e["image"].is_string()) continue;
+    std::string image = pool + "/" + e["image"].get<std::string>();
+    if (e.contains("snapshot") && e["snapshot"].is_string()) {
+      out.insert("rbd snapshot " + image + "@" + e["snapshot"].get<std::string>());
+    } else {
+      out.insert("rbd image " + image);
+    }
+  }
+  return out;
+}
+
+std::set<std::string> RbdMetadataItems(const std::string& image, const std::string& meta_json) {
+  std::set<std::string> out;
+  auto j = nlohmann::json::parse(meta_json, nullptr, false);
+  if (!j.is_object()) return out;
+  for (const auto& [key, value] : j.items()) out.insert("rbd metadata " + image + " " + key);
+  return out;
+}
+
+namespace {
+
+// `rbd <the scope's connection args> <args...>`: its stdout, or nothing when
+// it failed (an image that is gone has no watchers and no metadata).
+std::optional<std::string> RunRbd(const LeakScope& scope, const std::vector<std::string>& args) {
+  Command c(scope.rbd_command[0]);
+  for (size_t i = 1; i < scope.rbd_command.size(); ++i) c.Arg(scope.rbd_command[i]);
+  for (const auto& a : args) c.Arg(a);
+  c.Timeout(std::chrono::seconds(60));
+  auto r = MakeProcessExecutor()->Run(c);
+  if (!r.ok() || r->exit_code != 0) return std::nullopt;
+  return r->stdout_text;
+}
+
+void AddRbdPool(const LeakScope& scope, std::set<std::string>* out) {
+  if (scope.rbd_command.empty()) return;
+  if (!scope.rbd_pool.empty()) {
+    if (auto ls = RunRbd(scope, {"ls", "-l", "--format", "json", scope.rbd_pool})) {
+      for (auto& item : RbdPoolItems(scope.rbd_pool, *ls)) out->insert(item);
+    } else {
+      out->insert("rbd pool " + scope.rbd_pool + " cannot be listed");
+    }
+  }
+  for (const auto& image : scope.rbd_metadata_images) {
+    if (auto meta = RunRbd(scope, {"image-meta", "list", "--format", "json", image})) {
+      for (auto& item : RbdMetadataItems(image, *meta)) out->insert(item);
+    }
+  }
+}
+
+// A failed `rbd status` (the image is gone, which is what a deleted volume
+// should be) adds nothing; the images that exist are read.
+void AddRbdWatchers(const LeakScope& scope, std::set<std::string>* out) {
+  if (scope.rbd_command.empty()) return;
+  for (const auto& image : scope.rbd_images) {
+    auto status = RunRbd(scope, {"status", "--format", "json", image});
+    if (status) {
+      for (auto& item : RbdWatcherItems(image, *status)) out->insert(item);
+    }
+  }
+}
+
+void AddScope(const LeakScope& scope, std::set<std::string>* items) {
+  AddMounts(scope, items);
+  AddLoops(scope, items);
+  AddProcesses(scope, items);
+  // The path, not only the file name: two nodes' records of one volume
+  // have the same name.
+  if (!scope.state_dir.empty()) AddFiles(scope.state_dir + "/attachments", "record " + scope.state_dir + ": ", items);
   if (!scope.pool_dir.empty()) {
     for (const char* sub : {"volumes", "images", "tmp"}) {
-      AddFiles(scope.pool_dir + "/" + sub, std::string("pool ") + sub + "/", &s.items);  // "pool images/vol-x.img"
+      AddFiles(scope.pool_dir + "/" + sub, std::string("pool ") + sub + "/", items);  // "pool images/vol-x.img"
     }
   }
   if (scope.tgtd != nullptr) {
-    for (auto& item : TgtdItems(scope.tgtd->ShowTargets())) s.items.insert(item);
+    for (auto& item : TgtdItems(scope.tgtd->ShowTargets())) items->insert(item);
   }
+  AddRbdWatchers(scope, items);
+  AddRbdPool(scope, items);
+}
+
+}  // namespace
+
+LeakSnapshot TakeLeakSnapshot(const std::vector<LeakScope>& scopes) {
+  LeakSnapshot s;
+  for (const auto& scope : scopes) AddScope(scope, &s.items);
+  // A process of one node's scope may be another's ignored long-running
+  // process (a node plugin naming the shared root): ignored in any, ignored.
+  std::set<pid_t> ignored;
+  for (const auto& scope : scopes) ignored.insert(scope.ignore_pids.begin(), scope.ignore_pids.end());
+  std::erase_if(s.items, [&](const std::string& item) {
+    if (item.rfind("process ", 0) != 0) return false;
+    return ignored.contains(static_cast<pid_t>(std::atol(item.c_str() + 8)));
+  });
   return s;
 }
+
+LeakSnapshot TakeLeakSnapshot(const LeakScope& scope) { return TakeLeakSnapshot(std::vector<LeakScope>{scope}); }
 
 std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot& after) {
   std::vector<std::string> out;
@@ -170,14 +266,18 @@ std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot
   return out;
 }
 
-std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope) {
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const std::vector<LeakScope>& scopes) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  std::vector<std::string> left = NewItems(before, TakeLeakSnapshot(scope));
+  std::vector<std::string> left = NewItems(before, TakeLeakSnapshot(scopes));
   while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    left = NewItems(before, TakeLeakSnapshot(scope));
+    left = NewItems(before, TakeLeakSnapshot(scopes));
   }
   return left;
+}
+
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope) {
+  return NewItemsAfterSettling(before, std::vector<LeakScope>{scope});
 }
 
 std::string DescribeItems(const std::vector<std::string>& items) {

@@ -1,7 +1,7 @@
 // The one leak checker of the test suites (issue #15): what a node, a
 // target and a pool hold that a plugin under test can create — processes,
 // mounts, loop devices (also those whose backing file is gone), attach
-// records, tgtd targets/LUNs/ACLs/accounts/sessions and pool files — taken
+// records, tgtd targets/LUNs/ACLs/accounts/sessions, RBD watchers and pool files — taken
 // as a snapshot before a call and compared right after it, before any
 // cleanup, so that "a failed call leaves nothing behind" is asserted on the
 // machine's real state. Not thread-safe; needs root to see loop devices and
@@ -33,6 +33,19 @@ struct LeakScope {
   std::string pool_dir;
   // tgtd's live configuration: targets, LUNs, ACL entries, accounts, sessions.
   const TgtdHarness* tgtd = nullptr;
+  // RBD images ("pool/image") whose watchers are looked at: a librbd client
+  // left open (a bridge's RBD session) watches its image. An image that is
+  // gone has none. `rbd_command` is the argv that reaches the cluster, e.g.
+  // {"rbd", "-c", conf, "--id", user, "--keyring", keyring}.
+  std::vector<std::string> rbd_images;
+  std::vector<std::string> rbd_command;
+  // A pool whose images and snapshots (`rbd ls -l`) are looked at: a create
+  // that failed for good must leave no image, and a clone no temporary
+  // snapshot. Reads the whole pool: a test that sets it must not run beside
+  // another that changes the pool (ctest RUN_SERIAL).
+  std::string rbd_pool;
+  // Images ("pool/image") whose metadata keys are looked at.
+  std::vector<std::string> rbd_metadata_images;
   // The test's own long-running processes (the plugin, an agent): they name
   // the directory too, and a restart gives them a new pid.
   std::vector<pid_t> ignore_pids;
@@ -46,6 +59,9 @@ struct LeakSnapshot {
 };
 
 LeakSnapshot TakeLeakSnapshot(const LeakScope& scope);
+// Several nodes as one snapshot (each its own directory and state
+// directory, e.g. the two nodes of an e2e test): the union of their items.
+LeakSnapshot TakeLeakSnapshot(const std::vector<LeakScope>& scopes);
 
 // The loop devices ("/dev/loopN", backing file as the kernel shows it) whose
 // backing file is or was (deleted, lazily unmounted) under `dir`, and those
@@ -60,6 +76,7 @@ std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot
 // last reference of a just-unmounted filesystem) only marks it autoclear; the
 // kernel unbinds it a moment later. A real leak is still there after 2 s.
 std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope);
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const std::vector<LeakScope>& scopes);
 
 // For failure messages: the items one per line, or "nothing".
 std::string DescribeItems(const std::vector<std::string>& items);
@@ -67,5 +84,17 @@ std::string DescribeItems(const std::vector<std::string>& items);
 // The parts of `tgtadm --op show --mode target` output the checker keeps.
 // Pure (tested against captured output).
 std::set<std::string> TgtdItems(const std::string& show_target_output);
+
+// "rbd watcher <image> <address>" for each watcher in `rbd status --format
+// json` output; nothing for output that is not such JSON. Pure.
+std::set<std::string> RbdWatcherItems(const std::string& image, const std::string& status_json);
+
+// "rbd image <pool>/<image>" and "rbd snapshot <pool>/<image>@<snap>" for each
+// entry of `rbd ls -l --format json <pool>` output; nothing for other text. Pure.
+std::set<std::string> RbdPoolItems(const std::string& pool, const std::string& ls_json);
+
+// "rbd metadata <image> <key>" for each key of `rbd image-meta list --format
+// json <image>` output; nothing for other text. Pure.
+std::set<std::string> RbdMetadataItems(const std::string& image, const std::string& meta_json);
 
 }  // namespace blockcsi::testing

@@ -129,9 +129,10 @@ bool PluginUnderTest::Start(const PluginOptions& options, std::string* error) {
   std::vector<std::string> argv;
   for (const auto& part : options.command_prefix) argv.push_back(argv.empty() ? ResolveProgram(part) : part);
   std::string binary = options.binary.empty() ? BinDir() + "/blockcsi" : options.binary;
-  argv.insert(argv.end(),
-              {binary, "--mode", options.mode, "--backend", options.backend, "--connector", options.connector,
-               "--endpoint", "unix://" + socket(), "--node-id", options.node_id, "--state-dir", state_dir()});
+  argv.insert(argv.end(), {binary, "--mode", options.mode, "--connector", options.connector, "--endpoint",
+                           "unix://" + socket(), "--node-id", options.node_id, "--state-dir", state_dir()});
+  // Empty: none, e.g. for --backend-config in extra_args (which refuses --backend).
+  if (!options.backend.empty()) argv.insert(argv.end(), {"--backend", options.backend});
   if (options.backend == "local" && options.mode != "node") {
     argv.insert(argv.end(), {"--pool", pool_dir()});
     if (tgtd_ != nullptr) {

@@ -23,8 +23,8 @@
 namespace blockcsi::testing {
 
 struct PluginOptions {
-  std::string mode = "all";  // all | controller | node
-  std::string backend = "local";
+  std::string mode = "all";       // all | controller | node
+  std::string backend = "local";  // empty: no --backend flag
   std::string connector = "userspace";
   std::string node_id = "e2e-node";
   // Set: the plugin kills itself (SIGKILL) at that step, this start only.
@@ -120,5 +120,12 @@ std::unique_ptr<grpc::ClientContext> Deadline(std::chrono::milliseconds timeout 
 
 // Success, or a failure message with the code, the message and `log_tail`.
 ::testing::AssertionResult GrpcOk(const grpc::Status& status, const std::string& log_tail = "");
+
+// ASSERT_GRPC_OK(call) / EXPECT_GRPC_OK(call): the CSI call returned OK;
+// otherwise the failure names the call, its code and message, and the log
+// tail of the plugin(s) under test, which the fixture provides as a member
+// `std::string GrpcLogTail()`.
+#define ASSERT_GRPC_OK(call) ASSERT_TRUE(::blockcsi::testing::GrpcOk((call), GrpcLogTail())) << #call
+#define EXPECT_GRPC_OK(call) EXPECT_TRUE(::blockcsi::testing::GrpcOk((call), GrpcLogTail())) << #call
 
 }  // namespace blockcsi::testing

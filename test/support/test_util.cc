@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/executor.h"
+
 namespace blockcsi::testing {
 
 TempDir::TempDir() {
@@ -109,6 +111,19 @@ std::string ReadFileOrEmpty(const std::string& path) {
 }
 
 bool IsRoot() { return ::geteuid() == 0; }
+
+int RunProgram(const std::vector<std::string>& argv, std::string* output, std::chrono::seconds timeout) {
+  Command command(argv.at(0));
+  for (size_t i = 1; i < argv.size(); ++i) command.Arg(argv[i]);
+  command.Timeout(timeout);
+  auto result = MakeProcessExecutor()->Run(command);
+  if (!result.ok()) {
+    if (output != nullptr) *output = result.status().ToString();
+    return -1;
+  }
+  if (output != nullptr) *output = result->stdout_text + result->stderr_text;
+  return result->exit_code;
+}
 
 bool HaveProgram(const std::string& program) {
   std::string path = "/usr/sbin:/sbin";

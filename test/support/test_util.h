@@ -1,5 +1,5 @@
 // Helpers shared by the tests: temp dirs that clean up, child processes
-// stopped by their pid, and waiting for a socket. Not thread-safe.
+// stopped by their pid, programs run to their end, and waiting for a socket. Not thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -50,6 +50,12 @@ class ChildProcess {
 bool WaitForSocket(const std::string& path, std::chrono::milliseconds timeout);
 
 std::string ReadFileOrEmpty(const std::string& path);
+
+// Runs a program to its end (argv, no shell; killed after `timeout`): its
+// exit code, or -1 when it could not run; stdout+stderr (or why it could
+// not run) into *output when given.
+int RunProgram(const std::vector<std::string>& argv, std::string* output = nullptr,
+               std::chrono::seconds timeout = std::chrono::seconds(300));
 
 // Where this build and its sources are (generated: build_paths.cc.in).
 std::string SourceDir();

@@ -3,11 +3,12 @@
 // --secret-env sets the request's secrets[KEY] to the value of the
 // environment variable VAR, so that a secret (a cephx key, a CHAP password)
 // stays out of argv, where every user of the machine could read it.
-// Prints the response as JSON on stdout; on error prints "csi-call: <Method>:
+// Flags by CLI11. Prints the response as JSON on stdout; on error prints "csi-call: <Method>:
 // <CODE>: <message>" on stderr and exits 1 (2 for usage errors).
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "csi.grpc.pb.h"
 
@@ -119,55 +121,61 @@ std::map<std::string, Handler> Methods() {
   };
 }
 
-int Usage(const std::map<std::string, Handler>& methods) {
-  std::cerr << "usage: csi-call --endpoint unix:///path/csi.sock [--timeout SECONDS] [--secret-env KEY=VAR]... "
-               "<Method> ['<json request>']\n"
-               "methods:";
-  for (const auto& [name, handler] : methods) std::cerr << " " << name;
-  std::cerr << "\n";
-  return 2;
+// "KEY=VAR" of --secret-env into secrets[KEY] = $VAR; false (after saying
+// why) when VAR is not set.
+bool ReadSecretEnv(const std::vector<std::string>& specs, std::map<std::string, std::string>& secrets) {
+  for (const auto& spec : specs) {
+    size_t eq = spec.find('=');
+    const char* value = eq == std::string::npos ? nullptr : std::getenv(spec.substr(eq + 1).c_str());
+    if (eq == 0 || value == nullptr) {
+      std::cerr << "csi-call: --secret-env " << spec << ": want KEY=VAR with VAR set in the environment\n";
+      return false;
+    }
+    secrets[spec.substr(0, eq)] = value;
+  }
+  return true;
+}
+
+std::string MethodNames(const std::map<std::string, Handler>& methods) {
+  std::string names;
+  for (const auto& [name, handler] : methods) names += " " + name;
+  return names;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   auto methods = Methods();
+  CLI::App app{"A tiny CSI client for scripts and debugging. Methods:" + MethodNames(methods), "csi-call"};
   std::string endpoint;
-  CallOptions options;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--endpoint" && i + 1 < argc) {
-      endpoint = argv[++i];
-    } else if (arg == "--timeout" && i + 1 < argc) {
-      try {
-        options.timeout = std::chrono::seconds(std::stoi(argv[++i]));
-      } catch (...) {
-        return Usage(methods);
-      }
-    } else if (arg == "--secret-env" && i + 1 < argc) {
-      std::string spec = argv[++i];
-      size_t eq = spec.find('=');
-      const char* value = eq == std::string::npos ? nullptr : std::getenv(spec.substr(eq + 1).c_str());
-      if (eq == 0 || value == nullptr) {
-        std::cerr << "csi-call: --secret-env " << spec << ": want KEY=VAR with VAR set in the environment\n";
-        return 2;
-      }
-      options.secrets[spec.substr(0, eq)] = value;
-    } else if (arg == "-h" || arg == "--help") {
-      Usage(methods);
-      return 0;
-    } else {
-      positional.push_back(arg);
-    }
+  int timeout_seconds = 60;
+  std::vector<std::string> secret_env;
+  std::string method;
+  std::string json;
+  app.add_option("--endpoint", endpoint, "The plugin's socket, unix:///path/csi.sock")->required();
+  app.add_option("--timeout", timeout_seconds, "Seconds to wait for the answer")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  // One KEY=VAR per flag, repeatable: the value stays out of argv.
+  app.add_option("--secret-env", secret_env, "Set the request's secrets[KEY] to $VAR (KEY=VAR, repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("method", method, "The CSI method, e.g. CreateVolume")->required();
+  app.add_option("request", json, "The request as JSON (default {})");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors exit 2 (scripts tell them from a failed call, 1).
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  if (endpoint.empty() || positional.empty() || positional.size() > 2) return Usage(methods);
-  auto handler = methods.find(positional[0]);
+  auto handler = methods.find(method);
   if (handler == methods.end()) {
-    std::cerr << "csi-call: unknown method " << positional[0] << "\n";
-    return Usage(methods);
+    std::cerr << "csi-call: unknown method " << method << "; methods:" << MethodNames(methods) << "\n";
+    return 2;
   }
+  CallOptions options;
+  options.timeout = std::chrono::seconds(timeout_seconds);
+  if (!ReadSecretEnv(secret_env, options.secrets)) return 2;
   // gRPC spells unix sockets "unix:/path" or "unix:///path"; accept both.
   options.channel = grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
-  return handler->second(options, positional[0], positional.size() == 2 ? positional[1] : "");
+  return handler->second(options, method, json);
 }

@@ -8,9 +8,9 @@
 
 #include "attach/chap_rules.h"
 #include "attach/iscsi_names.h"
-#include "backend/local/keyed_mutex.h"
 #include "backend/volume_id.h"
 #include "common/fault_points.h"
+#include "common/keyed_lock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 
@@ -104,7 +104,7 @@ LocalBackend::LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter>
     : options_(std::move(options)),
       pool_(std::move(pool)),
       exporter_(std::move(exporter)),
-      locks_(std::make_unique<KeyedMutex>()) {}
+      locks_(std::make_unique<KeyedLock>()) {}
 
 StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& pool_dir,
                                                            std::shared_ptr<Exporter> exporter,
@@ -189,22 +189,22 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
                            "\" is not a positive multiple of 1 MiB");
   }
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock name_lock(locks_.get(), "name:" + spec.name);
+  auto name_lock = locks_->Lock("name:" + spec.name);
   if (auto existing = pool_->FindVolumeByName(spec.name)) {
     if (existing->size_bytes != spec.size_bytes || !(existing->source == spec.source)) {
       return AlreadyExists("volume \"" + spec.name + "\" already exists as " + existing->id + " with size " +
                            std::to_string(existing->size_bytes) + " and another size or content source");
     }
-    KeyedMutex::Lock id_lock(locks_.get(), existing->id);
+    auto id_lock = locks_->Lock(existing->id);
     BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*existing));  // a retry after a failed export
     return Present(*existing);
   }
 
   std::string source_image;
-  std::optional<KeyedMutex::Lock> source_lock;
+  KeyedLock::Guard source_lock;
   if (spec.source.kind == ContentSource::Kind::kSnapshot) {
     if (!IsSnapshotId(spec.source.id)) return NotFound("source snapshot " + QuoteId(spec.source.id) + " not found");
-    source_lock.emplace(locks_.get(), spec.source.id);
+    source_lock = locks_->Lock(spec.source.id);
     auto snap = pool_->GetSnapshot(spec.source.id);
     if (!snap) return NotFound("source snapshot " + spec.source.id + " of volume \"" + spec.name + "\" not found");
     if (snap->size_bytes > spec.size_bytes) {
@@ -214,7 +214,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
     source_image = pool_->ImagePath(snap->id);
   } else if (spec.source.kind == ContentSource::Kind::kVolume) {
     if (!IsVolumeId(spec.source.id)) return NotFound("source volume " + QuoteId(spec.source.id) + " not found");
-    source_lock.emplace(locks_.get(), spec.source.id);
+    source_lock = locks_->Lock(spec.source.id);
     auto src = pool_->GetVolume(spec.source.id);
     if (!src) return NotFound("source volume " + spec.source.id + " of volume \"" + spec.name + "\" not found");
     if (src->size_bytes > spec.size_bytes) {
@@ -226,7 +226,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
 
   VolumeRecord record;
   record.id = NewVolumeId();
-  KeyedMutex::Lock id_lock(locks_.get(), record.id);
+  auto id_lock = locks_->Lock(record.id);
   record.name = spec.name;
   record.size_bytes = spec.size_bytes;
   record.created_unix_seconds = NowUnix();
@@ -274,7 +274,7 @@ void LocalBackend::UndoCreate(const VolumeRecord& record, const Status& why) {
 Status LocalBackend::DeleteVolume(const std::string& volume_id) {
   if (!IsVolumeId(volume_id)) return OkStatus();  // not ours, so nothing of ours to delete
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();
   if (!record->grants.empty()) {
@@ -300,7 +300,7 @@ StatusOr<VolumeRecord> LocalBackend::ExpandVolume(const std::string& volume_id, 
                            " is not a positive multiple of 1 MiB");
   }
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
   if (new_size_bytes < record->size_bytes) {
@@ -327,7 +327,7 @@ StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, c
   // are not trusted more than the controller's): chap_rules.h.
   BLOCKCSI_RETURN_IF_ERROR(ValidateChapCredentials(grant.chap, "volume " + volume_id + ": CHAP"));
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
   GrantRecord wanted{grant.initiator_iqn, grant.node_id, grant.read_only, grant.capability, grant.chap.enabled()};
@@ -395,7 +395,7 @@ void LocalBackend::UndoGrant(VolumeRecord record, const std::string& initiator_i
 Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
   if (!IsVolumeId(volume_id)) return OkStatus();
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock id_lock(locks_.get(), volume_id);
+  auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();
   VolumeRecord revoked = *record;
@@ -450,8 +450,8 @@ std::vector<StatusOr<VolumeHealth>> LocalBackend::CheckVolumes(const std::vector
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // a key's lock is not re-entrant
   std::shared_lock op(reconcile_mu_);
-  std::vector<std::unique_ptr<KeyedMutex::Lock>> held;
-  for (const auto& id : ids) held.push_back(std::make_unique<KeyedMutex::Lock>(locks_.get(), id));
+  std::vector<KeyedLock::Guard> held;
+  for (const auto& id : ids) held.push_back(locks_->Lock(id));
 
   std::vector<DesiredExport> desired;
   std::vector<size_t> slot;  // desired[k] is the export of volume_ids[slot[k]]
@@ -510,7 +510,7 @@ StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_
     return NotFound("source volume " + QuoteId(source_volume_id) + " of snapshot \"" + name + "\" not found");
   }
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock name_lock(locks_.get(), "snapname:" + name);
+  auto name_lock = locks_->Lock("snapname:" + name);
   if (auto existing = pool_->FindSnapshotByName(name)) {
     if (existing->source_volume_id != source_volume_id) {
       return AlreadyExists("snapshot \"" + name + "\" already exists as " + existing->id + " of volume " +
@@ -518,7 +518,7 @@ StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_
     }
     return *existing;
   }
-  KeyedMutex::Lock source_lock(locks_.get(), source_volume_id);
+  auto source_lock = locks_->Lock(source_volume_id);
   auto source = pool_->GetVolume(source_volume_id);
   if (!source) return NotFound("source volume " + source_volume_id + " of snapshot \"" + name + "\" not found");
   SnapshotRecord record;
@@ -540,7 +540,7 @@ StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_
 Status LocalBackend::DeleteSnapshot(const std::string& snapshot_id) {
   if (!IsSnapshotId(snapshot_id)) return OkStatus();
   std::shared_lock op(reconcile_mu_);
-  KeyedMutex::Lock lock(locks_.get(), snapshot_id);
+  auto lock = locks_->Lock(snapshot_id);
   if (!pool_->GetSnapshot(snapshot_id)) return OkStatus();
   BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteSnapshot(snapshot_id));
   LogInfo("snapshot deleted", {{"snapshot", snapshot_id}});

@@ -44,7 +44,7 @@ struct LocalBackendOptions {
 
 inline constexpr uint64_t kTargetAllocationGranularity = uint64_t{1} << 20;
 
-class KeyedMutex;
+class KeyedLock;
 
 class LocalBackend final : public VolumeBackend {
  public:
@@ -102,7 +102,7 @@ class LocalBackend final : public VolumeBackend {
   const LocalBackendOptions options_;
   std::unique_ptr<Pool> pool_;
   std::shared_ptr<Exporter> exporter_;
-  std::unique_ptr<KeyedMutex> locks_;
+  std::unique_ptr<KeyedLock> locks_;
   // Operations hold it shared; a reconcile pass holds it exclusively.
   std::shared_mutex reconcile_mu_;
 

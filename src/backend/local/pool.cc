@@ -21,6 +21,7 @@
 #include "backend/volume_id.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/span.h"
 #include "common/unique_fd.h"
 
 namespace blockcsi {
@@ -28,10 +29,16 @@ namespace {
 
 using nlohmann::json;
 
+// fsync, timed as a span of the call (common/span.h).
+int TimedFsync(int fd, const std::string& what) {
+  Span span("fsync", what);
+  return ::fsync(fd);
+}
+
 Status FsyncDir(const std::string& dir) {
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoToStatus(errno, "open directory " + dir);
-  if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, "fsync directory " + dir);
+  if (TimedFsync(fd.get(), dir) != 0) return ErrnoToStatus(errno, "fsync directory " + dir);
   return OkStatus();
 }
 
@@ -45,10 +52,6 @@ StatusOr<std::vector<std::string>> ListNames(const std::string& dir) {
   }
   ::closedir(d);
   return names;
-}
-
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
 std::string SourceKindName(ContentSource::Kind kind) {
@@ -120,7 +123,7 @@ Status CloneOrSparseCopy(const std::string& from, const std::string& to, uint64_
     }
   }
   if (::ftruncate(dst.get(), static_cast<off_t>(size_bytes)) != 0) return ErrnoToStatus(errno, "size " + to);
-  if (::fsync(dst.get()) != 0) return ErrnoToStatus(errno, "fsync " + to);
+  if (TimedFsync(dst.get(), to) != 0) return ErrnoToStatus(errno, "fsync " + to);
   if (method != nullptr) *method = used;
   return OkStatus();
 }
@@ -176,7 +179,7 @@ Status Pool::Load() {
   BLOCKCSI_ASSIGN_OR_RETURN(auto volume_names, ListNames(dir_ + "/volumes"));
   for (const auto& name : volume_names) {
     std::string path = dir_ + "/volumes/" + name;
-    if (!EndsWith(name, ".json") || !IsVolumeId(name.substr(0, name.size() - 5))) {
+    if (!name.ends_with(".json") || !IsVolumeId(name.substr(0, name.size() - 5))) {
       // WriteFileAtomically's temp files, from a crash mid-write.
       LogWarn("pool recovery: removing stray file", {{"file", path}});
       BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(path));
@@ -190,7 +193,7 @@ Status Pool::Load() {
   BLOCKCSI_ASSIGN_OR_RETURN(auto snapshot_names, ListNames(dir_ + "/snapshots"));
   for (const auto& name : snapshot_names) {
     std::string path = dir_ + "/snapshots/" + name;
-    if (!EndsWith(name, ".json") || !IsSnapshotId(name.substr(0, name.size() - 5))) {
+    if (!name.ends_with(".json") || !IsSnapshotId(name.substr(0, name.size() - 5))) {
       LogWarn("pool recovery: removing stray file", {{"file", path}});
       BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(path));
       continue;
@@ -204,7 +207,7 @@ Status Pool::Load() {
   // delete that crashed after it.
   BLOCKCSI_ASSIGN_OR_RETURN(auto image_names, ListNames(dir_ + "/images"));
   for (const auto& name : image_names) {
-    std::string id = EndsWith(name, ".img") ? name.substr(0, name.size() - 4) : "";
+    std::string id = name.ends_with(".img") ? name.substr(0, name.size() - 4) : "";
     if (volumes.count(id) || snapshots.count(id)) continue;
     LogWarn("pool recovery: removing image without a record", {{"file", name}});
     BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(dir_ + "/images/" + name));
@@ -261,7 +264,7 @@ Status Pool::PlaceImage(const std::string& id, uint64_t size_bytes, const std::s
     Status sized = OkStatus();
     if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
       sized = ErrnoToStatus(errno, "size image of volume " + id);
-    } else if (::fsync(fd.get()) != 0) {
+    } else if (TimedFsync(fd.get(), id) != 0) {
       sized = ErrnoToStatus(errno, "fsync " + staged);
     }
     if (!sized.ok()) {
@@ -325,7 +328,7 @@ Status Pool::GrowImage(const std::string& id, uint64_t size_bytes) {
   if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
     return ErrnoToStatus(errno, "grow image of volume " + id);
   }
-  if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, "fsync image of volume " + id);
+  if (TimedFsync(fd.get(), id) != 0) return ErrnoToStatus(errno, "fsync image of volume " + id);
   return OkStatus();
 }
 

@@ -3,15 +3,10 @@
 #include <charconv>
 
 #include "attach/chap_rules.h"
+#include "common/strings.h"
 
 namespace blockcsi {
 namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
 
 size_t Indent(std::string_view line) {
   size_t n = 0;
@@ -19,19 +14,17 @@ size_t Indent(std::string_view line) {
   return n;
 }
 
-bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
 template <typename T>
 bool ParseNumber(std::string_view s, T* out) {
-  s = Trim(s);
+  s = TrimWhitespace(s);
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
 // "Key: value" → value, when the line starts with `key` + ':'.
 bool Field(std::string_view line, std::string_view key, std::string_view* value) {
-  if (!StartsWith(line, key) || line.size() <= key.size() || line[key.size()] != ':') return false;
-  *value = Trim(line.substr(key.size() + 1));
+  if (!line.starts_with(key) || line.size() <= key.size() || line[key.size()] != ':') return false;
+  *value = TrimWhitespace(line.substr(key.size() + 1));
   return true;
 }
 
@@ -84,20 +77,20 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
     std::string_view raw = text.substr(0, eol);
     text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
     ++line_number;
-    std::string_view line = Trim(raw);
+    std::string_view line = TrimWhitespace(raw);
     if (line.empty()) continue;
     size_t indent = Indent(raw);
     std::string_view value;
     if (indent == 0) {
       // "Target 1: iqn..."
-      if (!StartsWith(line, "Target ")) return Unexpected(line_number, line);
+      if (!line.starts_with("Target ")) return Unexpected(line_number, line);
       if (!targets.empty() && section != Section::kAcl) return Incomplete(line_number, targets.back());
       size_t colon = line.find(':');
       TgtTarget target;
       if (colon == std::string_view::npos || !ParseNumber(line.substr(7, colon - 7), &target.tid)) {
         return Unexpected(line_number, line);
       }
-      target.iqn = std::string(Trim(line.substr(colon + 1)));
+      target.iqn = std::string(TrimWhitespace(line.substr(colon + 1)));
       // A target without a name cannot be matched to a volume: reconcile
       // must see an error, not a nameless target (found by fuzzing).
       if (!IsToken(target.iqn) || target.tid <= 0) return Unexpected(line_number, line);
@@ -215,7 +208,7 @@ StatusOr<std::vector<std::string>> ParseTgtadmAccounts(std::string_view text) {
     std::string_view raw = text.substr(0, eol);
     text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
     ++line_number;
-    std::string_view line = Trim(raw);
+    std::string_view line = TrimWhitespace(raw);
     if (line.empty()) continue;
     if (line == "Account list:" && Indent(raw) == 0) {
       if (header) return Unexpected(line_number, line);  // tgtd prints it once

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/span.h"
 #include "common/unique_fd.h"
 
 namespace blockcsi {
@@ -215,6 +216,7 @@ StatusOr<CommandResult> TgtdSocketExecutor::Run(const Command& command) {
   if (program != "tgtadm" && (program.size() < 7 || program.compare(program.size() - 7, 7, "/tgtadm") != 0)) {
     return InvalidArgument("the tgtd socket runs tgtadm commands only, not " + program);
   }
+  Span span("tgtd_socket");
   Parsed parsed;
   if (std::string why = Parse(command, parsed); !why.empty()) return Refused(why);
   std::string body = parsed.params;

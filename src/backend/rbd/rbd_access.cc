@@ -114,7 +114,9 @@ Status RbdBackend::RevokeAccess(const std::string& volume_id, const std::string&
   // nobody else may use the image after this — every other watcher too.
   std::set<std::string> fence;
   if (auto it = meta.find(client_key); it != meta.end()) {
-    for (auto& addr : SplitComma(it->second)) fence.insert(addr);
+    for (auto& addr : SplitString(it->second, ',')) {
+      if (!addr.empty()) fence.insert(addr);
+    }
   }
   BLOCKCSI_ASSIGN_OR_RETURN(auto all_watchers, ListWatchers(handle.get(), Spec(*image)));
   auto watchers = OthersOnly(std::move(all_watchers));

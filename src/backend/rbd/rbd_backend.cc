@@ -222,6 +222,9 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeRbdBackend(const RbdBackendOptions&
   if (!options.keyring.empty() && !options.key.empty()) {
     return InvalidArgument("--ceph-keyring and a cephx key from a secret are mutually exclusive");
   }
+  // The Ceph libraries are loaded here, by the first RBD backend, not at
+  // program start (common/ceph_lazy.h).
+  BLOCKCSI_RETURN_IF_ERROR(LoadCephLibraries());
   rados_t cluster = nullptr;
   int r = rados_create2(&cluster, "ceph", ("client." + options.ceph_user).c_str(), 0);
   if (r < 0) return CephError(r, "create rados handle");

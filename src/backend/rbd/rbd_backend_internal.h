@@ -22,8 +22,11 @@
 
 #include "attach/initiator.h"
 #include "backend/rbd/rbd_backend.h"
+#include "common/keyed_lock.h"
+#include "common/ceph_lazy.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/strings.h"
 
 namespace blockcsi::rbd_internal {
 
@@ -135,24 +138,6 @@ inline std::vector<std::string> SplitNul(const std::string& buf, size_t len) {
     out.emplace_back(buf.substr(pos, end - pos));
     pos = end + 1;
   }
-  return out;
-}
-
-inline std::vector<std::string> SplitComma(std::string_view s) {
-  std::vector<std::string> out;
-  while (!s.empty()) {
-    size_t comma = s.find(',');
-    std::string_view part = s.substr(0, comma);
-    if (!part.empty()) out.emplace_back(part);
-    if (comma == std::string_view::npos) break;
-    s.remove_prefix(comma + 1);
-  }
-  return out;
-}
-
-inline std::string JoinComma(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
   return out;
 }
 
@@ -284,31 +269,6 @@ inline StatusOr<std::vector<std::string>> ListImageNames(rados_ioctx_t io) {
   return Internal("list rbd images: list keeps growing");
 }
 
-// Mutual exclusion per image for the read-modify-write cycles on its
-// metadata; the map only grows by the number of images this process touched.
-class ImageLocks {
- public:
-  struct Held {
-    std::shared_ptr<std::mutex> mu;
-    std::unique_lock<std::mutex> lock;
-  };
-  Held Lock(const std::string& image) {
-    std::shared_ptr<std::mutex> mu;
-    {
-      std::lock_guard<std::mutex> guard(mu_);
-      auto& slot = locks_[image];
-      if (!slot) slot = std::make_shared<std::mutex>();
-      mu = slot;
-    }
-    std::unique_lock<std::mutex> lock(*mu);
-    return Held{std::move(mu), std::move(lock)};
-  }
-
- private:
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<std::mutex>> locks_;  // guarded by mu_
-};
-
 class RbdBackend final : public VolumeBackend {
  public:
   RbdBackend(RbdBackendOptions options, rados_t cluster, rados_ioctx_t io, std::string monitors)
@@ -364,8 +324,12 @@ class RbdBackend final : public VolumeBackend {
                                 const std::map<std::string, std::string>& meta) const;
   StatusOr<VolumeRecord> Finish(const std::string& image, const CreateVolumeSpec& spec);
   StatusOr<VolumeRecord> Compare(const std::string& image, rbd_image_t handle, const CreateVolumeSpec& spec);
-  Status CloneFromSnapshot(const std::string& image, const CreateVolumeSpec& spec);
-  Status CloneFromVolume(const std::string& image, const CreateVolumeSpec& spec);
+  // `*created`: whether this call made the image (not found it made).
+  Status CloneFromSnapshot(const std::string& image, const CreateVolumeSpec& spec, bool* created);
+  Status CloneFromVolume(const std::string& image, const CreateVolumeSpec& spec, bool* created);
+  // After a final failure of a create that made `image`: removes it (and a
+  // clone's temporary snapshot); logs what it could not take back.
+  void UndoCreate(const std::string& image, const CreateVolumeSpec& spec, const Status& why);
   Status RemoveTempSnapshot(const std::string& source_image, const std::string& temp_snap);
   Status FlattenChildren(const std::string& image, const std::string& snap);
   StatusOr<SnapshotRecord> SnapRecord(const std::string& image, rbd_image_t handle, const SnapInfo& snap,
@@ -380,7 +344,7 @@ class RbdBackend final : public VolumeBackend {
   rados_ioctx_t io_;
   std::string monitors_;
   int64_t my_client_id_;
-  ImageLocks locks_;
+  KeyedLock locks_;  // per image: its metadata's read-modify-write cycles
 };
 
 }  // namespace blockcsi::rbd_internal

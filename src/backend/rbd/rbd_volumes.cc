@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attach/initiator.h"
+#include "common/fault_points.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 
@@ -40,6 +41,9 @@ StatusOr<VolumeRecord> RbdBackend::CreateVolume(const CreateVolumeSpec& spec) {
   if (existing.ok()) return Compare(image, existing->get(), spec);
   if (existing.status().code() != StatusCode::kNotFound) return existing.status();
 
+  // Whether this call made the image (not a concurrent creator elsewhere):
+  // only then is it this call's to take back.
+  bool created = false;
   switch (spec.source.kind) {
     case ContentSource::Kind::kNone: {
       rbd_image_options_t opts;
@@ -49,17 +53,45 @@ StatusOr<VolumeRecord> RbdBackend::CreateVolume(const CreateVolumeSpec& spec) {
       int r = rbd_create4(io_, image.c_str(), spec.size_bytes, opts);
       rbd_image_options_destroy(opts);
       if (r < 0 && r != -EEXIST) return CephError(r, "create rbd image " + Spec(image));
+      created = r == 0;
       break;
     }
     case ContentSource::Kind::kSnapshot:
-      BLOCKCSI_RETURN_IF_ERROR(CloneFromSnapshot(image, spec));
+      BLOCKCSI_RETURN_IF_ERROR(CloneFromSnapshot(image, spec, &created));
       break;
     case ContentSource::Kind::kVolume:
-      BLOCKCSI_RETURN_IF_ERROR(CloneFromVolume(image, spec));
+      BLOCKCSI_RETURN_IF_ERROR(CloneFromVolume(image, spec, &created));
       break;
   }
   LogInfo("rbd image created", {{"volume", VolumeId(options_.pool, image)}, {"name", spec.name}});
-  return Finish(image, spec);
+  StatusOr<VolumeRecord> record = [&]() -> StatusOr<VolumeRecord> {
+    BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-create"));
+    return Finish(image, spec);
+  }();
+  // A final failure takes the image back out: the provisioner will not
+  // retry this name, so nothing else would. An uncertain one keeps it for
+  // the retry, which Compare finishes.
+  if (!record.ok() && created && IsFinalFailure(record.status())) UndoCreate(image, spec, record.status());
+  return record;
+}
+
+void RbdBackend::UndoCreate(const std::string& image, const CreateVolumeSpec& spec, const Status& why) {
+  const std::string id = VolumeId(options_.pool, image);
+  // A clone of a volume may still hang off its temporary snapshot: the
+  // child goes first, then the snapshot (RemoveTempSnapshot is idempotent).
+  int r = rbd_remove(io_, image.c_str());
+  Status undone = r < 0 && r != -ENOENT ? CephError(r, "remove rbd image " + Spec(image)) : OkStatus();
+  if (undone.ok() && spec.source.kind == ContentSource::Kind::kVolume) {
+    if (auto source_image = OurImage(spec.source.id)) {
+      undone = RemoveTempSnapshot(*source_image, kTempSnapPrefix + image.substr(sizeof(kVolumePrefix) - 1));
+    }
+  }
+  if (!undone.ok()) {
+    LogError("create failed and taking the image back failed too; a retry or DeleteVolume must finish it",
+             {{"volume", id}, {"error", why.ToString()}, {"undo_error", undone.ToString()}});
+    return;
+  }
+  LogInfo("create failed; rbd image taken back", {{"volume", id}, {"error", why.ToString()}});
 }
 
 // An image of this name exists: either our earlier, complete create (compare
@@ -96,7 +128,7 @@ StatusOr<VolumeRecord> RbdBackend::Compare(const std::string& image, rbd_image_t
   return Record(image, handle, meta);
 }
 
-Status RbdBackend::CloneFromSnapshot(const std::string& image, const CreateVolumeSpec& spec) {
+Status RbdBackend::CloneFromSnapshot(const std::string& image, const CreateVolumeSpec& spec, bool* created) {
   auto ref = OurSnapshot(spec.source.id);
   if (!ref) return NotFound("source snapshot " + spec.source.id + " not found");
   BLOCKCSI_ASSIGN_OR_RETURN(auto parent, Open(ref->volume.image, ref->snap.c_str(), /*read_only=*/true));
@@ -122,10 +154,11 @@ Status RbdBackend::CloneFromSnapshot(const std::string& image, const CreateVolum
   r = rbd_clone3(io_, ref->volume.image.c_str(), ref->snap.c_str(), io_, image.c_str(), opts);
   rbd_image_options_destroy(opts);
   if (r < 0 && r != -EEXIST) return CephError(r, "clone " + spec.source.id + " to " + Spec(image));
+  *created = r == 0;
   return OkStatus();
 }
 
-Status RbdBackend::CloneFromVolume(const std::string& image, const CreateVolumeSpec& spec) {
+Status RbdBackend::CloneFromVolume(const std::string& image, const CreateVolumeSpec& spec, bool* created) {
   auto source_image = OurImage(spec.source.id);
   if (!source_image) return NotFound("source volume " + spec.source.id + " not found");
   BLOCKCSI_ASSIGN_OR_RETURN(auto source, Open(*source_image));
@@ -142,19 +175,35 @@ Status RbdBackend::CloneFromVolume(const std::string& image, const CreateVolumeS
   bool exists = false;
   r = rbd_snap_exists(source.get(), temp.c_str(), &exists);
   if (r < 0) return CephError(r, "look up snapshot " + temp + " of " + Spec(*source_image));
+  bool made_temp = false;
   if (!exists) {
     r = rbd_snap_create(source.get(), temp.c_str());
     if (r < 0 && r != -EEXIST) return CephError(r, "snapshot " + Spec(*source_image) + "@" + temp);
+    made_temp = r == 0;
   }
+  // A final failure before the clone exists takes back a temporary
+  // snapshot this call made (after it, UndoCreate does).
+  auto undo = [&](Status why) {
+    if (made_temp && IsFinalFailure(why)) {
+      source.reset();
+      if (Status st = RemoveTempSnapshot(*source_image, temp); !st.ok()) {
+        LogError("clone failed and removing its temporary snapshot failed too",
+                 {{"volume", spec.source.id}, {"snapshot", temp}, {"error", st.ToString()}});
+      }
+    }
+    return why;
+  };
+  if (Status st = FaultStatus("rbd.create_volume.after-temp-snapshot"); !st.ok()) return undo(st);
   r = rbd_snap_protect(source.get(), temp.c_str());
-  if (r < 0 && r != -EBUSY) return CephError(r, "protect " + Spec(*source_image) + "@" + temp);
+  if (r < 0 && r != -EBUSY) return undo(CephError(r, "protect " + Spec(*source_image) + "@" + temp));
   rbd_image_options_t opts;
   rbd_image_options_create(&opts);
   rbd_image_options_set_uint64(opts, RBD_IMAGE_OPTION_FEATURES, kImageFeatures);
   rbd_image_options_set_uint64(opts, RBD_IMAGE_OPTION_ORDER, kImageOrder);
   r = rbd_clone3(io_, source_image->c_str(), temp.c_str(), io_, image.c_str(), opts);
   rbd_image_options_destroy(opts);
-  if (r < 0 && r != -EEXIST) return CephError(r, "clone " + spec.source.id + " to " + Spec(image));
+  if (r < 0 && r != -EEXIST) return undo(CephError(r, "clone " + spec.source.id + " to " + Spec(image)));
+  *created = r == 0;
   return OkStatus();
 }
 
@@ -193,6 +242,7 @@ StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const Create
       int r = rbd_metadata_remove(handle.get(), key.c_str());
       if (r < 0 && r != -ENOENT) return CephError(r, "remove inherited metadata " + key + " of " + Spec(image));
     }
+    BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-inherited-metadata-removed"));
   }
   if (spec.source.kind == ContentSource::Kind::kVolume) {
     rbd_linked_image_spec_t parent{};
@@ -205,6 +255,7 @@ StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const Create
       rbd_snap_spec_cleanup(&parent_snap);
       r = rbd_flatten(handle.get());
       if (r < 0) return CephError(r, "flatten " + Spec(image));
+      BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-flatten"));
       if (snap.starts_with(kTempSnapPrefix)) BLOCKCSI_RETURN_IF_ERROR(RemoveTempSnapshot(parent_image, snap));
     } else if (r != -ENOENT) {
       return CephError(r, "parent of " + Spec(image));
@@ -216,6 +267,7 @@ StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const Create
   if (size < spec.size_bytes) {
     r = rbd_resize(handle.get(), spec.size_bytes);
     if (r < 0) return CephError(r, "resize " + Spec(image));
+    BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-resize"));
   }
   std::string source = SourceString(spec.source);
   if (!source.empty()) {
@@ -226,8 +278,10 @@ StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const Create
     r = rbd_metadata_set(handle.get(), (kMetaParamPrefix + key).c_str(), value.c_str());
     if (r < 0) return CephError(r, "set metadata of " + Spec(image));
   }
+  BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-metadata"));
   r = rbd_metadata_set(handle.get(), kMetaName, spec.name.c_str());
   if (r < 0) return CephError(r, "set metadata of " + Spec(image));
+  BLOCKCSI_RETURN_IF_ERROR(FaultStatus("rbd.create_volume.after-name"));
   BLOCKCSI_ASSIGN_OR_RETURN(auto meta, ListMetadata(handle.get(), Spec(image)));
   return Record(image, handle.get(), meta);
 }
@@ -255,7 +309,7 @@ Status RbdBackend::DeleteVolume(const std::string& volume_id) {
       }
     }
     if (!nodes.empty()) {
-      return FailedPrecondition("volume " + volume_id + " is still published to node(s) " + JoinComma(nodes));
+      return FailedPrecondition("volume " + volume_id + " is still published to node(s) " + JoinStrings(nodes, ", "));
     }
     BLOCKCSI_ASSIGN_OR_RETURN(auto all_watchers, ListWatchers(handle->get(), Spec(*image)));
     auto watchers = OthersOnly(std::move(all_watchers));
@@ -263,7 +317,7 @@ Status RbdBackend::DeleteVolume(const std::string& volume_id) {
       std::vector<std::string> who;
       who.reserve(watchers.size());
       for (const auto& w : watchers) who.push_back("client." + std::to_string(w.client_id) + " at " + w.addr);
-      return FailedPrecondition("volume " + volume_id + " is in use: watched by " + JoinComma(who));
+      return FailedPrecondition("volume " + volume_id + " is in use: watched by " + JoinStrings(who, ", "));
     }
     BLOCKCSI_ASSIGN_OR_RETURN(auto snaps, ListSnaps(handle->get(), Spec(*image)));
     std::vector<std::string> blocking;
@@ -294,7 +348,7 @@ Status RbdBackend::DeleteVolume(const std::string& volume_id) {
       blocking.push_back(SnapshotId(options_.pool, *image, snap.name));
     }
     if (!blocking.empty()) {
-      return FailedPrecondition("volume " + volume_id + " has snapshots: " + JoinComma(blocking));
+      return FailedPrecondition("volume " + volume_id + " has snapshots: " + JoinStrings(blocking, ", "));
     }
   }
   int r = rbd_remove(io_, image->c_str());

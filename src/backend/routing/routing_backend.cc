@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "backend/call_scope.h"
+#include "backend/routing/placement.h"
 #include "backend/storage_class.h"
 
 namespace blockcsi {
@@ -95,6 +97,7 @@ StatusOr<std::string> RoutingBackend::Outer(const NamedBackend& backend, const s
 
 StatusOr<VolumeRecord> RoutingBackend::Outer(const NamedBackend& backend, VolumeRecord record) const {
   BLOCKCSI_ASSIGN_OR_RETURN(record.id, Outer(backend, record.id));
+  for (const auto& [key, value] : backend.topology) record.topology[key] = value;
   if (record.source.kind != ContentSource::Kind::kNone) {
     BLOCKCSI_ASSIGN_OR_RETURN(record.source.id, Outer(backend, record.source.id));
   }
@@ -107,8 +110,9 @@ StatusOr<SnapshotRecord> RoutingBackend::Outer(const NamedBackend& backend, Snap
   return record;
 }
 
-StatusOr<VolumeRecord> RoutingBackend::CreateVolume(const CreateVolumeSpec& spec) {
-  const std::string what = "volume name " + Quoted(spec.name);
+StatusOr<std::vector<const NamedBackend*>> RoutingBackend::Candidates(const CreateVolumeSpec& spec,
+                                                                      const std::string& what,
+                                                                      std::string* inner_source_id) const {
   const NamedBackend* chosen = nullptr;
   if (auto it = spec.parameters.find(storage_class::kBackend); it != spec.parameters.end()) {
     chosen = Find(it->second);
@@ -119,7 +123,6 @@ StatusOr<VolumeRecord> RoutingBackend::CreateVolume(const CreateVolumeSpec& spec
                              " names no configured backend (configured: " + names + ")");
     }
   }
-  CreateVolumeSpec inner = spec;
   if (spec.source.kind != ContentSource::Kind::kNone) {
     const char* kind = spec.source.kind == ContentSource::Kind::kSnapshot ? "source snapshot" : "source volume";
     auto routed = Route(kind, spec.source.id);
@@ -130,18 +133,100 @@ StatusOr<VolumeRecord> RoutingBackend::CreateVolume(const CreateVolumeSpec& spec
                              Quoted(chosen->name) + "; restores and clones stay within one backend");
     }
     chosen = routed->backend;
-    inner.source.id = routed->inner_id;
+    *inner_source_id = routed->inner_id;
   }
-  if (chosen == nullptr) chosen = &backends_[default_index_];
-  const auto supported = chosen->backend->SupportedParameters();
-  for (const auto& [key, value] : spec.parameters) {
-    if (!IsDriverKey(key) && std::find(supported.begin(), supported.end(), key) == supported.end()) {
-      return InvalidArgument(what + ": parameter " + Quoted(key) + " is not understood by backend " +
-                             Quoted(chosen->name));
+  std::vector<const NamedBackend*> candidates;
+  if (chosen != nullptr) {
+    candidates.push_back(chosen);
+  } else {
+    std::vector<TopologySegments> hosts;
+    for (const auto& b : backends_) hosts.push_back(b.topology);
+    for (size_t i : PlacementOrder(hosts, default_index_, spec.accessibility)) candidates.push_back(&backends_[i]);
+  }
+  // A named backend (or the source's) must still be reachable from where
+  // the volume is required; CSI's code for "not in that topology" is
+  // RESOURCE_EXHAUSTED.
+  std::erase_if(candidates, [&](const NamedBackend* b) { return !PlacementAllows(b->topology, spec.accessibility); });
+  if (candidates.empty()) {
+    std::string requisite;
+    for (const auto& s : spec.accessibility.requisite)
+      requisite += (requisite.empty() ? "" : ", ") + DescribeSegments(s);
+    std::string hosts;
+    for (const auto& b : chosen != nullptr ? std::vector<NamedBackend>{*chosen} : backends_) {
+      hosts += (hosts.empty() ? "" : ", ") + b.name + " " + DescribeSegments(b.topology);
+    }
+    return ResourceExhausted(what + ": no backend is reachable from the requisite topology " + requisite +
+                             " (backends: " + hosts + ")");
+  }
+  // Parameters are the StorageClass's; a host that does not understand one
+  // cannot make this volume.
+  std::string refusal;
+  std::erase_if(candidates, [&](const NamedBackend* b) {
+    const auto supported = b->backend->SupportedParameters();
+    for (const auto& [key, value] : spec.parameters) {
+      if (!IsDriverKey(key) && std::find(supported.begin(), supported.end(), key) == supported.end()) {
+        if (refusal.empty()) {
+          refusal = what + ": parameter " + Quoted(key) + " is not understood by backend " + Quoted(b->name);
+        }
+        return true;
+      }
+    }
+    return false;
+  });
+  if (candidates.empty()) return InvalidArgument(refusal);
+  return candidates;
+}
+
+StatusOr<const NamedBackend*> RoutingBackend::HolderOf(const std::string& name) const {
+  for (const auto& b : backends_) {
+    std::string token;
+    do {
+      auto page = b.backend->ListVolumes(token, 0);
+      if (!page.ok()) return page.status().WithContext("backend " + Quoted(b.name));
+      for (const auto& record : page->items) {
+        if (record.name == name) return &b;
+      }
+      token = page->next_token;
+    } while (!token.empty());
+  }
+  return nullptr;
+}
+
+StatusOr<VolumeRecord> RoutingBackend::CreateVolume(const CreateVolumeSpec& spec) {
+  const std::string what = "volume name " + Quoted(spec.name);
+  CreateVolumeSpec inner = spec;
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<const NamedBackend*> candidates, Candidates(spec, what, &inner.source.id));
+  inner.accessibility = {};  // decided here; a backend of one host has no choice
+  if (candidates.size() > 1) {
+    // Which host holds this name already, from an earlier try that skipped
+    // a full host: that host answers (the same volume, or ALREADY_EXISTS),
+    // whatever room the others have now.
+    BLOCKCSI_ASSIGN_OR_RETURN(const NamedBackend* holder, HolderOf(spec.name));
+    if (holder != nullptr) {
+      if (std::find(candidates.begin(), candidates.end(), holder) == candidates.end()) {
+        return AlreadyExists(what + " exists on backend " + Quoted(holder->name) +
+                             ", which these parameters or topology requirements do not allow");
+      }
+      candidates = {holder};
     }
   }
-  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, chosen->backend->CreateVolume(inner));
-  return Outer(*chosen, std::move(record));
+  std::string full;
+  bool all_out_of_range = true;
+  for (const NamedBackend* candidate : candidates) {
+    auto record = candidate->backend->CreateVolume(inner);
+    if (record.ok()) return Outer(*candidate, std::move(*record));
+    const StatusCode code = record.status().code();
+    if (candidates.size() == 1) return record.status();
+    // A host without room for this volume (now, or ever) is skipped; the
+    // failed call left nothing on it.
+    if (code != StatusCode::kResourceExhausted && code != StatusCode::kOutOfRange) {
+      return record.status().WithContext("backend " + Quoted(candidate->name));
+    }
+    all_out_of_range = all_out_of_range && code == StatusCode::kOutOfRange;
+    full += (full.empty() ? "" : "; ") + candidate->name + ": " + record.status().message();
+  }
+  if (all_out_of_range) return OutOfRange(what + ": no allowed backend can hold it (" + full + ")");
+  return ResourceExhausted(what + ": no allowed backend has room (" + full + ")");
 }
 
 Status RoutingBackend::DeleteVolume(const std::string& volume_id) {
@@ -258,16 +343,43 @@ StatusOr<Page<VolumeRecord>> RoutingBackend::ListVolumes(const std::string& star
 }
 
 StatusOr<uint64_t> RoutingBackend::AvailableBytes() {
-  const NamedBackend* backend = &backends_[default_index_];
-  if (const CallScope* scope = CurrentCallScope(); scope != nullptr) {
+  const CallScope* scope = CurrentCallScope();
+  std::vector<const NamedBackend*> candidates;
+  if (scope != nullptr) {
     if (auto it = scope->parameters.find(storage_class::kBackend); it != scope->parameters.end()) {
-      backend = Find(it->second);
+      const NamedBackend* backend = Find(it->second);
       if (backend == nullptr) {
         return InvalidArgument("parameter backend " + Quoted(it->second) + " names no configured backend");
       }
+      candidates.push_back(backend);
+    } else if (!scope->accessible_topology.empty()) {
+      // The hosts CreateVolume places on (placement.h): the default and
+      // the zoned ones.
+      for (size_t i = 0; i < backends_.size(); ++i) {
+        if (i == default_index_ || !backends_[i].topology.empty()) candidates.push_back(&backends_[i]);
+      }
     }
   }
-  return backend->backend->AvailableBytes();
+  if (scope == nullptr || scope->accessible_topology.empty()) {
+    if (candidates.empty()) candidates.push_back(&backends_[default_index_]);
+    return candidates.front()->backend->AvailableBytes();
+  }
+  // One segment: what a volume made for it could get, i.e. the most free
+  // space of one host it reaches (a volume is never split across hosts).
+  std::optional<uint64_t> best;
+  Status first_error;
+  for (const NamedBackend* b : candidates) {
+    if (!SegmentReaches(b->topology, scope->accessible_topology)) continue;
+    auto bytes = b->backend->AvailableBytes();
+    if (!bytes.ok()) {
+      if (first_error.ok()) first_error = bytes.status().WithContext("backend " + Quoted(b->name));
+      continue;
+    }
+    best = std::max(best.value_or(0), *bytes);
+  }
+  if (best.has_value()) return *best;
+  if (!first_error.ok()) return first_error;
+  return uint64_t{0};  // no host serves this segment
 }
 
 StatusOr<SnapshotRecord> RoutingBackend::CreateSnapshot(const std::string& source_volume_id, const std::string& name) {

@@ -3,11 +3,17 @@
 // to the backend its ids or parameters name:
 //
 //   CreateVolume      the StorageClass parameter `backend=<name>`; without
-//                     it, the backend of the content source, else the default
+//                     it, the backend of the content source; else, with
+//                     accessibility_requirements, the hosts they allow in
+//                     the order placement.h gives, a full one skipped
+//                     (RESOURCE_EXHAUSTED or OUT_OF_RANGE from it); else
+//                     the default
 //   everything else   the id: volume and snapshot ids are "<name>~<id the
 //                     backend made>", so routing needs no lookup table
-//   GetCapacity       `backend=<name>` of the call (call_scope.h), else the
-//                     default backend
+//   GetCapacity       `backend=<name>` of the call (call_scope.h), else,
+//                     for a segment (accessible_topology), the largest
+//                     free space of the hosts that segment reaches (a
+//                     volume lives on one host); else the default backend
 //   ListVolumes/-Snapshots  backend after backend in configuration order,
 //                     with tokens "<name>~<that backend's token>"
 //
@@ -16,7 +22,9 @@
 // taken as the default backend's own id: volumes made before the switch
 // from a single --backend to a --backend-config keep working if that
 // backend becomes the default. Ids longer than CSI's 128 bytes are refused
-// (INTERNAL) rather than handed out. Thread-safe: the set of backends is
+// (INTERNAL) rather than handed out. A backend configured with a zone
+// (backend_config.h) adds its segment to every record's topology, which the
+// controller returns as accessible_topology. Thread-safe: the set of backends is
 // fixed at construction and each backend is thread-safe.
 #pragma once
 
@@ -35,6 +43,9 @@ inline constexpr size_t kMaxCsiIdBytes = 128;
 struct NamedBackend {
   std::string name;
   std::shared_ptr<VolumeBackend> backend;
+  // The host's segment, e.g. {topology.blockcsi.io/zone: a}; empty: the
+  // host is reachable from every node.
+  TopologySegments topology = {};
 };
 
 class RoutingBackend final : public VolumeBackend {
@@ -89,6 +100,13 @@ class RoutingBackend final : public VolumeBackend {
   StatusOr<std::string> Outer(const NamedBackend& backend, const std::string& inner_id) const;
   StatusOr<VolumeRecord> Outer(const NamedBackend& backend, VolumeRecord record) const;
   StatusOr<SnapshotRecord> Outer(const NamedBackend& backend, SnapshotRecord record) const;
+  // The backends CreateVolume tries, in order (see the top of this file).
+  StatusOr<std::vector<const NamedBackend*>> Candidates(const CreateVolumeSpec& spec, const std::string& what,
+                                                        std::string* inner_source_id) const;
+  // The backend among all that already holds a volume named `name`, or
+  // nullptr: a retried CreateVolume must find the volume an earlier try
+  // made on a host it then skipped past.
+  StatusOr<const NamedBackend*> HolderOf(const std::string& name) const;
   // Parses "<name>~<inner token>" into the index of the backend to resume
   // at and its token; ABORTED for anything else.
   StatusOr<std::pair<size_t, std::string>> ParseToken(std::string_view what, const std::string& token) const;

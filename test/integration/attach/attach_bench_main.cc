@@ -160,7 +160,15 @@ int Run(int argc, char** argv) {
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  // "min / median / max" of one side's rounds (hack/bench.sh puts it in the table).
+  auto spread = [&](const std::vector<double>& v) {
+    auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.0f / %.0f / %.0f", *lo, median(v), *hi);
+    return std::string(buf);
   };
   auto range = [](const std::vector<double>& v) {
     auto [lo, hi] = std::minmax_element(v.begin(), v.end());
@@ -177,6 +185,9 @@ int Run(int argc, char** argv) {
   std::printf("%-28s %11.0f %11.0f\n", "loop device (O_DIRECT)", median(loop_w), median(loop_r));
   std::printf("%-28s %11.2f %11.2f   (per-round range: write %s, read %s)\n", "ratio loop/raw", median(ratio_w),
               median(ratio_r), range(ratio_w).c_str(), range(ratio_r).c_str());
+  // One line per figure and side: "spread <side>-<figure> min / median / max".
+  std::printf("spread raw-write %s\nspread raw-read %s\nspread loop-write %s\nspread loop-read %s\n",
+              spread(raw_w).c_str(), spread(raw_r).c_str(), spread(loop_w).c_str(), spread(loop_r).c_str());
   std::printf("attach latency ms: median %.1f (range %s)\n", median(attach_ms), range(attach_ms).c_str());
   std::printf("detach latency ms: median %.1f (range %s)\n", median(detach_ms), range(detach_ms).c_str());
   std::free(aligned);

@@ -52,7 +52,7 @@ TEST_F(AttachIntegrationTest, AttachWriteReadBackDetach) {
 
   // Bytes written through the loop device land in the target's backing file.
   std::string data = Pattern(kMiB + 4096, 'a');
-  ASSERT_TRUE(WriteDirect(record->device_path, 3 * kMiB, data));
+  ASSERT_EQ(WriteDirect(record->device_path, 3 * kMiB, data), 0);
   EXPECT_EQ(ReadFileAt(t.backing_file, 3 * kMiB, data.size()), data);
   EXPECT_EQ(ReadDirect(record->device_path, 3 * kMiB, data.size()), data);
 
@@ -247,7 +247,7 @@ TEST_F(AttachIntegrationTest, TwoVolumesAttachAndDetachIndependently) {
   ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
   // vol-b is untouched by vol-a's detach.
   std::string data = Pattern(64 * 1024, 'q');
-  ASSERT_TRUE(WriteDirect(rb->device_path, 0, data));
+  ASSERT_EQ(WriteDirect(rb->device_path, 0, data), 0);
   EXPECT_EQ(ReadFileAt(b.backing_file, 0, data.size()), data);
   EXPECT_FALSE((*attacher)->Check("vol-b").abnormal);
   EXPECT_EQ(BridgePids().size(), 1u);
@@ -471,7 +471,7 @@ TEST_F(AttachIntegrationTest, ReadOnlyAttachmentRefusesWrites) {
   auto record = (*attacher)->Attach(SpecFor(context));
   ASSERT_TRUE(record.ok()) << record.status().ToString();
   EXPECT_EQ(ReadDirect(record->device_path, 0, 4096), data);
-  EXPECT_FALSE(WriteDirect(record->device_path, 0, Pattern(4096, 'x')));
+  EXPECT_NE(WriteDirect(record->device_path, 0, Pattern(4096, 'x')), 0);
   EXPECT_EQ(ReadFileAt(t.backing_file, 0, 4096), data);
   ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
   ExpectNothingLeft();
@@ -503,7 +503,7 @@ TEST_F(AttachIntegrationTest, RescanPicksUpAGrownLun) {
   EXPECT_EQ(std::stoull(out), 32 * kMiB);
   // The new tail is usable.
   std::string data = Pattern(8192, 'g');
-  ASSERT_TRUE(WriteDirect(record->device_path, 30 * kMiB, data));
+  ASSERT_EQ(WriteDirect(record->device_path, 30 * kMiB, data), 0);
   EXPECT_EQ(ReadFileAt(t.backing_file, 30 * kMiB, data.size()), data);
   ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
   ExpectNothingLeft();
@@ -523,7 +523,7 @@ TEST_F(AttachIntegrationTest, SeveralSessionsPerVolumeCarryConcurrentIo) {
       ok[i] = true;
       for (int j = 0; j < 8; ++j) {
         uint64_t off = (uint64_t(i) * 8 + j) * kMiB;
-        ok[i] = ok[i] && WriteDirect(record->device_path, off, Pattern(kMiB, static_cast<char>('A' + i + j)));
+        ok[i] = ok[i] && WriteDirect(record->device_path, off, Pattern(kMiB, static_cast<char>('A' + i + j))) == 0;
       }
     });
   }

@@ -15,6 +15,7 @@
 
 #include "common/executor.h"
 #include "csi.grpc.pb.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -46,10 +47,30 @@ class BlockctlNodeTest : public ::testing::Test {
     BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
     ASSERT_TRUE(StartPlugin(""));
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+  }
+
+  // What the plugin can leave, in the one leak checker's terms: processes,
+  // mounts and loop devices under dir_, attach records, pool files, tgtd's
+  // targets, ACLs and sessions. The test's own daemons are not leaks.
+  testing::LeakScope Scope() {
+    testing::LeakScope scope;
+    scope.dir = dir_.path();
+    scope.state_dir = plugin_->state_dir();
+    scope.pool_dir = plugin_->pool_dir();
+    scope.tgtd = tgtd_.get();
+    if (plugin_->running()) scope.ignore_pids.push_back(plugin_->pid());
+    return scope;
   }
 
   void TearDown() override {
     if (!testing::IsRoot()) return;
+    // Before anything is cleaned: a test that passed must have left nothing.
+    if (plugin_ && tgtd_ && !HasFailure()) {
+      auto left = testing::NewItemsAfterSettling(baseline_, Scope());
+      EXPECT_TRUE(left.empty()) << "left behind by the test (before the fixture cleans):\n"
+                                << testing::DescribeItems(left);
+    }
     if (plugin_) plugin_->Stop();
     // Whatever is left under our directory: mounts, loop devices, bridges.
     testing::CleanUpUnder(dir_.path());
@@ -171,6 +192,7 @@ class BlockctlNodeTest : public ::testing::Test {
   testing::TempDir dir_;
   std::unique_ptr<testing::TgtdHarness> tgtd_;
   std::unique_ptr<testing::PluginUnderTest> plugin_;
+  testing::LeakSnapshot baseline_;  // at SetUp
 };
 
 TEST_F(BlockctlNodeTest, VolumesAndStatusShowAStagedAndPublishedVolume) {

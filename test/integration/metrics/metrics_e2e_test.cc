@@ -26,6 +26,7 @@
 
 #include "csi.grpc.pb.h"
 #include "support/http_probe.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -59,12 +60,35 @@ class MetricsE2ETest : public ::testing::Test {
     if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "needs /dev/fuse";
     std::string error;
     tgtd_ = testing::TgtdHarness::Start(&error);
-    if (!tgtd_) GTEST_SKIP() << "cannot start tgtd: " << error;
+    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.Join("plugin"), tgtd_.get());
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+  }
+
+  // What the plugin can leave, in the one leak checker's terms: processes,
+  // mounts and loop devices under dir_, attach records, pool files, tgtd's
+  // targets, ACLs and sessions. The test's own daemons are not leaks.
+  testing::LeakScope Scope() {
+    testing::LeakScope scope;
+    scope.dir = dir_.path();
+    scope.state_dir = plugin_->state_dir();
+    scope.pool_dir = plugin_->pool_dir();
+    scope.tgtd = tgtd_.get();
+    if (plugin_->running()) scope.ignore_pids.push_back(plugin_->pid());
+    for (auto* p : {agent_.get(), prometheus_.get()}) {
+      if (p != nullptr) scope.ignore_pids.push_back(p->pid());
+    }
+    return scope;
   }
 
   void TearDown() override {
     if (!plugin_) return;
+    // Before anything is cleaned: a test that passed must have left nothing.
+    if (!HasFailure()) {
+      auto left = testing::NewItemsAfterSettling(baseline_, Scope());
+      EXPECT_TRUE(left.empty()) << "left behind by the test (before the fixture cleans):\n"
+                                << testing::DescribeItems(left);
+    }
     plugin_->Stop();
     StopProcess(agent_);
     StopProcess(prometheus_);
@@ -176,6 +200,7 @@ class MetricsE2ETest : public ::testing::Test {
   std::unique_ptr<testing::PluginUnderTest> plugin_;
   std::unique_ptr<testing::ChildProcess> agent_;
   std::unique_ptr<testing::ChildProcess> prometheus_;
+  testing::LeakSnapshot baseline_;  // at SetUp
   int metrics_port_ = 0;
 };
 
@@ -421,6 +446,7 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
   ASSERT_TRUE(StartPlugin(options));
   const int kCreates = 3;
   std::string first_id;
+  std::vector<std::string> ids;
   for (int i = 0; i < kCreates; ++i) {
     csi::v1::CreateVolumeRequest req;
     req.set_name("prom-" + std::to_string(i));
@@ -429,6 +455,7 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
     csi::v1::CreateVolumeResponse resp;
     ASSERT_TRUE(Ok(plugin_->controller().CreateVolume(testing::Deadline().get(), req, &resp)));
     if (i == 0) first_id = resp.volume().volume_id();
+    ids.push_back(resp.volume().volume_id());
   }
   // One publish and one unpublish: the agent counts one ACL grant and one revoke.
   csi::v1::ControllerPublishVolumeRequest pub;
@@ -501,6 +528,13 @@ TEST_F(MetricsE2ETest, PrometheusScrapesPluginAndAgentAndAnswersWithTheCallsMade
   std::string pool = query("blockcsi_target_pool_volumes{job=\"blockcsi-target\"}");
   ASSERT_TRUE(std::regex_search(pool, m, value)) << pool;
   EXPECT_EQ(m[1].str(), std::to_string(kCreates)) << pool;
+  // The CO's end: the volumes go (the fixture then asserts nothing is left).
+  for (const auto& id : ids) {
+    csi::v1::DeleteVolumeRequest del;
+    del.set_volume_id(id);
+    csi::v1::DeleteVolumeResponse dresp;
+    EXPECT_TRUE(Ok(plugin_->controller().DeleteVolume(testing::Deadline().get(), del, &dresp))) << id;
+  }
 }
 
 }  // namespace

@@ -34,6 +34,8 @@
 #include "common/executor.h"
 #include "common/filesystem.h"
 #include "csi.grpc.pb.h"
+#include "support/block_io.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -47,9 +49,6 @@ constexpr char kCgroupRoot[] = "/sys/fs/cgroup/unified";
 // How long the volumes must keep working with no plugin running (issue #23).
 constexpr auto kWithoutPlugin = 10s;
 constexpr size_t kFileBytes = 256 * 1024;
-
-#define ASSERT_GRPC_OK(expr) ASSERT_TRUE(testing::GrpcOk(expr, plugin_->LogTail())) << #expr
-#define EXPECT_GRPC_OK(expr) EXPECT_TRUE(testing::GrpcOk(expr, plugin_->LogTail())) << #expr
 
 struct Volume {
   std::string id;
@@ -71,32 +70,8 @@ std::string Contents(const std::string& name) {
 
 // Written and fsync'd: the data goes through loop → FUSE → bridge → tgtd.
 std::string WriteDurably(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return "open " + path + ": " + std::strerror(errno);
-  ssize_t n = ::write(fd, data.data(), data.size());
-  int err = errno;
-  if (n == static_cast<ssize_t>(data.size()) && ::fsync(fd) != 0) err = errno, n = -1;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(data.size())) return "write " + path + ": " + std::strerror(err);
-  return "";
-}
-
-// O_DIRECT: the read reaches the bridge instead of the page cache.
-std::string ReadDirect(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return "open " + path + ": " + std::strerror(errno);
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, kFileBytes) != 0) {
-    ::close(fd);
-    return "posix_memalign";
-  }
-  ssize_t n = ::pread(fd, buf, kFileBytes, 0);
-  int err = errno;
-  if (n >= 0) out->assign(static_cast<char*>(buf), static_cast<size_t>(n));
-  std::free(buf);
-  ::close(fd);
-  if (n < 0) return "read " + path + ": " + std::strerror(err);
-  return "";
+  int err = testing::WriteFileSynced(path, data);
+  return err == 0 ? "" : "write " + path + ": " + std::strerror(err);
 }
 
 // Why this machine cannot run the test, or "".
@@ -133,6 +108,8 @@ bool Running(pid_t pid) {
 
 class PluginRestartTest : public ::testing::Test {
  protected:
+  std::string GrpcLogTail() { return plugin_->LogTail(); }
+
   void SetUp() override {
     if (std::string why = MissingCapability(); !why.empty()) GTEST_SKIP() << why;
     std::string error;
@@ -141,10 +118,32 @@ class PluginRestartTest : public ::testing::Test {
     plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
     prefix_ = std::string(kCgroupRoot) + "/blockcsi-test-" + std::to_string(::getpid()) + "-";
     bridge_cgroup_ = prefix_ + "bridges";
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+  }
+
+  // What the plugin and its bridges can leave, in the one leak checker's
+  // terms (processes, mounts, loops, records, pool files, tgtd's targets,
+  // ACLs and sessions); the running plugin itself is not a leak.
+  testing::LeakScope Scope(const std::string& volume_id = "") {
+    testing::LeakScope scope;
+    scope.dir = dir_.path();
+    scope.volume_id = volume_id;
+    scope.state_dir = plugin_->state_dir();
+    scope.pool_dir = plugin_->pool_dir();
+    scope.tgtd = tgtd_.get();
+    if (plugin_->running()) scope.ignore_pids.push_back(plugin_->pid());
+    return scope;
+  }
+  void ExpectNothingLeftSince(const testing::LeakSnapshot& before, const std::string& after,
+                              const std::string& volume_id = "") {
+    auto left = testing::NewItemsAfterSettling(before, Scope(volume_id));
+    EXPECT_TRUE(left.empty()) << "left behind after " << after << ":\n" << testing::DescribeItems(left);
   }
 
   void TearDown() override {
     if (!plugin_) return;
+    // Before anything is cleaned: a test that passed must have left nothing.
+    if (!HasFailure()) ExpectNothingLeftSince(baseline_, "the test (before the fixture cleans)");
     plugin_->Stop();
     testing::CleanUpUnder(dir_.path());
     // Only what this test made: its cgroups (empty by now unless a check
@@ -273,8 +272,9 @@ class PluginRestartTest : public ::testing::Test {
     std::string path = plugin_->target_path(v.id) + "/" + name;
     std::string data = Contents(v.id + "/" + name);
     if (std::string e = WriteDurably(path, data); !e.empty()) return e;
-    std::string back;
-    if (std::string e = ReadDirect(path, &back); !e.empty()) return e;
+    std::string e;
+    std::string back = testing::ReadDirect(path, 0, kFileBytes, &e);
+    if (!e.empty()) return e;
     return back == data ? "" : path + " reads back different bytes";
   }
 
@@ -282,8 +282,8 @@ class PluginRestartTest : public ::testing::Test {
   void ExpectAllIntact(const Volume& v) {
     for (const auto& name : written_[v.id]) {
       std::string path = plugin_->target_path(v.id) + "/" + name;
-      std::string back;
-      std::string e = ReadDirect(path, &back);
+      std::string e;
+      std::string back = testing::ReadDirect(path, 0, kFileBytes, &e);
       EXPECT_EQ(e, "");
       EXPECT_TRUE(back == Contents(v.id + "/" + name)) << path << " lost its bytes";
     }
@@ -341,6 +341,7 @@ class PluginRestartTest : public ::testing::Test {
   std::string prefix_;
   std::string bridge_cgroup_;
   std::vector<std::string> made_cgroups_;
+  testing::LeakSnapshot baseline_;  // at SetUp
   std::map<std::string, std::vector<std::string>> written_;
 };
 
@@ -353,7 +354,7 @@ void PluginRestartTest::Scenario(bool new_version) {
     old_binary = dir_.Join("v1/blockcsi");
     new_binary = dir_.Join("v2/blockcsi");
     // Each image ships the plugin with its bridge programs beside it.
-    for (const char* program : {"/blockcsi", "/blockcsi-bridge", "/blockcsi-bridge-rbd"}) {
+    for (const char* program : {"/blockcsi", "/blockcsi-bridge"}) {
       std::filesystem::copy_file(testing::BinDir() + program, dir_.Join("v1") + program);
       std::filesystem::copy_file(testing::BinDir() + program, dir_.Join("v2") + program);
     }
@@ -548,7 +549,11 @@ TEST_F(PluginRestartTest, ABridgeThatCannotMoveRefusesAndLeavesNothing) {
   ASSERT_EQ(::rmdir(outer.c_str()), 0);
 
   Volume v = Create("no-cgroup");
+  const testing::LeakSnapshot before_stage = testing::TakeLeakSnapshot(Scope(v.id));
   grpc::Status st = StageAndPublish(v);
+  // Nothing left (bridge, FUSE mount, loop device, record, tgtd session):
+  // the one leak checker, before anything could clean up.
+  ExpectNothingLeftSince(before_stage, "the refused stage", v.id);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
   EXPECT_NE(st.error_message().find(v.id), std::string::npos) << st.error_message();
   EXPECT_NE(st.error_message().find(bridge_cgroup_), std::string::npos) << st.error_message();

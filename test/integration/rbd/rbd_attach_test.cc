@@ -36,7 +36,9 @@
 #include "common/executor.h"
 #include "common/filesystem.h"
 #include "common/mounter.h"
+#include "support/block_io.h"
 #include "support/ceph_test_cluster.h"
+#include "support/leak_check.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -45,70 +47,14 @@ namespace {
 using ::blockcsi::testing::BinDir;
 using ::blockcsi::testing::ChildProcess;
 using ::blockcsi::testing::IsRoot;
+using ::blockcsi::testing::Pattern;
+using ::blockcsi::testing::ReadDirect;
 using ::blockcsi::testing::ReadFileOrEmpty;
+using ::blockcsi::testing::RunProgram;
 using ::blockcsi::testing::TempDir;
+using ::blockcsi::testing::WriteDirect;
 
 constexpr uint64_t kMiB = 1ULL << 20;
-
-int RunProgram(const std::vector<std::string>& argv, std::string* output = nullptr) {
-  auto exec = MakeProcessExecutor();
-  Command cmd(argv[0]);
-  for (size_t i = 1; i < argv.size(); ++i) cmd.Arg(argv[i]);
-  cmd.Timeout(std::chrono::seconds(300));
-  auto r = exec->Run(cmd);
-  if (!r.ok()) {
-    if (output != nullptr) *output = r.status().ToString();
-    return -1;
-  }
-  if (output != nullptr) *output = r->stdout_text + r->stderr_text;
-  return r->exit_code;
-}
-
-std::string Pattern(size_t len, char seed) {
-  std::string out(len, '\0');
-  for (size_t i = 0; i < len; ++i) out[i] = static_cast<char>(seed + (i * 7 + i / 4096) % 23);
-  return out;
-}
-
-// O_DIRECT write + fsync through the device; 0 or the errno of the failure.
-int WriteDirect(const std::string& device, uint64_t offset, const std::string& data) {
-  int fd = ::open(device.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return errno;
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, data.size()) != 0) {
-    ::close(fd);
-    return ENOMEM;
-  }
-  std::memcpy(buf, data.data(), data.size());
-  int err = 0;
-  ssize_t n = ::pwrite(fd, buf, data.size(), static_cast<off_t>(offset));
-  if (n < 0) {
-    err = errno;
-  } else if (static_cast<size_t>(n) != data.size()) {
-    err = EIO;
-  } else if (::fsync(fd) != 0) {
-    err = errno;
-  }
-  std::free(buf);
-  ::close(fd);
-  return err;
-}
-
-std::string ReadDirect(const std::string& device, uint64_t offset, size_t len) {
-  int fd = ::open(device.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return "<open failed>";
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, len) != 0) {
-    ::close(fd);
-    return "<no memory>";
-  }
-  ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(offset));
-  std::string out = n > 0 ? std::string(static_cast<char*>(buf), static_cast<size_t>(n))
-                          : "<read error " + std::string(std::strerror(errno)) + ">";
-  std::free(buf);
-  ::close(fd);
-  return out;
-}
 
 // An admin's librados view of an image, to check what the node left on it.
 class Admin {
@@ -186,40 +132,17 @@ struct Node {
   std::unique_ptr<TempDir> dir;
   std::string state_dir;
   std::unique_ptr<VolumeAttacher> attacher;
+  testing::LeakSnapshot baseline;  // when the node was made
 };
 
-class RbdAttachTest : public ::testing::Test {
+class RbdAttachTest : public testing::CephSuiteTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!IsRoot()) {
-      skip_ = "needs root (Ceph daemons, FUSE mounts, loop devices)";
-      return;
-    }
-    for (const char* bin : {"/usr/bin/ceph-mon", "/usr/bin/ceph-osd", "/usr/bin/ceph-mgr", "/usr/bin/rbd"}) {
-      if (!std::filesystem::exists(bin)) {
-        skip_ = std::string("ceph packages missing (") + bin + "; hack/install-deps.sh)";
-        return;
-      }
-    }
-    if (!std::filesystem::exists("/dev/fuse")) {
-      skip_ = "needs /dev/fuse";
-      return;
-    }
-    if (!std::filesystem::exists("/dev/loop-control")) {
-      skip_ = "needs loop devices (/dev/loop-control)";
-      return;
-    }
-    cluster_ = testing::CephTestCluster::Acquire(&setup_error_);
-    if (cluster_) env_ = cluster_->env();
-  }
-
-  static void TearDownTestSuite() { cluster_.reset(); }
+  static void SetUpTestSuite() { AcquireCluster(Needs::kCephAndBridge); }
 
   void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
-    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
-    ASSERT_TRUE(env_.contains("CEPH_CONF")) << "no CEPH_CONF from hack/ceph-cluster.sh";
-    binary_ = BinDir() + "/blockcsi-bridge-rbd";
+    CephSuiteTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    binary_ = BinDir() + "/blockcsi-bridge";
     ASSERT_TRUE(std::filesystem::exists(binary_)) << binary_ << " not built";
     RbdBackendOptions o;
     o.ceph_conf = env_["CEPH_CONF"];
@@ -249,8 +172,17 @@ class RbdAttachTest : public ::testing::Test {
         }
       }
     }
+    // The detaches above are the normal path (what a CO's teardown does):
+    // after a passing test they must leave nothing, checked before the
+    // forced cleanup below could hide it.
+    if (!HasFailure()) {
+      for (auto& node : nodes_) ExpectNothingLeft(*node);
+    }
     for (auto& node : nodes_) CleanUp(*node);
-    for (auto& node : nodes_) ExpectNothingLeft(*node);
+    // After a failure: the forced cleanup itself must have worked.
+    if (HasFailure()) {
+      for (auto& node : nodes_) ExpectNothingLeft(*node);
+    }
     if (backend_ != nullptr) {
       for (auto it = volumes_.rbegin(); it != volumes_.rend(); ++it) {
         auto record = backend_->GetVolume(*it);
@@ -273,15 +205,11 @@ class RbdAttachTest : public ::testing::Test {
     }
     return out;
   }
+  // The shared checker's list (stacked ones first, those whose FUSE file
+  // is gone too).
   static std::vector<std::string> LoopDevices(const Node& node) {
     std::vector<std::string> out;
-    auto fs = MakeRootedFilesystem("");
-    auto names = fs->ListDir("/sys/block");
-    if (!names.ok()) return out;
-    for (const auto& n : *names) {
-      auto backing = ReadTrimmed(*fs, "/sys/block/" + n + "/loop/backing_file");
-      if (backing.ok() && backing->starts_with(node.state_dir)) out.push_back("/dev/" + n);
-    }
+    for (const auto& [device, backing] : testing::LoopDevicesBackedUnder(node.state_dir)) out.push_back(device);
     return out;
   }
   static std::vector<std::string> Mounts(const Node& node) {
@@ -302,10 +230,18 @@ class RbdAttachTest : public ::testing::Test {
     for (const auto& loop : LoopDevices(node)) RunProgram({"losetup", "-d", loop});
     for (const auto& m : Mounts(node)) ::umount2(m.c_str(), MNT_DETACH);
   }
+  static testing::LeakScope Scope(const Node& node) {
+    testing::LeakScope scope;
+    scope.dir = node.dir->path();
+    scope.state_dir = node.state_dir;
+    return scope;
+  }
+  // The one leak checker: bridges, FUSE mounts, loop devices, attach
+  // records of the node since it was made.
   static void ExpectNothingLeft(const Node& node) {
+    auto left = testing::NewItemsAfterSettling(node.baseline, Scope(node));
+    EXPECT_TRUE(left.empty()) << node.id << " left behind:" << testing::DescribeItems(left);
     EXPECT_TRUE(BridgePids(node).empty()) << node.id << ": bridge processes left";
-    EXPECT_TRUE(LoopDevices(node).empty()) << node.id << ": loop devices left";
-    EXPECT_TRUE(Mounts(node).empty()) << node.id << ": FUSE mounts left";
   }
 
   Node& NewNode(const std::string& id, std::chrono::milliseconds io_timeout = std::chrono::seconds(30)) {
@@ -313,6 +249,7 @@ class RbdAttachTest : public ::testing::Test {
     node->id = id;
     node->dir = std::make_unique<TempDir>();
     node->state_dir = node->dir->Join("state");
+    node->baseline = testing::TakeLeakSnapshot(Scope(*node));
     AttacherOptions o;
     o.connector = "userspace";
     o.state_dir = node->state_dir;
@@ -377,11 +314,6 @@ class RbdAttachTest : public ::testing::Test {
   static std::string ImageOf(const std::map<std::string, std::string>& context) {
     return context.at(publish_context::kRbdImage);
   }
-
-  static inline std::string skip_;
-  static inline std::string setup_error_;
-  static inline std::unique_ptr<testing::CephTestCluster> cluster_;
-  static inline std::map<std::string, std::string> env_;
 
   std::string binary_;
   std::shared_ptr<VolumeBackend> backend_;
@@ -729,7 +661,7 @@ TEST_F(RbdAttachTest, BridgeWithoutMonitorsUsesTheNodesCephConf) {
   BridgePaths p = BridgePathsFor(n.state_dir, volume->id);
   ASSERT_TRUE(MakeDirectories(p.dir, 0700).ok());
 
-  ChildProcess bridge({BinDir() + "/blockcsi-bridge-rbd",
+  ChildProcess bridge({BinDir() + "/blockcsi-bridge",
                        "--transport",
                        "rbd",
                        "--volume-id",

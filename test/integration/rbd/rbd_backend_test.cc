@@ -149,28 +149,11 @@ class Client {
   std::string last_mon_status_;
 };
 
-class RbdBackendTest : public ::testing::Test {
+class RbdBackendTest : public testing::CephSuiteTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!IsRoot()) {
-      skip_ = "needs root (runs Ceph daemons)";
-      return;
-    }
-    if (!std::filesystem::exists("/usr/bin/ceph-mon") || !std::filesystem::exists("/usr/bin/ceph-osd") ||
-        !std::filesystem::exists("/usr/bin/ceph-mgr")) {
-      skip_ = "ceph packages missing (ceph-mon ceph-mgr ceph-osd ceph-common; hack/install-deps.sh)";
-      return;
-    }
-    cluster_ = testing::CephTestCluster::Acquire(&setup_error_);
-    if (cluster_) env_ = cluster_->env();
-  }
-
-  static void TearDownTestSuite() { cluster_.reset(); }
-
   void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
-    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
-    ASSERT_TRUE(env_.contains("CEPH_CONF")) << "no CEPH_CONF from hack/ceph-cluster.sh";
+    CephSuiteTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     options_.ceph_conf = env_["CEPH_CONF"];
     options_.ceph_user = env_["BLOCKCSI_CEPH_USER"];
     options_.keyring = env_["BLOCKCSI_CEPH_KEYRING"];
@@ -222,11 +205,6 @@ class RbdBackendTest : public ::testing::Test {
     grant.capability = capability;
     return grant;
   }
-
-  static inline std::string skip_;
-  static inline std::string setup_error_;
-  static inline std::unique_ptr<testing::CephTestCluster> cluster_;
-  static inline std::map<std::string, std::string> env_;
 
   RbdBackendOptions options_;
   std::shared_ptr<VolumeBackend> backend_;

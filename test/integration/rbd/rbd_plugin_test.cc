@@ -38,8 +38,10 @@
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "csi.grpc.pb.h"
+#include "support/block_io.h"
 #include "support/ceph_test_cluster.h"
 #include "support/http_probe.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -49,85 +51,16 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::blockcsi::testing::ChildProcess;
+using ::blockcsi::testing::Pattern;
 using ::blockcsi::testing::PluginUnderTest;
+using ::blockcsi::testing::ReadDirect;
 using ::blockcsi::testing::ReadFileOrEmpty;
+using ::blockcsi::testing::RunProgram;
 using ::blockcsi::testing::TempDir;
+using ::blockcsi::testing::WriteDirect;
+using ::blockcsi::testing::WriteFileSynced;
 
 constexpr int64_t kMiB = 1LL << 20;
-
-#define ASSERT_GRPC_OK(expr) ASSERT_TRUE(GrpcOk(expr)) << #expr
-#define EXPECT_GRPC_OK(expr) EXPECT_TRUE(GrpcOk(expr)) << #expr
-
-// Exit code (or -1 when it could not run); stdout+stderr into `output`.
-int RunProgram(const std::vector<std::string>& argv, std::string* output = nullptr) {
-  Command cmd(argv[0]);
-  for (size_t i = 1; i < argv.size(); ++i) cmd.Arg(argv[i]);
-  cmd.Timeout(std::chrono::seconds(300));
-  auto r = MakeProcessExecutor()->Run(cmd);
-  if (!r.ok()) {
-    if (output != nullptr) *output = r.status().ToString();
-    return -1;
-  }
-  if (output != nullptr) *output = r->stdout_text + r->stderr_text;
-  return r->exit_code;
-}
-
-std::string Pattern(size_t len, char seed) {
-  std::string out(len, '\0');
-  for (size_t i = 0; i < len; ++i) out[i] = static_cast<char>(seed + (i * 7 + i / 4096) % 23);
-  return out;
-}
-
-// O_DIRECT write + fsync; 0 or the errno of the failure.
-int WriteDirect(const std::string& path, int64_t offset, const std::string& data) {
-  int fd = ::open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return errno;
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, data.size()) != 0) {
-    ::close(fd);
-    return ENOMEM;
-  }
-  std::memcpy(buf, data.data(), data.size());
-  int err = 0;
-  ssize_t n = ::pwrite(fd, buf, data.size(), static_cast<off_t>(offset));
-  if (n < 0) {
-    err = errno;
-  } else if (static_cast<size_t>(n) != data.size()) {
-    err = EIO;
-  } else if (::fsync(fd) != 0) {
-    err = errno;
-  }
-  std::free(buf);
-  ::close(fd);
-  return err;
-}
-
-std::string ReadDirect(const std::string& path, int64_t offset, size_t len) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return "<open failed: " + std::string(std::strerror(errno)) + ">";
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, len) != 0) {
-    ::close(fd);
-    return "<no memory>";
-  }
-  ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(offset));
-  std::string out = n > 0 ? std::string(static_cast<char*>(buf), static_cast<size_t>(n))
-                          : "<read error " + std::string(std::strerror(errno)) + ">";
-  std::free(buf);
-  ::close(fd);
-  return out;
-}
-
-// A file written and fsynced; 0 or the errno of the failure.
-int WriteFileSynced(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno;
-  int err = 0;
-  if (::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) err = errno != 0 ? errno : EIO;
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  ::close(fd);
-  return err;
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -141,37 +74,13 @@ struct Volume {
   std::map<std::string, std::string> context;
 };
 
-class RbdPluginTest : public ::testing::Test {
+class RbdPluginTest : public testing::CephSuiteTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!testing::IsRoot()) {
-      skip_ = "needs root (Ceph daemons, FUSE mounts, loop devices, mount)";
-      return;
-    }
-    for (const char* bin : {"/usr/bin/ceph-mon", "/usr/bin/ceph-osd", "/usr/bin/ceph-mgr", "/usr/bin/rbd"}) {
-      if (!std::filesystem::exists(bin)) {
-        skip_ = std::string("ceph packages missing (") + bin + "; hack/install-deps.sh)";
-        return;
-      }
-    }
-    if (::access("/dev/fuse", R_OK | W_OK) != 0) {
-      skip_ = "needs /dev/fuse";
-      return;
-    }
-    if (!std::filesystem::exists("/dev/loop-control")) {
-      skip_ = "needs loop devices (/dev/loop-control)";
-      return;
-    }
-    cluster_ = testing::CephTestCluster::Acquire(&setup_error_);
-    if (cluster_) env_ = cluster_->env();
-  }
-
-  static void TearDownTestSuite() { cluster_.reset(); }
+  static void SetUpTestSuite() { AcquireCluster(Needs::kCephAndBridge); }
 
   void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
-    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
-    ASSERT_TRUE(env_.contains("CEPH_CONF")) << "no CEPH_CONF from hack/ceph-cluster.sh";
+    CephSuiteTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     key_ = testing::KeyFromKeyring(env_["BLOCKCSI_CEPH_KEYRING"]);
     ASSERT_FALSE(key_.empty()) << "no key in " << env_["BLOCKCSI_CEPH_KEYRING"];
     // In-process backend with the same user: only to remove, after a failed
@@ -188,10 +97,15 @@ class RbdPluginTest : public ::testing::Test {
     metrics_port_a_ = testing::FreeTcpPort();
     std::string error;
     ASSERT_TRUE(node_a_->Start(Options("all", "node-a"), &error)) << error;
+    baseline_ = testing::TakeLeakSnapshot(Scopes());
+    have_baseline_ = true;
   }
 
   void TearDown() override {
     if (!skip_.empty() || !setup_error_.empty()) return;
+    // Before anything is cleaned: a test that passed must have left nothing
+    // on either node, nor a client watching one of its images.
+    if (have_baseline_ && !HasFailure()) ExpectNothingLeftSince(baseline_, "the test (before the fixture cleans)");
     // Best effort through the plugins first (the normal path), then by force.
     for (auto* plugin : {node_a_.get(), node_b_.get()}) {
       if (plugin == nullptr || !plugin->running()) continue;
@@ -230,6 +144,43 @@ class RbdPluginTest : public ::testing::Test {
     for (const auto& image : cli_images_) (void)Rbd({"rm", "--no-progress", PoolImage(image)});
   }
 
+  // What the plugins can leave, in the one leak checker's terms: processes
+  // (bridges), mounts and loop devices under dir_, each node's attach
+  // records, and watchers (open librbd clients) of the test's images. The
+  // plugins themselves are not leaks.
+  std::vector<testing::LeakScope> Scopes(const std::string& volume_id = "") {
+    std::vector<testing::LeakScope> scopes;
+    std::vector<pid_t> plugins;
+    for (auto* p : {node_a_.get(), node_b_.get()}) {
+      if (p != nullptr && p->running()) plugins.push_back(p->pid());
+    }
+    for (auto* p : {node_a_.get(), node_b_.get()}) {
+      if (p == nullptr) continue;
+      testing::LeakScope node;
+      node.dir = p->dir();
+      node.volume_id = volume_id;
+      node.state_dir = p->state_dir();
+      node.ignore_pids = plugins;
+      scopes.push_back(node);
+    }
+    if (!scopes.empty()) {
+      for (const auto& v : volumes_) scopes[0].rbd_images.push_back(PoolImage(Image(v)));
+      scopes[0].rbd_command = {"rbd",
+                               "-c",
+                               env_.at("CEPH_CONF"),
+                               "--id",
+                               env_.at("BLOCKCSI_CEPH_USER"),
+                               "--keyring",
+                               env_.at("BLOCKCSI_CEPH_KEYRING")};
+    }
+    return scopes;
+  }
+  void ExpectNothingLeftSince(const testing::LeakSnapshot& before, const std::string& after,
+                              const std::string& volume_id = "") {
+    auto left = testing::NewItemsAfterSettling(before, Scopes(volume_id));
+    EXPECT_TRUE(left.empty()) << "left behind after " << after << ":\n" << testing::DescribeItems(left);
+  }
+
   testing::PluginOptions Options(const std::string& mode, const std::string& node_id) const {
     testing::PluginOptions o;
     o.mode = mode;
@@ -258,10 +209,10 @@ class RbdPluginTest : public ::testing::Test {
     ASSERT_TRUE(node_b_->Start(Options("node", "node-b"), &error)) << error;
   }
 
-  ::testing::AssertionResult GrpcOk(const grpc::Status& st) {
+  std::string GrpcLogTail() {
     std::string tail = node_a_ ? node_a_->LogTail() : "";
     if (node_b_) tail += "\n--- node-b:\n" + node_b_->LogTail();
-    return testing::GrpcOk(st, tail);
+    return tail;
   }
 
   template <typename Call>
@@ -473,11 +424,6 @@ class RbdPluginTest : public ::testing::Test {
     EXPECT_FALSE(ImageInPool(Image(v))) << Image(v) << " still in the pool";
   }
 
-  static inline std::string skip_;
-  static inline std::string setup_error_;
-  static inline std::unique_ptr<testing::CephTestCluster> cluster_;
-  static inline std::map<std::string, std::string> env_;
-
   TempDir dir_;
   std::string key_;
   std::shared_ptr<VolumeBackend> backend_;
@@ -487,6 +433,8 @@ class RbdPluginTest : public ::testing::Test {
   std::vector<Volume> volumes_;
   std::vector<std::pair<std::string, std::string>> snapshots_;  // id, source volume id
   std::vector<std::string> cli_images_;
+  testing::LeakSnapshot baseline_;  // at the end of SetUp
+  bool have_baseline_ = false;
 };
 
 // xfs refuses filesystems below 300 MiB (xfsprogs ≥ 5.19); everything else
@@ -731,6 +679,15 @@ TEST_F(RbdPluginTest, KeyNeverInLogRecordsOrBridgeCommandLines) {
     ASSERT_GRPC_OK(Stage(a, v, ctx));
     ASSERT_GRPC_OK(Publish(a, v, ctx));
   }
+  // The leak checker sees a staged volume's RBD session (its bridge's
+  // librbd client watches the image), so a session a failed call left would show.
+  {
+    auto items = testing::TakeLeakSnapshot(Scopes()).items;
+    const std::string watcher = "rbd watcher " + PoolImage(Image(vols[0])) + " ";
+    EXPECT_TRUE(std::any_of(items.begin(), items.end(), [&](const std::string& i) { return i.starts_with(watcher); }))
+        << "no watcher of " << PoolImage(Image(vols[0]))
+        << " in:" << testing::DescribeItems({items.begin(), items.end()});
+  }
   // A stage with a wrong key fails; its error must not echo either key.
   {
     Volume bad;
@@ -740,9 +697,13 @@ TEST_F(RbdPluginTest, KeyNeverInLogRecordsOrBridgeCommandLines) {
     std::string saved = key_;
     key_[25] = key_[25] == 'A' ? 'B' : 'A';
     std::string wrong = key_;
+    const testing::LeakSnapshot before_stage = testing::TakeLeakSnapshot(Scopes(bad.id));
     grpc::Status st = Stage(a, bad, ctx);
     key_ = saved;
     EXPECT_FALSE(st.ok());
+    // A final failure leaves nothing (bridge, its librbd client, FUSE file,
+    // loop device, mount, record): checked before the unstage could clean it.
+    ExpectNothingLeftSince(before_stage, "the stage with a wrong key", bad.id);
     EXPECT_EQ(st.error_message().find(wrong), std::string::npos) << "key in the error";
     EXPECT_EQ(st.error_message().find(saved), std::string::npos) << "key in the error";
     EXPECT_EQ(ReadFileOrEmpty(a.log_path()).find(wrong), std::string::npos) << "wrong key in the log";

@@ -41,15 +41,8 @@ using testing::TgtdHarness;
 constexpr uint64_t kMiB = 1024 * 1024;
 constexpr char kNodeA[] = "iqn.2026-11.io.blockcsi:node:node-a";
 
-bool RunProgram(const std::vector<std::string>& argv, std::string* output = nullptr) {
-  auto exec = MakeProcessExecutor();
-  Command c(argv[0]);
-  for (size_t i = 1; i < argv.size(); ++i) c.Arg(argv[i]);
-  c.Timeout(std::chrono::seconds(60));
-  auto r = exec->Run(c);
-  if (output != nullptr && r.ok()) *output = r->stdout_text + r->stderr_text;
-  return r.ok() && r->exit_code == 0;
-}
+// True when the program ran and exited 0.
+bool RunsOk(const std::vector<std::string>& argv) { return testing::RunProgram(argv) == 0; }
 
 // A CA, a server certificate for 127.0.0.1, a client certificate from the
 // same CA and one from a stranger CA.
@@ -59,22 +52,21 @@ struct TestPki {
     std::string ext = d + "/san.ext";
     if (!WriteFileAtomically(ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n").ok()) return false;
     for (const std::string ca : {"ca", "rogue-ca"}) {
-      if (!RunProgram({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=" + ca,
-                       "-keyout", d + "/" + ca + ".key", "-out", d + "/" + ca + ".crt"})) {
+      if (!RunsOk({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=" + ca,
+                   "-keyout", d + "/" + ca + ".key", "-out", d + "/" + ca + ".crt"})) {
         return false;
       }
     }
     auto leaf = [&](const std::string& name, const std::string& ca, bool san) {
-      return RunProgram({"openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + name, "-keyout",
-                         d + "/" + name + ".key", "-out", d + "/" + name + ".csr"}) &&
-             RunProgram(san ? std::vector<std::string>{"openssl", "x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
-                                                       d + "/" + ca + ".crt", "-CAkey", d + "/" + ca + ".key",
-                                                       "-CAcreateserial", "-days", "2", "-extfile", ext, "-out",
-                                                       d + "/" + name + ".crt"}
-                            : std::vector<std::string>{"openssl", "x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
-                                                       d + "/" + ca + ".crt", "-CAkey", d + "/" + ca + ".key",
-                                                       "-CAcreateserial", "-days", "2", "-out",
-                                                       d + "/" + name + ".crt"});
+      return RunsOk({"openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + name, "-keyout",
+                     d + "/" + name + ".key", "-out", d + "/" + name + ".csr"}) &&
+             RunsOk(san ? std::vector<std::string>{"openssl", "x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
+                                                   d + "/" + ca + ".crt", "-CAkey", d + "/" + ca + ".key",
+                                                   "-CAcreateserial", "-days", "2", "-extfile", ext, "-out",
+                                                   d + "/" + name + ".crt"}
+                        : std::vector<std::string>{"openssl", "x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
+                                                   d + "/" + ca + ".crt", "-CAkey", d + "/" + ca + ".key",
+                                                   "-CAcreateserial", "-days", "2", "-out", d + "/" + name + ".crt"});
     };
     return leaf("server", "ca", true) && leaf("client", "ca", false) && leaf("rogue", "rogue-ca", false) &&
            leaf("intruder", "ca", false);
@@ -234,7 +226,7 @@ TEST_F(AgentTest, TlsFilesAreCheckedAtStartAndNamedInTheError) {
     return testing::ReadFileOrEmpty(tmp_.Join("bad.log"));
   };
   std::string exposed = tmp_.Join("exposed.key");
-  ASSERT_TRUE(RunProgram({"cp", pki_.Path("server.key"), exposed}));
+  ASSERT_TRUE(RunsOk({"cp", pki_.Path("server.key"), exposed}));
   ASSERT_EQ(::chmod(exposed.c_str(), 0644), 0);
   std::string log = start_with(pki_.Path("server.crt"), exposed);
   EXPECT_NE(log.find(exposed), std::string::npos) << log;
@@ -467,19 +459,19 @@ TEST(TargetMeasurements, CycleRatioAndReconcileOfHundredVolumes) {
   auto tgtadm = [&](std::vector<std::string> args) {
     std::vector<std::string> argv{"tgtadm", "-C", cp, "--lld", "iscsi"};
     argv.insert(argv.end(), args.begin(), args.end());
-    return RunProgram(argv);
+    return RunsOk(argv);
   };
   t0 = Clock::now();
   for (int i = 0; i < kCycles; ++i) {
     std::string img = bare.Join("b" + std::to_string(i) + ".img");
     std::string tid = std::to_string(500 + i);
-    ASSERT_TRUE(RunProgram({"truncate", "-s", "64M", img}));
+    ASSERT_TRUE(RunsOk({"truncate", "-s", "64M", img}));
     ASSERT_TRUE(tgtadm({"--op", "new", "--mode", "target", "--tid", tid, "-T", "iqn.2003-01.bench:b" + tid}));
     ASSERT_TRUE(tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "-b", img}));
     ASSERT_TRUE(tgtadm({"--op", "bind", "--mode", "target", "--tid", tid, "--initiator-name", kNodeA}));
     ASSERT_TRUE(tgtadm({"--op", "unbind", "--mode", "target", "--tid", tid, "--initiator-name", kNodeA}));
     ASSERT_TRUE(tgtadm({"--op", "delete", "--mode", "target", "--tid", tid, "--force"}));
-    ASSERT_TRUE(RunProgram({"rm", "-f", img}));
+    ASSERT_TRUE(RunsOk({"rm", "-f", img}));
   }
   double bare_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / kCycles;
   std::printf(

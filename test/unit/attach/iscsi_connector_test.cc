@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 
@@ -130,8 +131,9 @@ class IscsiConnectorTest : public ::testing::Test {
     return *spec;
   }
 
-  static std::vector<std::string> Node(const std::string& portal, std::vector<std::string> rest) {
-    std::vector<std::string> argv = {"iscsiadm", "-m", "node", "-T", kTarget, "-p", portal, "-I", "blockcsi"};
+  static std::vector<std::string> Node(const std::string& portal, std::vector<std::string> rest,
+                                       const std::string& iface = "blockcsi") {
+    std::vector<std::string> argv = {"iscsiadm", "-m", "node", "-T", kTarget, "-p", portal, "-I", iface};
     argv.insert(argv.end(), rest.begin(), rest.end());
     return argv;
   }
@@ -151,12 +153,13 @@ class IscsiConnectorTest : public ::testing::Test {
     std::filesystem::create_directories(std::filesystem::path(file).parent_path());
     ASSERT_TRUE(WriteFileAtomically(file, text).ok());
   }
-  void ExpectNodeRecord(const std::string& portal, const std::string& new_output, bool chap = false) {
-    executor_->ExpectOk(Node(portal, {"-o", "new"}), new_output).Then([this, portal] {
+  void ExpectNodeRecord(const std::string& portal, const std::string& new_output, bool chap = false,
+                        const std::string& iface = "blockcsi") {
+    executor_->ExpectOk(Node(portal, {"-o", "new"}, iface), new_output).Then([this, portal] {
       InstallRecord(RecordFile(portal));
     });
     auto update = [&](const std::string& key, const std::string& value) {
-      executor_->ExpectOk(Node(portal, {"-o", "update", "-n", key, "-v", value}));
+      executor_->ExpectOk(Node(portal, {"-o", "update", "-n", key, "-v", value}, iface));
     };
     update("node.startup", "manual");
     update("node.session.scan", "manual");
@@ -326,25 +329,76 @@ TEST_F(IscsiConnectorTest, ChapWithTwoRecordsForThePortalIsRefusedAndCleanedUp) 
   EXPECT_EQ(attacher->Get("vol-1").status().code(), StatusCode::kNotFound);
 }
 
-// Issue #24: a static PV's initiatorName would need an iface of its own;
-// the kernel connector refuses it before running iscsiadm at all.
-TEST_F(IscsiConnectorTest, StaticVolumeWithAnotherInitiatorNameIsRefusedBeforeAnyLogin) {
+// Issue #24: a static PV's initiatorName logs in through an iface of its
+// own that carries that name (the node's iface stays as it is); the session
+// sysfs shows is logged in as that initiator, and the detach goes through
+// the same iface.
+TEST_F(IscsiConnectorTest, StaticVolumeLogsInAsItsInitiatorNameThroughAnIfaceOfItsOwn) {
+  const std::string legacy = "iqn.1994-05.com.example:legacy";
+  const std::string iface = "blockcsi-40f33eb6b30053a4";  // FNV-1a 64 of the name
   auto attacher = MakeAttacher();
   auto spec = ParseAttachSpec("vol-1",
                               {{publish_context::kPortals, kP1},
                                {publish_context::kTargetIqn, kTarget},
                                {publish_context::kLun, "1"},
                                {publish_context::kStatic, "true"},
-                               {publish_context::kInitiatorName, "iqn.1994-05.com.example:legacy"}},
+                               {publish_context::kInitiatorName, legacy}},
                               {}, kInitiator);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  // Only the attacher's usual cleanup runs (deleting a node record that
-  // was never made); no iface, no node record, no login.
-  executor_->ExpectOk(Node(kP1, {"-o", "delete"}));
+  executor_->ExpectFail({"iscsiadm", "-m", "iface", "-I", iface, "-o", "show"}, 6,
+                        Data("iface_show_missing_legacy.stderr"));
+  executor_->ExpectOk({"iscsiadm", "-m", "iface", "-I", iface, "-o", "new"}, Data("iface_new_legacy.txt"));
+  executor_->ExpectOk(
+      {"iscsiadm", "-m", "iface", "-I", iface, "-o", "update", "-n", "iface.initiatorname", "-v", legacy},
+      Data("iface_update_legacy.txt"));
+  ExpectNodeRecord(kP1, Data("node_new_portal1.txt"), false, iface);
+  executor_->ExpectOk(Node(kP1, {"--login"}, iface), Data("login_portal1.txt"))
+      .Then(Installs("session1_lun1_legacy_initiator"));
+  auto record = attacher->Attach(*spec);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(record->device_path, "/dev/sdc");
+  EXPECT_EQ(record->connector_state.at("iface"), iface);
+  EXPECT_EQ(testing::ReadFileOrEmpty(Sys("/class/iscsi_session/session1/initiatorname")), legacy + "\n");
+
+  executor_->ExpectOk({"blockdev", "--flushbufs", "/dev/sdc"});
+  executor_->ExpectOk(Node(kP1, {"--logout"}, iface), Data("logout_portal1.txt"));
+  executor_->ExpectOk(Node(kP1, {"-o", "delete"}, iface));
+  ASSERT_TRUE(attacher->Detach("vol-1").ok());
+}
+
+// The iface already exists with that name (a second volume of the same
+// array, or a restart): reused as it is. A session logged in as another
+// name (the iface was edited by hand) is refused, and nothing is left.
+TEST_F(IscsiConnectorTest, StaticVolumeWhoseSessionCarriesAnotherNameIsRefused) {
+  const std::string legacy = "iqn.1994-05.com.example:legacy";
+  const std::string iface = "blockcsi-40f33eb6b30053a4";
+  auto attacher = MakeAttacher();
+  auto spec = ParseAttachSpec("vol-1",
+                              {{publish_context::kPortals, kP1},
+                               {publish_context::kTargetIqn, kTarget},
+                               {publish_context::kLun, "1"},
+                               {publish_context::kStatic, "true"},
+                               {publish_context::kInitiatorName, legacy}},
+                              {}, kInitiator);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  executor_->ExpectOk({"iscsiadm", "-m", "iface", "-I", iface, "-o", "show"}, Data("iface_show_legacy.txt"));
+  ExpectNodeRecord(kP1, Data("node_new_portal1.txt"), false, iface);
+  // The "kernel" logs in with the node's own name (session1_lun1).
+  executor_->ExpectOk(Node(kP1, {"--login"}, iface), Data("login_portal1.txt")).Then([this] {
+    Install("session1_lun1");
+    std::ofstream(Sys("/devices/platform/host3/session1/iscsi_session/session1/ifacename"))
+        << "blockcsi-40f33eb6b30053a4\n";
+  });
+  // The rollback: the device the session brought is flushed, the session
+  // and the node record go.
+  executor_->ExpectOk({"blockdev", "--flushbufs", "/dev/sdc"});
+  executor_->ExpectOk(Node(kP1, {"--logout"}, iface), Data("logout_portal1.txt"));
+  executor_->ExpectOk(Node(kP1, {"-o", "delete"}, iface));
   auto record = attacher->Attach(*spec);
   ASSERT_FALSE(record.ok());
   EXPECT_EQ(record.status().code(), StatusCode::kFailedPrecondition) << record.status().ToString();
-  EXPECT_NE(record.status().message().find("iqn.1994-05.com.example:legacy"), std::string::npos);
+  EXPECT_NE(record.status().message().find("logged in as " + kInitiator), std::string::npos)
+      << record.status().ToString();
   EXPECT_EQ(attacher->Get("vol-1").status().code(), StatusCode::kNotFound);
 }
 

@@ -1,4 +1,4 @@
-// The --backend-config parser: a hand-written file of named backends.
+// The --backend-config parser: an INI file (read by inih) of named backends.
 // Pure text in, BackendConfig or an error naming the file, line and key out.
 #include "backend/backend_config.h"
 
@@ -117,6 +117,17 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"[backend ceph-cluster-one]\nkind = rbd\nrbd-pool = a-rather-long-pool-name-xy\n",
                               "ids would not fit"}));
 
+// inih's own rules, which the documented format now states (docs/deploy.md).
+TEST(BackendConfigTest, CommentsAndLongLinesFollowInih) {
+  auto config = ParseBackendConfig("[backend a]\nkind = local\npool = /p#1 ; the pool\n", "b.conf");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->backends[0].options.pool_dir, "/p#1");
+  auto too_long = ParseBackendConfig("[backend a]\nkind = local\npool = /" + std::string(250, 'x') + "\n", "b.conf");
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_long.status().message(), HasSubstr("b.conf:3: line longer than 199 characters"));
+}
+
 TEST(BackendConfigTest, BackendNames) {
   EXPECT_TRUE(IsValidBackendName("a"));
   EXPECT_TRUE(IsValidBackendName("ceph-1"));
@@ -141,6 +152,26 @@ TEST(BackendConfigTest, RbdWithAKeyringButNoUserIsRefusedNamingTheFlags) {
   auto backend = MakeControllerBackend(options);
   ASSERT_FALSE(backend.ok());
   EXPECT_THAT(backend.status().message(), HasSubstr("--ceph-keyring needs --ceph-user"));
+}
+
+TEST(BackendConfigTest, ZoneOfAnyKindPutsTheBackendInATopologyZone) {
+  auto config = ParseBackendConfig(
+      "[backend a]\nkind = remote\ntarget-agent = 10.0.0.1:7443\nzone = eu-1a\ndefault = true\n"
+      "[backend b]\nkind = local\npool = /p\nportal = 10.0.0.2:3260\nzone = eu-1b\n"
+      "[backend c]\nkind = rbd\nrbd-pool = p\nceph-user = u\n",
+      "z.conf");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->backends[0].zone, "eu-1a");
+  EXPECT_EQ(config->backends[1].zone, "eu-1b");
+  EXPECT_EQ(config->backends[2].zone, "");
+  for (const char* bad : {"[backend a]\nkind = local\nzone = eu 1a\n", "[backend a]\nkind = local\nzone = -a\n",
+                          "[backend a]\nkind = local\nzone = a\nzone = b\n"}) {
+    auto refused = ParseBackendConfig(bad, "z.conf");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr("z.conf:"));
+    EXPECT_THAT(refused.status().message(), HasSubstr("zone"));
+  }
 }
 
 }  // namespace

@@ -35,5 +35,33 @@ TEST(LeakCheckTest, NewItemsAreWhatAppearedSinceTheFirstSnapshot) {
   EXPECT_TRUE(testing::NewItems(after, after).empty());
 }
 
+// `rbd status --format json` as Ceph 16 prints it: one watcher per open
+// librbd client (a bridge's RBD session).
+TEST(LeakCheckTest, RbdWatcherItemsNameEachWatcherOfTheImage) {
+  const std::string status = R"({"watchers":[{"address":"10.0.0.5:0/1234","client":4151,"cookie":140}, )"
+                             R"({"address":"10.0.0.6:0/99","client":4200,"cookie":7}]})";
+  EXPECT_EQ(testing::RbdWatcherItems("rbd/img", status),
+            (std::set<std::string>{"rbd watcher rbd/img 10.0.0.5:0/1234", "rbd watcher rbd/img 10.0.0.6:0/99"}));
+  EXPECT_TRUE(testing::RbdWatcherItems("rbd/img", R"({"watchers":[]})").empty());
+  // Not JSON (an error text): nothing, the caller decides what a failed status means.
+  EXPECT_TRUE(testing::RbdWatcherItems("rbd/img", "rbd: error opening image img: (2) No such file").empty());
+}
+
+// `rbd ls -l --format json` and `rbd image-meta list --format json` as
+// Ceph 16 prints them: a snapshot is an entry of its own naming its image.
+TEST(LeakCheckTest, RbdPoolItemsNameImagesAndSnapshotsAndMetadataKeys) {
+  const std::string ls = R"([{"image":"csi-vol-a","id":"10a2","size":67108864,"format":2},)"
+                         R"({"image":"csi-vol-a","id":"10a2","snapshot":"csi-tmp-b","snapshot_id":4,)"
+                         R"("size":67108864,"format":2,"protected":"true"}])";
+  EXPECT_EQ(testing::RbdPoolItems("rbd", ls),
+            (std::set<std::string>{"rbd image rbd/csi-vol-a", "rbd snapshot rbd/csi-vol-a@csi-tmp-b"}));
+  EXPECT_TRUE(testing::RbdPoolItems("rbd", "[]").empty());
+  EXPECT_TRUE(testing::RbdPoolItems("rbd", "rbd: error opening pool 'x': (2) No such file").empty());
+  EXPECT_EQ(testing::RbdMetadataItems("rbd/csi-vol-a", R"({"blockcsi.name":"pvc-1","blockcsi.param.fs":"xfs"})"),
+            (std::set<std::string>{"rbd metadata rbd/csi-vol-a blockcsi.name",
+                                   "rbd metadata rbd/csi-vol-a blockcsi.param.fs"}));
+  EXPECT_TRUE(testing::RbdMetadataItems("rbd/csi-vol-a", "{}").empty());
+}
+
 }  // namespace
 }  // namespace blockcsi

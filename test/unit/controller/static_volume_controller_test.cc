@@ -113,6 +113,36 @@ TEST_F(StaticVolumeControllerTest, UnpublishAndDeleteOfAStaticHandleAreOkWithout
   EXPECT_EQ(backend_->TotalCalls(), 0);
 }
 
+// A PVC resize of a static PV: the external-resizer calls ControllerExpand
+// first. The array's admin grows the LUN, so the controller only passes the
+// request on to the node (which checks the LUN and grows the filesystem),
+// for a raw block volume too, and asks no backend.
+TEST_F(StaticVolumeControllerTest, ExpandOfAStaticHandleLeavesItToTheNodeWithoutTheBackend) {
+  for (bool block : {false, true}) {
+    grpc::ServerContext ctx;
+    csi::v1::ControllerExpandVolumeRequest req;
+    req.set_volume_id(kHandle);
+    req.mutable_capacity_range()->set_required_bytes(640LL << 20);
+    if (block) {
+      req.mutable_volume_capability()->mutable_block();
+      req.mutable_volume_capability()->mutable_access_mode()->set_mode(Mode::SINGLE_NODE_WRITER);
+    }
+    csi::v1::ControllerExpandVolumeResponse resp;
+    grpc::Status st = service_.ControllerExpandVolume(&ctx, &req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(resp.capacity_bytes(), 640LL << 20);
+    EXPECT_TRUE(resp.node_expansion_required()) << "block " << block;
+  }
+  EXPECT_EQ(backend_->TotalCalls(), 0);
+  // A handle of our own form that names nothing is still NOT_FOUND.
+  grpc::ServerContext ctx;
+  csi::v1::ControllerExpandVolumeRequest req;
+  req.set_volume_id("vol-404");
+  req.mutable_capacity_range()->set_required_bytes(640LL << 20);
+  csi::v1::ControllerExpandVolumeResponse resp;
+  EXPECT_EQ(service_.ControllerExpandVolume(&ctx, &req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
 TEST_F(StaticVolumeControllerTest, AHandleABackendCouldHaveMadeIsRefused) {
   // Else DeleteVolume of this PV would delete the backend's vol-1.
   csi::v1::ControllerPublishVolumeResponse out;

@@ -13,17 +13,18 @@
 
 #include "attach/publish_context.h"
 #include "common/logging.h"
+#include "common/topology.h"
 #include "support/fake_attacher.h"
 
 namespace blockcsi {
 namespace {
 
 using testing::FakeAttacher;
-using testing::FakeExecutor;
 using testing::FakeMounter;
 using testing::FakeNodeHost;
 using testing::FakeProbe;
 using testing::FakeWorld;
+using testing::FakeWorldExecutor;
 using AccessMode = csi::v1::VolumeCapability::AccessMode;
 
 constexpr char kStaging[] = "/var/lib/kubelet/plugins/kubernetes.io/csi/blockcsi.io/abc/globalmount";
@@ -122,7 +123,7 @@ class NodeServiceTest : public ::testing::Test {
   std::shared_ptr<FakeWorld> world_ = std::make_shared<FakeWorld>();
   std::shared_ptr<FakeAttacher> attacher_ = std::make_shared<FakeAttacher>(world_);
   std::shared_ptr<FakeMounter> mounter_ = std::make_shared<FakeMounter>(world_);
-  std::shared_ptr<FakeExecutor> executor_ = std::make_shared<FakeExecutor>(world_);
+  std::shared_ptr<FakeWorldExecutor> executor_ = std::make_shared<FakeWorldExecutor>(world_);
   std::shared_ptr<FakeNodeHost> host_ = std::make_shared<FakeNodeHost>(world_);
   std::unique_ptr<NodeService> node_;
   std::string log_lines_;
@@ -144,6 +145,26 @@ TEST_F(NodeServiceTest, GetInfoReportsNodeIdLimitAndTopology) {
   EXPECT_EQ(info.node_id(), "node-a");
   EXPECT_EQ(info.max_volumes_per_node(), 16);
   EXPECT_EQ(info.accessible_topology().segments().at(kTopologyNodeKey), "node-a");
+  // No --zone: no zone key, so only storage hosts without a zone match it.
+  EXPECT_EQ(info.accessible_topology().segments().count(kTopologyZoneKey), 0u);
+}
+
+TEST_F(NodeServiceTest, GetInfoAddsTheZoneToTheNodesSegment) {
+  NodeServiceOptions o;
+  o.node_id = "node-z";
+  o.zone = "zone-b";
+  o.attacher = attacher_;
+  o.mounter = mounter_;
+  o.probe = std::make_shared<FakeProbe>(world_);
+  o.executor = executor_;
+  o.host = host_;
+  NodeService zoned(std::move(o));
+  csi::v1::NodeGetInfoResponse info;
+  ASSERT_TRUE(zoned.NodeGetInfo(nullptr, nullptr, &info).ok());
+  const auto& segments = info.accessible_topology().segments();
+  EXPECT_EQ(segments.size(), 2u);
+  EXPECT_EQ(segments.at(kTopologyNodeKey), "node-z");
+  EXPECT_EQ(segments.at(kTopologyZoneKey), "zone-b");
 }
 
 TEST_F(NodeServiceTest, CapabilitiesListTheFiveRpcs) {

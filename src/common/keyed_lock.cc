@@ -1,0 +1,53 @@
+#include "common/keyed_lock.h"
+
+#include <utility>
+
+namespace blockcsi {
+
+KeyedLock::Guard::Guard(Guard&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)), key_(std::move(other.key_)) {}
+
+KeyedLock::Guard& KeyedLock::Guard::operator=(Guard&& other) noexcept {
+  if (this != &other) {
+    Release();
+    owner_ = std::exchange(other.owner_, nullptr);
+    key_ = std::move(other.key_);
+  }
+  return *this;
+}
+
+KeyedLock::Guard::~Guard() { Release(); }
+
+void KeyedLock::Guard::Release() {
+  if (owner_ != nullptr) std::exchange(owner_, nullptr)->Release(key_);
+}
+
+KeyedLock::Guard KeyedLock::Lock(std::string_view key) {
+  std::unique_lock lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) it = entries_.emplace(std::string(key), Entry{}).first;
+  Entry& entry = it->second;
+  ++entry.waiters;
+  released_.wait(lock, [&] { return !entry.held; });
+  --entry.waiters;
+  entry.held = true;
+  return Guard(this, it->first);
+}
+
+size_t KeyedLock::KeysInUse() const {
+  std::lock_guard lock(mu_);
+  return entries_.size();
+}
+
+void KeyedLock::Release(const std::string& key) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(key);
+    it->second.held = false;
+    if (it->second.waiters == 0) entries_.erase(it);
+  }
+  // Waiters of every key share the condition; each checks its own entry.
+  released_.notify_all();
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,205 @@
+#include "controller/k8s_node_directory.h"
+
+#include <httplib.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "common/atomic_file.h"
+
+namespace blockcsi {
+namespace {
+
+std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
+
+std::string Trimmed(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t start = 0;
+  while (start < s.size() && std::isspace(static_cast<unsigned char>(s[start]))) ++start;
+  return s.substr(start);
+}
+
+StatusOr<std::string> Base64Decode(const std::string& text, const std::string& what) {
+  std::string in;
+  for (char c : text) {
+    if (!std::isspace(static_cast<unsigned char>(c))) in.push_back(c);
+  }
+  if (in.empty() || in.size() % 4 != 0) return InvalidArgument(what + " is not base64");
+  std::string out(in.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+  if (n < 0) return InvalidArgument(what + " is not base64");
+  // EVP_DecodeBlock counts the padding as zero bytes.
+  size_t padding = (in.back() == '=') + (in.size() > 1 && in[in.size() - 2] == '=');
+  out.resize(static_cast<size_t>(n) - padding);
+  return out;
+}
+
+// The scheme-less host and port of an https URL ("[::1]:6443" → "::1", 6443).
+Status SplitServer(const std::string& server, std::string* host, int* port) {
+  const std::string prefix = "https://";
+  if (server.rfind(prefix, 0) != 0) {
+    return InvalidArgument("API server " + Quoted(server) + " is not an https:// URL");
+  }
+  std::string rest = server.substr(prefix.size());
+  rest = rest.substr(0, rest.find('/'));
+  *port = 443;
+  if (!rest.empty() && rest[0] == '[') {
+    size_t close = rest.find(']');
+    if (close == std::string::npos) return InvalidArgument("API server " + Quoted(server) + ": bad address");
+    *host = rest.substr(1, close - 1);
+    rest = rest.substr(close + 1);
+    if (!rest.empty() && rest[0] == ':') *port = std::atoi(rest.c_str() + 1);
+  } else {
+    size_t colon = rest.find(':');
+    *host = rest.substr(0, colon);
+    if (colon != std::string::npos) *port = std::atoi(rest.c_str() + colon + 1);
+  }
+  if (host->empty() || *port <= 0 || *port > 65535) {
+    return InvalidArgument("API server " + Quoted(server) + ": bad host or port");
+  }
+  return OkStatus();
+}
+
+class HttpsKubeApiClient final : public KubeApiClient {
+ public:
+  explicit HttpsKubeApiClient(KubeApiAccess access) : access_(std::move(access)) {}
+
+  StatusOr<KubeApiResponse> Get(const std::string& path) override {
+    std::string host;
+    int port = 0;
+    BLOCKCSI_RETURN_IF_ERROR(SplitServer(access_.server, &host, &port));
+    std::string token = access_.token;
+    if (!access_.token_file.empty()) {
+      auto read = ReadFileToString(access_.token_file);
+      if (!read.ok()) return Unavailable("cannot read the API token file " + Quoted(access_.token_file));
+      token = Trimmed(*read);
+    }
+    httplib::SSLClient client(host, port);
+    client.enable_server_certificate_verification(true);
+    if (!access_.ca_pem.empty()) client.set_ca_cert_store(CaStore());  // the client owns the store
+    client.set_connection_timeout(5, 0);
+    client.set_read_timeout(10, 0);
+    client.set_write_timeout(10, 0);
+    httplib::Headers headers{{"Accept", "application/json"}};
+    if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+    auto result = client.Get(path.c_str(), headers);
+    if (!result) {
+      return Unavailable("API server " + access_.server + ": GET " + path + ": " + httplib::to_string(result.error()));
+    }
+    return KubeApiResponse{result->status, result->body};
+  }
+
+ private:
+  X509_STORE* CaStore() const {
+    X509_STORE* store = X509_STORE_new();
+    BIO* bio = BIO_new_mem_buf(access_.ca_pem.data(), static_cast<int>(access_.ca_pem.size()));
+    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+      X509_STORE_add_cert(store, cert);
+      X509_free(cert);
+    }
+    BIO_free(bio);
+    return store;
+  }
+
+  KubeApiAccess access_;
+};
+
+}  // namespace
+
+StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path) {
+  const std::string what = "kubeconfig " + Quoted(path);
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return InvalidArgument(what + ": cannot be read: " + text.status().message());
+  // The few keys a controller's kubeconfig has, in block or flow YAML or
+  // JSON. A key given twice with other values means several clusters or
+  // users, which this reader does not choose between.
+  static const std::regex kKey(
+      R"re((?:^|[\s{,])["']?(server|certificate-authority-data|certificate-authority|tokenFile|token)["']?\s*:\s*(?:"([^"]*)"|'([^']*)'|([^\s,}\]]+)))re");
+  std::map<std::string, std::string> values;
+  for (auto it = std::sregex_iterator(text->begin(), text->end(), kKey); it != std::sregex_iterator(); ++it) {
+    const auto& m = *it;
+    std::string value = m[2].matched ? m[2].str() : m[3].matched ? m[3].str() : m[4].str();
+    auto [at, inserted] = values.emplace(m[1].str(), value);
+    if (!inserted && at->second != value) {
+      return InvalidArgument(what + ": several values of " + m[1].str() +
+                             "; give the controller a kubeconfig with one cluster and one user");
+    }
+  }
+  KubeApiAccess access;
+  access.server = values["server"];
+  if (access.server.empty()) return InvalidArgument(what + ": no cluster server");
+  std::string host;
+  int port = 0;
+  if (Status st = SplitServer(access.server, &host, &port); !st.ok())
+    return InvalidArgument(what + ": " + st.message());
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  auto relative = [&](const std::string& p) { return std::filesystem::path(p).is_absolute() ? p : (dir / p).string(); };
+  if (!values["certificate-authority-data"].empty()) {
+    BLOCKCSI_ASSIGN_OR_RETURN(
+        access.ca_pem, Base64Decode(values["certificate-authority-data"], what + ": certificate-authority-data"));
+  } else if (!values["certificate-authority"].empty()) {
+    auto ca = ReadFileToString(relative(values["certificate-authority"]));
+    if (!ca.ok()) return InvalidArgument(what + ": certificate-authority cannot be read: " + ca.status().message());
+    access.ca_pem = *ca;
+  }
+  access.token = values["token"];
+  if (!values["tokenFile"].empty()) access.token_file = relative(values["tokenFile"]);
+  if (access.token.empty() && access.token_file.empty()) {
+    return InvalidArgument(what + ": no token or tokenFile for its user (client certificates are not supported)");
+  }
+  return access;
+}
+
+StatusOr<KubeApiAccess> KubeAccessInCluster(const std::string& sa_dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (host == nullptr || *host == '\0') return NotFound("not in a pod: KUBERNETES_SERVICE_HOST is not set");
+  std::error_code ec;
+  if (!std::filesystem::exists(sa_dir + "/token", ec)) return NotFound("no service account token in " + sa_dir);
+  KubeApiAccess access;
+  std::string h = host;
+  if (h.find(':') != std::string::npos) h = "[" + h + "]";
+  access.server = "https://" + h + ":" + std::string(port != nullptr && *port != '\0' ? port : "443");
+  access.token_file = sa_dir + "/token";
+  auto ca = ReadFileToString(sa_dir + "/ca.crt");
+  if (!ca.ok()) return InvalidArgument("service account CA " + Quoted(sa_dir + "/ca.crt") + " cannot be read");
+  access.ca_pem = *ca;
+  return access;
+}
+
+std::unique_ptr<KubeApiClient> MakeKubeApiClient(KubeApiAccess access) {
+  return std::make_unique<HttpsKubeApiClient>(std::move(access));
+}
+
+KubeNodeDirectory::KubeNodeDirectory(std::unique_ptr<KubeApiClient> client, std::string driver_name)
+    : client_(std::move(client)), driver_name_(std::move(driver_name)) {}
+
+StatusOr<bool> KubeNodeDirectory::Known(const std::string& node_id) {
+  // A node name is a DNS subdomain; anything else is no node (and never
+  // reaches the URL).
+  if (node_id.empty() || node_id.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") != std::string::npos) {
+    return false;
+  }
+  const std::string path = "/apis/storage.k8s.io/v1/csinodes/" + node_id;
+  BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse response, client_->Get(path));
+  if (response.http_status == 404) return false;
+  if (response.http_status != 200) {
+    std::string hint = response.http_status == 403 ? " (the controller's RBAC needs get on csinodes)" : "";
+    return Unavailable("API server: GET " + path + ": HTTP " + std::to_string(response.http_status) + hint);
+  }
+  auto csinode = nlohmann::json::parse(response.body, nullptr, false);
+  if (csinode.is_discarded()) return Unavailable("API server: GET " + path + ": the answer is not JSON");
+  for (const auto& driver : csinode.value("/spec/drivers"_json_pointer, nlohmann::json::array())) {
+    if (driver.value("name", "") == driver_name_ && driver.value("nodeID", "") == node_id) return true;
+  }
+  return false;
+}
+
+}  // namespace blockcsi

@@ -1,0 +1,337 @@
+// memory_bench: the plugin's memory beside the CSI reference driver
+// (csi-driver-host-path, hostpathplugin, a peer program) in the same run
+// (issue #18). Each subject is started fresh and measured three times:
+//   idle        2 s after its socket came up, before any call;
+//   lifecycle   after one whole volume lifecycle (Create, ControllerPublish,
+//               NodeStage, NodePublish and back to DeleteVolume);
+//   staged      with N volumes created, published and staged (N concurrent
+//               NodeStage calls, as kubelet makes them after a reboot).
+// blockcsi runs as `--mode all`, `--mode controller` (its calls stop at
+// ControllerPublish; "staged" is N volumes published) and `--mode node` (a
+// helper blockcsi --mode controller, not measured, makes and publishes the
+// volumes). hostpathplugin does the same CSI calls in every row.
+// Figures: VmRSS, and PSS and private (clean + dirty) from smaps_rollup, of
+// the plugin process alone (bridges are separate processes, reported by
+// lifecycle_bench). Every row is a ratio to hostpath in the same state.
+//   memory_bench [--hostpath PATH] [--staged N] [--size-mib M] [--binary LABEL=PATH]...
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "bench/bench_report.h"
+#include "common/logging.h"
+#include "support/plugin_under_test.h"
+
+namespace blockcsi::bench {
+namespace {
+
+using namespace std::chrono_literals;
+using Controller = csi::v1::Controller::Stub;
+using Node = csi::v1::Node::Stub;
+
+constexpr char kNode[] = "mem-node";
+
+struct Memory {
+  double rss = 0, pss = 0, priv = 0;  // MiB
+};
+
+// The `key:` figure (kB) of a /proc file, in MiB.
+double ProcField(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string line;
+  double total = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) total += std::strtod(line.c_str() + key.size(), nullptr) / 1024.0;
+  }
+  return total;
+}
+
+Memory Measure(pid_t pid) {
+  std::string proc = "/proc/" + std::to_string(pid);
+  std::string rollup = testing::ReadFileOrEmpty(proc + "/smaps_rollup");
+  return {ProcField(testing::ReadFileOrEmpty(proc + "/status"), "VmRSS:"), ProcField(rollup, "Pss:"),
+          ProcField(rollup, "Private_Clean:") + ProcField(rollup, "Private_Dirty:")};
+}
+
+// The CSI calls of one volume, against a controller and (when set) a node.
+class Driver {
+ public:
+  Driver(Controller* controller, Node* node, std::string dir, uint64_t bytes)
+      : controller_(controller), node_(node), dir_(std::move(dir)), bytes_(bytes) {}
+
+  bool CreateAndPublish(const std::string& name, std::string* id, std::map<std::string, std::string>* ctx) {
+    csi::v1::CreateVolumeRequest create;
+    create.set_name(name);
+    create.mutable_capacity_range()->set_required_bytes(static_cast<int64_t>(bytes_));
+    *create.add_volume_capabilities() = testing::MountCapability("ext4");
+    csi::v1::CreateVolumeResponse created;
+    if (!Ok(controller_->CreateVolume(testing::Deadline().get(), create, &created), "CreateVolume")) return false;
+    *id = created.volume().volume_id();
+    *ctx = {created.volume().volume_context().begin(), created.volume().volume_context().end()};
+    csi::v1::ControllerPublishVolumeRequest publish;
+    publish.set_volume_id(*id);
+    publish.set_node_id(kNode);
+    *publish.mutable_volume_capability() = testing::MountCapability("ext4");
+    for (const auto& [k, v] : *ctx) (*publish.mutable_volume_context())[k] = v;
+    csi::v1::ControllerPublishVolumeResponse published;
+    if (!Ok(controller_->ControllerPublishVolume(testing::Deadline().get(), publish, &published), "Publish")) {
+      return false;
+    }
+    publish_context_[*id] = {published.publish_context().begin(), published.publish_context().end()};
+    return true;
+  }
+
+  bool Stage(const std::string& id, const std::map<std::string, std::string>& ctx) {
+    if (node_ == nullptr) return true;
+    csi::v1::NodeStageVolumeRequest req;
+    req.set_volume_id(id);
+    req.set_staging_target_path(Staging(id));
+    *req.mutable_volume_capability() = testing::MountCapability("ext4");
+    for (const auto& [k, v] : PublishContext(id)) (*req.mutable_publish_context())[k] = v;
+    for (const auto& [k, v] : ctx) (*req.mutable_volume_context())[k] = v;
+    std::filesystem::create_directories(Staging(id));
+    csi::v1::NodeStageVolumeResponse resp;
+    return Ok(node_->NodeStageVolume(testing::Deadline().get(), req, &resp), "NodeStage");
+  }
+
+  bool PublishAndUnpublish(const std::string& id, const std::map<std::string, std::string>& ctx) {
+    if (node_ == nullptr) return true;
+    csi::v1::NodePublishVolumeRequest req;
+    req.set_volume_id(id);
+    req.set_staging_target_path(Staging(id));
+    req.set_target_path(dir_ + "/pods/" + id + "/mount");
+    *req.mutable_volume_capability() = testing::MountCapability("ext4");
+    for (const auto& [k, v] : PublishContext(id)) (*req.mutable_publish_context())[k] = v;
+    for (const auto& [k, v] : ctx) (*req.mutable_volume_context())[k] = v;
+    std::filesystem::create_directories(dir_ + "/pods/" + id);
+    csi::v1::NodePublishVolumeResponse resp;
+    if (!Ok(node_->NodePublishVolume(testing::Deadline().get(), req, &resp), "NodePublish")) return false;
+    csi::v1::NodeUnpublishVolumeRequest un;
+    un.set_volume_id(id);
+    un.set_target_path(req.target_path());
+    csi::v1::NodeUnpublishVolumeResponse unresp;
+    return Ok(node_->NodeUnpublishVolume(testing::Deadline().get(), un, &unresp), "NodeUnpublish");
+  }
+
+  bool Teardown(const std::string& id) {
+    bool ok = true;
+    if (node_ != nullptr) {
+      csi::v1::NodeUnstageVolumeRequest un;
+      un.set_volume_id(id);
+      un.set_staging_target_path(Staging(id));
+      csi::v1::NodeUnstageVolumeResponse resp;
+      ok = Ok(node_->NodeUnstageVolume(testing::Deadline().get(), un, &resp), "NodeUnstage");
+    }
+    csi::v1::ControllerUnpublishVolumeRequest unpublish;
+    unpublish.set_volume_id(id);
+    unpublish.set_node_id(kNode);
+    csi::v1::ControllerUnpublishVolumeResponse unpublished;
+    ok = Ok(controller_->ControllerUnpublishVolume(testing::Deadline().get(), unpublish, &unpublished),
+            "ControllerUnpublish") &&
+         ok;
+    csi::v1::DeleteVolumeRequest del;
+    del.set_volume_id(id);
+    csi::v1::DeleteVolumeResponse deleted;
+    return Ok(controller_->DeleteVolume(testing::Deadline().get(), del, &deleted), "DeleteVolume") && ok;
+  }
+
+  int errors() const { return errors_; }
+
+ private:
+  std::string Staging(const std::string& id) const { return dir_ + "/staging/" + id; }
+  std::map<std::string, std::string> PublishContext(const std::string& id) {
+    std::lock_guard lock(mu_);
+    return publish_context_[id];
+  }
+  bool Ok(const grpc::Status& st, const char* what) {
+    if (st.ok()) return true;
+    std::fprintf(stderr, "memory_bench: %s: %s\n", what, st.error_message().c_str());
+    std::lock_guard lock(mu_);
+    ++errors_;
+    return false;
+  }
+
+  Controller* controller_;
+  Node* node_;
+  std::string dir_;
+  uint64_t bytes_;
+  std::mutex mu_;
+  std::map<std::string, std::map<std::string, std::string>> publish_context_;
+  int errors_ = 0;
+};
+
+struct Sample {
+  Memory idle, lifecycle, staged;
+};
+
+// Idle, one lifecycle, then `staged` volumes at once; everything is torn
+// down again before returning (the caller stops the process).
+Sample Exercise(pid_t pid, Driver& driver, const std::string& prefix, int staged) {
+  Sample s;
+  std::this_thread::sleep_for(2s);
+  s.idle = Measure(pid);
+  std::string id;
+  std::map<std::string, std::string> ctx;
+  if (driver.CreateAndPublish(prefix + "-life", &id, &ctx) && driver.Stage(id, ctx)) {
+    driver.PublishAndUnpublish(id, ctx);
+  }
+  if (!id.empty()) driver.Teardown(id);
+  std::this_thread::sleep_for(1s);
+  s.lifecycle = Measure(pid);
+  std::vector<std::string> ids(staged);
+  std::vector<std::map<std::string, std::string>> ctxs(staged);
+  for (int i = 0; i < staged; ++i) driver.CreateAndPublish(prefix + "-s" + std::to_string(i), &ids[i], &ctxs[i]);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < staged; ++i) {
+    if (!ids[i].empty()) threads.emplace_back([&, i] { driver.Stage(ids[i], ctxs[i]); });
+  }
+  for (auto& t : threads) t.join();
+  std::this_thread::sleep_for(1s);
+  s.staged = Measure(pid);
+  for (const auto& v : ids) {
+    if (!v.empty()) driver.Teardown(v);
+  }
+  return s;
+}
+
+template <typename Stub>
+std::unique_ptr<Stub> Connect(const std::string& socket,
+                              std::unique_ptr<Stub> (*make)(const std::shared_ptr<grpc::ChannelInterface>&,
+                                                            const grpc::StubOptions&)) {
+  return make(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()), grpc::StubOptions());
+}
+
+// The reference driver, started, exercised and stopped by pid.
+bool RunHostpath(const std::string& program, const std::string& dir, uint64_t bytes, int staged, Sample* out) {
+  std::filesystem::create_directories(dir + "/state");
+  std::string socket = dir + "/csi.sock";
+  testing::ChildProcess hostpath({program, "--endpoint", "unix://" + socket, "--nodeid", kNode, "--drivername",
+                                  "hostpath.csi.k8s.io", "--statedir", dir + "/state", "-enable-attach"},
+                                 dir + "/hostpath.log");
+  if (!testing::WaitForSocket(socket, 20s)) {
+    std::fprintf(stderr, "memory_bench: hostpathplugin did not come up:\n%s\n",
+                 testing::ReadFileOrEmpty(dir + "/hostpath.log").c_str());
+    return false;
+  }
+  auto controller = Connect<Controller>(socket, &csi::v1::Controller::NewStub);
+  auto node = Connect<Node>(socket, &csi::v1::Node::NewStub);
+  Driver driver(controller.get(), node.get(), dir, bytes);
+  *out = Exercise(hostpath.pid(), driver, "hp", staged);
+  hostpath.Signal(SIGTERM);
+  if (hostpath.Wait(10s) < 0) hostpath.Signal(SIGKILL);
+  testing::CleanUpUnder(dir);
+  return driver.errors() == 0;
+}
+
+// blockcsi in `mode`; for mode node a helper controller (not measured).
+bool RunBlockcsi(const std::string& binary, const std::string& mode, const std::string& dir,
+                 const testing::TgtdHarness* tgtd, uint64_t bytes, int staged, Sample* out) {
+  testing::PluginUnderTest plugin(dir + "/plugin", tgtd);
+  testing::PluginUnderTest helper(dir + "/helper", tgtd);
+  testing::PluginOptions options;
+  options.mode = mode;
+  options.node_id = kNode;
+  options.binary = binary;
+  std::string error;
+  if (!plugin.Start(options, &error)) {
+    std::fprintf(stderr, "memory_bench: blockcsi --mode %s: %s\n", mode.c_str(), error.c_str());
+    return false;
+  }
+  Controller* controller = &plugin.controller();
+  if (mode == "node") {
+    testing::PluginOptions helper_options;
+    helper_options.mode = "controller";
+    helper_options.binary = binary;
+    if (!helper.Start(helper_options, &error)) {
+      std::fprintf(stderr, "memory_bench: helper controller: %s\n", error.c_str());
+      return false;
+    }
+    controller = &helper.controller();
+  }
+  Driver driver(controller, mode == "controller" ? nullptr : &plugin.node(), plugin.dir(), bytes);
+  *out = Exercise(plugin.pid(), driver, "bc-" + mode, staged);
+  plugin.Stop();
+  helper.Stop();
+  testing::CleanUpUnder(dir);
+  return driver.errors() == 0;
+}
+
+void ReportSample(const std::string& who, const Sample& s, const Sample& hp, const char* staged_label) {
+  const std::pair<const char*, Memory Sample::*> states[] = {
+      {"idle", &Sample::idle}, {"after one lifecycle", &Sample::lifecycle}, {staged_label, &Sample::staged}};
+  for (const auto& [state, field] : states) {
+    const Memory& m = s.*field;
+    const Memory& h = hp.*field;
+    std::string at = who + ", " + state;
+    Report("RSS " + at, m.rss, h.rss, "MiB", "hostpath");
+    Report("PSS " + at, m.pss, h.pss, "MiB", "hostpath");
+    Report("Private " + at, m.priv, h.priv, "MiB", "hostpath");
+  }
+}
+
+int Main(int argc, char** argv) {
+  std::string hostpath = testing::BuildDir() + "/peers/hostpathplugin";
+  int staged = 64;
+  uint64_t size_mib = 64;
+  std::vector<std::pair<std::string, std::string>> binaries;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--hostpath") {
+      hostpath = value;
+    } else if (flag == "--staged") {
+      staged = std::atoi(value.c_str());
+    } else if (flag == "--size-mib") {
+      size_mib = std::strtoull(value.c_str(), nullptr, 10);
+    } else if (flag == "--binary" && value.find('=') != std::string::npos) {
+      binaries.emplace_back(value.substr(0, value.find('=')), value.substr(value.find('=') + 1));
+    } else {
+      std::fprintf(stderr, "usage: memory_bench [--hostpath PATH] [--staged N] [--size-mib M] [--binary L=PATH]...\n");
+      return 2;
+    }
+  }
+  if (binaries.empty()) binaries.emplace_back("blockcsi", testing::BinDir() + "/blockcsi");
+  InitLogging("memory_bench", LogFormat::kText, LogLevel::kWarn);
+  if (::access(hostpath.c_str(), X_OK) != 0) {
+    std::fprintf(stderr,
+                 "memory_bench: skipped: no hostpathplugin at %s (unpack ../shared/peers/bin/hostpathplugin.xz)\n",
+                 hostpath.c_str());
+    return 2;
+  }
+  if (!testing::IsRoot() || ::access("/dev/fuse", R_OK | W_OK) != 0) {
+    std::fprintf(stderr, "memory_bench: needs root and /dev/fuse\n");
+    return 2;
+  }
+  std::string error;
+  auto tgtd = testing::TgtdHarness::Start(&error);
+  if (!tgtd) {
+    std::fprintf(stderr, "memory_bench: %s\n", error.c_str());
+    return 2;
+  }
+  testing::TempDir tmp;
+  uint64_t bytes = size_mib << 20;
+  Sample hp;
+  bool ok = RunHostpath(hostpath, tmp.Join("hostpath"), bytes, staged, &hp);
+  std::printf("Plugin memory against hostpathplugin (same CSI calls, same run; %d staged)\n", staged);
+  for (const auto& [label, binary] : binaries) {
+    for (const char* mode : {"all", "controller", "node"}) {
+      Sample s;
+      ok = RunBlockcsi(binary, mode, tmp.Join(label + "-" + mode), tgtd.get(), bytes, staged, &s) && ok;
+      std::string staged_label =
+          "with " + std::to_string(staged) + (std::string(mode) == "controller" ? " published" : " staged");
+      ReportSample(label + " --mode " + mode, s, hp, staged_label.c_str());
+    }
+  }
+  testing::CleanUpUnder(tmp.path());
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace blockcsi::bench
+
+int main(int argc, char** argv) { return blockcsi::bench::Main(argc, argv); }
