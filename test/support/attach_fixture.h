@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "attach/attacher_factory.h"
-#include "support/leak_check.h"
 #include "support/block_io.h"
+#include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
