@@ -47,9 +47,10 @@
 namespace blockcsi::bridge_internal {
 
 // Largest FUSE request (max_read/max_write). Each FUSE worker keeps a
-// receive buffer this large (+4 KiB) resident for its life, so this is a
-// memory size as much as a throughput one: measured in docs/performance.md.
-constexpr uint32_t kMaxTransferBytes = 256 * 1024;
+// receive buffer this large (+4 KiB) for its life, so this is a memory size
+// as much as a throughput one; only the pages the largest request touched
+// are resident (docs/performance.md section 7).
+constexpr uint32_t kMaxTransferBytes = 1024 * 1024;
 
 struct BridgeArgs {
   std::string transport = "iscsi";  // "iscsi" | "rbd"

@@ -149,12 +149,13 @@ Status Bridge::MountFuse() {
   }
   fuse_mounted_ = true;
   fuse_thread_ = std::thread([this] {
-    // Workers: one per iSCSI session plus one, for a request that waits
-    // while every session is busy (each session runs one command at a time,
-    // so more would only queue). Every worker keeps a receive buffer of up
-    // to max_write + 4 KiB for its life, so idle ones beyond that exit.
+    // Workers: one per iSCSI session. Each session runs one command at a
+    // time, so more workers would only queue, and every worker keeps a
+    // receive buffer of up to max_write + 4 KiB for its life (measured: a
+    // second worker bought no throughput, 256 KiB requests cost a quarter
+    // of the 1 MiB sequential read rate; docs/performance.md section 7).
     fuse_loop_config* config = fuse_loop_cfg_create();
-    auto workers = static_cast<unsigned>(args_.sessions + 1);
+    auto workers = static_cast<unsigned>(args_.sessions);
     fuse_loop_cfg_set_max_threads(config, workers);
     fuse_loop_cfg_set_idle_threads(config, workers);
     fuse_loop_mt(fuse_, config);
