@@ -26,7 +26,7 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
   if (options.connector == "userspace") {
     UserspaceConnectorOptions o;
     o.state_dir = options.state_dir;
-    o.blockcsi_binary = options.blockcsi_binary.empty() ? "/proc/self/exe" : options.blockcsi_binary;
+    o.bridge_dir = options.bridge_dir;
     o.host_fs = host_fs;
     o.io_timeout = options.bridge_io_timeout;
     o.start_timeout = options.bridge_start_timeout;

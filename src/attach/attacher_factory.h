@@ -32,8 +32,9 @@ struct AttacherOptions {
   // in <state_dir>/bridges.
   std::string state_dir;
   std::string node_id;
-  // Our own binary, run as `<binary> bridge ...` for each userspace volume.
-  std::string blockcsi_binary = "/proc/self/exe";
+  // Where blockcsi-bridge is (both transports);
+  // empty: beside the running program.
+  std::string bridge_dir;
   std::shared_ptr<Executor> executor;   // default: MakeProcessExecutor()
   std::shared_ptr<Filesystem> host_fs;  // default: the real / (sysfs, /dev)
   std::shared_ptr<Clock> clock;         // default: RealClock()

@@ -43,14 +43,30 @@ std::vector<int> FindBridgePids(const Filesystem& fs, const std::string& control
       argv.push_back(cmdline->substr(start, nul - start));
       start = nul + 1;
     }
-    bool is_bridge = false, names_socket = false;
-    for (size_t i = 0; i < argv.size(); ++i) {
-      if (argv[i] == "bridge") is_bridge = true;
-      if (argv[i] == "--control-socket" && i + 1 < argv.size() && argv[i + 1] == control_socket) names_socket = true;
+    bool names_socket = false;
+    for (size_t i = 0; i + 1 < argv.size(); ++i) {
+      if (argv[i] == "--control-socket" && argv[i + 1] == control_socket) names_socket = true;
     }
-    if (is_bridge && names_socket) out.push_back(std::stoi(e));
+    if (names_socket && IsBridgeArgv(argv)) out.push_back(std::stoi(e));
   }
   return out;
+}
+
+bool IsBridgeArgv(const std::vector<std::string>& argv) {
+  if (argv.empty()) return false;
+  std::string_view program = argv[0];
+  program = program.substr(program.find_last_of('/') + 1);
+  if (program == "blockcsi-bridge") return true;
+  return argv.size() > 1 && argv[1] == "bridge";  // the plugin's own binary, before issue #17
+}
+
+std::string BridgeProgramFor(const std::string& bridge_dir) {
+  std::string dir = bridge_dir;
+  if (dir.empty()) {
+    std::error_code ec;
+    dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
+  }
+  return dir + "/blockcsi-bridge";
 }
 
 namespace {
@@ -383,8 +399,13 @@ class UserspaceConnector final : public Connector {
   // readable by everyone on the node.
   StatusOr<std::vector<std::string>> BridgeArgv(const AttachSpec& spec, const BridgePaths& p,
                                                 std::string* secrets) const {
-    std::vector<std::string> argv = {o_.blockcsi_binary, "bridge",         "--volume-id",  spec.volume_id,
-                                     "--control-socket", p.control_socket, "--mountpoint", p.mountpoint};
+    std::vector<std::string> argv = {BridgeProgramFor(o_.bridge_dir),
+                                     "--volume-id",
+                                     spec.volume_id,
+                                     "--control-socket",
+                                     p.control_socket,
+                                     "--mountpoint",
+                                     p.mountpoint};
     nlohmann::json j = nlohmann::json::object();
     if (spec.transport == "rbd") {
       std::string node_id = o_.node_id;
@@ -501,7 +522,7 @@ class UserspaceConnector final : public Connector {
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
-    LogInfo("starting bridge", {{"volume_id", spec.volume_id}, {"binary", o_.blockcsi_binary}});
+    LogInfo("starting bridge", {{"volume_id", spec.volume_id}, {"binary", argv[0]}});
     pid_t child = ::fork();
     if (child < 0) return ErrnoToStatus(errno, "fork for bridge");
     if (child == 0) ExecDetached(cargv.data(), in_pipe[0], out_pipe[1]);
@@ -516,12 +537,12 @@ class UserspaceConnector final : public Connector {
     std::string line = ReadReadyLine(out_pipe[0], std::chrono::steady_clock::now() + o_.start_timeout, &eof);
     ::close(out_pipe[0]);
     if (line.find('\n') == std::string::npos && eof) {
-      return Internal("bridge for volume \"" + spec.volume_id + "\" exited before it was ready (exec " +
-                      o_.blockcsi_binary + "; its log is on the plugin's stderr)");
+      return Internal("bridge for volume \"" + spec.volume_id + "\" exited before it was ready (exec " + argv[0] +
+                      "; its log is on the plugin's stderr)");
     }
     if (line.find('\n') == std::string::npos) {
       return DeadlineExceeded("bridge for volume \"" + spec.volume_id + "\" did not report ready within " +
-                              std::to_string(o_.start_timeout.count()) + "ms (exec " + o_.blockcsi_binary + ")");
+                              std::to_string(o_.start_timeout.count()) + "ms (exec " + argv[0] + ")");
     }
     try {
       return nlohmann::json::parse(line.substr(0, line.find('\n')));

@@ -1,6 +1,7 @@
 // The `userspace` connector: each volume gets its own bridge process
-// (`<blockcsi> bridge ...`: libiscsi session or librbd image → FUSE file →
-// loop device), started detached so that it outlives the plugin. It serves
+// (`blockcsi-bridge ...`: libiscsi session or librbd image → FUSE file → loop device), started detached so that it
+// outlives the plugin. Bridges an older plugin started as `<blockcsi> bridge
+// ...` speak the same control protocol at the same paths and are adopted. It serves
 // both transports of an AttachSpec ("iscsi", "rbd"); no kernel rbd/nbd. The plugin talks to it
 // over its control socket and, when the bridge is gone, cleans up what it
 // left (loop device, FUSE mount) by their names. Thread-safe for different
@@ -19,7 +20,9 @@ namespace blockcsi {
 
 struct UserspaceConnectorOptions {
   std::string state_dir;
-  std::string blockcsi_binary = "/proc/self/exe";
+  // Where blockcsi-bridge is; empty: the directory
+  // of the running program (/proc/self/exe), as installed in bin/ and the image.
+  std::string bridge_dir{};
   std::shared_ptr<Filesystem> host_fs;  // /sys and /proc
   std::chrono::milliseconds io_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds start_timeout{std::chrono::seconds(60)};
@@ -57,5 +60,13 @@ std::unique_ptr<Connector> MakeUserspaceConnector(UserspaceConnectorOptions opti
 // names `control_socket` (found through /proc, so a bridge whose pid was
 // never recorded is still found).
 std::vector<int> FindBridgePids(const Filesystem& fs, const std::string& control_socket);
+
+// True when `argv` (a /proc/<pid>/cmdline, split) is a bridge's: the
+// blockcsi-bridge programs, or `<blockcsi> bridge ...` of a plugin before
+// issue #17.
+bool IsBridgeArgv(const std::vector<std::string>& argv);
+
+// blockcsi-bridge in `bridge_dir` (empty: the running program's directory).
+std::string BridgeProgramFor(const std::string& bridge_dir);
 
 }  // namespace blockcsi

@@ -1,6 +1,8 @@
-#define FUSE_USE_VERSION 31
+#define FUSE_USE_VERSION 312
 
 #include "bridge/bridge_main.h"
+
+#include <CLI/CLI.hpp>
 
 #include <fcntl.h>
 #include <fuse.h>
@@ -44,70 +46,50 @@
 // The bridge's command line and the secrets it reads from stdin.
 namespace blockcsi::bridge_internal {
 
+namespace {
+
+// The flags, by CLI11; names and meanings are the plugin's contract with
+// every bridge it ever started (see userspace_connector.cc), kept as-is.
+void AddFlags(CLI::App& app, BridgeArgs* a) {
+  app.add_option("--transport", a->transport)->check(CLI::IsMember({"iscsi", "rbd"}));
+  app.add_option("--volume-id", a->volume_id);
+  app.add_option("--control-socket", a->control_socket);
+  app.add_option("--mountpoint", a->mountpoint);
+  app.add_option("--portal", a->portals)->take_all();
+  app.add_option("--target", a->target_iqn);
+  app.add_option("--lun", a->lun);
+  app.add_option("--initiator", a->initiator_iqn);
+  app.add_option("--expected-serial", a->expected_serial);
+  app.add_option("--expected-wwn", a->expected_wwn);
+  app.add_flag("--read-only", a->read_only);
+  app.add_flag("--secrets-on-stdin", a->secrets_on_stdin);
+  app.add_option("--io-timeout-seconds", a->io_timeout_s);
+  app.add_option("--sessions", a->sessions)->check(CLI::Range(1, 16));
+  app.add_option("--reconnect-retries", a->reconnect_retries);
+  app.add_option("--log-format", a->log_format);
+  app.add_option("--rbd-pool", a->rbd_pool);
+  app.add_option("--rbd-image", a->rbd_image);
+  app.add_option("--ceph-monitors", a->ceph_monitors);
+  app.add_option("--ceph-user", a->ceph_user);
+  app.add_option("--ceph-conf", a->ceph_conf);
+  app.add_option("--node-id", a->node_id);
+  app.add_option("--cgroup", a->cgroup);
+}
+
+}  // namespace
+
 Status ParseArgs(int argc, char** argv, BridgeArgs* a) {
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    auto value = [&]() -> StatusOr<std::string> {
-      if (i + 1 >= argc) return InvalidArgument("bridge: " + flag + " needs a value");
-      return std::string(argv[++i]);
-    };
-    auto as_int = [&](int* out) -> Status {
-      BLOCKCSI_ASSIGN_OR_RETURN(std::string v, value());
-      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), *out);
-      if (ec != std::errc() || p != v.data() + v.size()) return InvalidArgument("bridge: " + flag + " wants a number");
-      return OkStatus();
-    };
-    if (flag == "--transport") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->transport, value());
-    } else if (flag == "--rbd-pool") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->rbd_pool, value());
-    } else if (flag == "--rbd-image") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->rbd_image, value());
-    } else if (flag == "--ceph-monitors") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_monitors, value());
-    } else if (flag == "--ceph-user") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_user, value());
-    } else if (flag == "--ceph-conf") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->ceph_conf, value());
-    } else if (flag == "--node-id") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->node_id, value());
-    } else if (flag == "--cgroup") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->cgroup, value());
-    } else if (flag == "--volume-id") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->volume_id, value());
-    } else if (flag == "--control-socket") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->control_socket, value());
-    } else if (flag == "--mountpoint") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->mountpoint, value());
-    } else if (flag == "--portal") {
-      BLOCKCSI_ASSIGN_OR_RETURN(std::string p, value());
-      a->portals.push_back(p);
-    } else if (flag == "--target") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->target_iqn, value());
-    } else if (flag == "--lun") {
-      BLOCKCSI_RETURN_IF_ERROR(as_int(&a->lun));
-    } else if (flag == "--initiator") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->initiator_iqn, value());
-    } else if (flag == "--expected-serial") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->expected_serial, value());
-    } else if (flag == "--expected-wwn") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->expected_wwn, value());
-    } else if (flag == "--read-only") {
-      a->read_only = true;
-    } else if (flag == "--secrets-on-stdin") {
-      a->secrets_on_stdin = true;
-    } else if (flag == "--io-timeout-seconds") {
-      BLOCKCSI_RETURN_IF_ERROR(as_int(&a->io_timeout_s));
-    } else if (flag == "--sessions") {
-      BLOCKCSI_RETURN_IF_ERROR(as_int(&a->sessions));
-      if (a->sessions < 1 || a->sessions > 16) return InvalidArgument("bridge: --sessions wants 1..16");
-    } else if (flag == "--reconnect-retries") {
-      BLOCKCSI_RETURN_IF_ERROR(as_int(&a->reconnect_retries));
-    } else if (flag == "--log-format") {
-      BLOCKCSI_ASSIGN_OR_RETURN(a->log_format, value());
-    } else {
-      return InvalidArgument("bridge: unknown flag " + flag);
-    }
+  // A plugin before issue #17 ran `<blockcsi> bridge --flags...`; the same
+  // argument list with `bridge` first still starts this program.
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) args.emplace_back(argv[i]);  // CLI11 wants them reversed
+  if (!args.empty() && args.back() == "bridge") args.pop_back();
+  CLI::App app{"blockcsi-bridge: serves one volume as a FUSE file with a loop device on top", "blockcsi-bridge"};
+  AddFlags(app, a);
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return InvalidArgument(std::string("bridge: ") + e.what());
   }
   if (a->transport == "rbd") {
     if (a->volume_id.empty() || a->control_socket.empty() || a->mountpoint.empty() || a->rbd_pool.empty() ||

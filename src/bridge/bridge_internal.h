@@ -4,7 +4,7 @@
 #pragma once
 
 #ifndef FUSE_USE_VERSION
-#define FUSE_USE_VERSION 31
+#define FUSE_USE_VERSION 312
 #endif
 
 #include <fcntl.h>
@@ -37,7 +37,6 @@
 #include "bridge/bridge_transport.h"
 #include "bridge/iscsi_bridge_transport.h"
 #include "bridge/libiscsi_session.h"
-#include "bridge/rbd_bridge_transport.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/filesystem.h"
@@ -47,7 +46,10 @@
 
 namespace blockcsi::bridge_internal {
 
-// Largest FUSE request; the iSCSI transport splits bigger ones again.
+// Largest FUSE request (max_read/max_write). Each FUSE worker keeps a
+// receive buffer this large (+4 KiB) for its life, so this is a memory size
+// as much as a throughput one; only the pages the largest request touched
+// are resident (docs/performance.md section 7).
 constexpr uint32_t kMaxTransferBytes = 1024 * 1024;
 
 struct BridgeArgs {

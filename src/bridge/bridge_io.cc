@@ -1,4 +1,4 @@
-#define FUSE_USE_VERSION 31
+#define FUSE_USE_VERSION 312
 
 #include "bridge/bridge_main.h"
 
@@ -33,7 +33,6 @@
 #include "bridge/bridge_transport.h"
 #include "bridge/iscsi_bridge_transport.h"
 #include "bridge/libiscsi_session.h"
-#include "bridge/rbd_bridge_transport.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/filesystem.h"
@@ -189,38 +188,6 @@ StatusOr<std::unique_ptr<BridgeTransport>> Bridge::OpenIscsi(const ChapCredentia
   }
   t->AddSessions(args_.sessions - 1, args_.volume_id);
   return std::unique_ptr<BridgeTransport>(std::move(t));
-}
-
-StatusOr<std::unique_ptr<BridgeTransport>> Bridge::OpenRbd(const std::string& key) {
-  RbdTransportOptions o;
-  o.volume_id = args_.volume_id;
-  o.pool = args_.rbd_pool;
-  o.image = args_.rbd_image;
-  o.image_id = args_.expected_serial;
-  o.monitors = args_.ceph_monitors;
-  o.ceph_conf = args_.ceph_conf;
-  o.user = args_.ceph_user;
-  o.key = key;
-  o.node_id = args_.node_id;
-  o.read_only = args_.read_only;
-  o.io_timeout = std::chrono::seconds(args_.io_timeout_s);
-  // The transport verifies the image id itself, before it locks the image
-  // or registers this client: a wrong image is never touched.
-  auto t = RbdBridgeTransport::Open(o);
-  if (!t.ok()) {
-    if (t.status().code() == StatusCode::kFailedPrecondition) {
-      LogError("refusing to expose the rbd image", {{"volume_id", args_.volume_id}, {"error", t.status().message()}});
-    }
-    return t.status();
-  }
-  LogInfo("bridge opened rbd image", {{"volume_id", args_.volume_id},
-                                      {"image", (*t)->location()},
-                                      {"client", (*t)->client_addresses()},
-                                      {"read_only", args_.read_only ? "true" : "false"},
-                                      {"size_bytes", std::to_string((*t)->size_bytes())}});
-  BLOCKCSI_ASSIGN_OR_RETURN(identity_, (*t)->ReadIdentity());
-  BLOCKCSI_RETURN_IF_ERROR(VerifyLunIdentity(args_.volume_id, args_.expected_serial, "", identity_));
-  return std::unique_ptr<BridgeTransport>(std::move(*t));
 }
 
 }  // namespace blockcsi::bridge_internal

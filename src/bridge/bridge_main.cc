@@ -1,9 +1,10 @@
-#define FUSE_USE_VERSION 31
+#define FUSE_USE_VERSION 312
 
 #include "bridge/bridge_main.h"
 
 #include <fcntl.h>
 #include <fuse.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -33,7 +34,6 @@
 #include "bridge/bridge_transport.h"
 #include "bridge/iscsi_bridge_transport.h"
 #include "bridge/libiscsi_session.h"
-#include "bridge/rbd_bridge_transport.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/filesystem.h"
@@ -148,7 +148,19 @@ Status Bridge::MountFuse() {
     return Internal("bridge: cannot mount FUSE at " + args_.mountpoint + " (is /dev/fuse available?)");
   }
   fuse_mounted_ = true;
-  fuse_thread_ = std::thread([this] { fuse_loop_mt(fuse_, 0); });
+  fuse_thread_ = std::thread([this] {
+    // Workers: one per iSCSI session. Each session runs one command at a
+    // time, so more workers would only queue, and every worker keeps a
+    // receive buffer of up to max_write + 4 KiB for its life (measured: a
+    // second worker bought no throughput, 256 KiB requests cost a quarter
+    // of the 1 MiB sequential read rate; docs/performance.md section 7).
+    fuse_loop_config* config = fuse_loop_cfg_create();
+    auto workers = static_cast<unsigned>(args_.sessions);
+    fuse_loop_cfg_set_max_threads(config, workers);
+    fuse_loop_cfg_set_idle_threads(config, workers);
+    fuse_loop_mt(fuse_, config);
+    fuse_loop_cfg_destroy(config);
+  });
   return OkStatus();
 }
 
@@ -348,6 +360,24 @@ void Bridge::Serve() {
 
 namespace {
 
+// What each bridge holds resident, sized on purpose (docs/performance.md,
+// "What one bridge costs"); a node runs one bridge per volume.
+void SizeMemory() {
+  // One malloc arena: glibc's default is one per thread (up to 8 x cores),
+  // each keeping what its thread freed. A bridge's few threads spend their
+  // time in the kernel, so they do not contend for one.
+  ::mallopt(M_ARENA_MAX, 1);
+  // A fixed mmap threshold (setting it stops glibc from sliding it up to
+  // the largest freed block): request-sized buffers are mapped for the
+  // request and unmapped after, not kept in the heap once a 256 KiB request
+  // has been seen.
+  ::mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+  ::mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+  // libfuse's worker threads: their deepest call chain is a request
+  // handler and a libiscsi poll, far from glibc's 8 MiB default stack.
+  ::setenv("FUSE_THREAD_STACK", "262144", 0);
+}
+
 void WriteReadyLine(const nlohmann::json& j) {
   std::string line = j.dump() + "\n";
   size_t off = 0;
@@ -367,6 +397,7 @@ namespace blockcsi {
 using namespace bridge_internal;  // NOLINT(google-build-using-namespace): the bridge_*.cc files share these internals
 
 int RunBridgeMain(int argc, char** argv) {
+  SizeMemory();
   // Terminal and plugin signals must not take a mounted volume down with
   // them: the bridge stops only through its control socket (or SIGKILL).
   ::signal(SIGPIPE, SIG_IGN);

@@ -1,4 +1,5 @@
-// `blockcsi bridge ...`: the per-volume userspace bridge process. It opens
+// blockcsi-bridge: the per-volume userspace bridge process, its own program
+// since issue #17 (`<blockcsi> bridge ...` before). It opens
 // one volume through a BridgeTransport (`--transport iscsi`: a LUN over
 // libiscsi; `--transport rbd`: an RBD image over librbd, one rados client of
 // its own), serves it as a single FUSE file (direct_io) and puts a loop
@@ -10,7 +11,8 @@
 
 namespace blockcsi {
 
-// argv[0] is "bridge". Writes one JSON "ready" line to stdout (ok, device,
+// argv[0] is the program; an argv[1] of "bridge" (the old plugin's form) is
+// skipped. Writes one JSON "ready" line to stdout (ok, device,
 // size, identity — or the error) and then serves; returns the exit code.
 int RunBridgeMain(int argc, char** argv);
 

@@ -10,7 +10,6 @@
 
 #include "backend/backend_config.h"
 #include "backend/backend_factory.h"
-#include "bridge/bridge_main.h"
 #include "cmd/grpc_server.h"
 #include "cmd/identity_service.h"
 #include "cmd/plugin_flags.h"
@@ -163,10 +162,6 @@ int StartMetrics(const PluginConfig& config, std::unique_ptr<MetricsServer>* ser
 }
 
 int Main(int argc, char** argv) {
-  // ---- subcommand dispatch (e.g. `blockcsi bridge ...`, the per-volume
-  // userspace bridge process; attach layer owner) ----
-  if (argc > 1 && std::string_view(argv[1]) == "bridge") return RunBridgeMain(argc - 1, argv + 1);
-  // ---- end subcommand dispatch ----
   TunePluginMemory();
   BlockTerminationSignals();
   PluginConfig config;

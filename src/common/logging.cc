@@ -1,10 +1,9 @@
 #include "common/logging.h"
 
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -17,7 +16,6 @@ struct LoggingState {
   std::string program = "blockcsi";
   LogFormat format = LogFormat::kText;
   std::atomic<int> level{static_cast<int>(LogLevel::kInfo)};
-  std::shared_ptr<spdlog::logger> logger;
   std::string* capture = nullptr;
 };
 
@@ -148,13 +146,6 @@ void InitLogging(std::string_view program, LogFormat format, LogLevel level) {
   state.program = std::string(program);
   state.format = format;
   state.level = static_cast<int>(level);
-  if (!state.logger) {
-    state.logger =
-        std::make_shared<spdlog::logger>(std::string(program), std::make_shared<spdlog::sinks::stderr_sink_mt>());
-    state.logger->set_pattern("%v");
-    state.logger->set_level(spdlog::level::trace);
-    state.logger->flush_on(spdlog::level::trace);
-  }
 }
 
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= State().level.load(); }
@@ -169,11 +160,18 @@ void Log(LogLevel level, std::string_view message, LogFields fields) {
     *state.capture += '\n';
     return;
   }
-  if (!state.logger) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    return;
+  // One write(2) per line, unbuffered, under the mutex: lines of different
+  // threads never interleave and a crash loses none. (No spdlog: the
+  // per-volume bridge links this file, and a logging library's code and
+  // its libfmt would cost every bridge more than the line formatting here.)
+  line += '\n';
+  size_t off = 0;
+  while (off < line.size()) {
+    ssize_t n = ::write(STDERR_FILENO, line.data() + off, line.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stderr closed: nothing else to tell
+    off += static_cast<size_t>(n);
   }
-  state.logger->info(line);
 }
 
 std::string_view CurrentRequestId() { return tls_request_id; }

@@ -1,6 +1,6 @@
 #include "common/loop_devices.h"
 
-#include "common/mounter.h"
+#include "common/mountinfo.h"
 
 namespace blockcsi {
 

@@ -147,7 +147,7 @@ int Main(int argc, char** argv) {
   ao.connector = "userspace";
   ao.state_dir = tmp.Join("state");
   ao.node_id = node;
-  ao.blockcsi_binary = testing::BinDir() + "/blockcsi";
+  ao.bridge_dir = testing::BinDir();
   auto attacher = MakeVolumeAttacher(ao);
   if (!attacher.ok()) {
     std::fprintf(stderr, "datapath_bench: %s\n", attacher.status().ToString().c_str());

@@ -1266,7 +1266,8 @@ def check_image(deploy_dir, problems):
     if not bases or not all(re.match(r"(docker\.io/(library/)?)?debian:(12|bookworm)", b) for b in bases):
         problems.add(where, f"base image is not Debian 12: {bases}")
     build = " ".join(lines)
-    for prog in ("blockcsi", "blockcsi-target", "blockctl"):
+    # The bridges too: the plugin starts them from its own directory (issue #17).
+    for prog in ("blockcsi", "blockcsi-target", "blockctl", "blockcsi-bridge"):
         if not re.search(rf"--target [^&]*(?<![\w-]){re.escape(prog)}(?![\w-])", build):
             problems.add(where, f"does not build {prog}")
     if "COPY --from=build /out/usr/bin/ /usr/bin/" not in text:
@@ -1917,6 +1918,9 @@ def self_test(deploy_dir, renderers, yamllint):
              "kustomize overlays/userspace-connector: does not render with {legacy}"),
             ("image runs as root",
              "image/Dockerfile", "USER 65532:65532", "USER root", "non-root USER"),
+            ("image without the bridge the plugin starts",
+             "image/Dockerfile", "blockctl blockcsi-bridge \\", "blockctl \\",
+             "does not build blockcsi-bridge"),
             ("image does not build blockctl",
              "image/Dockerfile", "--target blockcsi blockcsi-target blockctl", "--target blockcsi blockcsi-target",
              "does not build blockctl"),

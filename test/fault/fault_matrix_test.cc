@@ -566,7 +566,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
       std::string arg;
       bool bridge = false, ours = false;
       while (std::getline(args, arg, '\0')) {
-        bridge = bridge || arg == "bridge";
+        bridge = bridge || arg == "bridge" || arg.ends_with("/blockcsi-bridge");
         ours = ours || arg.find(dir_.path() + "/") != std::string::npos;
       }
       if (bridge && ours) out.push_back(static_cast<pid_t>(std::stol(name)));

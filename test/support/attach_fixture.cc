@@ -119,12 +119,12 @@ std::map<std::string, std::string> AttachIntegrationTest::ContextFor(const TestT
 }
 
 StatusOr<std::unique_ptr<VolumeAttacher>> AttachIntegrationTest::NewAttacher(int bridge_sessions,
-                                                                             const std::string& binary) {
+                                                                             const std::string& bridge_dir) {
   AttacherOptions o;
   o.connector = "userspace";
   o.state_dir = state_dir_;
   o.node_id = kNodeId;
-  o.blockcsi_binary = binary.empty() ? AttachToolPath() : binary;
+  o.bridge_dir = bridge_dir.empty() ? BinDir() : bridge_dir;
   o.bridge_io_timeout = std::chrono::seconds(5);
   o.bridge_sessions = bridge_sessions;
   return MakeVolumeAttacher(o);

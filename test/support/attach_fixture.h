@@ -44,8 +44,8 @@ class AttachIntegrationTest : public ::testing::Test {
   TestTarget MakeTarget(const std::string& name, uint64_t size_bytes, const std::string& acl_node = kNodeId);
   void AddChap(const TestTarget& t, const std::string& user, const std::string& password);
   std::map<std::string, std::string> ContextFor(const TestTarget& t) const;
-  // `binary` runs the bridge mode; default: attach_tool (this test's stand-in).
-  StatusOr<std::unique_ptr<VolumeAttacher>> NewAttacher(int bridge_sessions = 1, const std::string& binary = "");
+  // `bridge_dir` holds the bridge programs; default: this build's bin/.
+  StatusOr<std::unique_ptr<VolumeAttacher>> NewAttacher(int bridge_sessions = 1, const std::string& bridge_dir = "");
 
   // What is left on the host for this test's state dir.
   std::vector<int> BridgePids() const;

@@ -101,7 +101,7 @@ int Run(int argc, char** argv) {
     ao.connector = "userspace";
     ao.state_dir = tmp.Join("state");
     ao.node_id = "bench";
-    ao.blockcsi_binary = blockcsi::testing::TestsDir() + "/attach_tool";
+    ao.bridge_dir = blockcsi::testing::BinDir();
     ao.bridge_sessions = sessions;
     auto attacher = MakeVolumeAttacher(ao);
     if (!attacher.ok()) return false;

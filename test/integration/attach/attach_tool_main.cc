@@ -11,10 +11,10 @@
 #include <string>
 #include <string_view>
 
+#include <filesystem>
 #include "attach/attach_record_store.h"
 #include "attach/attacher_factory.h"
 #include "attach/initiator.h"
-#include "bridge/bridge_main.h"
 #include "common/logging.h"
 
 namespace {
@@ -26,7 +26,10 @@ int Attach(int argc, char** argv) {
   options.connector = "userspace";
   options.state_dir = flags["--state-dir"];
   options.node_id = flags["--node-id"];
-  options.blockcsi_binary = "/proc/self/exe";
+  // attach_tool lives in build/tests, the bridge programs in build/bin.
+  std::error_code ec;
+  options.bridge_dir =
+      (std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().parent_path() / "bin").string();
   std::string crash_at = flags["--crash-at"];
   if (!crash_at.empty()) {
     options.fault_hook = [crash_at](std::string_view point) {
@@ -68,7 +71,6 @@ int Attach(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string_view(argv[1]) == "bridge") return blockcsi::RunBridgeMain(argc - 1, argv + 1);
   if (argc > 1 && std::string_view(argv[1]) == "attach") {
     blockcsi::InitLogging("attach_tool", blockcsi::LogFormat::kText, blockcsi::LogLevel::kInfo);
     return Attach(argc, argv);

@@ -564,26 +564,5 @@ TEST_F(AttachIntegrationTest, LongVolumeIdsWork) {
   ExpectNothingLeft();
 }
 
-// The production wiring: `blockcsi bridge ...` is the bridge.
-TEST_F(AttachIntegrationTest, TheBlockcsiBinaryRunsTheBridge) {
-  std::string binary = BinDir() + "/blockcsi";
-  ASSERT_EQ(::access(binary.c_str(), X_OK), 0) << binary;
-  TestTarget t = MakeTarget("real", 16 * kMiB);
-  auto attacher = NewAttacher(1, binary);
-  ASSERT_TRUE(attacher.ok());
-  auto record = (*attacher)->Attach(SpecFor(ContextFor(t)));
-  ASSERT_TRUE(record.ok()) << record.status().ToString();
-  auto pids = BridgePids();
-  ASSERT_EQ(pids.size(), 1u);
-  EXPECT_EQ(ReadFileOrEmpty("/proc/" + std::to_string(pids[0]) + "/cmdline")
-                .rfind(binary + std::string(1, '\0') + "bridge", 0),
-            0u);
-  std::string data = Pattern(65536, 'b');
-  ASSERT_EQ(WriteDirect(record->device_path, kMiB, data), 0);
-  EXPECT_EQ(ReadFileAt(t.backing_file, kMiB, data.size()), data);
-  ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
-  ExpectNothingLeft();
-}
-
 }  // namespace
 }  // namespace blockcsi::testing

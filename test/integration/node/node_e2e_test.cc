@@ -224,7 +224,7 @@ class PluginE2ETest : public ::testing::Test {
     return n;
   }
 
-  // The pids of the `blockcsi bridge` processes serving `volume_id` (their
+  // The pids of the blockcsi-bridge processes serving `volume_id` (their
   // command line names the volume's control socket).
   static std::set<pid_t> BridgePids(const std::string& volume_id) {
     std::set<pid_t> out;
@@ -234,7 +234,9 @@ class PluginE2ETest : public ::testing::Test {
       if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
       std::string cmdline = testing::ReadFileOrEmpty(entry.path() / "cmdline");
       std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-      if (cmdline.find(" bridge ") != std::string::npos && cmdline.find(volume_id) != std::string::npos) {
+      bool bridge =
+          cmdline.find("/blockcsi-bridge ") != std::string::npos || cmdline.find(" bridge ") != std::string::npos;
+      if (bridge && cmdline.find(volume_id) != std::string::npos) {
         out.insert(static_cast<pid_t>(std::stol(name)));
       }
     }

@@ -353,8 +353,11 @@ void PluginRestartTest::Scenario(bool new_version) {
     std::filesystem::create_directories(dir_.Join("v2"));
     old_binary = dir_.Join("v1/blockcsi");
     new_binary = dir_.Join("v2/blockcsi");
-    std::filesystem::copy_file(testing::BinDir() + "/blockcsi", old_binary);
-    std::filesystem::copy_file(testing::BinDir() + "/blockcsi", new_binary);
+    // Each image ships the plugin with its bridge programs beside it.
+    for (const char* program : {"/blockcsi", "/blockcsi-bridge"}) {
+      std::filesystem::copy_file(testing::BinDir() + program, dir_.Join("v1") + program);
+      std::filesystem::copy_file(testing::BinDir() + program, dir_.Join("v2") + program);
+    }
   }
   // The plugin creates --bridge-cgroup itself; the test removes it at the end.
   made_cgroups_.push_back(bridge_cgroup_);
@@ -421,7 +424,7 @@ void PluginRestartTest::Scenario(bool new_version) {
   if (!killed || !emptied) join();
   ASSERT_TRUE(killed) << "the plugin did not die by SIGKILL";
   ASSERT_TRUE(emptied) << "processes are left in " << first;
-  if (new_version) std::filesystem::remove(old_binary);  // the old image is gone too
+  if (new_version) std::filesystem::remove_all(dir_.Join("v1"));  // the old image is gone too
 
   // blockctl names the bridges of the dead plugin, and cleanup leaves them
   // serving (stopping one would fail the filesystem under the pods).
@@ -478,7 +481,8 @@ void PluginRestartTest::Scenario(bool new_version) {
     EXPECT_TRUE(InCgroup(*MakeRootedFilesystem(""), bridge_cgroup_, pid));
     if (new_version) {
       std::error_code ec;
-      EXPECT_EQ(std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).string(), new_binary)
+      EXPECT_EQ(std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).string(),
+                dir_.Join("v2/blockcsi-bridge"))
           << "a restaged bridge runs the new version";
     }
   }

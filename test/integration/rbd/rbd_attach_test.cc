@@ -142,7 +142,7 @@ class RbdAttachTest : public testing::CephSuiteTest {
   void SetUp() override {
     CephSuiteTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    binary_ = BinDir() + "/blockcsi";
+    binary_ = BinDir() + "/blockcsi-bridge";
     ASSERT_TRUE(std::filesystem::exists(binary_)) << binary_ << " not built";
     RbdBackendOptions o;
     o.ceph_conf = env_["CEPH_CONF"];
@@ -254,7 +254,7 @@ class RbdAttachTest : public testing::CephSuiteTest {
     o.connector = "userspace";
     o.state_dir = node->state_dir;
     o.node_id = id;
-    o.blockcsi_binary = binary_;
+    o.bridge_dir = BinDir();
     o.bridge_io_timeout = io_timeout;
     auto attacher = MakeVolumeAttacher(o);
     EXPECT_TRUE(attacher.ok()) << attacher.status().ToString();
@@ -661,12 +661,27 @@ TEST_F(RbdAttachTest, BridgeWithoutMonitorsUsesTheNodesCephConf) {
   BridgePaths p = BridgePathsFor(n.state_dir, volume->id);
   ASSERT_TRUE(MakeDirectories(p.dir, 0700).ok());
 
-  ChildProcess bridge({binary_,        "bridge",         "--transport",       "rbd",
-                       "--volume-id",  volume->id,       "--control-socket",  p.control_socket,
-                       "--mountpoint", p.mountpoint,     "--rbd-pool",        env_["RBD_POOL"],
-                       "--rbd-image",  ImageOf(context), "--expected-serial", context.at(publish_context::kRbdImageId),
-                       "--ceph-user",  "admin",          "--ceph-conf",       env_["CEPH_CONF"],
-                       "--node-id",    "node-a"},
+  ChildProcess bridge({BinDir() + "/blockcsi-bridge",
+                       "--transport",
+                       "rbd",
+                       "--volume-id",
+                       volume->id,
+                       "--control-socket",
+                       p.control_socket,
+                       "--mountpoint",
+                       p.mountpoint,
+                       "--rbd-pool",
+                       env_["RBD_POOL"],
+                       "--rbd-image",
+                       ImageOf(context),
+                       "--expected-serial",
+                       context.at(publish_context::kRbdImageId),
+                       "--ceph-user",
+                       "admin",
+                       "--ceph-conf",
+                       env_["CEPH_CONF"],
+                       "--node-id",
+                       "node-a"},
                       n.dir->Join("bridge.log"));
   ASSERT_TRUE(::blockcsi::testing::WaitForSocket(p.control_socket, std::chrono::seconds(60)))
       << ReadFileOrEmpty(n.dir->Join("bridge.log"));

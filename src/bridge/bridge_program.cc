@@ -1,0 +1,5 @@
+// main() of blockcsi-bridge: the bridge is its own program (issue #17), so
+// each volume's process maps only what it needs.
+#include "bridge/bridge_main.h"
+
+int main(int argc, char** argv) { return blockcsi::RunBridgeMain(argc, argv); }
