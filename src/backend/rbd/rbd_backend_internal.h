@@ -22,8 +22,8 @@
 
 #include "attach/initiator.h"
 #include "backend/rbd/rbd_backend.h"
-#include "common/keyed_lock.h"
 #include "common/ceph_lazy.h"
+#include "common/keyed_lock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/strings.h"
