@@ -404,6 +404,13 @@ TEST_F(AgentTest, InsecureTcpAndUnixSocketServeWhenAskedFor) {
   ChildProcess agent(args, tmp_.Join("agent.log"));
   ASSERT_TRUE(WaitForTcp(port_, std::chrono::seconds(20))) << testing::ReadFileOrEmpty(tmp_.Join("agent.log"));
   ASSERT_TRUE(testing::WaitForSocket(socket, std::chrono::seconds(20)));
+  // The socket exists (0600) before the agent gives it --socket-mode and
+  // says "serving socket=..."; read the mode after that line, not in between.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (testing::ReadFileOrEmpty(tmp_.Join("agent.log")).find("socket=" + socket) == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   struct stat st {};
   ASSERT_EQ(::stat(socket.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0660u) << "the agent's socket takes --socket-mode, not the umask";
