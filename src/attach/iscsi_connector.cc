@@ -150,9 +150,13 @@ class IscsiConnector final : public Connector {
           return st.WithContext("delete SCSI device of " + record.volume_id);
       }
     }
-    // 4. Log out only when no other LUN of the target is in use here, then
-    // drop the node record. Serialised per path with attaches, so a LUN
-    // being attached through the same session is seen (or waited for).
+    return LogOutUnlessShared(record, iface);
+  }
+
+  // Step 4 of Disconnect: log out only when no other LUN of the target is in
+  // use here, then drop the node record. Serialised per path with attaches,
+  // so a LUN being attached through the same session is seen (or waited for).
+  Status LogOutUnlessShared(const AttachRecord& record, const std::string& iface) {
     for (const std::string& portal_text : record.portals) {
       auto portal = ParsePortal(portal_text);
       if (!portal.ok()) continue;
