@@ -294,4 +294,11 @@ std::string DescribeItems(const std::vector<std::string>& items) {
   return out;
 }
 
+::testing::AssertionResult NothingLeftSince(const LeakSnapshot& before, const LeakScope& scope,
+                                            const std::string& after) {
+  auto left = NewItemsAfterSettling(before, scope);
+  if (left.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "left behind after " << after << ":\n" << DescribeItems(left);
+}
+
 }  // namespace blockcsi::testing

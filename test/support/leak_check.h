@@ -8,6 +8,7 @@
 // other users' processes.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <set>
@@ -85,6 +86,12 @@ std::vector<std::string> WithoutTgtdSetUp(std::vector<std::string> items);
 
 // For failure messages: the items one per line, or "nothing".
 std::string DescribeItems(const std::vector<std::string>& items);
+
+// gtest's verdict on NewItemsAfterSettling: success when nothing new is left
+// in `scope` since `before`, else a failure listing what was left behind
+// after `after` (use as EXPECT_TRUE(NothingLeftSince(...))).
+::testing::AssertionResult NothingLeftSince(const LeakSnapshot& before, const LeakScope& scope,
+                                            const std::string& after);
 
 // The parts of `tgtadm --op show --mode target` output the checker keeps.
 // Pure (tested against captured output).

@@ -291,4 +291,15 @@ std::unique_ptr<grpc::ClientContext> Deadline(std::chrono::milliseconds timeout)
   return failure;
 }
 
+LeakScope PluginUnderTest::LeakScopeFor(const std::string& volume_id) {
+  LeakScope scope;
+  scope.dir = dir_;
+  scope.volume_id = volume_id;
+  scope.state_dir = state_dir();
+  scope.pool_dir = pool_dir();
+  scope.tgtd = tgtd_;
+  if (running()) scope.ignore_pids.push_back(pid());
+  return scope;
+}
+
 }  // namespace blockcsi::testing

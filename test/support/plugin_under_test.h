@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "csi.grpc.pb.h"
+#include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -80,6 +81,11 @@ class PluginUnderTest {
   std::string socket() const { return dir_ + "/csi.sock"; }
   std::string state_dir() const { return dir_ + "/state"; }
   std::string pool_dir() const { return dir_ + "/pool"; }
+  // What this plugin can leave, in the one leak checker's terms: processes,
+  // mounts and loop devices under its directory, its attach records and pool
+  // files, its tgtd's targets, ACLs and sessions, and processes naming
+  // `volume_id` when given. The running plugin itself is not a leak.
+  LeakScope LeakScopeFor(const std::string& volume_id = "");
   std::string log_path() const { return dir_ + "/plugin.log"; }
   std::string staging_path(const std::string& volume_id) const { return dir_ + "/staging/" + volume_id; }
   std::string target_path(const std::string& volume_id) const { return dir_ + "/pods/" + volume_id + "/mount"; }

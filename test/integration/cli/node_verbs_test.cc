@@ -53,15 +53,7 @@ class BlockctlNodeTest : public ::testing::Test {
   // What the plugin can leave, in the one leak checker's terms: processes,
   // mounts and loop devices under dir_, attach records, pool files, tgtd's
   // targets, ACLs and sessions. The test's own daemons are not leaks.
-  testing::LeakScope Scope() {
-    testing::LeakScope scope;
-    scope.dir = dir_.path();
-    scope.state_dir = plugin_->state_dir();
-    scope.pool_dir = plugin_->pool_dir();
-    scope.tgtd = tgtd_.get();
-    if (plugin_->running()) scope.ignore_pids.push_back(plugin_->pid());
-    return scope;
-  }
+  testing::LeakScope Scope() { return plugin_->LeakScopeFor(); }
 
   void TearDown() override {
     if (!testing::IsRoot()) return;

@@ -69,12 +69,8 @@ class MetricsE2ETest : public ::testing::Test {
   // mounts and loop devices under dir_, attach records, pool files, tgtd's
   // targets, ACLs and sessions. The test's own daemons are not leaks.
   testing::LeakScope Scope() {
-    testing::LeakScope scope;
-    scope.dir = dir_.path();
-    scope.state_dir = plugin_->state_dir();
-    scope.pool_dir = plugin_->pool_dir();
-    scope.tgtd = tgtd_.get();
-    if (plugin_->running()) scope.ignore_pids.push_back(plugin_->pid());
+    testing::LeakScope scope = plugin_->LeakScopeFor();
+    scope.dir = dir_.path();  // the agent's and Prometheus' files too
     for (auto* p : {agent_.get(), prometheus_.get()}) {
       if (p != nullptr) scope.ignore_pids.push_back(p->pid());
     }

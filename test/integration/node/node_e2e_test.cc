@@ -60,21 +60,11 @@ class PluginE2ETest : public ::testing::Test {
   // Everything a plugin under test can leave: processes, mounts and loop
   // devices under dir_, attach records, pool files, tgtd's targets, ACLs
   // and sessions. The plugin itself (its pid changes on a restart) is not a leak.
-  testing::LeakScope Scope(const std::string& volume_id = "") {
-    testing::LeakScope scope;
-    scope.dir = dir_.path();
-    scope.volume_id = volume_id;
-    scope.state_dir = plugin_->state_dir();
-    scope.pool_dir = plugin_->pool_dir();
-    scope.tgtd = tgtd_.get();
-    if (plugin_->running()) scope.ignore_pids.push_back(plugin_->pid());
-    return scope;
-  }
+  testing::LeakScope Scope(const std::string& volume_id = "") { return plugin_->LeakScopeFor(volume_id); }
 
   void ExpectNothingLeftSince(const testing::LeakSnapshot& before, const std::string& after,
                               const std::string& volume_id = "") {
-    auto left = testing::NewItemsAfterSettling(before, Scope(volume_id));
-    EXPECT_TRUE(left.empty()) << "left behind after " << after << ":\n" << testing::DescribeItems(left);
+    EXPECT_TRUE(testing::NothingLeftSince(before, Scope(volume_id), after));
   }
 
   void TearDown() override {

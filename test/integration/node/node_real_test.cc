@@ -68,8 +68,7 @@ class NodeRealTest : public ::testing::Test {
   // Asserted right after a failing call and at the end of every test, before
   // any cleanup: what the node holds now that it did not hold at SetUp.
   void ExpectNothingLeft(const std::string& after) {
-    auto left = testing::NewItemsAfterSettling(baseline_, Scope());
-    EXPECT_TRUE(left.empty()) << "left behind after " << after << ":\n" << testing::DescribeItems(left);
+    EXPECT_TRUE(testing::NothingLeftSince(baseline_, Scope(), after));
   }
 
   void TearDown() override {
