@@ -5,25 +5,19 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <yaml-cpp/yaml.h>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "common/atomic_file.h"
+#include "common/strings.h"
 
 namespace blockcsi {
 namespace {
 
 std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
-
-std::string Trimmed(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  size_t start = 0;
-  while (start < s.size() && std::isspace(static_cast<unsigned char>(s[start]))) ++start;
-  return s.substr(start);
-}
 
 StatusOr<std::string> Base64Decode(const std::string& text, const std::string& what) {
   std::string in;
@@ -79,7 +73,7 @@ class HttpsKubeApiClient final : public KubeApiClient {
     if (!access_.token_file.empty()) {
       auto read = ReadFileToString(access_.token_file);
       if (!read.ok()) return Unavailable("cannot read the API token file " + Quoted(access_.token_file));
-      token = Trimmed(*read);
+      token = std::string(TrimWhitespace(*read));
     }
     httplib::SSLClient client(host, port);
     client.enable_server_certificate_verification(true);
@@ -117,21 +111,40 @@ StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path) {
   const std::string what = "kubeconfig " + Quoted(path);
   auto text = ReadFileToString(path);
   if (!text.ok()) return InvalidArgument(what + ": cannot be read: " + text.status().message());
-  // The few keys a controller's kubeconfig has, in block or flow YAML or
-  // JSON. A key given twice with other values means several clusters or
-  // users, which this reader does not choose between.
-  static const std::regex kKey(
-      R"re((?:^|[\s{,])["']?(server|certificate-authority-data|certificate-authority|tokenFile|token)["']?\s*:\s*(?:"([^"]*)"|'([^']*)'|([^\s,}\]]+)))re");
-  std::map<std::string, std::string> values;
-  for (auto it = std::sregex_iterator(text->begin(), text->end(), kKey); it != std::sregex_iterator(); ++it) {
-    const auto& m = *it;
-    std::string value = m[2].matched ? m[2].str() : m[3].matched ? m[3].str() : m[4].str();
-    auto [at, inserted] = values.emplace(m[1].str(), value);
-    if (!inserted && at->second != value) {
-      return InvalidArgument(what + ": several values of " + m[1].str() +
-                             "; give the controller a kubeconfig with one cluster and one user");
-    }
+  // The few keys a controller's kubeconfig has (YAML, or JSON, which YAML
+  // reads too): each cluster's server and CA, each user's token. A key given
+  // twice with other values means several clusters or users, which this
+  // reader does not choose between.
+  YAML::Node root;
+  try {
+    root = YAML::Load(*text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(what + ": not YAML: line " + std::to_string(e.mark.line + 1));
   }
+  std::map<std::string, std::string> values;
+  auto collect = [&](const YAML::Node& list, const char* entry, std::initializer_list<const char*> keys) -> Status {
+    // A key that is absent gives an invalid node: test it before asking its type.
+    if (!list || !list.IsSequence()) return OkStatus();
+    for (const auto& item : list) {
+      const YAML::Node fields = item.IsMap() ? item[entry] : YAML::Node();
+      if (!fields || !fields.IsMap()) continue;
+      for (const char* key : keys) {
+        const YAML::Node value = fields[key];
+        if (!value || !value.IsScalar()) continue;
+        auto [at, inserted] = values.emplace(key, value.Scalar());
+        if (!inserted && at->second != value.Scalar()) {
+          return InvalidArgument(what + ": several values of " + key +
+                                 "; give the controller a kubeconfig with one cluster and one user");
+        }
+      }
+    }
+    return OkStatus();
+  };
+  if (!root.IsMap()) return InvalidArgument(what + ": no cluster server");  // nor anything else
+  const YAML::Node& config = root;
+  BLOCKCSI_RETURN_IF_ERROR(
+      collect(config["clusters"], "cluster", {"server", "certificate-authority-data", "certificate-authority"}));
+  BLOCKCSI_RETURN_IF_ERROR(collect(config["users"], "user", {"token", "tokenFile"}));
   KubeApiAccess access;
   access.server = values["server"];
   if (access.server.empty()) return InvalidArgument(what + ": no cluster server");
