@@ -12,13 +12,15 @@
 #
 # Only the blockcsi program links this way: the tests keep the shared
 # libraries (a static gRPC in every test binary would make each link slow and
-# large). OpenSSL stays shared: cpp-httplib (shared only in Debian) loads it
-# anyway. Off, or with an archive missing, the program links the shared
-# libraries as before.
+# large). OpenSSL too (libssl.a, libcrypto.a): nothing else in the plugin
+# maps libcrypto.so at start (cpp-httplib, which does, is a module loaded on
+# first use, common/lazy_http.h, with its own shared OpenSSL; no OpenSSL
+# object crosses between the two). Off, or with an archive missing, the
+# program links the shared libraries as before.
 #
 # Every archive comes from a -dev package that hack/install-deps.sh installs
 # (libgrpc++-dev, libgrpc-dev, libprotobuf-dev, libabsl-dev, libre2-dev,
-# libc-ares-dev, zlib1g-dev); `pkg-config --static` gives their order.
+# libc-ares-dev, zlib1g-dev, libssl-dev); `pkg-config --static` gives their order.
 option(BLOCKCSI_STATIC_GRPC "Link the blockcsi program against static gRPC/protobuf/abseil archives" ON)
 
 function(blockcsi_find_grpc_archives out)
@@ -30,9 +32,10 @@ function(blockcsi_find_grpc_archives out)
   endif()
   set(archives "")
   # grpc++_reflection is not in grpc++.pc; the generated code links it.
-  foreach(name grpc++_reflection ${GRPC_LINK_STATIC_LIBRARIES})
-    # System libraries and OpenSSL stay shared (see above).
-    if(name MATCHES "^(ssl|crypto|dl|rt|m|atomic|pthread)$")
+  # ssl and crypto last: the plugin's own SHA-256 and base64 use them too.
+  foreach(name grpc++_reflection ${GRPC_LINK_STATIC_LIBRARIES} ssl crypto)
+    # System libraries stay shared.
+    if(name MATCHES "^(dl|rt|m|atomic|pthread)$")
       continue()
     endif()
     string(MAKE_C_IDENTIFIER "BLOCKCSI_ARCHIVE_${name}" var)
@@ -78,7 +81,7 @@ function(blockcsi_link_grpc_statically program)
     add_library(blockcsi_grpc_static INTERFACE)
     # One group: the archives refer to each other in every direction.
     target_link_libraries(blockcsi_grpc_static INTERFACE
-      "$<LINK_GROUP:RESCAN,${group}>" OpenSSL::SSL OpenSSL::Crypto Threads::Threads ${CMAKE_DL_LIBS} rt m atomic)
+      "$<LINK_GROUP:RESCAN,${group}>" Threads::Threads ${CMAKE_DL_LIBS} rt m atomic)
     # blockcsi_proto carries gRPC to every program and test; a program marked
     # BLOCKCSI_STATIC_GRPC gets the archives in place of the shared libraries.
     set(static "$<BOOL:$<TARGET_PROPERTY:BLOCKCSI_STATIC_GRPC>>")
@@ -87,6 +90,24 @@ function(blockcsi_link_grpc_statically program)
       "$<$<NOT:${static}>:protobuf::libprotobuf>"
       "$<$<NOT:${static}>:gRPC::grpc++>"
       "$<$<NOT:${static}>:gRPC::grpc++_reflection>")
+    # Our libraries that use OpenSSL themselves (SHA-256 of RBD image names,
+    # base64 of a kubeconfig's CA) take it from the group in such a program:
+    # one OpenSSL, the static one, and libcrypto.so never mapped.
+    foreach(dir common bridge attach backend controller agent node)
+      get_property(targets DIRECTORY ${PROJECT_SOURCE_DIR}/src/${dir} PROPERTY BUILDSYSTEM_TARGETS)
+      foreach(target ${targets})
+        get_target_property(type ${target} TYPE)
+        if(NOT type STREQUAL "STATIC_LIBRARY")
+          continue()
+        endif()
+        get_target_property(deps ${target} INTERFACE_LINK_LIBRARIES)
+        if(NOT deps)
+          continue()
+        endif()
+        list(TRANSFORM deps REPLACE "^(OpenSSL::SSL|OpenSSL::Crypto)$" "$<$<NOT:${static}>:\\1>")
+        set_property(TARGET ${target} PROPERTY INTERFACE_LINK_LIBRARIES "${deps}")
+      endforeach()
+    endforeach()
   endif()
   set_target_properties(${program} PROPERTIES BLOCKCSI_STATIC_GRPC ON)
   message(STATUS "blockcsi: ${program} links gRPC, protobuf and abseil statically")
