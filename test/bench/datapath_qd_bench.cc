@@ -8,7 +8,8 @@
 // is dropped, the side that goes first alternates per round, and each
 // figure is the median of the rounds with min / median / max of both sides.
 // Both sides are separate processes started the same way; neither side's
-// start-up or login is timed. Needs root, tgtd, FUSE, loop devices and fio.
+// start-up or login is timed. Write jobs end with a timed flush on both
+// sides (fio end_fsync; SYNCHRONIZE CACHE). Needs root, tgtd, FUSE, loop devices and fio.
 //
 //   datapath_qd_bench [--size-mib 256] [--rounds 3] [--seconds 5]
 //                     [--depths 1,4,16,32] [--seq-depths 1] [--seed 7]
@@ -100,8 +101,8 @@ bool RunRaw(const AttachedBenchLun& lun, const Job& job, const Options& o, doubl
   auto exec = MakeProcessExecutor();
   Command c(self_dir + "/iscsi_qd_bench");
   c.Args({"--portal", lun.portal(), "--target", AttachedBenchLun::kIqn, "--initiator", AttachedBenchLun::RawInitiator(),
-          "--lun", "1", "--rw", job.rw, "--bs", std::to_string(job.bs), "--qd", std::to_string(job.depth),
-          "--seconds", std::to_string(o.seconds), "--seed", std::to_string(o.seed)})
+          "--lun", "1", "--rw", job.rw, "--bs", std::to_string(job.bs), "--qd", std::to_string(job.depth), "--seconds",
+          std::to_string(o.seconds), "--seed", std::to_string(o.seed)})
       .Timeout(std::chrono::seconds(o.seconds + 120));
   auto r = RunChecked(*exec, c);
   if (!r.ok()) {

@@ -23,6 +23,8 @@ struct FioJob {
   int seconds = 0;  // > 0: time based; otherwise `size` once
   std::string size;
   unsigned seed = 7;
+  // Write jobs end with an fsync of the device, timed (fio's end_fsync):
+  // the loop device must not get credit for writes still in a page cache.
 };
 
 struct FioFigures {
@@ -38,6 +40,7 @@ inline bool RunFio(const FioJob& job, FioFigures* out) {
   c.Args({"--name=bench", "--filename=" + job.device, "--direct=1", "--ioengine=" + job.ioengine,
           "--iodepth=" + std::to_string(job.iodepth), "--rw=" + job.rw, "--bs=" + job.bs, "--randrepeat=1",
           "--randseed=" + std::to_string(job.seed), "--norandommap", "--lat_percentiles=1", "--output-format=json"});
+  if (job.rw.find("write") != std::string::npos) c.Arg("--end_fsync=1");
   if (job.seconds > 0) {
     c.Args({"--runtime=" + std::to_string(job.seconds), "--time_based"});
   } else {

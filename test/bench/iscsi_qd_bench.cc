@@ -5,7 +5,7 @@
 // Random offsets are block-aligned, uniform over the LUN and drawn from
 // `--seed` (with replacement, like fio's --norandommap); sequential ones
 // start at 0 and wrap at the end of the LUN. Login and READ CAPACITY are
-// not timed. Independent of the bridge's code on purpose: it measures what
+// not timed; a write job's closing SYNCHRONIZE CACHE is. Independent of the bridge's code on purpose: it measures what
 // libiscsi itself can do on this LUN, whatever the bridge does.
 //
 //   iscsi_qd_bench --portal HOST:PORT --target IQN --initiator IQN [--lun 1]
@@ -73,8 +73,8 @@ bool ParseOptions(int argc, char** argv, Options* o) {
     }
   }
   bool rw_ok = o->rw == "randread" || o->rw == "randwrite" || o->rw == "read" || o->rw == "write";
-  return argc % 2 == 1 && !o->portal.empty() && !o->target.empty() && !o->initiator.empty() && rw_ok &&
-         o->qd >= 1 && o->bs >= 512 && (o->seconds > 0 || o->ops > 0);
+  return argc % 2 == 1 && !o->portal.empty() && !o->target.empty() && !o->initiator.empty() && rw_ok && o->qd >= 1 &&
+         o->bs >= 512 && (o->seconds > 0 || o->ops > 0);
 }
 
 // One command slot: its buffer, its task while in flight, when it was queued.
@@ -148,6 +148,16 @@ class Runner {
           ++in_flight;
         }
       }
+    }
+    // A write job ends with SYNCHRONIZE CACHE, timed, as fio's end_fsync
+    // on the loop device ends with one through the bridge: neither side
+    // gets credit for writes a cache still holds.
+    if (o_.rw.find("write") != std::string::npos) {
+      scsi_task* sync = iscsi_synchronizecache10_sync(ctx_, o_.lun, 0, 0, 0, 0);
+      bool good = sync != nullptr && sync->status == SCSI_STATUS_GOOD;
+      if (sync != nullptr) scsi_free_scsi_task(sync);
+      if (!good) return Fail("SYNCHRONIZE CACHE(10)");
+      last = Clock::now();
     }
     elapsed_s_ = std::chrono::duration<double>(last - start).count();
     return true;
@@ -241,8 +251,8 @@ int Main(int argc, char** argv) {
   if (ctx == nullptr) return 1;
   int rc = 1;
   if (o.bs % block_size != 0 || lun_bytes < o.bs) {
-    std::fprintf(stderr, "iscsi_qd_bench: --bs %u does not fit blocks of %u on a LUN of %llu bytes\n", o.bs,
-                 block_size, static_cast<unsigned long long>(lun_bytes));
+    std::fprintf(stderr, "iscsi_qd_bench: --bs %u does not fit blocks of %u on a LUN of %llu bytes\n", o.bs, block_size,
+                 static_cast<unsigned long long>(lun_bytes));
   } else {
     Runner runner(o, ctx, block_size, lun_bytes);
     if (runner.Run() && runner.elapsed_s() > 0) {
