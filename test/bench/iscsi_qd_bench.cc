@@ -5,8 +5,9 @@
 // Random offsets are block-aligned, uniform over the LUN and drawn from
 // `--seed` (with replacement, like fio's --norandommap); sequential ones
 // start at 0 and wrap at the end of the LUN. Login and READ CAPACITY are
-// not timed; a write job's closing SYNCHRONIZE CACHE is. Independent of the bridge's code on purpose: it measures what
-// libiscsi itself can do on this LUN, whatever the bridge does.
+// not timed; a write job's closing SYNCHRONIZE CACHE is. Independent of
+// the bridge's code on purpose: it measures what libiscsi itself can do on
+// this LUN, whatever the bridge does.
 //
 //   iscsi_qd_bench --portal HOST:PORT --target IQN --initiator IQN [--lun 1]
 //                  --rw randread|randwrite|read|write [--bs 4096] [--qd 1]
