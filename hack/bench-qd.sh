@@ -25,6 +25,15 @@ bench_qd() {
     qd_args=(--size-mib 256 --rounds 3 --seconds 5 --depths "1,4,16,32" --seq-depths 1)
     rbd_args=(--size-mib 1024 --rounds 3 --depths "1,16")
   fi
+  # The LUN's backing file on a tmpfs when there is one: the ratio is about
+  # what the bridge adds, and a shared machine's disk (writes end with a
+  # flush) would otherwise set the pace and the noise of both sides.
+  if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    local shm
+    shm=$(mktemp -d /dev/shm/blockcsi-bench-XXXXXX)
+    extra_dirs+=("$shm")
+    qd_args+=(--image-dir "$shm")
+  fi
   run Q "$bin/bench/datapath_qd_bench" "${qd_args[@]}"
   if [ -x "$bin/bench/rbd_seq_bench" ]; then
     run R "$bin/bench/rbd_seq_bench" "${rbd_args[@]}"
@@ -95,7 +104,8 @@ qd_section() {
   echo "$commit, load average (1/5/15 min) $(cut -d' ' -f1-3 /proc/loadavg) at the end."
   echo
   cat <<'QD_DOC'
-One throw-away tgtd and one fully written LUN, attached through the
+One throw-away tgtd and one fully written LUN (its backing file on a tmpfs,
+/dev/shm, so that the shared disk sets neither side's pace), attached through the
 userspace connector (bridge → FUSE file → loop device). For each pattern
 and queue depth, fio (Debian's, `--ioengine=libaio --direct=1
 --iodepth=N`) runs on the loop device and `iscsi_qd_bench` (our raw

@@ -89,6 +89,9 @@ fi
 
 workdir=$(mktemp -d /tmp/blockcsi-bench-XXXXXX)
 bench_pid=""
+# Directories a section made outside $workdir (a tmpfs for LUN images),
+# removed by cleanup after the processes using them are gone.
+extra_dirs=()
 
 cleanup() {
   local pid children p cmd m
@@ -115,6 +118,7 @@ cleanup() {
     umount -l "$m" 2>/dev/null || true
   done < <(awk -v d="$workdir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
   rm -rf "$workdir"
+  for m in "${extra_dirs[@]}"; do rm -rf "$m"; done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -131,6 +135,7 @@ run() {
   shift
   local log
   log="$workdir/$(basename "$1").log"
+  : >"$log"  # before the program starts, so that tail below always finds it
   local shown="${*/#$repo\//}"
   echo "== $shown" >&2
   TMPDIR="$workdir" "$@" >"$log" 2>&1 &

@@ -30,11 +30,17 @@ class AttachedBenchLun {
   static constexpr char kIqn[] = "iqn.2026-11.io.blockcsi.bench:data";
 
   // nullptr with *error set when any step failed (what it made is removed).
-  static std::unique_ptr<AttachedBenchLun> Start(uint64_t size_mib, std::string* error) {
+  // The LUN's backing file goes to `image_dir` when given (e.g. a tmpfs, so
+  // that a shared machine's disk does not set the pace of both sides),
+  // else to this object's temporary directory; it is removed either way.
+  static std::unique_ptr<AttachedBenchLun> Start(uint64_t size_mib, std::string* error,
+                                                 const std::string& image_dir = "") {
     std::unique_ptr<AttachedBenchLun> lun(new AttachedBenchLun());
     lun->tgtd_ = testing::TgtdHarness::Start(error);
     if (!lun->tgtd_) return nullptr;
     lun->size_bytes_ = size_mib << 20;
+    lun->backing_ = (image_dir.empty() ? lun->tmp_.path() : image_dir) + "/blockcsi-bench-lun-" +
+                    std::to_string(::getpid()) + ".img";
     if (!lun->WriteImage(error) || !lun->Export(error) || !lun->Attach(error)) return nullptr;
     return lun;
   }
@@ -45,6 +51,7 @@ class AttachedBenchLun {
       }
     }
     testing::CleanUpUnder(tmp_.path());  // what a failure may have left: loop device, FUSE mount, bridge
+    if (!backing_.empty()) ::unlink(backing_.c_str());
   }
   AttachedBenchLun(const AttachedBenchLun&) = delete;
   AttachedBenchLun& operator=(const AttachedBenchLun&) = delete;
@@ -60,7 +67,6 @@ class AttachedBenchLun {
 
   // Every byte written, so that reads hit data and not holes.
   bool WriteImage(std::string* error) {
-    backing_ = tmp_.Join("lun.img");
     int fd = ::open(backing_.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
     if (fd < 0) return Fail(error, "cannot create " + backing_);
     std::vector<char> chunk(1 << 20);

@@ -13,6 +13,7 @@
 //
 //   datapath_qd_bench [--size-mib 256] [--rounds 3] [--seconds 5]
 //                     [--depths 1,4,16,32] [--seq-depths 1] [--seed 7]
+//                     [--image-dir DIR (the LUN's backing file; bench.sh: a tmpfs)]
 //
 // Besides the RESULT lines of bench_report.h it prints one line per job for
 // hack/bench.sh's table and chart:
@@ -44,6 +45,7 @@ struct Options {
   std::vector<int> depths = {1, 4, 16, 32};
   std::vector<int> seq_depths = {1};
   unsigned seed = 7;
+  std::string image_dir;  // where the LUN's backing file goes ("" = a temp dir)
 };
 
 std::vector<int> ParseList(const std::string& text) {
@@ -69,6 +71,8 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       o->depths = ParseList(value);
     } else if (flag == "--seq-depths") {
       o->seq_depths = ParseList(value);
+    } else if (flag == "--image-dir") {
+      o->image_dir = value;
     } else if (flag == "--seed") {
       o->seed = static_cast<unsigned>(std::strtoul(value.c_str(), nullptr, 10));
     } else {
@@ -181,7 +185,7 @@ int Main(int argc, char** argv) {
   if (!ParseOptions(argc, argv, &o)) {
     std::fprintf(stderr,
                  "usage: datapath_qd_bench [--size-mib M] [--rounds R] [--seconds S] [--depths 1,4,16,32]"
-                 " [--seq-depths 1] [--seed N]\n");
+                 " [--seq-depths 1] [--seed N] [--image-dir DIR]\n");
     return 2;
   }
   InitLogging("datapath_qd_bench", LogFormat::kText, LogLevel::kWarn);
@@ -197,7 +201,7 @@ int Main(int argc, char** argv) {
     for (int d : o.seq_depths) jobs.push_back({rw, 1u << 20, d});
   }
   std::string error;
-  auto lun = AttachedBenchLun::Start(o.size_mib, &error);
+  auto lun = AttachedBenchLun::Start(o.size_mib, &error, o.image_dir);
   if (!lun) {
     std::fprintf(stderr, "datapath_qd_bench: %s\n", error.c_str());
     return 1;
