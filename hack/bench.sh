@@ -9,7 +9,7 @@
 #
 # --only qd runs one section alone: queue depth 1..32 and RBD sequential
 # writes (issue #17, hack/bench-qd.sh); it rewrites only that section of
-# --out (between its markers) and docs/datapath-qd.svg, leaving the rest.
+# --out (between its markers) and datapath-qd.svg beside it, leaving the rest.
 #
 # Each benchmark program starts its own tgtd on free private ports and stops
 # it by pid. Everything they make lives under one private directory
@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --memory-compare) memory_compare+=(--binary "$2"); shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
