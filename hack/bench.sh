@@ -5,7 +5,11 @@
 # fio is used when installed (hack/install-deps.sh installs it).
 #
 #   hack/bench.sh [--out FILE] [--build-dir DIR] [--no-build] [--quick]
-#                 [--memory-compare LABEL=BLOCKCSI_BINARY]...
+#                 [--memory-compare LABEL=BLOCKCSI_BINARY]... [--only qd]
+#
+# --only qd runs one section alone: queue depth 1..32 and RBD sequential
+# writes (issue #17, hack/bench-qd.sh); it rewrites only that section of
+# --out (between its markers) and datapath-qd.svg beside it, leaving the rest.
 #
 # Each benchmark program starts its own tgtd on free private ports and stops
 # it by pid. Everything they make lives under one private directory
@@ -23,6 +27,7 @@ build_dir="${BUILD_DIR:-build}"
 do_build=1
 quick=0
 memory_compare=()
+only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
@@ -30,10 +35,16 @@ while [ $# -gt 0 ]; do
     --no-build) do_build=0; shift ;;
     --quick) quick=1; shift ;;
     --memory-compare) memory_compare+=(--binary "$2"); shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --only) only="$2"; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+
+case "$only" in
+  ""|qd) ;;
+  *) echo "bench.sh: unknown section for --only: $only (known: qd)" >&2; exit 2 ;;
+esac
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "bench.sh: needs root (tgtd, FUSE, loop devices, mount)" >&2
@@ -66,12 +77,21 @@ if [ "$do_build" -eq 1 ]; then
     cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" >/dev/null
   fi
   # Only what the benchmarks run; the machine may be shared.
-  cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi attach_tool attach_bench lifecycle_bench \
-    datapath_bench controller_scale_bench tgtd_control_bench memory_bench
+  if [ -z "$only" ]; then
+    cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi attach_tool attach_bench lifecycle_bench \
+      datapath_bench controller_scale_bench tgtd_control_bench memory_bench
+  fi
+  cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi-bridge iscsi_qd_bench datapath_qd_bench
+  # Configured only where librbd/librados headers were found.
+  cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target rbd_seq_bench 2>/dev/null ||
+    echo "bench.sh: rbd_seq_bench not built; its section will say so" >&2
 fi
 
 workdir=$(mktemp -d /tmp/blockcsi-bench-XXXXXX)
 bench_pid=""
+# Directories a section made outside $workdir (a tmpfs for LUN images),
+# removed by cleanup after the processes using them are gone.
+extra_dirs=()
 
 cleanup() {
   local pid children p cmd m
@@ -98,6 +118,7 @@ cleanup() {
     umount -l "$m" 2>/dev/null || true
   done < <(awk -v d="$workdir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
   rm -rf "$workdir"
+  for m in "${extra_dirs[@]}"; do rm -rf "$m"; done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -114,6 +135,7 @@ run() {
   shift
   local log
   log="$workdir/$(basename "$1").log"
+  : >"$log"  # before the program starts, so that tail below always finds it
   local shown="${*/#$repo\//}"
   echo "== $shown" >&2
   TMPDIR="$workdir" "$@" >"$log" 2>&1 &
@@ -130,65 +152,89 @@ run() {
 }
 
 bin="$repo/$build_dir"
-run 1-3 "$bin/bench/lifecycle_bench" "${lifecycle_args[@]}"
+# Everything but the queue-depth section (which --only qd runs alone).
+if [ -z "$only" ]; then
+  run 1-3 "$bin/bench/lifecycle_bench" "${lifecycle_args[@]}"
 
-# Sequential 1 MiB: attach_bench, the userspace connector's own measurement
-# (its bridge is attach_tool, which runs the same bridge code as blockcsi).
-attach_cmd=("$bin/tests/attach_bench" "${attach_args[@]}")
-run 4 "${attach_cmd[@]}"
-attach_log="$workdir/attach_bench.log"
-attach_shown="${attach_cmd[*]/#$repo\//}"
-awk -v cmd="$attach_shown" '
-  /^raw libiscsi/ { rw = $(NF - 1); rr = $NF }
-  /^loop device/ { lw = $(NF - 1); lr = $NF }
-  /^spread / { k = $2; $1 = ""; $2 = ""; sp[k] = "min/median/max " substr($0, 3) " MiB/s" }
-  /^attach latency ms/ { al = $5 " ms " $6 " " $7 }
-  /^detach latency ms/ { dl = $5 " ms " $6 " " $7 }
-  END {
-    if (rw > 0 && rr > 0) {
-      printf "4\t1 MiB sequential write, loop device (O_DIRECT)\t%s\t%s (raw libiscsi)\t%.2f\t%s\n", sp["loop-write"], sp["raw-write"], lw / rw, cmd
-      printf "4\t1 MiB sequential read, loop device (O_DIRECT)\t%s\t%s (raw libiscsi)\t%.2f\t%s\n", sp["loop-read"], sp["raw-read"], lr / rr, cmd
-      printf "4\tAttach (bridge + FUSE + loop), median\t%s\t-\t-\t%s\n", al, cmd
-      printf "4\tDetach, median\t%s\t-\t-\t%s\n", dl, cmd
-    }
-  }' "$attach_log" >>"$rows"
+  # Sequential 1 MiB: attach_bench, the userspace connector's own measurement
+  # (its bridge is attach_tool, which runs the same bridge code as blockcsi).
+  attach_cmd=("$bin/tests/attach_bench" "${attach_args[@]}")
+  run 4 "${attach_cmd[@]}"
+  attach_log="$workdir/attach_bench.log"
+  attach_shown="${attach_cmd[*]/#$repo\//}"
+  awk -v cmd="$attach_shown" '
+    /^raw libiscsi/ { rw = $(NF - 1); rr = $NF }
+    /^loop device/ { lw = $(NF - 1); lr = $NF }
+    /^spread / { k = $2; $1 = ""; $2 = ""; sp[k] = "min/median/max " substr($0, 3) " MiB/s" }
+    /^attach latency ms/ { al = $5 " ms " $6 " " $7 }
+    /^detach latency ms/ { dl = $5 " ms " $6 " " $7 }
+    END {
+      if (rw > 0 && rr > 0) {
+        printf "4\t1 MiB sequential write, loop device (O_DIRECT)\t%s\t%s (raw libiscsi)\t%.2f\t%s\n", sp["loop-write"], sp["raw-write"], lw / rw, cmd
+        printf "4\t1 MiB sequential read, loop device (O_DIRECT)\t%s\t%s (raw libiscsi)\t%.2f\t%s\n", sp["loop-read"], sp["raw-read"], lr / rr, cmd
+        printf "4\tAttach (bridge + FUSE + loop), median\t%s\t-\t-\t%s\n", al, cmd
+        printf "4\tDetach, median\t%s\t-\t-\t%s\n", dl, cmd
+      }
+    }' "$attach_log" >>"$rows"
 
-run 4 "$bin/bench/datapath_bench" "${datapath_args[@]}"
-run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}"
-run 5 "$bin/bench/tgtd_control_bench" "${control_args[@]}"
+  run 4 "$bin/bench/datapath_bench" "${datapath_args[@]}"
+  run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}"
+  run 5 "$bin/bench/tgtd_control_bench" "${control_args[@]}"
 
-# ---- issue #18: plugin memory against the CSI reference driver -------------
-# hostpathplugin (csi-driver-host-path, a peer program) is unpacked into the
-# build tree and run beside blockcsi in each --mode by memory_bench; a clone
-# without ../shared/peers skips this section with the reason.
-bench_memory() {
-  local peers="$repo/../shared/peers/bin" hostpath="$bin/peers/hostpathplugin"
-  if [ ! -x "$hostpath" ]; then
-    if [ ! -f "$peers/hostpathplugin.xz" ]; then
-      echo "bench.sh: memory section skipped: no $peers/hostpathplugin.xz" >&2
-      return 0
+  # ---- issue #18: plugin memory against the CSI reference driver -------------
+  # hostpathplugin (csi-driver-host-path, a peer program) is unpacked into the
+  # build tree and run beside blockcsi in each --mode by memory_bench; a clone
+  # without ../shared/peers skips this section with the reason.
+  bench_memory() {
+    local peers="$repo/../shared/peers/bin" hostpath="$bin/peers/hostpathplugin"
+    if [ ! -x "$hostpath" ]; then
+      if [ ! -f "$peers/hostpathplugin.xz" ]; then
+        echo "bench.sh: memory section skipped: no $peers/hostpathplugin.xz" >&2
+        return 0
+      fi
+      mkdir -p "$bin/peers"
+      xz -dc "$peers/hostpathplugin.xz" >"$hostpath.tmp" && chmod +x "$hostpath.tmp" && mv "$hostpath.tmp" "$hostpath"
     fi
-    mkdir -p "$bin/peers"
-    xz -dc "$peers/hostpathplugin.xz" >"$hostpath.tmp" && chmod +x "$hostpath.tmp" && mv "$hostpath.tmp" "$hostpath"
-  fi
-  run M "$bin/bench/memory_bench" --hostpath "$hostpath" "${memory_args[@]}" "${memory_compare[@]}"
-}
-bench_memory
+    run M "$bin/bench/memory_bench" --hostpath "$hostpath" "${memory_args[@]}" "${memory_compare[@]}"
+  }
+  bench_memory
 
-# ---- issue #17: each userspace bridge's memory with many volumes staged ----
-# bridge_memory_bench stages N volumes (ext4, mounted, 4 MiB written and
-# fsynced) through blockcsi-bridge and reads each bridge's smaps_rollup.
-bench_bridge_memory() {
-  local volumes=64
-  if [ "$quick" -eq 1 ]; then volumes=8; fi
-  if [ "$do_build" -eq 1 ]; then
-    cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target bridge_memory_bench >/dev/null
-  fi
-  run B "$bin/bench/bridge_memory_bench" --volumes "$volumes"
-}
-bench_bridge_memory
+  # ---- issue #17: each userspace bridge's memory with many volumes staged ----
+  # bridge_memory_bench stages N volumes (ext4, mounted, 4 MiB written and
+  # fsynced) through blockcsi-bridge and reads each bridge's smaps_rollup.
+  bench_bridge_memory() {
+    local volumes=64
+    if [ "$quick" -eq 1 ]; then volumes=8; fi
+    if [ "$do_build" -eq 1 ]; then
+      cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target bridge_memory_bench >/dev/null
+    fi
+    run B "$bin/bench/bridge_memory_bench" --volumes "$volumes"
+  }
+  bench_bridge_memory
+fi
+
+# ---- issue #17 item 5: queue depth 1..32 and RBD sequential writes --------
+# shellcheck source=hack/bench-qd.sh
+. "$repo/hack/bench-qd.sh"
+bench_qd
+draw_qd_chart
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --only: that section alone, spliced into the existing report.
+publish_qd_chart() {
+  if [ -s "$workdir/$qd_chart_name" ]; then cp "$workdir/$qd_chart_name" "$(dirname "$out")/$qd_chart_name"; fi
+}
+if [ -n "$only" ]; then
+  mkdir -p "$(dirname "$out")"
+  publish_qd_chart
+  splice_qd_section "$out"
+  echo >&2
+  column -t -s $'\t' "$rows" >&2 || cat "$rows" >&2
+  echo "bench.sh: rewrote section $only of $out" >&2
+  if [ "${#failed_steps[@]}" -gt 0 ]; then exit 1; fi
+  exit 0
+fi
 
 # ---- issue #18: per-step breakdown from the plugin's debug spans ----------
 # lifecycle_bench prints SPAN<TAB>step<TAB>span<TAB>ms<TAB>count lines (the
@@ -376,6 +422,11 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    libiscsi and libfuse (with libibverbs and libnl) stay mapped while the
    bridge is a subcommand of the plugin's program (issue #17 moves it).
 
+7. **Userspace bridge memory** (issue #17) — see its section.
+8. **Queue depth** (issue #17) — the userspace data path at 1 to 32 commands
+   in flight against raw libiscsi at the same depth, and RBD sequential
+   writes through the bridge against `rbd bench`; see its section.
+
 On a shared or small machine the absolute figures move with the load from
 other work (the load average is in the machine table); ratios of figures
 taken close together in time move much less, which is why each baseline is
@@ -404,6 +455,8 @@ EOF
   table "5. Controller at scale" "5"
   table "6. Plugin memory against hostpathplugin (issue #18)" "M"
   bridge_memory_doc
+  echo
+  qd_section
   if [ "${#failed_steps[@]}" -gt 0 ]; then
     echo
     echo "**Benchmarks that reported errors in this run:**"
@@ -414,6 +467,7 @@ EOF
 mkdir -p "$(dirname "$out")"
 cp "$workdir/performance.md" "$out"
 if [ -s "$spans_tmp" ]; then mv "$spans_tmp" "$spans_chart"; fi
+publish_qd_chart
 echo >&2
 column -t -s $'\t' "$rows" >&2 || cat "$rows" >&2
 echo "bench.sh: wrote $out" >&2

@@ -15,20 +15,14 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <random>
 
-#include "attach/attach_spec.h"
-#include "attach/attacher_factory.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
+#include "bench/bench_lun.h"
 #include "bench/bench_report.h"
+#include "bench/fio_job.h"
 #include "bridge/libiscsi_session.h"
-#include "common/executor.h"
 #include "common/logging.h"
-#include "support/plugin_under_test.h"
 #include "support/test_util.h"
-#include "support/tgtd_harness.h"
 
 namespace blockcsi::bench {
 namespace {
@@ -58,24 +52,19 @@ bool Measure(const std::vector<uint64_t>& offsets, Io io, Figures* out) {
   return true;
 }
 
-// fio on `device`; returns IOPS and MiB/s of the job's read or write side.
+// fio on `device`, psync (one in flight); returns IOPS and MiB/s.
 bool Fio(const std::string& device, const std::string& rw, const std::string& bs, int seconds, double* iops,
          double* mibps) {
-  auto exec = MakeProcessExecutor();
-  Command c("fio");
-  c.Args({"--name=bench", "--filename=" + device, "--direct=1", "--ioengine=psync", "--iodepth=1", "--rw=" + rw,
-          "--bs=" + bs, "--runtime=" + std::to_string(seconds), "--time_based", "--output-format=json"})
-      .Timeout(std::chrono::seconds(seconds + 60));
-  auto r = RunChecked(*exec, c);
-  if (!r.ok()) {
-    std::fprintf(stderr, "datapath_bench: fio: %s\n", r.status().ToString().c_str());
-    return false;
-  }
-  auto doc = nlohmann::json::parse(r->stdout_text, nullptr, false);
-  if (doc.is_discarded() || !doc.contains("jobs") || doc["jobs"].empty()) return false;
-  const auto& side = doc["jobs"][0][rw.find("write") != std::string::npos ? "write" : "read"];
-  *iops = side.value("iops", 0.0);
-  *mibps = side.value("bw_bytes", 0.0) / kMiB;
+  FioJob job;
+  job.device = device;
+  job.rw = rw;
+  job.bs = bs;
+  job.ioengine = "psync";
+  job.seconds = seconds;
+  FioFigures got;
+  if (!RunFio(job, &got)) return false;
+  *iops = got.iops;
+  *mibps = got.mibps;
   return true;
 }
 
@@ -103,76 +92,20 @@ int Main(int argc, char** argv) {
     return 2;
   }
   std::string error;
-  auto tgtd = testing::TgtdHarness::Start(&error);
-  if (!tgtd) {
+  auto lun = AttachedBenchLun::Start(mib, &error);
+  if (!lun) {
     std::fprintf(stderr, "datapath_bench: %s\n", error.c_str());
-    return 2;
-  }
-  testing::TempDir tmp;
-  // A fully written image, so that reads hit data and not holes.
-  std::string backing = tmp.Join("lun.img");
-  uint64_t size = mib * kMiB;
-  {
-    int fd = ::open(backing.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0) return 1;
-    std::vector<char> chunk(kMiB);
-    for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>(i * 131 + 17);
-    for (uint64_t off = 0; off < size; off += kMiB) {
-      if (::pwrite(fd, chunk.data(), kMiB, static_cast<off_t>(off)) != static_cast<ssize_t>(kMiB)) return 1;
-    }
-    ::fsync(fd);
-    ::close(fd);
-  }
-  const std::string iqn = "iqn.2026-11.io.blockcsi.bench:data";
-  const std::string node = "bench";
-  int code = 0, failed = 0;
-  auto tgtadm = [&](const std::vector<std::string>& args) {
-    tgtd->Tgtadm(args, &code);
-    failed += code != 0;
-  };
-  tgtadm({"--op", "new", "--mode", "target", "--tid", "1", "-T", iqn});
-  tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "-b", backing});
-  tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "--params",
-          "scsi_sn=benchdata,scsi_id=60000000000000000000000000bec4ab"});
-  tgtadm({"--op", "bind", "--mode", "target", "--tid", "1", "--initiator-name", InitiatorIqnForNode(node)});
-  // The raw session logs in under a name of its own, so that tgtd never
-  // takes it for the bridge's session (same name and ISID = reinstatement).
-  tgtadm({"--op", "bind", "--mode", "target", "--tid", "1", "--initiator-name", InitiatorIqnForNode("bench-raw")});
-  if (failed != 0) {
-    std::fprintf(stderr, "datapath_bench: tgtadm setup failed\n");
     return 1;
   }
-
-  AttacherOptions ao;
-  ao.connector = "userspace";
-  ao.state_dir = tmp.Join("state");
-  ao.node_id = node;
-  ao.bridge_dir = testing::BinDir();
-  auto attacher = MakeVolumeAttacher(ao);
-  if (!attacher.ok()) {
-    std::fprintf(stderr, "datapath_bench: %s\n", attacher.status().ToString().c_str());
-    return 1;
-  }
-  auto spec = ParseAttachSpec("bench-data",
-                              {{publish_context::kPortals, tgtd->portal()},
-                               {publish_context::kTargetIqn, iqn},
-                               {publish_context::kLun, "1"},
-                               {publish_context::kSerial, "benchdata"}},
-                              {}, InitiatorIqnForNode(node));
-  if (!spec.ok()) return 1;
-  auto record = (*attacher)->Attach(*spec);
-  if (!record.ok()) {
-    std::fprintf(stderr, "datapath_bench: attach: %s\n", record.status().ToString().c_str());
-    return 1;
-  }
-  const std::string device = record->device_path;
+  const uint64_t size = lun->size_bytes();
+  const std::string device = lun->device();
   int rc = 0;
   {
     LibIscsiOptions o;
-    o.portals = {tgtd->portal()};
-    o.target_iqn = iqn;
+    o.portals = {lun->portal()};
+    o.target_iqn = AttachedBenchLun::kIqn;
     o.lun = 1;
-    o.initiator_iqn = InitiatorIqnForNode("bench-raw");
+    o.initiator_iqn = AttachedBenchLun::RawInitiator();
     auto session = LibIscsiSession::Connect(o);
     int dev = ::open(device.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
     void* buf = nullptr;
@@ -288,11 +221,6 @@ int Main(int argc, char** argv) {
     if (dev >= 0) ::close(dev);
     std::free(buf);
   }
-  if (auto st = (*attacher)->Detach("bench-data"); !st.ok()) {
-    std::fprintf(stderr, "datapath_bench: detach: %s\n", st.ToString().c_str());
-    rc = 1;
-  }
-  testing::CleanUpUnder(tmp.path());  // what a failure may have left: loop device, FUSE mount, bridge
   return rc;
 }
 
