@@ -8,6 +8,7 @@
 #include "common/atomic_file.h"
 #include "common/fault_points.h"
 #include "common/logging.h"
+#include "common/span.h"
 
 namespace blockcsi {
 
@@ -107,6 +108,7 @@ Status AttachRecordStore::Put(const AttachRecord& record) {
 }
 
 StatusOr<AttachRecord> AttachRecordStore::Get(const std::string& volume_id) const {
+  Span span("record_read");
   std::string path = PathFor(volume_id);
   auto text = ReadFileToString(path);
   if (!text.ok()) {

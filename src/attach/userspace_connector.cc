@@ -28,6 +28,7 @@
 namespace blockcsi {
 
 std::vector<int> FindBridgePids(const Filesystem& fs, const std::string& control_socket) {
+  Span span("proc_scan");
   std::vector<int> out;
   auto entries = fs.ListDir("/proc");
   if (!entries.ok()) return out;
