@@ -250,9 +250,10 @@ spans_table() {
   echo
   echo "### 1b. Where each step's time goes (plugin debug spans, mean per call)"
   echo
-  echo "Each exec (by program), tgtd request, mount, fsync, mountinfo read, bridge"
-  echo "start and wait, summed per CSI step; \"other\" is the step's wall time that"
-  echo "no span covers (gRPC, locks, libblkid probes, our own code). Measured on a"
+  echo "Each exec (by program), tgtd request, mount, fsync, mountinfo read, libblkid"
+  echo "probe, bridge start, bridge control call, wait for a bridge's exit, /proc and"
+  echo "loop-device scan and attach-record read, summed per CSI step; \"other\" is the"
+  echo "step's wall time that no span covers (gRPC, locks, our own code). Measured on a"
   echo "plugin restarted with \`--log-level debug\` after the timed rounds above."
   if [ -s "$spans_tmp" ]; then
     echo
@@ -375,11 +376,15 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    includes everything the bridge (libiscsi session → FUSE file → loop
    device) adds. Both sides mount through libmount. A warm-up round is
    dropped, the side that goes first alternates per round, and each figure
-   shows min / median / max of both sides.
+   shows min / median / max of both sides. A bind mount takes less time than
+   any gRPC call, so NodePublish/NodeUnpublish are also set against their
+   mount call plus a no-op CSI call (`NodeGetCapabilities`) of the same round.
 2. **Attach storm** — N volumes created and published first, then N
    `NodeStageVolume` calls at once (one thread each), wall time against N bare
-   stages at once (concurrent against concurrent), in rounds like item 1.
-   Failures are counted (expected 0).
+   stages at once (concurrent against concurrent, issue #22) and against N
+   bare stages one after the other, each on a fresh volume (issue #18: what
+   concurrency should beat), in rounds like item 1, the three sides taking
+   turns to go first. Failures are counted (expected 0).
 3. **Plugin RSS** (`VmRSS` of the plugin process) idle after start-up, with
    the storm staged, and after everything was unstaged; the bridges (one
    process per staged volume) are reported apart.

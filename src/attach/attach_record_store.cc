@@ -8,6 +8,7 @@
 #include "common/atomic_file.h"
 #include "common/fault_points.h"
 #include "common/logging.h"
+#include "common/span.h"
 
 namespace blockcsi {
 
@@ -71,7 +72,8 @@ StatusOr<AttachRecord> AttachRecordFromJson(const std::string& text, const std::
   }
 }
 
-AttachRecordStore::AttachRecordStore(std::string state_dir) : dir_(std::move(state_dir) + "/attachments") {}
+AttachRecordStore::AttachRecordStore(std::string state_dir, FaultHook fault_hook)
+    : dir_(std::move(state_dir) + "/attachments"), fault_hook_(std::move(fault_hook)) {}
 
 Status AttachRecordStore::Init() {
   BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(dir_, 0700));
@@ -96,9 +98,11 @@ std::string AttachRecordStore::PathFor(const std::string& volume_id) const {
   return dir_ + "/" + EscapeVolumeIdForFile(volume_id) + ".json";
 }
 
-Status AttachRecordStore::Put(const AttachRecord& record) {
+Status AttachRecordStore::Put(const AttachRecord& record, bool sync_directory) {
   AtomicWriteOptions options;
   options.mode = 0600;
+  options.sync_directory = sync_directory;
+  options.fault_hook = fault_hook_;
   // Fault points inside the write (node.record.temp-written, .temp-synced,
   // .renamed, .dir-synced): the kill -9 tests die between the steps and find
   // the old record or the new one, never a torn file.
@@ -107,6 +111,7 @@ Status AttachRecordStore::Put(const AttachRecord& record) {
 }
 
 StatusOr<AttachRecord> AttachRecordStore::Get(const std::string& volume_id) const {
+  Span span("record_read");
   std::string path = PathFor(volume_id);
   auto text = ReadFileToString(path);
   if (!text.ok()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attach/volume_attacher.h"
+#include "common/fault_points.h"
 #include "common/status.h"
 #include "common/strings.h"
 
@@ -24,12 +25,14 @@ StatusOr<AttachRecord> AttachRecordFromJson(const std::string& text, const std::
 
 class AttachRecordStore {
  public:
-  explicit AttachRecordStore(std::string state_dir);
+  // `fault_hook`: also told of the node.record.* points of each Put (tests).
+  explicit AttachRecordStore(std::string state_dir, FaultHook fault_hook = {});
 
   // Creates the directory (0700) and removes the temp files of writes a
   // crash interrupted. Only the directory's owner (the plugin, at start).
   Status Init();
-  Status Put(const AttachRecord& record);
+  // Crash-safe; `sync_directory` false: see AtomicWriteOptions.
+  Status Put(const AttachRecord& record, bool sync_directory = true);
   StatusOr<AttachRecord> Get(const std::string& volume_id) const;  // NOT_FOUND
   // Every readable record; unreadable ones are logged and skipped so one bad
   // file cannot hide the others.
@@ -40,6 +43,7 @@ class AttachRecordStore {
 
  private:
   std::string dir_;
+  FaultHook fault_hook_;
 };
 
 }  // namespace blockcsi

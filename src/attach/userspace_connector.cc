@@ -12,6 +12,7 @@
 
 #include "attach/attach_record_store.h"
 #include "attach/initiator.h"
+#include "attach/process_exit.h"
 #include "bridge/bridge_cgroup.h"
 #include "bridge/bridge_protocol.h"
 #include "common/atomic_file.h"
@@ -23,6 +24,7 @@
 namespace blockcsi {
 
 std::vector<int> FindBridgePids(const Host& fs, const std::string& control_socket) {
+  Span span("proc_scan");
   std::vector<int> out;
   auto entries = fs.ListDir("/proc");
   if (!entries.ok()) return out;
@@ -69,6 +71,8 @@ namespace {
 constexpr std::chrono::milliseconds kControlTimeout{std::chrono::seconds(10)};
 // Teardown flushes and detaches; give it longer than a status call.
 constexpr std::chrono::milliseconds kShutdownTimeout{std::chrono::seconds(120)};
+// A bridge exits right after it answered a shutdown.
+constexpr std::chrono::milliseconds kExitWait{std::chrono::seconds(2)};
 
 class UserspaceConnector final : public Connector {
  public:
@@ -104,8 +108,10 @@ class UserspaceConnector final : public Connector {
                   record->connector_state[kAdoptedKey] != "true";
       return FromReply(*status, record, /*adopted=*/!mine);
     }
-    // Anything else left under that name is debris: clear it first.
-    BLOCKCSI_RETURN_IF_ERROR(CleanupBridge(p, spec.volume_id));
+    // Anything else left under that name is debris: clear it first. No bridge
+    // dir, no debris: a bridge starts only in the dir made below, which goes
+    // only after its bridge (no /proc scan on a first attach, issue #18).
+    if (o_.host_fs->Exists(p.dir)) BLOCKCSI_RETURN_IF_ERROR(CleanupBridge(p, spec.volume_id));
     BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(p.dir, 0700));
     BLOCKCSI_ASSIGN_OR_RETURN(nlohmann::json ready, SpawnBridge(spec, p));
     Status started = StatusFromReply(ready);
@@ -121,18 +127,26 @@ class UserspaceConnector final : public Connector {
 
   Status Disconnect(const AttachRecord& record) override {
     BridgePaths p = PathsOf(record);
-    std::vector<int> pids = FindBridgePids(*o_.host_fs, p.control_socket);
+    // The bridge the record names, held so that its exit is an event to wait
+    // for; else the bridges are looked for (and waited for) in /proc.
+    ProcessExitWatch bridge = HoldRecordedBridge(record);
+    std::vector<int> pids =
+        bridge.held() ? std::vector<int>{bridge.pid()} : FindBridgePids(*o_.host_fs, p.control_socket);
     auto reply = CallBridge(p.control_socket, {{"op", "shutdown"}}, kShutdownTimeout);
+    bool exited = false;
     if (reply.ok()) {
       // The bridge refused (e.g. still mounted): nothing was torn down.
       BLOCKCSI_RETURN_IF_ERROR(StatusFromReply(*reply));
-      WaitForExit(p);
+      exited = WaitForRecordedExit(bridge);
+      if (!exited) WaitForExit(p);
       Reap(pids);
     } else {
       LogInfo("bridge not answering; cleaning up after it",
               {{"volume_id", record.volume_id}, {"why", reply.status().message()}});
     }
-    return CleanupBridge(p, record.volume_id);
+    // One bridge serves a control socket (Connect clears any other before it
+    // starts one): once it is seen gone, /proc holds no other to kill.
+    return CleanupBridge(p, record.volume_id, /*look_for_bridges=*/!exited);
   }
 
   StatusOr<LunIdentity> ReadIdentity(const AttachRecord& record) override {
@@ -333,8 +347,27 @@ class UserspaceConnector final : public Connector {
     for (int pid : pids) o_.host_fs->Reap(pid);
   }
 
-  void WaitForExit(const BridgePaths& p) {
+  // The bridge process `record` names (pid and start time), if that is still
+  // the process running under its pid.
+  ProcessExitWatch HoldRecordedBridge(const AttachRecord& record) const {
+    auto value = [&](const char* key) {
+      auto it = record.connector_state.find(key);
+      return it == record.connector_state.end() ? std::string() : it->second;
+    };
+    int pid = 0;
+    uint64_t start = 0;
+    if (!ParseInt(value(kBridgePidKey), &pid) || !ParseU64(value(kBridgeStartTimeKey), &start)) return {};
+    // Held first, checked second: a pid reused in between fails the check.
+    ProcessExitWatch watch = ProcessExitWatch::Open(pid);
+    if (!watch.held() || !ProcessIsAlive(*o_.host_fs, pid, start)) return {};
+    return watch;
+  }
+
+  static bool WaitForRecordedExit(const ProcessExitWatch& bridge) {
     Span span("wait_bridge_exit");
+    return bridge.WaitForExit(kExitWait);
+  }
+  void WaitForExit(const BridgePaths& p) {
     for (int i = 0; i < 100; ++i) {
       if (FindBridgePids(*o_.host_fs, p.control_socket).empty()) return;
       o_.clock->Sleep(std::chrono::milliseconds(20));
@@ -343,8 +376,8 @@ class UserspaceConnector final : public Connector {
 
   // Removes whatever a bridge left under `p`, whether it exited, crashed or
   // never finished starting; each step tolerates "already gone".
-  Status CleanupBridge(const BridgePaths& p, const std::string& volume_id) {
-    std::vector<int> pids = FindBridgePids(*o_.host_fs, p.control_socket);
+  Status CleanupBridge(const BridgePaths& p, const std::string& volume_id, bool look_for_bridges = true) {
+    std::vector<int> pids = look_for_bridges ? FindBridgePids(*o_.host_fs, p.control_socket) : std::vector<int>{};
     for (int pid : pids) {
       LogWarn("killing unresponsive bridge", {{"volume_id", volume_id}, {"pid", std::to_string(pid)}});
       o_.host_fs->Kill(pid);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/span.h"
 #include "common/strings.h"
 
 namespace blockcsi {
@@ -57,6 +58,7 @@ unsigned UnixSocketAddress::length() const { return sizeof(sockaddr_un); }
 
 StatusOr<nlohmann::json> CallBridge(const std::string& control_socket, const nlohmann::json& request,
                                     std::chrono::milliseconds timeout) {
+  Span span("bridge_call", request.value("op", ""));
   UnixSocketAddress addr(control_socket);
   if (!addr.status().ok()) return Status(StatusCode::kUnavailable, addr.status().message());
   // Non-blocking throughout: a bridge whose threads are stuck stops

@@ -76,6 +76,7 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, c
     return err;
   }
   BLOCKCSI_RETURN_IF_ERROR(Reached(&options, "renamed"));
+  if (!options.sync_directory) return OkStatus();
   return FsyncDirectory(DirectoryOf(path), &options);
 }
 

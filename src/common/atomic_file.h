@@ -24,6 +24,12 @@ struct AtomicWriteOptions {
   // from `fault_hook` ends the write there (before the rename: no temp left).
   std::string fault_point_prefix;
   FaultHook fault_hook;
+  // false: no fsync of the directory after the rename (and no dir-synced
+  // point). The temp file is still synced before the rename, so the target
+  // is never torn; only the rename may roll back to the previous version
+  // after a power loss. For a file whose previous version, already durable,
+  // serves as well after a reboot (say why at the call).
+  bool sync_directory = true;
 };
 
 Status WriteFileAtomically(const std::string& path, std::string_view contents, const AtomicWriteOptions& options = {});

@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+
+#include "common/span.h"
 
 namespace blockcsi {
 
@@ -29,9 +32,37 @@ std::string Value(blkid_probe pr, const char* name) {
   return v;
 }
 
+// libblkid's probers read a few bytes at a time from some forty places near
+// both ends of the device (each one's superblock offsets), one read after the
+// other. Behind a userspace bridge each read of an uncached page is a round
+// trip to the storage through loop, FUSE and iSCSI; on a fresh volume they
+// made the probe 30-60 ms (issue #18). Asking the kernel for those areas
+// first (POSIX_FADV_WILLNEED starts the reads and returns) turns them into a
+// few larger requests queued back to back; the probe then finds the bytes in
+// the page cache: 5-10 ms. The probe reads the same bytes either way, so
+// what it finds cannot change; an area missed here is only read later.
+// The areas (libblkid 2.38 on a blank device): the first 512 KiB and the
+// pages at 1, 2 and 4 MiB (ext*, xfs, btrfs, zfs, md 1.x, partition tables),
+// the last 512 KiB (md 0.90/1.0, ddf, zfs' tail labels, the backup GPT) and
+// one read about 1.5 MiB from the end (a raid metadata format).
+void PrefetchProbedAreas(int fd, uint64_t size) {
+  constexpr uint64_t kMiB = 1 << 20;
+  constexpr uint64_t kPage = 4096;
+  auto want = [fd, size](uint64_t offset, uint64_t length) {
+    if (offset >= size) return;
+    length = std::min(length, size - offset);
+    (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_WILLNEED);
+  };
+  want(0, kMiB / 2 + kPage);
+  for (uint64_t at : {kMiB, 2 * kMiB, 4 * kMiB}) want(at, kPage);
+  if (size > kMiB / 2) want(size - kMiB / 2, kMiB / 2);
+  if (size > 2 * kMiB) want(size - 3 * kMiB / 2 - 32 * 1024, 64 * 1024);
+}
+
 class BlkidProbe final : public BlockProbe {
  public:
   StatusOr<ProbeResult> Probe(const std::string& device) override {
+    Span span("probe", device);
     // O_EXCL is not used: a mounted device must still be probeable.
     int fd = ::open(device.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoToStatus(errno, "open " + device + " for probing");
@@ -46,6 +77,7 @@ class BlkidProbe final : public BlockProbe {
       st = Internal("libblkid cannot use " + device);
     } else {
       result.size_bytes = static_cast<uint64_t>(blkid_probe_get_size(pr));
+      PrefetchProbedAreas(fd, result.size_bytes);
       // Superblocks (filesystems, LVM, RAID, crypto) and partition tables,
       // every match, not just the first: any signature at all forbids mkfs.
       blkid_probe_enable_superblocks(pr, 1);

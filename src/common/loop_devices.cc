@@ -1,10 +1,12 @@
 #include "common/loop_devices.h"
 
 #include "common/mountinfo.h"
+#include "common/span.h"
 
 namespace blockcsi {
 
 std::vector<std::string> FindLoopDevicesBackedBy(const Host& fs, const std::string& file) {
+  Span span("loop_scan");
   std::vector<std::string> out;
   auto names = fs.ListDir("/sys/block");
   if (!names.ok()) return out;

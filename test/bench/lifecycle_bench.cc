@@ -14,9 +14,13 @@
 // that the bridge (FUSE file over the iSCSI session) adds. Both sides mount
 // through libmount, alternate which goes first per round, and drop a warm-up
 // round; each step prints its min / median / max.
+// A no-op CSI call (NodeGetCapabilities) is timed in each round too: the
+// bind mount and umount steps are also set against it plus their mount call.
 // Then an attach storm: N volumes staged concurrently against N bare stages
-// done concurrently too (warm-up dropped, sides alternating), errors counted, and the plugin's RSS idle, with the
-// storm staged and after it. Needs root, tgt, FUSE and loop devices.
+// done concurrently too (issue #22), and against N bare stages in series
+// (issue #18: concurrency should win); warm-up dropped, sides taking turns,
+// errors counted, and the plugin's RSS idle, with the storm staged and after
+// it. Needs root, tgt, FUSE and loop devices.
 // Last, the per-step breakdown: --spans N lifecycles on a plugin restarted
 // with --log-level debug, its spans summed per step (bench/span_breakdown.h).
 //   lifecycle_bench [--runs N] [--storm 32,64] [--storm-rounds R] [--size-mib M] [--spans N]
@@ -35,6 +39,7 @@
 
 #include "attach/initiator.h"
 #include "bench/bench_report.h"
+#include "bench/process_rss.h"
 #include "bench/span_breakdown.h"
 #include "bridge/libiscsi_session.h"
 #include "common/executor.h"
@@ -55,36 +60,6 @@ struct Volume {
   std::map<std::string, std::string> context;
   std::map<std::string, std::string> publish_context;
 };
-
-// Resident set of a process in MiB (VmRSS), 0 when it is gone.
-double RssMib(pid_t pid) {
-  std::istringstream status(testing::ReadFileOrEmpty("/proc/" + std::to_string(pid) + "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
-  }
-  return 0;
-}
-
-// Summed RSS of the processes other than `except` whose command line names
-// a path under `dir`: the plugin's bridges.
-double BridgesRssMib(const std::string& dir, pid_t except, int* count) {
-  double total = 0;
-  *count = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    std::string name = entry.path().filename();
-    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (pid == except || pid == ::getpid()) continue;
-    std::string cmdline = testing::ReadFileOrEmpty(entry.path() / "cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.find(dir + "/") == std::string::npos) continue;
-    total += RssMib(pid);
-    ++*count;
-  }
-  return total;
-}
 
 class LifecycleBench {
  public:
@@ -156,6 +131,13 @@ class LifecycleBench {
     req.set_node_id(kNode);
     csi::v1::ControllerUnpublishVolumeResponse resp;
     return plugin_->controller().ControllerUnpublishVolume(testing::Deadline().get(), req, &resp);
+  }
+  // A CSI call that does no work: what any step pays for gRPC, the
+  // interceptor and the plugin's logging, whatever the step does.
+  grpc::Status NoOp() {
+    csi::v1::NodeGetCapabilitiesRequest req;
+    csi::v1::NodeGetCapabilitiesResponse resp;
+    return plugin_->node().NodeGetCapabilities(testing::Deadline().get(), req, &resp);
   }
   grpc::Status Delete(const Volume& v) {
     csi::v1::DeleteVolumeRequest req;
@@ -264,6 +246,7 @@ class LifecycleBench {
                                   "tgtadm unbind",
                                   "tgtadm delete + rm"};
     std::vector<std::vector<double>> plugin(8), bare(8);
+    std::vector<double> no_op;  // one no-op CSI call per round, plugin side
     int errors = 0;
     // Round 0 is a warm-up (page cache, tgtd, first exec of each program)
     // and is discarded; the side that goes first alternates per round, so
@@ -288,6 +271,9 @@ class LifecycleBench {
                                                  [&] { return BareControllerUnpublish(b); },
                                                  [&] { return BareDelete(b); }};
       auto plugin_side = [&] {
+        auto n0 = Clock::now();
+        if (!NoOp().ok()) ++errors;
+        if (i > 0) no_op.push_back(Ms(Clock::now() - n0));
         for (size_t s = 0; s < 8; ++s) {
           auto t0 = Clock::now();
           if (!csi[s]()) {
@@ -323,6 +309,17 @@ class LifecycleBench {
       for (size_t r = 0; r < bare[s].size() && r < bare_total.size(); ++r) bare_total[r] += bare[s][r];
     }
     ReportSamples("Full lifecycle (all steps of one round)", plugin_total, bare_total, "ms", "bare commands");
+    // A bind mount takes tens of microseconds, less than any gRPC call: the
+    // two steps that are one mount call are also set against the mount plus
+    // a no-op CSI call of the same round (NodeGetCapabilities), the floor of
+    // any CSI driver. The rows above keep the bare baselines.
+    std::vector<double> bind_floor, umount_floor;
+    for (size_t r = 0; r < no_op.size() && r < bare[3].size() && r < bare[4].size(); ++r) {
+      bind_floor.push_back(bare[3][r] + no_op[r]);
+      umount_floor.push_back(bare[4][r] + no_op[r]);
+    }
+    ReportSamples("NodePublishVolume vs the CSI floor", plugin[3], bind_floor, "ms", "mount --bind + a no-op CSI call");
+    ReportSamples("NodeUnpublishVolume vs the CSI floor", plugin[4], umount_floor, "ms", "umount + a no-op CSI call");
     ReportCount("Lifecycle errors", errors);
     return errors;
   }
@@ -365,6 +362,7 @@ class LifecycleBench {
   int Storm(int n, int rounds, double idle_rss) {
     int errors = 0, failed_calls = 0;
     std::vector<double> stage_ms, unstage_ms, bare_stage_ms, bare_unstage_ms;
+    std::vector<double> serial_stage_ms, serial_unstage_ms;
     double peak_rss = 0, after_rss = 0, bridges_rss = 0;
     int bridges = 0;
     const std::string sn = std::to_string(n);
@@ -437,15 +435,37 @@ class LifecycleBench {
         bare_unstage_ms.push_back(unstage);
       }
     };
+    // Issue #18's figure: the same N stages done by bare commands one after
+    // the other, each on a fresh volume as the plugin's are (what a node
+    // without concurrency would take; concurrency should beat it).
+    auto serial_round = [&](int round, bool keep) {
+      std::vector<Bare> bare;
+      for (int i = 0; i < n; ++i) {
+        bare.push_back(NewBare(1000 * (round + 2) + 500 + i));
+        if (!BareCreate(bare.back()) || !BareControllerPublish(bare.back())) ++errors;
+      }
+      auto in_series = [&](auto step) {
+        auto t0 = Clock::now();
+        for (auto& b : bare) errors += step(b) ? 0 : 1;
+        return Ms(Clock::now() - t0);
+      };
+      double stage = in_series([&](Bare& b) { return BareStage(b); });
+      double unstage = in_series([&](Bare& b) { return BareUnstage(b); });
+      for (auto& b : bare) {
+        if (!BareControllerUnpublish(b) || !BareDelete(b)) ++errors;
+      }
+      if (keep) {
+        serial_stage_ms.push_back(stage);
+        serial_unstage_ms.push_back(unstage);
+      }
+    };
+    // The three sides take turns going first, so none always runs on a host
+    // another just warmed.
+    std::vector<std::function<void(int, bool)>> sides = {plugin_round, bare_round, serial_round};
     for (int round = -1; round < rounds; ++round) {
       const bool keep = round >= 0;  // round -1: the warm-up
-      if (round < 0 || round % 2 == 0) {
-        plugin_round(round, keep);
-        bare_round(round, keep);
-      } else {
-        bare_round(round, keep);
-        plugin_round(round, keep);
-      }
+      size_t first = static_cast<size_t>(round + 1) % sides.size();
+      for (size_t k = 0; k < sides.size(); ++k) sides[(first + k) % sides.size()](round, keep);
     }
     std::this_thread::sleep_for(1s);  // let the allocator hand back what it will
     after_rss = RssMib(plugin_->pid());
@@ -455,6 +475,10 @@ class LifecycleBench {
                   "bare stage x" + sn + " concurrent");
     ReportSamples("Storm " + sn + ": NodeUnstage x" + sn + " concurrent, wall", unstage_ms, bare_unstage_ms, "ms",
                   "bare unstage x" + sn + " concurrent");
+    ReportSamples("Storm " + sn + ": NodeStage x" + sn + " concurrent vs in series", stage_ms, serial_stage_ms, "ms",
+                  "bare stage x" + sn + " in series");
+    ReportSamples("Storm " + sn + ": NodeUnstage x" + sn + " concurrent vs in series", unstage_ms, serial_unstage_ms,
+                  "ms", "bare unstage x" + sn + " in series");
     ReportCount("Storm " + sn + ": failed NodeStage/NodeUnstage", failed_calls);
     Report("Plugin RSS with " + sn + " staged", peak_rss, idle_rss, "MiB", "idle");
     Report("Plugin RSS after storm " + sn + " (all unstaged)", after_rss, idle_rss, "MiB", "idle");
@@ -479,8 +503,9 @@ int Main(int argc, char** argv) {
   uint64_t size_mib = 64;
   std::vector<int> storms = {32, 64};
   int storm_rounds = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
+    if (i + 1 >= argc) flag = "--help";  // a flag without its value (or --help itself)
     if (flag == "--runs") {
       runs = std::atoi(argv[i + 1]);
     } else if (flag == "--storm-rounds") {

@@ -91,6 +91,22 @@ TEST(AtomicFileTest, FsyncsTheTempFileBeforeTheRenameAndTheDirectoryAfter) {
                                              "test.write.dir-synced"}));
 }
 
+TEST(AtomicFileTest, WithoutDirectorySyncTheTempFileIsStillSyncedBeforeTheRename) {
+  TempDir dir;
+  std::vector<std::string> steps;
+  AtomicWriteOptions options;
+  options.fault_point_prefix = "test.write.";
+  options.sync_directory = false;
+  options.fault_hook = [&](std::string_view point) {
+    steps.emplace_back(point);
+    return OkStatus();
+  };
+  ASSERT_TRUE(WriteFileAtomically(dir.Join("record.json"), "{}", options).ok());
+  EXPECT_EQ(steps,
+            (std::vector<std::string>{"test.write.temp-written", "test.write.temp-synced", "test.write.renamed"}));
+  EXPECT_EQ(*ReadFileToString(dir.Join("record.json")), "{}");
+}
+
 TEST(AtomicFileTest, RemoveMissingFileIsOk) {
   TempDir dir;
   EXPECT_TRUE(RemoveFileDurably(dir.Join("nothing")).ok());
