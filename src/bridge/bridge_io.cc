@@ -131,7 +131,7 @@ void Bridge::ServeRead(fuse_req_t req, size_t size, off_t off) {
   }
   // The completion owns the buffer (std::function wants a copyable capture).
   char* data = buf.release();
-  transport_->ReadAsync(static_cast<uint64_t>(off), size, data, [this, req, size, start_time, data](Status st) {
+  transport_->ReadAsync(static_cast<uint64_t>(off), size, data, [this, req, size, start_time, data](const Status& st) {
     Buffer owned(data);
     reads_.Record(st.ok() ? size : 0, Clock::now() - start_time, st.ok());
     if (!st.ok()) {
@@ -169,7 +169,7 @@ void Bridge::ServeWrite(fuse_req_t req, const char* in, size_t size, off_t off) 
   std::memcpy(buf.get(), in, size);
   char* data = buf.release();
   transport_->WriteAsync(static_cast<uint64_t>(off), size, data,
-                         [this, req, size, start_time, ticket, data](Status st) {
+                         [this, req, size, start_time, ticket, data](const Status& st) {
                            Buffer owned(data);
                            writes_.Record(st.ok() ? size : 0, Clock::now() - start_time, st.ok());
                            if (!st.ok()) NoteWriteError(st);
@@ -183,7 +183,7 @@ void Bridge::ServeWrite(fuse_req_t req, const char* in, size_t size, off_t off) 
 void Bridge::ServeFsync(fuse_req_t req) {
   auto start_time = Clock::now();
   write_order_.AfterPriorWrites([this, req, start_time] {
-    transport_->FlushAsync([this, req, start_time](Status st) {
+    transport_->FlushAsync([this, req, start_time](const Status& st) {
       flushes_.Record(0, Clock::now() - start_time, st.ok());
       if (!st.ok()) NoteWriteError(st);
       fuse_reply_err(req, st.ok() ? 0 : EIO);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "common/lun_identity.h"
 #include "common/status.h"
@@ -38,11 +39,18 @@ class BridgeTransport {
   // stay valid until then. Several may be in flight at once. The defaults
   // run the blocking call in the caller's thread.
   using Done = std::function<void(Status)>;
-  virtual void ReadAsync(uint64_t offset, size_t length, char* out, Done done) { done(Read(offset, length, out)); }
-  virtual void WriteAsync(uint64_t offset, size_t length, const char* in, Done done) {
-    done(Write(offset, length, in));
+  virtual void ReadAsync(uint64_t offset, size_t length, char* out, Done done) {
+    Done finish = std::move(done);
+    finish(Read(offset, length, out));
   }
-  virtual void FlushAsync(Done done) { done(Flush()); }
+  virtual void WriteAsync(uint64_t offset, size_t length, const char* in, Done done) {
+    Done finish = std::move(done);
+    finish(Write(offset, length, in));
+  }
+  virtual void FlushAsync(Done done) {
+    Done finish = std::move(done);
+    finish(Flush());
+  }
   // Re-reads the volume's size (after a resize); size_bytes() follows.
   virtual Status RefreshSize() = 0;
   // The identity the shared check (VerifyLunIdentity) compares with the

@@ -28,7 +28,7 @@ using std::chrono::milliseconds;
 // The loop thread's stack: its deepest chain is a completion (a FUSE reply)
 // or a CHAP login, far from glibc's 8 MiB default; a node runs one such
 // thread per session of every volume.
-constexpr size_t kLoopStackBytes = 256 * 1024;
+constexpr size_t kLoopStackBytes = size_t{256} * 1024;
 // Commands queued in libiscsi but not yet on the wire (past the target's
 // CmdSN window, or behind a partly written PDU): the loop queues no more
 // while this many wait there.
