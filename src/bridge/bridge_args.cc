@@ -65,6 +65,7 @@ void AddFlags(CLI::App& app, BridgeArgs* a) {
   app.add_flag("--secrets-on-stdin", a->secrets_on_stdin);
   app.add_option("--io-timeout-seconds", a->io_timeout_s);
   app.add_option("--sessions", a->sessions)->check(CLI::Range(1, 16));
+  app.add_option("--queue-depth", a->queue_depth)->check(CLI::Range(1, 128));
   app.add_option("--reconnect-retries", a->reconnect_retries);
   app.add_option("--log-format", a->log_format);
   app.add_option("--rbd-pool", a->rbd_pool);

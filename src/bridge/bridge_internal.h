@@ -8,7 +8,7 @@
 #endif
 
 #include <fcntl.h>
-#include <fuse.h>
+#include <fuse_lowlevel.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -37,6 +37,7 @@
 #include "bridge/bridge_transport.h"
 #include "bridge/iscsi_bridge_transport.h"
 #include "bridge/libiscsi_session.h"
+#include "bridge/write_order.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/filesystem.h"
@@ -67,9 +68,10 @@ struct BridgeArgs {
   bool secrets_on_stdin = false;
   int io_timeout_s = 30;
   int reconnect_retries = 3;
-  // iSCSI sessions for data: a libiscsi context runs one command at a time,
-  // so several sessions let the loop device keep several requests in flight.
+  // iSCSI sessions for data, used in turn; each keeps up to queue_depth
+  // commands in flight, so one is enough on a single link.
   int sessions = 1;
+  int queue_depth = 32;
   std::string log_format = "text";
   // Transport "rbd": the image, the monitors (empty: ceph_conf's), the
   // cephx id, and the node id under which the client registers for fencing.
@@ -107,12 +109,13 @@ class Bridge {
   Status Teardown(bool check_in_use);
   nlohmann::json StatusReply(bool refresh_identity);
 
-  // FUSE handlers.
-  int Read(char* buf, size_t size, off_t off);
-  int Write(const char* buf, size_t size, off_t off);
-  int Fsync();
-  int ReadUncounted(char* buf, size_t size, off_t off);
-  int WriteUncounted(const char* buf, size_t size, off_t off);
+  // FUSE requests: each replies to `req` exactly once, from the completion
+  // of its storage command (any thread), so many are in flight at once.
+  void ServeRead(fuse_req_t req, size_t size, off_t off);
+  void ServeWrite(fuse_req_t req, const char* buf, size_t size, off_t off);
+  // flush and fsync: after every write submitted before it completed, then
+  // the transport's flush (SYNCHRONIZE CACHE).
+  void ServeFsync(fuse_req_t req);
   uint64_t size() const { return size_.load(); }
   bool read_only() const { return args_.read_only; }
 
@@ -123,6 +126,12 @@ class Bridge {
   StatusOr<std::unique_ptr<BridgeTransport>> OpenIscsi(const ChapCredentials& chap);
   StatusOr<std::unique_ptr<BridgeTransport>> OpenRbd(const std::string& key);
   Status MountFuse();
+  void StopFuse();
+  // Unaligned requests (never from the loop device; from cat or dd), served
+  // blocking with a read-modify-write for writes. Return bytes or -errno.
+  int ReadUnaligned(char* buf, size_t size, uint64_t off);
+  int WriteUnaligned(const char* buf, size_t size, uint64_t off);
+  void NoteWriteError(const Status& st);
   Status SetUpLoop();
   Status ListenControl();
   nlohmann::json Handle(const nlohmann::json& request, bool* stop);
@@ -133,8 +142,9 @@ class Bridge {
   std::unique_ptr<BridgeTransport> transport_;  // set by Start, reset by Teardown
   LunIdentity identity_;
   std::atomic<uint64_t> size_{0};
-  struct fuse* fuse_ = nullptr;
+  fuse_session* fuse_ = nullptr;
   std::thread fuse_thread_;
+  WriteOrder write_order_;
   bool fuse_mounted_ = false;
   std::string device_;
   int listen_fd_ = -1;

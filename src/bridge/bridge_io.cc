@@ -3,7 +3,7 @@
 #include "bridge/bridge_main.h"
 
 #include <fcntl.h>
-#include <fuse.h>
+#include <fuse_lowlevel.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -84,84 +85,144 @@ void Bridge::NoteIoError(const Status& st) {
   last_error_at_ = std::chrono::steady_clock::now();
 }
 
-int Bridge::Read(char* buf, size_t size, off_t off) {
-  auto start_time = std::chrono::steady_clock::now();
-  int r = ReadUncounted(buf, size, off);
-  reads_.Record(r > 0 ? static_cast<size_t>(r) : 0, std::chrono::steady_clock::now() - start_time, r >= 0);
-  return r;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A request's own buffer: the FUSE receive buffer is the worker's and is
+// reused for the next request as soon as the handler returns.
+struct FreeBuffer {
+  void operator()(char* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<char, FreeBuffer>;
+
+Buffer AllocateBuffer(size_t size) { return Buffer(static_cast<char*>(std::malloc(std::max<size_t>(size, 1)))); }
+
+}  // namespace
+
+void Bridge::NoteWriteError(const Status& st) {
+  write_errors_++;
+  NoteIoError(st);
 }
 
-int Bridge::Write(const char* buf, size_t size, off_t off) {
-  auto start_time = std::chrono::steady_clock::now();
-  int r = WriteUncounted(buf, size, off);
-  writes_.Record(r > 0 ? static_cast<size_t>(r) : 0, std::chrono::steady_clock::now() - start_time, r >= 0);
-  return r;
-}
-
-int Bridge::ReadUncounted(char* buf, size_t size, off_t off) {
+void Bridge::ServeRead(fuse_req_t req, size_t size, off_t off) {
+  auto start_time = Clock::now();
   uint64_t total = size_.load();
-  if (off < 0) return -EINVAL;
-  if (static_cast<uint64_t>(off) >= total) return 0;
-  size = static_cast<size_t>(std::min<uint64_t>(size, total - static_cast<uint64_t>(off)));
-  uint32_t bs = transport_->block_size();
-  uint64_t start = static_cast<uint64_t>(off);
-  Status st;
-  if (start % bs == 0 && size % bs == 0) {
-    st = transport_->Read(start, size, buf);
-  } else {
-    // The loop device sends whole sectors; other readers (cat, dd) may not.
-    uint64_t a = start / bs * bs;
-    uint64_t b = (start + size + bs - 1) / bs * bs;
-    std::vector<char> tmp(b - a);
-    st = transport_->Read(a, tmp.size(), tmp.data());
-    if (st.ok()) std::memcpy(buf, tmp.data() + (start - a), size);
+  if (off < 0) {
+    fuse_reply_err(req, EINVAL);
+    return;
   }
-  if (!st.ok()) {
-    NoteIoError(st);
-    return -EIO;
+  if (static_cast<uint64_t>(off) >= total) {
+    fuse_reply_buf(req, nullptr, 0);
+    return;
   }
-  return static_cast<int>(size);
-}
-
-int Bridge::WriteUncounted(const char* buf, size_t size, off_t off) {
-  uint64_t total = size_.load();
-  if (off < 0) return -EINVAL;
-  if (static_cast<uint64_t>(off) >= total) return -ENOSPC;
   size = static_cast<size_t>(std::min<uint64_t>(size, total - static_cast<uint64_t>(off)));
+  Buffer buf = AllocateBuffer(size);
+  if (!buf) {
+    fuse_reply_err(req, ENOMEM);
+    return;
+  }
   uint32_t bs = transport_->block_size();
-  uint64_t start = static_cast<uint64_t>(off);
-  Status st;
-  if (start % bs == 0 && size % bs == 0) {
-    st = transport_->Write(start, size, buf);
-  } else {
-    std::lock_guard<std::mutex> lock(rmw_mu_);
-    uint64_t a = start / bs * bs;
-    uint64_t b = (start + size + bs - 1) / bs * bs;
-    std::vector<char> tmp(b - a);
-    st = transport_->Read(a, tmp.size(), tmp.data());
-    if (st.ok()) {
-      std::memcpy(tmp.data() + (start - a), buf, size);
-      st = transport_->Write(a, tmp.size(), tmp.data());
+  if (static_cast<uint64_t>(off) % bs != 0 || size % bs != 0) {
+    int r = ReadUnaligned(buf.get(), size, static_cast<uint64_t>(off));
+    reads_.Record(r > 0 ? static_cast<size_t>(r) : 0, Clock::now() - start_time, r >= 0);
+    r >= 0 ? fuse_reply_buf(req, buf.get(), static_cast<size_t>(r)) : fuse_reply_err(req, -r);
+    return;
+  }
+  // The completion owns the buffer (std::function wants a copyable capture).
+  char* data = buf.release();
+  transport_->ReadAsync(static_cast<uint64_t>(off), size, data, [this, req, size, start_time, data](const Status& st) {
+    Buffer owned(data);
+    reads_.Record(st.ok() ? size : 0, Clock::now() - start_time, st.ok());
+    if (!st.ok()) {
+      NoteIoError(st);
+      fuse_reply_err(req, EIO);
+      return;
     }
+    fuse_reply_buf(req, data, size);
+  });
+}
+
+void Bridge::ServeWrite(fuse_req_t req, const char* in, size_t size, off_t off) {
+  auto start_time = Clock::now();
+  uint64_t total = size_.load();
+  if (off < 0 || static_cast<uint64_t>(off) >= total) {
+    fuse_reply_err(req, off < 0 ? EINVAL : ENOSPC);
+    return;
   }
+  size = static_cast<size_t>(std::min<uint64_t>(size, total - static_cast<uint64_t>(off)));
+  uint32_t bs = transport_->block_size();
+  uint64_t ticket = write_order_.Begin();
+  if (static_cast<uint64_t>(off) % bs != 0 || size % bs != 0) {
+    int r = WriteUnaligned(in, size, static_cast<uint64_t>(off));
+    writes_.Record(r > 0 ? static_cast<size_t>(r) : 0, Clock::now() - start_time, r >= 0);
+    write_order_.End(ticket);
+    r >= 0 ? fuse_reply_write(req, static_cast<size_t>(r)) : fuse_reply_err(req, -r);
+    return;
+  }
+  Buffer buf = AllocateBuffer(size);
+  if (!buf) {
+    write_order_.End(ticket);
+    fuse_reply_err(req, ENOMEM);
+    return;
+  }
+  std::memcpy(buf.get(), in, size);
+  char* data = buf.release();
+  transport_->WriteAsync(static_cast<uint64_t>(off), size, data,
+                         [this, req, size, start_time, ticket, data](const Status& st) {
+                           Buffer owned(data);
+                           writes_.Record(st.ok() ? size : 0, Clock::now() - start_time, st.ok());
+                           if (!st.ok()) NoteWriteError(st);
+                           // Replied before the ticket returns: a flush waiting for this write
+                           // replies after it.
+                           st.ok() ? fuse_reply_write(req, size) : fuse_reply_err(req, EIO);
+                           write_order_.End(ticket);
+                         });
+}
+
+void Bridge::ServeFsync(fuse_req_t req) {
+  auto start_time = Clock::now();
+  write_order_.AfterPriorWrites([this, req, start_time] {
+    transport_->FlushAsync([this, req, start_time](const Status& st) {
+      flushes_.Record(0, Clock::now() - start_time, st.ok());
+      if (!st.ok()) NoteWriteError(st);
+      fuse_reply_err(req, st.ok() ? 0 : EIO);
+    });
+  });
+}
+
+int Bridge::ReadUnaligned(char* buf, size_t size, uint64_t start) {
+  uint32_t bs = transport_->block_size();
+  uint64_t a = start / bs * bs;
+  uint64_t b = (start + size + bs - 1) / bs * bs;
+  std::vector<char> tmp(b - a);
+  Status st = transport_->Read(a, tmp.size(), tmp.data());
   if (!st.ok()) {
-    write_errors_++;
     NoteIoError(st);
     return -EIO;
   }
+  std::memcpy(buf, tmp.data() + (start - a), size);
   return static_cast<int>(size);
 }
 
-int Bridge::Fsync() {
-  auto start_time = std::chrono::steady_clock::now();
-  Status st = transport_->Flush();
-  flushes_.Record(0, std::chrono::steady_clock::now() - start_time, st.ok());
+int Bridge::WriteUnaligned(const char* buf, size_t size, uint64_t start) {
+  // Serialised with each other; the loop device never sends these, so they
+  // do not race its aligned writes in practice.
+  std::lock_guard<std::mutex> lock(rmw_mu_);
+  uint32_t bs = transport_->block_size();
+  uint64_t a = start / bs * bs;
+  uint64_t b = (start + size + bs - 1) / bs * bs;
+  std::vector<char> tmp(b - a);
+  Status st = transport_->Read(a, tmp.size(), tmp.data());
+  if (st.ok()) {
+    std::memcpy(tmp.data() + (start - a), buf, size);
+    st = transport_->Write(a, tmp.size(), tmp.data());
+  }
   if (!st.ok()) {
-    write_errors_++;
-    NoteIoError(st);
+    NoteWriteError(st);
     return -EIO;
   }
-  return 0;
+  return static_cast<int>(size);
 }
 
 StatusOr<std::unique_ptr<BridgeTransport>> Bridge::OpenIscsi(const ChapCredentials& chap) {
@@ -173,6 +234,7 @@ StatusOr<std::unique_ptr<BridgeTransport>> Bridge::OpenIscsi(const ChapCredentia
   o.chap = chap;
   o.command_timeout = std::chrono::seconds(args_.io_timeout_s);
   o.reconnect_retries = args_.reconnect_retries;
+  o.queue_depth = args_.queue_depth;
   BLOCKCSI_ASSIGN_OR_RETURN(std::unique_ptr<IscsiBridgeTransport> t, IscsiBridgeTransport::Connect(o));
   LogInfo("bridge logged in", {{"volume_id", args_.volume_id},
                                {"portal", t->location()},

@@ -3,7 +3,7 @@
 #include "bridge/bridge_main.h"
 
 #include <fcntl.h>
-#include <fuse.h>
+#include <fuse_lowlevel.h>
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
@@ -42,70 +42,6 @@
 #include "common/lun_identity.h"
 
 namespace blockcsi::bridge_internal {
-namespace {
-
-Bridge* Self() { return static_cast<Bridge*>(fuse_get_context()->private_data); }
-
-void* FuseInit(fuse_conn_info* conn, fuse_config* cfg) {
-  // Large requests keep the per-command overhead of iSCSI small.
-  conn->max_write = kMaxTransferBytes;
-  conn->max_read = kMaxTransferBytes;
-  cfg->direct_io = 1;
-  cfg->kernel_cache = 0;
-  cfg->attr_timeout = 0;
-  cfg->entry_timeout = 0;
-  return fuse_get_context()->private_data;
-}
-
-int FuseGetattr(const char* path, struct stat* st, fuse_file_info*) {
-  std::memset(st, 0, sizeof *st);
-  if (std::strcmp(path, "/") == 0) {
-    st->st_mode = S_IFDIR | 0700;
-    st->st_nlink = 2;
-    return 0;
-  }
-  if (std::strcmp(path, "/lun") == 0) {
-    st->st_mode = S_IFREG | (Self()->read_only() ? 0400 : 0600);
-    st->st_nlink = 1;
-    st->st_size = static_cast<off_t>(Self()->size());
-    st->st_blksize = 4096;
-    return 0;
-  }
-  return -ENOENT;
-}
-
-int FuseReaddir(const char* path, void* buf, fuse_fill_dir_t fill, off_t, fuse_file_info*, fuse_readdir_flags) {
-  if (std::strcmp(path, "/") != 0) return -ENOENT;
-  fill(buf, ".", nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
-  fill(buf, "..", nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
-  fill(buf, "lun", nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
-  return 0;
-}
-
-int FuseOpen(const char* path, fuse_file_info* fi) {
-  if (std::strcmp(path, "/lun") != 0) return -ENOENT;
-  if (Self()->read_only() && (fi->flags & O_ACCMODE) != O_RDONLY) return -EROFS;
-  // No page cache in the bridge: the loop device and the filesystem above
-  // cache already, and write-back through FUSE's cache is much slower.
-  fi->direct_io = 1;
-  return 0;
-}
-
-int FuseRead(const char* path, char* buf, size_t size, off_t off, fuse_file_info*) {
-  if (std::strcmp(path, "/lun") != 0) return -ENOENT;
-  return Self()->Read(buf, size, off);
-}
-
-int FuseWrite(const char* path, const char* buf, size_t size, off_t off, fuse_file_info*) {
-  if (std::strcmp(path, "/lun") != 0) return -ENOENT;
-  if (Self()->read_only()) return -EROFS;
-  return Self()->Write(buf, size, off);
-}
-
-int FuseFsync(const char*, int, fuse_file_info*) { return Self()->Fsync(); }
-int FuseFlush(const char*, fuse_file_info*) { return 0; }
-
-}  // namespace
 
 Status Bridge::Start(const BridgeSecrets& secrets) {
   if (args_.transport == "rbd") {
@@ -117,51 +53,6 @@ Status Bridge::Start(const BridgeSecrets& secrets) {
   BLOCKCSI_RETURN_IF_ERROR(MountFuse());
   BLOCKCSI_RETURN_IF_ERROR(SetUpLoop());
   return ListenControl();
-}
-
-Status Bridge::MountFuse() {
-  BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(args_.mountpoint, 0700));
-  std::string fsname = "fsname=blockcsi-bridge";
-  std::vector<std::string> storage = {
-      "blockcsi-bridge", "-o", fsname, "-o", "subtype=blockcsi", "-o", "max_read=" + std::to_string(kMaxTransferBytes)};
-  std::vector<char*> argv;
-  for (auto& s : storage) argv.push_back(s.data());
-  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
-  static fuse_operations ops = [] {
-    fuse_operations o{};
-    o.init = FuseInit;
-    o.getattr = FuseGetattr;
-    o.readdir = FuseReaddir;
-    o.open = FuseOpen;
-    o.read = FuseRead;
-    o.write = FuseWrite;
-    o.fsync = FuseFsync;
-    o.flush = FuseFlush;
-    return o;
-  }();
-  fuse_ = fuse_new(&args, &ops, sizeof ops, this);
-  fuse_opt_free_args(&args);
-  if (fuse_ == nullptr) return Internal("bridge: fuse_new failed for volume " + args_.volume_id);
-  if (fuse_mount(fuse_, args_.mountpoint.c_str()) != 0) {
-    fuse_destroy(fuse_);
-    fuse_ = nullptr;
-    return Internal("bridge: cannot mount FUSE at " + args_.mountpoint + " (is /dev/fuse available?)");
-  }
-  fuse_mounted_ = true;
-  fuse_thread_ = std::thread([this] {
-    // Workers: one per iSCSI session. Each session runs one command at a
-    // time, so more workers would only queue, and every worker keeps a
-    // receive buffer of up to max_write + 4 KiB for its life (measured: a
-    // second worker bought no throughput, 256 KiB requests cost a quarter
-    // of the 1 MiB sequential read rate; docs/performance.md section 7).
-    fuse_loop_config* config = fuse_loop_cfg_create();
-    auto workers = static_cast<unsigned>(args_.sessions);
-    fuse_loop_cfg_set_max_threads(config, workers);
-    fuse_loop_cfg_set_idle_threads(config, workers);
-    fuse_loop_mt(fuse_, config);
-    fuse_loop_cfg_destroy(config);
-  });
-  return OkStatus();
 }
 
 Status Bridge::SetUpLoop() {
@@ -259,33 +150,18 @@ Status Bridge::Teardown(bool check_in_use) {
     LogInfo("bridge loop device detached", {{"volume_id", args_.volume_id}, {"device", device_}});
     device_.clear();
   }
-  if (fuse_ != nullptr) {
-    fuse_exit(fuse_);
-    if (fuse_mounted_) {
-      // Right after losetup -d the kernel may hold the file a moment longer.
-      int err = 0;
-      for (int i = 0; i < 50; ++i) {
-        if (::umount2(args_.mountpoint.c_str(), 0) == 0) {
-          err = 0;
-          break;
-        }
-        err = errno;
-        if (err == EINVAL || err == ENOENT) break;  // not mounted any more
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      if (err == EBUSY) ::umount2(args_.mountpoint.c_str(), MNT_DETACH);
-      fuse_mounted_ = false;
-    }
-    if (fuse_thread_.joinable()) fuse_thread_.join();
-    fuse_destroy(fuse_);
-    fuse_ = nullptr;
-    ::rmdir(args_.mountpoint.c_str());
-  }
+  StopFuse();
   if (transport_) {
+    // After FUSE stopped: nothing new arrives, and Close lets what is in
+    // flight complete (and reply) first.
     Status st = transport_->Flush();
     if (!st.ok()) LogWarn("final flush failed", {{"volume_id", args_.volume_id}, {"error", st.message()}});
     transport_->Close();
     transport_.reset();
+  }
+  if (fuse_ != nullptr) {
+    fuse_session_destroy(fuse_);
+    fuse_ = nullptr;
   }
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);

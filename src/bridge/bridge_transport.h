@@ -3,13 +3,15 @@
 // The bridge owns FUSE, the loop device and the control socket; a transport
 // owns the connection to the storage. Offsets and lengths of Read/Write are
 // multiples of block_size() (the bridge does the read-modify-write for
-// anything else). Thread-safe: the bridge calls Read/Write/Flush from
-// several FUSE threads at once and the control calls from another.
+// anything else). Thread-safe: the bridge calls Read/Write/Flush (and their
+// async forms) from several threads at once and the control calls from another.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "common/lun_identity.h"
 #include "common/status.h"
@@ -32,6 +34,23 @@ class BridgeTransport {
   virtual Status Write(uint64_t offset, size_t length, const char* in) = 0;
   // Makes every completed write durable.
   virtual Status Flush() = 0;
+  // The same three with a completion: `done` runs exactly once, on any
+  // thread (it must not block), possibly before the call returns; buffers
+  // stay valid until then. Several may be in flight at once. The defaults
+  // run the blocking call in the caller's thread.
+  using Done = std::function<void(Status)>;
+  virtual void ReadAsync(uint64_t offset, size_t length, char* out, Done done) {
+    Done finish = std::move(done);
+    finish(Read(offset, length, out));
+  }
+  virtual void WriteAsync(uint64_t offset, size_t length, const char* in, Done done) {
+    Done finish = std::move(done);
+    finish(Write(offset, length, in));
+  }
+  virtual void FlushAsync(Done done) {
+    Done finish = std::move(done);
+    finish(Flush());
+  }
   // Re-reads the volume's size (after a resize); size_bytes() follows.
   virtual Status RefreshSize() = 0;
   // The identity the shared check (VerifyLunIdentity) compares with the

@@ -1,6 +1,8 @@
 #include "bridge/iscsi_bridge_transport.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "common/logging.h"
 
@@ -57,6 +59,61 @@ Status IscsiBridgeTransport::Write(uint64_t offset, size_t length, const char* i
   }
   return OkStatus();
 }
+
+namespace {
+
+// One request split into several commands: `done` runs once the last one
+// completed, with the first error.
+struct Split {
+  explicit Split(size_t parts, BridgeTransport::Done d) : left(parts), done(std::move(d)) {}
+  void Finish(Status st) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!st.ok() && first_error.ok()) first_error = std::move(st);
+      if (--left > 0) return;
+    }
+    done(std::move(first_error));
+  }
+  std::mutex mu;
+  size_t left;  // guarded by mu
+  Status first_error;
+  BridgeTransport::Done done;
+};
+
+}  // namespace
+
+void IscsiBridgeTransport::ReadAsync(uint64_t offset, size_t length, char* out, Done done) {
+  uint32_t bs = session_->block_size();
+  if (length <= kMaxTransferBytes) {
+    IoSession().ReadAsync(offset / bs, static_cast<uint32_t>(length / bs), out, std::move(done));
+    return;
+  }
+  auto split = std::make_shared<Split>((length + kMaxTransferBytes - 1) / kMaxTransferBytes, std::move(done));
+  for (size_t at = 0; at < length; at += kMaxTransferBytes) {
+    size_t chunk = std::min(length - at, kMaxTransferBytes);
+    IoSession().ReadAsync((offset + at) / bs, static_cast<uint32_t>(chunk / bs), out + at,
+                          [split](Status st) { split->Finish(std::move(st)); });
+  }
+}
+
+void IscsiBridgeTransport::WriteAsync(uint64_t offset, size_t length, const char* in, Done done) {
+  uint32_t bs = session_->block_size();
+  if (length <= kMaxTransferBytes) {
+    IoSession().WriteAsync(offset / bs, static_cast<uint32_t>(length / bs), in, std::move(done));
+    return;
+  }
+  auto split = std::make_shared<Split>((length + kMaxTransferBytes - 1) / kMaxTransferBytes, std::move(done));
+  for (size_t at = 0; at < length; at += kMaxTransferBytes) {
+    size_t chunk = std::min(length - at, kMaxTransferBytes);
+    IoSession().WriteAsync((offset + at) / bs, static_cast<uint32_t>(chunk / bs), in + at,
+                           [split](Status st) { split->Finish(std::move(st)); });
+  }
+}
+
+// SYNCHRONIZE CACHE covers what completed before it, on every session (the
+// target flushes the whole LU); the bridge sends it only once the writes
+// it must cover completed.
+void IscsiBridgeTransport::FlushAsync(Done done) { session_->SynchronizeCacheAsync(std::move(done)); }
 
 // The target flushes the whole LU whichever session asks; completed writes
 // on every session are covered.

@@ -1,6 +1,5 @@
 // The bridge's iSCSI transport: one LUN through libiscsi, over one session
-// or several (a libiscsi context runs one command at a time, so more
-// sessions keep more of the loop device's requests in flight). Thread-safe.
+// (with many commands in flight) or several, used in turn. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -33,6 +32,9 @@ class IscsiBridgeTransport final : public BridgeTransport {
   Status Read(uint64_t offset, size_t length, char* out) override;
   Status Write(uint64_t offset, size_t length, const char* in) override;
   Status Flush() override;
+  void ReadAsync(uint64_t offset, size_t length, char* out, Done done) override;
+  void WriteAsync(uint64_t offset, size_t length, const char* in, Done done) override;
+  void FlushAsync(Done done) override;
   Status RefreshSize() override;
   StatusOr<LunIdentity> ReadIdentity() override;
   Status Health() const override { return OkStatus(); }

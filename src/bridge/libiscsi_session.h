@@ -1,28 +1,30 @@
-// LibIscsiSession: one iSCSI session to one LUN through libiscsi, with the
-// limits production needs: every command (and every re-login) finishes
-// within the command timeout — an error, never a hang — and a command that
-// meets UNIT ATTENTION (e.g. after a target restart) is retried, as the
-// kernel's SCSI layer does. libiscsi's own reconnect rides out short
-// network blips inside that bound; a command that times out drops the
-// session, and the next command logs in afresh.
-// The bridge serves FUSE requests with it; benchmarks use it raw.
-// Thread-safe: commands are serialised on an internal mutex (a libiscsi
-// context must not be used from two threads at once).
+// LibIscsiSession: one iSCSI session to one LUN through libiscsi, with
+// several SCSI commands in flight, and the limits production needs: every
+// command (and every re-login) finishes within the command timeout — an
+// error, never a hang — and a command that meets UNIT ATTENTION (e.g. after a
+// target restart) is retried, as the kernel's SCSI layer does. libiscsi's own
+// reconnect rides out short network blips inside that bound; a command that
+// times out drops the session (failing what was in flight on it), and the
+// next command logs in afresh.
+// One event-loop thread per session owns the libiscsi context (a context
+// must not be used from two threads at once): it polls the context's socket
+// (iscsi_which_events / iscsi_service), dispatches queued commands while
+// fewer than the queue depth are in flight and the target's CmdSN window is
+// open, and runs each command's completion on that thread.
+// The bridge serves FUSE requests with the async calls; benchmarks use the
+// blocking ones. Thread-safe: any thread may call anything.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/chap.h"
 #include "common/status.h"
-
-struct iscsi_context;
-struct scsi_task;
 
 namespace blockcsi {
 
@@ -34,7 +36,18 @@ struct LibIscsiOptions {
   ChapCredentials chap;
   std::chrono::seconds command_timeout{30};
   int reconnect_retries = 3;
+  // Commands in flight on the session at most. The target's CmdSN window
+  // (MaxCmdSN - ExpCmdSN + 1: tgtd 128, LIO 64 by default) bounds it too:
+  // commands past the window wait in libiscsi's out-queue, and the loop
+  // queues no more while they do.
+  int queue_depth = 32;
 };
+
+// Completion of an async command; runs on the session's event-loop thread,
+// so it must not block (replying to FUSE or counting is fine).
+using IscsiDone = std::function<void(Status)>;
+
+class LibIscsiEventLoop;
 
 class LibIscsiSession {
  public:
@@ -47,46 +60,37 @@ class LibIscsiSession {
   LibIscsiSession& operator=(const LibIscsiSession&) = delete;
 
   const std::string& portal() const { return portal_; }
-  uint32_t block_size() const { return block_size_; }
-  uint64_t num_blocks() const { return num_blocks_; }
-  uint64_t size_bytes() const { return uint64_t{block_size_} * num_blocks_; }
+  uint32_t block_size() const { return block_size_.load(); }
+  uint64_t num_blocks() const { return num_blocks_.load(); }
+  uint64_t size_bytes() const { return uint64_t{block_size()} * num_blocks(); }
   // Re-logins after a dropped session since Connect.
-  uint64_t reconnects() const { return reconnects_.load(); }
+  uint64_t reconnects() const;
 
   // Raw VPD page (header included) from INQUIRY EVPD.
   StatusOr<std::string> InquiryVpd(int page);
   // READ CAPACITY(16); updates block_size()/num_blocks().
   Status RefreshCapacity();
+  // Blocking I/O: queue the command and wait for it.
   Status Read(uint64_t lba, uint32_t blocks, void* buffer);
   Status Write(uint64_t lba, uint32_t blocks, const void* buffer);
   Status SynchronizeCache();
-  // Logs out (best effort); the destructor calls it too.
+  // Async I/O: `buffer` must stay valid until `done` ran. `done` runs
+  // exactly once, also when the session is closed before the command ran.
+  void ReadAsync(uint64_t lba, uint32_t blocks, void* buffer, IscsiDone done);
+  void WriteAsync(uint64_t lba, uint32_t blocks, const void* buffer, IscsiDone done);
+  void SynchronizeCacheAsync(IscsiDone done);
+  // Fails what is queued, logs out (best effort) and stops the event loop;
+  // the destructor calls it too.
   void Close();
 
  private:
   LibIscsiSession() = default;
-  Status TaskError(const char* what, ::scsi_task* task);
-  // The helpers below need mu_ held.
-  // Logs in again when the last command dropped the session.
-  Status EnsureConnectedLocked();
-  // Queues a task made by `queue` (a libiscsi *_task call), waits for it
-  // within the command timeout, retries UNIT ATTENTION; returns the task
-  // (GOOD status) for the caller to free.
-  using QueueTask = ::scsi_task* (*)(iscsi_context*, void* args, void (*cb)(iscsi_context*, int, void*, void*),
-                                     void* private_data);
-  StatusOr<::scsi_task*> RunLocked(const char* what, QueueTask queue, void* args);
-  void DropContextLocked();
 
-  std::mutex mu_;
-  std::atomic<uint64_t> reconnects_{0};
-  LibIscsiOptions options_;
-  bool closed_ = false;           // guarded by mu_
-  iscsi_context* ctx_ = nullptr;  // guarded by mu_; null after a dropped session
+  std::unique_ptr<LibIscsiEventLoop> loop_;
   std::string portal_;
   std::string target_iqn_;
-  int lun_ = 0;
-  uint32_t block_size_ = 512;
-  uint64_t num_blocks_ = 0;
+  std::atomic<uint32_t> block_size_{512};
+  std::atomic<uint64_t> num_blocks_{0};
 };
 
 }  // namespace blockcsi

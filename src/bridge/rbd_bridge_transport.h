@@ -67,6 +67,11 @@ class RbdBridgeTransport final : public BridgeTransport {
   Status Read(uint64_t offset, size_t length, char* out) override;
   Status Write(uint64_t offset, size_t length, const char* in) override;
   Status Flush() override;
+  // librbd aio: many requests in flight; completions run on librbd's
+  // finisher thread.
+  void ReadAsync(uint64_t offset, size_t length, char* out, Done done) override;
+  void WriteAsync(uint64_t offset, size_t length, const char* in, Done done) override;
+  void FlushAsync(Done done) override;
   Status RefreshSize() override;
   StatusOr<LunIdentity> ReadIdentity() override;
   Status Health() const override;
@@ -87,6 +92,11 @@ class RbdBridgeTransport final : public BridgeTransport {
   // Turns a librados/librbd error into a Status naming the volume and
   // notes a fence (-EBLOCKLISTED) for Health().
   Status IoError(int r, const char* what);
+  struct Aio;
+  // Starts `aio` with `start` (an rbd_aio_* call given the completion); on
+  // an error to start, completes it at once.
+  void StartAio(Aio* aio, int (*start)(Aio*, void* completion));
+  static void OnAioComplete(void* completion, void* arg);
 
   RbdTransportOptions o_;
   void* cluster_ = nullptr;  // rados_t

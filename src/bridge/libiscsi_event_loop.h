@@ -1,0 +1,109 @@
+// LibIscsiEventLoop: the thread behind a LibIscsiSession. It owns the
+// libiscsi context, takes commands from any thread, keeps up to the queue
+// depth of them in flight and runs their completions. Internal to
+// libiscsi_session.cc; not an interface of its own.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bridge/libiscsi_session.h"
+
+struct iscsi_context;
+struct scsi_task;
+
+namespace blockcsi {
+
+// One SCSI command, from Submit until its completion ran.
+struct IscsiCommand {
+  enum class Kind { kRead, kWrite, kSyncCache, kInquiry, kCapacity };
+  Kind kind = Kind::kRead;
+  uint64_t lba = 0;
+  uint32_t blocks = 0;
+  uint32_t block_size = 512;
+  void* buffer = nullptr;
+  int page = 0;
+  // Runs once on the loop thread; `task` is the GOOD task (for its data-in)
+  // or null on error, and is freed after `done` returns.
+  std::function<void(Status, ::scsi_task* task)> done;
+  // Set by the loop: the whole command (queueing, retries) ends by then.
+  std::chrono::steady_clock::time_point deadline;
+  int unit_attentions = 0;
+  ::scsi_task* task = nullptr;  // while in flight
+  int status = 0;               // from libiscsi's callback
+  bool completed = false;
+  // Where READ(16)/WRITE(16) data goes: libiscsi keeps the pointer until
+  // the command completes, so it lives here, not on a stack.
+  struct {
+    void* base;
+    size_t len;
+  } iov{};
+};
+
+class LibIscsiEventLoop {
+ public:
+  // Logs in with the first portal that answers (codes as in
+  // LibIscsiSession::Connect) and starts the thread; *portal names the one.
+  static StatusOr<std::unique_ptr<LibIscsiEventLoop>> Start(const LibIscsiOptions& options, std::string* portal);
+  ~LibIscsiEventLoop();
+  LibIscsiEventLoop(const LibIscsiEventLoop&) = delete;
+  LibIscsiEventLoop& operator=(const LibIscsiEventLoop&) = delete;
+
+  // Queues the command; after Close its completion runs at once, here.
+  void Submit(std::unique_ptr<IscsiCommand> command);
+  // Fails what was not sent, lets what is in flight finish (within its
+  // deadline), logs out and joins the thread. Idempotent.
+  void Close();
+  uint64_t reconnects() const { return reconnects_.load(); }
+  // "<target> lun <n>", for messages.
+  std::string Name() const;
+
+ private:
+  explicit LibIscsiEventLoop(LibIscsiOptions options) : options_(std::move(options)) {}
+  static void* ThreadMain(void* self);
+  void Run();
+  bool TakeSubmitted();  // false once closing
+  void Dispatch();
+  void Reconnect();
+  void ServiceOnce();
+  void ExpireDeadlines();
+  void FinishCompleted();
+  void Complete(std::unique_ptr<IscsiCommand> command, Status st);
+  // Destroys the context; every command in flight completes with `why`.
+  void DropContext(const std::string& why);
+  void FailAllPending(const Status& st);
+  void Shutdown();
+  std::unique_ptr<IscsiCommand> TakeInFlight(IscsiCommand* command);
+  Status TaskError(const IscsiCommand& command);
+  static void OnTaskDone(::iscsi_context* ctx, int status, void* command_data, void* private_data);
+
+  LibIscsiOptions options_;
+  std::string portal_;
+  std::atomic<uint64_t> reconnects_{0};
+  int wake_fd_ = -1;  // eventfd: Submit and Close wake the loop
+  pthread_t thread_{};
+  bool thread_started_ = false;
+
+  std::mutex mu_;
+  std::vector<std::unique_ptr<IscsiCommand>> submitted_;  // guarded by mu_
+  bool closing_ = false;                                  // guarded by mu_
+  bool closed_ = false;                                   // guarded by mu_: the thread has ended
+
+  // The loop thread's own, touched by nobody else while it runs.
+  ::iscsi_context* ctx_ = nullptr;  // null after a dropped session
+  std::deque<std::unique_ptr<IscsiCommand>> pending_;
+  std::vector<std::unique_ptr<IscsiCommand>> in_flight_;
+  std::vector<IscsiCommand*> completed_;  // filled by OnTaskDone
+  std::string drop_reason_;
+};
+
+}  // namespace blockcsi
