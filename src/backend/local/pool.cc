@@ -224,9 +224,27 @@ Status Pool::Load() {
     }
   }
   std::lock_guard lock(mu_);
-  volumes_ = std::move(volumes);
+  volumes_.clear();
+  volume_names_.clear();
+  for (const auto& [id, record] : volumes) IndexVolumeLocked(record);
   snapshots_ = std::move(snapshots);
   return OkStatus();
+}
+
+void Pool::IndexVolumeLocked(const VolumeRecord& record) {
+  auto [it, inserted] = volumes_.try_emplace(record.id, record);
+  if (!inserted) {
+    volume_names_.erase({it->second.name, record.id});
+    it->second = record;
+  }
+  volume_names_.insert({record.name, record.id});
+}
+
+void Pool::UnindexVolumeLocked(const std::string& id) {
+  auto it = volumes_.find(id);
+  if (it == volumes_.end()) return;
+  volume_names_.erase({it->second.name, id});
+  volumes_.erase(it);
 }
 
 std::optional<VolumeRecord> Pool::GetVolume(const std::string& id) const {
@@ -238,10 +256,9 @@ std::optional<VolumeRecord> Pool::GetVolume(const std::string& id) const {
 
 std::optional<VolumeRecord> Pool::FindVolumeByName(const std::string& name) const {
   std::lock_guard lock(mu_);
-  for (const auto& [id, record] : volumes_) {
-    if (record.name == name) return record;
-  }
-  return std::nullopt;
+  auto named = volume_names_.lower_bound({name, ""});
+  if (named == volume_names_.end() || named->first != name) return std::nullopt;
+  return volumes_.at(named->second);
 }
 
 std::vector<VolumeRecord> Pool::ListVolumes() const {
@@ -249,6 +266,21 @@ std::vector<VolumeRecord> Pool::ListVolumes() const {
   std::vector<VolumeRecord> out;
   out.reserve(volumes_.size());
   for (const auto& [id, record] : volumes_) out.push_back(record);
+  return out;
+}
+
+std::vector<VolumeRecord> Pool::ListVolumesFrom(const std::string& start_id, size_t max_entries,
+                                                 std::string* next_id) const {
+  std::lock_guard lock(mu_);
+  std::vector<VolumeRecord> out;
+  next_id->clear();
+  for (auto it = volumes_.lower_bound(start_id); it != volumes_.end(); ++it) {
+    if (max_entries > 0 && out.size() == max_entries) {
+      *next_id = it->first;
+      break;
+    }
+    out.push_back(it->second);
+  }
   return out;
 }
 
@@ -301,7 +333,7 @@ Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_
     return written;
   }
   std::lock_guard lock(mu_);
-  volumes_[record.id] = record;
+  IndexVolumeLocked(record);
   return OkStatus();
 }
 
@@ -309,7 +341,7 @@ Status Pool::UpdateVolume(const VolumeRecord& record) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(record.id));
   BLOCKCSI_RETURN_IF_ERROR(WriteFileAtomically(VolumeRecordPath(record.id), VolumeToJson(record)));
   std::lock_guard lock(mu_);
-  volumes_[record.id] = record;
+  IndexVolumeLocked(record);
   return OkStatus();
 }
 
@@ -334,7 +366,7 @@ Status Pool::DeleteVolume(const std::string& id) {
   BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(VolumeRecordPath(id)));
   {
     std::lock_guard lock(mu_);
-    volumes_.erase(id);
+    UnindexVolumeLocked(id);
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete.record-removed"));
   return RemoveFileDurably(ImagePath(id));

@@ -1,5 +1,7 @@
 #include "backend/local/tgt_exporter.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <set>
 #include <thread>
@@ -42,8 +44,14 @@ TgtTarget* FindTarget(std::vector<TgtTarget>& live, const std::string& iqn) {
 }  // namespace
 
 TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm,
-                         std::chrono::milliseconds timeout)
-    : executor_(std::move(executor)), control_port_(control_port), tgtadm_(std::move(tgtadm)), timeout_(timeout) {}
+                         std::chrono::milliseconds timeout, std::string socket_dir,
+                         std::chrono::milliseconds listing_max_age)
+    : executor_(std::move(executor)),
+      control_port_(control_port),
+      tgtadm_(std::move(tgtadm)),
+      timeout_(timeout),
+      socket_path_(socket_dir + "/socket." + std::to_string(control_port)),
+      listing_max_age_(listing_max_age) {}
 
 std::string TgtExporter::ScsiIdFor(const std::string& volume_id) { return "b10cc5a1" + HexOf(volume_id); }
 
@@ -58,7 +66,11 @@ Command TgtExporter::Tgtadm() const {
 }
 
 Status TgtExporter::Run(const Command& command, const std::string& what, const std::string& tolerated) {
-  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(command));
+  auto ran = executor_->Run(command);
+  // Any refusal, even one tolerated as "already so", means tgtd was not
+  // what the kept listing said: the next call reads it again.
+  if (!ran.ok() || !ran->ok()) listing_.valid = false;
+  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, std::move(ran));
   if (result.ok()) return OkStatus();
   if (!tolerated.empty() && result.stderr_text.find(tolerated) != std::string::npos) return OkStatus();
   std::string err = FailureLine(command, result);
@@ -103,6 +115,59 @@ StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
 
 Status TgtExporter::Healthy() { return ShowTargets().status(); }
 
+StatusOr<std::vector<TgtTarget>*> TgtExporter::ReadLiveLocked() {
+  // The socket's identity is taken before the read: a tgtd that restarts
+  // during it is seen as a new one by the next call.
+  struct stat socket {};
+  const bool identified = ::stat(socket_path_.c_str(), &socket) == 0;
+  listing_.valid = false;
+  BLOCKCSI_ASSIGN_OR_RETURN(listing_.targets, ShowTargets());
+  // Without a socket to identify tgtd by (another layout), nothing is kept.
+  listing_.valid = identified;
+  listing_.socket_dev = socket.st_dev;
+  listing_.socket_ino = socket.st_ino;
+  listing_.read_at = std::chrono::steady_clock::now();
+  return &listing_.targets;
+}
+
+namespace {
+
+// Whether applying `d` to `target` (nullptr: tgtd has none of that name)
+// changes nothing but, at most, makes a new target with its LUN and no ACL.
+// Only such an export may be applied on a kept listing: every other change
+// (an ACL, an account, a LUN refresh, which deletes the old LUN by tid) is
+// decided on a fresh read, as before the listing was kept. A new target on
+// a stale listing is safe: tgtd refuses a tid or a name it already has,
+// and the call is tried again on a fresh read.
+bool NeedsNoFreshRead(const DesiredExport& d, const TgtTarget* target) {
+  if (!d.chap.empty()) return false;
+  std::set<std::string> want;
+  for (const auto& acl : d.acls) {
+    if (acl.chap) return false;
+    want.insert(acl.initiator_iqn);
+  }
+  if (target == nullptr) return want.empty();
+  const TgtLun* lun = target->FindLun(1);
+  return lun != nullptr && lun->backing_path == d.image_path && lun->scsi_sn == d.serial &&
+         lun->size_mb == TgtMegabytes(d.size_bytes) && target->incoming_accounts.empty() &&
+         target->outgoing_accounts.empty() && std::set<std::string>(target->acls.begin(), target->acls.end()) == want;
+}
+
+}  // namespace
+
+std::vector<TgtTarget>* TgtExporter::CachedLocked(const std::vector<const DesiredExport*>& desired) {
+  if (!listing_.valid || std::chrono::steady_clock::now() - listing_.read_at > listing_max_age_) return nullptr;
+  struct stat socket {};
+  if (::stat(socket_path_.c_str(), &socket) != 0 || socket.st_dev != listing_.socket_dev ||
+      socket.st_ino != listing_.socket_ino) {
+    return nullptr;  // tgtd restarted (or went away): it holds nothing of the kept listing
+  }
+  for (const DesiredExport* d : desired) {
+    if (!NeedsNoFreshRead(*d, FindTarget(listing_.targets, d->iqn))) return nullptr;
+  }
+  return &listing_.targets;
+}
+
 namespace {
 
 // Every account a target binds must be one tgtd lists: anything else means
@@ -124,9 +189,9 @@ Status CheckAccountsListed(const std::vector<TgtTarget>& live, const std::vector
 }  // namespace
 
 std::vector<Status> TgtExporter::VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live) {
-  auto shown = ShowTargets();
+  auto shown = ReadLiveLocked();
   if (!shown.ok()) return std::vector<Status>(checks.size(), shown.status());
-  live = std::move(shown).value();
+  if (&live != *shown) live = **shown;
   std::vector<Status> out;
   for (const auto& c : checks) {
     const TgtTarget* target = nullptr;
@@ -213,8 +278,7 @@ StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std
   return &live.back();
 }
 
-Status TgtExporter::EnsureLunLocked(const TgtTarget& target, const DesiredExport& d,
-                                    std::vector<std::string>& repairs) {
+Status TgtExporter::EnsureLunLocked(TgtTarget& target, const DesiredExport& d, std::vector<std::string>& repairs) {
   // LUN 1. tgtd cannot resize a LUN: a new size (or a wrong image/serial)
   // is applied by deleting and re-adding it; sessions stay logged in and see
   // the new capacity on their next READ CAPACITY.
@@ -227,8 +291,12 @@ Status TgtExporter::EnsureLunLocked(const TgtTarget& target, const DesiredExport
     del.Args({"--op", "delete", "--mode", "logicalunit", "--tid", std::to_string(target.tid), "--lun", "1"});
     BLOCKCSI_RETURN_IF_ERROR(Run(del, "refresh LUN 1 of volume " + d.volume_id, "can't find the logical unit"));
   }
+  const bool added = lun == nullptr;
   BLOCKCSI_RETURN_IF_ERROR(AddLun(target.tid, d));
-  repairs.push_back(std::string(lun == nullptr ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
+  // The listing kept in step: LUN 1 as tgtd will show it.
+  std::erase_if(target.luns, [](const TgtLun& l) { return l.lun == 1; });
+  target.luns.push_back({1, "disk", ScsiIdFor(d.volume_id), d.serial, TgtMegabytes(d.size_bytes), d.image_path});
+  repairs.push_back(std::string(added ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
   return OkStatus();
 }
 
@@ -379,27 +447,38 @@ void TgtExporter::DropUnusedAccountsLocked(const std::vector<TgtTarget>& live) {
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desired) {
-  std::lock_guard lock(mu_);
-  BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
-  std::vector<std::string> accounts;
-  if (!desired.chap.empty()) {
-    BLOCKCSI_ASSIGN_OR_RETURN(accounts, ShowAccounts());
-    BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
-  }
-  auto result = ApplyLocked(desired, live, accounts);
-  if (result.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(live);
-  return result;
+  return ApplyEach({desired}).front();
 }
 
 std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std::vector<DesiredExport>& desired) {
   std::lock_guard lock(mu_);
+  if (desired.empty()) return {};
+  std::vector<const DesiredExport*> wanted;
+  for (const auto& d : desired) wanted.push_back(&d);
+  // On the kept listing when nothing but new targets is needed (CreateVolume,
+  // a check that finds everything in place); one fresh read for the whole
+  // batch otherwise.
+  if (std::vector<TgtTarget>* kept = CachedLocked(wanted); kept != nullptr) {
+    auto out = ApplyBatchLocked(desired, kept, OkStatus());
+    if (std::all_of(out.begin(), out.end(), [](const auto& r) { return r.ok(); })) return out;
+    // tgtd was not as kept (changed behind our back): once more on a fresh
+    // read, which finds what the first try made and goes on from there.
+    listing_.valid = false;
+  }
+  auto live = ReadLiveLocked();
+  auto out = ApplyBatchLocked(desired, live.ok() ? *live : nullptr, live.status());
+  // A failure leaves tgtd in a state the listing may not show.
+  if (!std::all_of(out.begin(), out.end(), [](const auto& r) { return r.ok(); })) listing_.valid = false;
+  return out;
+}
+
+std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyBatchLocked(const std::vector<DesiredExport>& desired,
+                                                                                std::vector<TgtTarget>* live,
+                                                                                Status read) {
   std::vector<StatusOr<std::vector<std::string>>> out;
-  if (desired.empty()) return out;
   // One read for the whole batch. Every change below goes through
   // ApplyLocked, which keeps `live` in step, and mu_ keeps anyone else from
   // changing tgtd meanwhile — as in Reconcile.
-  auto live = ShowTargets();
-  Status read = live.status();
   std::vector<std::string> accounts;
   bool any_chap = std::any_of(desired.begin(), desired.end(), [](const DesiredExport& d) { return !d.chap.empty(); });
   if (read.ok() && any_chap) {
@@ -434,7 +513,8 @@ std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std
 StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<DesiredExport>& desired,
                                                           const std::string& iqn_prefix) {
   std::lock_guard lock(mu_);
-  BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * read, ReadLiveLocked());
+  std::vector<TgtTarget>& live = *read;
   BLOCKCSI_ASSIGN_OR_RETURN(auto accounts, ShowAccounts());
   BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
   std::vector<std::string> repairs;
@@ -473,7 +553,10 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
   }
   std::erase_if(live, [&](const TgtTarget& t) { return t.iqn.rfind(ns, 0) == 0 && !wanted.count(t.iqn); });
   DropUnusedAccountsLocked(live);
-  if (!first_error.ok()) return first_error;
+  if (!first_error.ok()) {
+    listing_.valid = false;
+    return first_error;
+  }
   return repairs;
 }
 
@@ -481,9 +564,18 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
   std::lock_guard lock(mu_);
   // A few rounds: a session that was logging in while we looked shows up on
   // the next read (the ACL is already gone, so it cannot come back after).
-  for (int round = 0; round < 5; ++round) {
-    BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
-    TgtTarget* target = FindTarget(live, iqn);
+  // tgtd's management interface is request/response only, with no event for
+  // a connection that has ended, so the read is repeated after a pause that
+  // doubles from 2 ms (tgtd has usually let go by then) to 64 ms, 126 ms in
+  // all (it was a flat 20 ms per round, 100 ms in all). Reached only when a session was open:
+  // an unpublish after the node has logged out never waits.
+  constexpr std::chrono::milliseconds kPauses[] = {std::chrono::milliseconds(2), std::chrono::milliseconds(4),
+                                                   std::chrono::milliseconds(8), std::chrono::milliseconds(16),
+                                                   std::chrono::milliseconds(32), std::chrono::milliseconds(64)};
+  for (auto pause : kPauses) {
+    // Always a fresh read: sessions come and go without us.
+    BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * live, ReadLiveLocked());
+    TgtTarget* target = FindTarget(*live, iqn);
     if (target == nullptr) return OkStatus();
     bool any = false;
     for (const auto& s : target->sessions) {
@@ -499,14 +591,17 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
       }
     }
     if (!any) return OkStatus();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(pause);
   }
   return Unavailable("sessions of " + initiator_iqn + " on " + iqn + " did not close");
 }
 
 Status TgtExporter::Remove(const std::string& iqn) {
   std::lock_guard lock(mu_);
-  BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
+  // A fresh read: the target is deleted by its tid, which must be the one
+  // tgtd has for this name now.
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * read, ReadLiveLocked());
+  std::vector<TgtTarget>& live = *read;
   TgtTarget* target = FindTarget(live, iqn);
   if (target == nullptr) return OkStatus();
   Command del = Tgtadm();

@@ -9,6 +9,8 @@
 // anyway, and target ids are allocated from what `show` returns).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <map>
 #include <memory>
@@ -27,9 +29,14 @@ class TgtExporter final : public Exporter {
  public:
   // `tgtadm` is run by this absolute path, never looked up in PATH (a
   // writable directory early in PATH would get every CHAP secret).
+  // `socket_dir` holds tgtd's management socket (socket.<control port>):
+  // its identity tells a restarted tgtd from the one a kept listing came
+  // from. A listing is kept at most `listing_max_age` (see CachedLocked).
   TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm = kDefaultTgtadm,
-              std::chrono::milliseconds timeout = std::chrono::seconds(20));
+              std::chrono::milliseconds timeout = std::chrono::seconds(20), std::string socket_dir = kDefaultSocketDir,
+              std::chrono::milliseconds listing_max_age = std::chrono::seconds(10));
   static constexpr char kDefaultTgtadm[] = "/usr/sbin/tgtadm";
+  static constexpr char kDefaultSocketDir[] = "/var/run/tgtd";
 
   std::string Kind() const override { return "tgt"; }
   ExportedLunIdentity IdentityFor(const std::string& volume_id) const override;
@@ -52,6 +59,17 @@ class TgtExporter final : public Exporter {
   // in that state" (idempotent repeats), which counts as success.
   Status Run(const Command& command, const std::string& what, const std::string& tolerated = "");
   StatusOr<std::vector<TgtTarget>> ShowTargets();
+  // Reads tgtd's targets into listing_ (fresh, whatever it held) and
+  // returns them. Needs mu_.
+  StatusOr<std::vector<TgtTarget>*> ReadLiveLocked();
+  // listing_, when it may stand in for a fresh read to apply all of
+  // `desired`; else nullptr. Needs mu_.
+  std::vector<TgtTarget>* CachedLocked(const std::vector<const DesiredExport*>& desired);
+  // Apply() of each export on `live` with one ACL read-back for the batch;
+  // `read` is the status of reading `live` (its error is every result).
+  // Needs mu_.
+  std::vector<StatusOr<std::vector<std::string>>> ApplyBatchLocked(const std::vector<DesiredExport>& desired,
+                                                                   std::vector<TgtTarget>* live, Status read);
   StatusOr<std::vector<std::string>> ShowAccounts();
   // An ACL change to read back: the target `tid` must be the volume's and
   // let in exactly `want` (the record's initiators).
@@ -70,7 +88,7 @@ class TgtExporter final : public Exporter {
   // `repairs`. Need mu_.
   StatusOr<TgtTarget*> EnsureTargetLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
                                           std::vector<std::string>& repairs);
-  Status EnsureLunLocked(const TgtTarget& target, const DesiredExport& desired, std::vector<std::string>& repairs);
+  Status EnsureLunLocked(TgtTarget& target, const DesiredExport& desired, std::vector<std::string>& repairs);
   // Accounts made and bound as the grants ask, others unbound.
   Status EnsureChapLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
                           std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
@@ -93,7 +111,20 @@ class TgtExporter final : public Exporter {
   const int control_port_;
   const std::string tgtadm_;
   const std::chrono::milliseconds timeout_;
+  const std::string socket_path_;
+  const std::chrono::milliseconds listing_max_age_;
   std::mutex mu_;
+  // tgtd's targets as last read, kept in step with every change made here,
+  // so that a call at 1,000 targets need not read (and parse) all of them
+  // again (issue #18). Sessions in it are as last read: never used from it.
+  struct Listing {
+    std::vector<TgtTarget> targets;
+    bool valid = false;  // false after a failed command or read: re-read
+    dev_t socket_dev = 0;
+    ino_t socket_ino = 0;
+    std::chrono::steady_clock::time_point read_at;
+  };
+  Listing listing_;  // guarded by mu_
   // The password each tgtd account was last created with by this process;
   // memory only (never persisted, never logged).
   std::map<std::string, std::string> account_passwords_;  // guarded by mu_
