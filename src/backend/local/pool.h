@@ -9,9 +9,11 @@
 //
 // Crash safety: an object becomes visible only when its record is written
 // (WriteFileAtomically), and its image is complete and fsynced, under its
-// final name, before that. Deletion removes the record first. So after a
-// crash at any step, Open() finds whole objects plus, at worst, an image
-// with no record, which it removes. Snapshots and clones use FICLONE where
+// final name, before that (a new empty volume's image only under its name:
+// its size is restored by Open() from the record, see PlaceImage). Deletion
+// removes the record first, durably. So after a crash at any step, Open()
+// finds whole objects plus, at worst, an image with no record, which it
+// removes. Snapshots and clones use FICLONE where
 // the filesystem supports it (xfs, btrfs), else a SEEK_DATA/SEEK_HOLE copy.
 //
 // Thread-safety: the in-memory index is guarded by a mutex; callers
@@ -132,7 +134,7 @@ class Pool {
   const PoolOptions options_;
   const int lock_fd_;
   mutable std::mutex mu_;
-  std::map<std::string, VolumeRecord> volumes_;      // guarded by mu_, by id
+  std::map<std::string, VolumeRecord> volumes_;  // guarded by mu_, by id
   // (name, id) of every volume: FindVolumeByName without a scan of the pool
   // (the first id of a name, as a scan in id order would find). Guarded by mu_.
   std::set<std::pair<std::string, std::string>> volume_names_;

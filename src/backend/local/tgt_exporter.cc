@@ -23,22 +23,8 @@ constexpr char kUntrustedHint[] =
     " (look for an account or target blockcsi did not make: tgtadm -C <port> --lld iscsi --op show --mode "
     "account|target; remove it with --op delete)";
 
-// tgtd reports sizes in decimal megabytes, rounded down.
-// What `tgtadm --op show` prints as a LUN's "Size: N MB": the size in whole
-// 512-byte sectors, rounded to the nearest megabyte (10^6), not truncated
-// (320 MiB shows as 336 MB). A mismatch here made every reconcile pass
-// delete and re-add a healthy LUN under its live sessions (issue #20).
-uint64_t TgtMegabytes(uint64_t bytes) { return (bytes / 512 * 512 + 500000) / 1000000; }
-
 bool Contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-TgtTarget* FindTarget(std::vector<TgtTarget>& live, const std::string& iqn) {
-  for (auto& t : live) {
-    if (t.iqn == iqn) return &t;
-  }
-  return nullptr;
 }
 
 }  // namespace
@@ -114,59 +100,6 @@ StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
 }
 
 Status TgtExporter::Healthy() { return ShowTargets().status(); }
-
-StatusOr<std::vector<TgtTarget>*> TgtExporter::ReadLiveLocked() {
-  // The socket's identity is taken before the read: a tgtd that restarts
-  // during it is seen as a new one by the next call.
-  struct stat socket {};
-  const bool identified = ::stat(socket_path_.c_str(), &socket) == 0;
-  listing_.valid = false;
-  BLOCKCSI_ASSIGN_OR_RETURN(listing_.targets, ShowTargets());
-  // Without a socket to identify tgtd by (another layout), nothing is kept.
-  listing_.valid = identified;
-  listing_.socket_dev = socket.st_dev;
-  listing_.socket_ino = socket.st_ino;
-  listing_.read_at = std::chrono::steady_clock::now();
-  return &listing_.targets;
-}
-
-namespace {
-
-// Whether applying `d` to `target` (nullptr: tgtd has none of that name)
-// changes nothing but, at most, makes a new target with its LUN and no ACL.
-// Only such an export may be applied on a kept listing: every other change
-// (an ACL, an account, a LUN refresh, which deletes the old LUN by tid) is
-// decided on a fresh read, as before the listing was kept. A new target on
-// a stale listing is safe: tgtd refuses a tid or a name it already has,
-// and the call is tried again on a fresh read.
-bool NeedsNoFreshRead(const DesiredExport& d, const TgtTarget* target) {
-  if (!d.chap.empty()) return false;
-  std::set<std::string> want;
-  for (const auto& acl : d.acls) {
-    if (acl.chap) return false;
-    want.insert(acl.initiator_iqn);
-  }
-  if (target == nullptr) return want.empty();
-  const TgtLun* lun = target->FindLun(1);
-  return lun != nullptr && lun->backing_path == d.image_path && lun->scsi_sn == d.serial &&
-         lun->size_mb == TgtMegabytes(d.size_bytes) && target->incoming_accounts.empty() &&
-         target->outgoing_accounts.empty() && std::set<std::string>(target->acls.begin(), target->acls.end()) == want;
-}
-
-}  // namespace
-
-std::vector<TgtTarget>* TgtExporter::CachedLocked(const std::vector<const DesiredExport*>& desired) {
-  if (!listing_.valid || std::chrono::steady_clock::now() - listing_.read_at > listing_max_age_) return nullptr;
-  struct stat socket {};
-  if (::stat(socket_path_.c_str(), &socket) != 0 || socket.st_dev != listing_.socket_dev ||
-      socket.st_ino != listing_.socket_ino) {
-    return nullptr;  // tgtd restarted (or went away): it holds nothing of the kept listing
-  }
-  for (const DesiredExport* d : desired) {
-    if (!NeedsNoFreshRead(*d, FindTarget(listing_.targets, d->iqn))) return nullptr;
-  }
-  return &listing_.targets;
-}
 
 namespace {
 
@@ -264,7 +197,7 @@ Status TgtExporter::EnsureAccount(const std::string& user, const std::string& pa
 
 StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
                                                      std::vector<std::string>& repairs) {
-  if (TgtTarget* target = FindTarget(live, d.iqn); target != nullptr) return target;
+  if (TgtTarget* target = FindLocked(live, d.iqn); target != nullptr) return target;
   int tid = 1;
   for (const auto& t : live) tid = std::max(tid, t.tid + 1);
   Command add = Tgtadm();
@@ -274,6 +207,7 @@ StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std
   fresh.tid = tid;
   fresh.iqn = d.iqn;
   live.push_back(fresh);
+  if (&live == &listing_.targets) listing_.by_iqn[d.iqn] = live.size() - 1;
   repairs.push_back("created target " + d.iqn + " (tid " + std::to_string(tid) + ")");
   return &live.back();
 }
@@ -284,7 +218,7 @@ Status TgtExporter::EnsureLunLocked(TgtTarget& target, const DesiredExport& d, s
   // the new capacity on their next READ CAPACITY.
   const TgtLun* lun = target.FindLun(1);
   bool lun_ok = lun != nullptr && lun->backing_path == d.image_path && lun->scsi_sn == d.serial &&
-                lun->size_mb == TgtMegabytes(d.size_bytes);
+                lun->size_mb == TgtadmShownMegabytes(d.size_bytes);
   if (lun_ok) return OkStatus();
   if (lun != nullptr) {
     Command del = Tgtadm();
@@ -295,7 +229,8 @@ Status TgtExporter::EnsureLunLocked(TgtTarget& target, const DesiredExport& d, s
   BLOCKCSI_RETURN_IF_ERROR(AddLun(target.tid, d));
   // The listing kept in step: LUN 1 as tgtd will show it.
   std::erase_if(target.luns, [](const TgtLun& l) { return l.lun == 1; });
-  target.luns.push_back({1, "disk", ScsiIdFor(d.volume_id), d.serial, TgtMegabytes(d.size_bytes), d.image_path});
+  target.luns.push_back(
+      {1, "disk", ScsiIdFor(d.volume_id), d.serial, TgtadmShownMegabytes(d.size_bytes), d.image_path});
   repairs.push_back(std::string(added ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
   return OkStatus();
 }
@@ -312,7 +247,7 @@ Status TgtExporter::EnsureChapLocked(const DesiredExport& d, std::vector<TgtTarg
       want_out.insert(c.mutual_username);
     }
   }
-  TgtTarget* target = FindTarget(live, d.iqn);  // EnsureAccount may not move it, but stay safe
+  TgtTarget* target = FindLocked(live, d.iqn);  // EnsureAccount may not move it, but stay safe
   const std::string tid = std::to_string(target->tid);
   for (const auto& user : want_in) {
     if (Contains(target->incoming_accounts, user)) continue;
@@ -400,7 +335,7 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
   BLOCKCSI_RETURN_IF_ERROR(EnsureLunLocked(*target, d, repairs));
   // Accounts before ACLs: an initiator is let in only once CHAP is in force.
   BLOCKCSI_RETURN_IF_ERROR(EnsureChapLocked(d, live, live_accounts, repairs));
-  target = FindTarget(live, d.iqn);
+  target = FindLocked(live, d.iqn);
 
   // ACL by initiator name only (never ALL, never an address).
   std::set<std::string> want_acl;
@@ -446,35 +381,9 @@ void TgtExporter::DropUnusedAccountsLocked(const std::vector<TgtTarget>& live) {
   }
 }
 
-StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desired) {
-  return ApplyEach({desired}).front();
-}
-
-std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std::vector<DesiredExport>& desired) {
-  std::lock_guard lock(mu_);
-  if (desired.empty()) return {};
-  std::vector<const DesiredExport*> wanted;
-  for (const auto& d : desired) wanted.push_back(&d);
-  // On the kept listing when nothing but new targets is needed (CreateVolume,
-  // a check that finds everything in place); one fresh read for the whole
-  // batch otherwise.
-  if (std::vector<TgtTarget>* kept = CachedLocked(wanted); kept != nullptr) {
-    auto out = ApplyBatchLocked(desired, kept, OkStatus());
-    if (std::all_of(out.begin(), out.end(), [](const auto& r) { return r.ok(); })) return out;
-    // tgtd was not as kept (changed behind our back): once more on a fresh
-    // read, which finds what the first try made and goes on from there.
-    listing_.valid = false;
-  }
-  auto live = ReadLiveLocked();
-  auto out = ApplyBatchLocked(desired, live.ok() ? *live : nullptr, live.status());
-  // A failure leaves tgtd in a state the listing may not show.
-  if (!std::all_of(out.begin(), out.end(), [](const auto& r) { return r.ok(); })) listing_.valid = false;
-  return out;
-}
-
 std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyBatchLocked(const std::vector<DesiredExport>& desired,
-                                                                                std::vector<TgtTarget>* live,
-                                                                                Status read) {
+                                                                              std::vector<TgtTarget>* live,
+                                                                              Status read) {
   std::vector<StatusOr<std::vector<std::string>>> out;
   // One read for the whole batch. Every change below goes through
   // ApplyLocked, which keeps `live` in step, and mu_ keeps anyone else from
@@ -552,6 +461,7 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
     repairs.push_back("removed target " + t.iqn + " that has no volume");
   }
   std::erase_if(live, [&](const TgtTarget& t) { return t.iqn.rfind(ns, 0) == 0 && !wanted.count(t.iqn); });
+  ReindexLocked();
   DropUnusedAccountsLocked(live);
   if (!first_error.ok()) {
     listing_.valid = false;
@@ -569,13 +479,13 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
   // doubles from 2 ms (tgtd has usually let go by then) to 64 ms, 126 ms in
   // all (it was a flat 20 ms per round, 100 ms in all). Reached only when a session was open:
   // an unpublish after the node has logged out never waits.
-  constexpr std::chrono::milliseconds kPauses[] = {std::chrono::milliseconds(2), std::chrono::milliseconds(4),
-                                                   std::chrono::milliseconds(8), std::chrono::milliseconds(16),
+  constexpr std::chrono::milliseconds kPauses[] = {std::chrono::milliseconds(2),  std::chrono::milliseconds(4),
+                                                   std::chrono::milliseconds(8),  std::chrono::milliseconds(16),
                                                    std::chrono::milliseconds(32), std::chrono::milliseconds(64)};
   for (auto pause : kPauses) {
     // Always a fresh read: sessions come and go without us.
     BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * live, ReadLiveLocked());
-    TgtTarget* target = FindTarget(*live, iqn);
+    TgtTarget* target = FindLocked(*live, iqn);
     if (target == nullptr) return OkStatus();
     bool any = false;
     for (const auto& s : target->sessions) {
@@ -602,7 +512,7 @@ Status TgtExporter::Remove(const std::string& iqn) {
   // tgtd has for this name now.
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * read, ReadLiveLocked());
   std::vector<TgtTarget>& live = *read;
-  TgtTarget* target = FindTarget(live, iqn);
+  TgtTarget* target = FindLocked(live, iqn);
   if (target == nullptr) return OkStatus();
   Command del = Tgtadm();
   del.Args({"--op", "delete", "--mode", "target", "--tid", std::to_string(target->tid), "--force"});
@@ -611,6 +521,7 @@ Status TgtExporter::Remove(const std::string& iqn) {
   unbound_accounts_.insert(target->incoming_accounts.begin(), target->incoming_accounts.end());
   unbound_accounts_.insert(target->outgoing_accounts.begin(), target->outgoing_accounts.end());
   std::erase_if(live, [&](const TgtTarget& t) { return t.iqn == iqn; });
+  ReindexLocked();
   DropUnusedAccountsLocked(live);
   return OkStatus();
 }

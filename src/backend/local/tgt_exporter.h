@@ -10,6 +10,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <time.h>
 
 #include <chrono>
 #include <map>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/local/exporter.h"
@@ -65,6 +67,11 @@ class TgtExporter final : public Exporter {
   // listing_, when it may stand in for a fresh read to apply all of
   // `desired`; else nullptr. Needs mu_.
   std::vector<TgtTarget>* CachedLocked(const std::vector<const DesiredExport*>& desired);
+  // The target of that name in `live` (nullptr: none); by listing_'s index
+  // when `live` is listing_. Needs mu_.
+  TgtTarget* FindLocked(std::vector<TgtTarget>& live, const std::string& iqn);
+  // Rebuilds listing_'s index after targets were read or removed. Needs mu_.
+  void ReindexLocked();
   // Apply() of each export on `live` with one ACL read-back for the batch;
   // `read` is the status of reading `live` (its error is every result).
   // Needs mu_.
@@ -119,9 +126,13 @@ class TgtExporter final : public Exporter {
   // again (issue #18). Sessions in it are as last read: never used from it.
   struct Listing {
     std::vector<TgtTarget> targets;
-    bool valid = false;  // false after a failed command or read: re-read
+    std::unordered_map<std::string, size_t> by_iqn;  // index into targets
+    bool valid = false;                              // false after a failed command or read: re-read
+    // The socket file's identity when it was read: its inode number may be
+    // reused by a restarted tgtd's new socket, its change time (ns) is not.
     dev_t socket_dev = 0;
     ino_t socket_ino = 0;
+    timespec socket_ctime{};
     std::chrono::steady_clock::time_point read_at;
   };
   Listing listing_;  // guarded by mu_
