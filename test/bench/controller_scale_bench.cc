@@ -14,6 +14,7 @@
 // Asserts nothing. Needs root and tgt.
 //   controller_scale_bench [--volumes 1000] [--page 100] [--samples 20] [--tgt-control socket|tgtadm]
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -149,6 +150,9 @@ int Main(int argc, char** argv) {
   };
   // `samples` CreateVolume calls on the pool as it stands.
   auto measure_creates = [&](AtSize& a) {
+    // Both sizes start on a file system with nothing left to write back:
+    // the fill's writeback is not CreateVolume's at N volumes.
+    ::sync();
     for (int i = 0; i < samples; ++i) a.creates.push_back(create());
   };
   // Full pages of the listing as it stands, at least `samples` of them (a

@@ -4,7 +4,13 @@
 // can be accounted for: duplicate target ids or names, accounts bound but
 // not listed, malformed names are errors, never acted on; every ACL change
 // is read back and compared with the record. tgtd keeps its configuration in memory only, so everything here
-// is re-derivable from the pool by Apply/Reconcile. Thread-safe: one mutex
+// is re-derivable from the pool by Apply/Reconcile. The last listing of
+// tgtd's targets is kept in step with our own changes and stands in for a
+// fresh read only where nothing but a new target is made or everything is
+// already in place (tgt_exporter_listing.cc): so a check (ApplyEach of a
+// ListVolumes page) may see a hand-made change up to `listing_max_age` late,
+// while every change of access or of a LUN is decided on a fresh read and
+// every ACL change read back. Thread-safe: one mutex
 // serialises every change (tgtd handles one management request at a time
 // anyway, and target ids are allocated from what `show` returns).
 #pragma once
