@@ -20,7 +20,7 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
         "--bridge-cgroup applies to --connector userspace only (the kernel connector has no bridges)");
   }
   std::shared_ptr<Executor> executor = options.executor ? options.executor : MakeProcessExecutor();
-  std::shared_ptr<Filesystem> host_fs = options.host_fs ? options.host_fs : MakeRootedFilesystem("");
+  std::shared_ptr<Host> host_fs = options.host_fs ? options.host_fs : RealHost();
   std::shared_ptr<Clock> clock = options.clock ? options.clock : RealClock();
   std::unique_ptr<Connector> connector;
   if (options.connector == "userspace") {
@@ -28,6 +28,7 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
     o.state_dir = options.state_dir;
     o.bridge_dir = options.bridge_dir;
     o.host_fs = host_fs;
+    o.clock = clock;
     o.io_timeout = options.bridge_io_timeout;
     o.start_timeout = options.bridge_start_timeout;
     o.sessions_per_volume = options.bridge_sessions;

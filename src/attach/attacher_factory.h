@@ -19,7 +19,7 @@
 #include "common/clock.h"
 #include "common/executor.h"
 #include "common/fault_points.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/status.h"
 
 namespace blockcsi {
@@ -35,9 +35,9 @@ struct AttacherOptions {
   // Where blockcsi-bridge is (both transports);
   // empty: beside the running program.
   std::string bridge_dir;
-  std::shared_ptr<Executor> executor;   // default: MakeProcessExecutor()
-  std::shared_ptr<Filesystem> host_fs;  // default: the real / (sysfs, /dev)
-  std::shared_ptr<Clock> clock;         // default: RealClock()
+  std::shared_ptr<Executor> executor;  // default: MakeProcessExecutor()
+  std::shared_ptr<Host> host_fs;       // default: the real / (sysfs, /dev)
+  std::shared_ptr<Clock> clock;        // default: RealClock()
 
   // iSCSI login: per portal, bounded in time, retried. Slow arrays take
   // longer than open-iscsi's 3 s examples; these are the sane defaults.

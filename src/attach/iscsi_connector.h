@@ -18,13 +18,13 @@
 #include "attach/connector.h"
 #include "common/clock.h"
 #include "common/executor.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 
 namespace blockcsi {
 
 struct IscsiConnectorOptions {
   std::shared_ptr<Executor> executor;
-  std::shared_ptr<Filesystem> host_fs;
+  std::shared_ptr<Host> host_fs;
   std::shared_ptr<Clock> clock;
   std::string iface = "blockcsi";
   // open-iscsi's node database (host path, read and written through

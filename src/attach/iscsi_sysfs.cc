@@ -30,15 +30,15 @@ std::string ResolveRelative(const std::string& link_dir, const std::string& targ
   return out;
 }
 
-std::string Read(const Filesystem& fs, const std::string& path) {
+std::string Read(const Host& fs, const std::string& path) {
   auto v = ReadTrimmed(fs, path);
   return v.ok() ? *v : "";
 }
 
 }  // namespace
 
-std::optional<IscsiSessionInfo> FindIscsiSession(const Filesystem& fs, const std::string& target_iqn,
-                                                 const Portal& portal, const std::string& iface) {
+std::optional<IscsiSessionInfo> FindIscsiSession(const Host& fs, const std::string& target_iqn, const Portal& portal,
+                                                 const std::string& iface) {
   auto sessions = fs.ListDir("/sys/class/iscsi_session");
   if (!sessions.ok()) return std::nullopt;
   for (const auto& name : *sessions) {
@@ -73,7 +73,7 @@ std::optional<IscsiSessionInfo> FindIscsiSession(const Filesystem& fs, const std
 namespace {
 
 // (dir, lun) of every SCSI device under the session's targets.
-std::vector<std::pair<std::string, int>> LunDevices(const Filesystem& fs, const IscsiSessionInfo& session) {
+std::vector<std::pair<std::string, int>> LunDevices(const Host& fs, const IscsiSessionInfo& session) {
   std::vector<std::pair<std::string, int>> out;
   auto entries = fs.ListDir(session.device_dir);
   if (!entries.ok()) return out;
@@ -98,7 +98,7 @@ std::vector<std::pair<std::string, int>> LunDevices(const Filesystem& fs, const 
 
 }  // namespace
 
-std::vector<std::string> ScsiDevicesOfLun(const Filesystem& fs, const IscsiSessionInfo& session, int lun) {
+std::vector<std::string> ScsiDevicesOfLun(const Host& fs, const IscsiSessionInfo& session, int lun) {
   std::vector<std::string> out;
   for (const auto& [dir, l] : LunDevices(fs, session)) {
     if (l == lun) out.push_back(dir);
@@ -106,7 +106,7 @@ std::vector<std::string> ScsiDevicesOfLun(const Filesystem& fs, const IscsiSessi
   return out;
 }
 
-std::vector<std::string> OtherLunDevices(const Filesystem& fs, const IscsiSessionInfo& session, int lun) {
+std::vector<std::string> OtherLunDevices(const Host& fs, const IscsiSessionInfo& session, int lun) {
   std::vector<std::string> out;
   for (const auto& [dir, l] : LunDevices(fs, session)) {
     if (l != lun) out.push_back(dir);
@@ -114,17 +114,17 @@ std::vector<std::string> OtherLunDevices(const Filesystem& fs, const IscsiSessio
   return out;
 }
 
-StatusOr<std::string> BlockNameOfScsiDevice(const Filesystem& fs, const std::string& scsi_device_dir) {
+StatusOr<std::string> BlockNameOfScsiDevice(const Host& fs, const std::string& scsi_device_dir) {
   auto names = fs.ListDir(scsi_device_dir + "/block");
   if (!names.ok() || names->empty()) return NotFound("no block device yet under " + scsi_device_dir);
   return names->front();
 }
 
-Status ScanLun(const Filesystem& fs, const IscsiSessionInfo& session, int lun) {
+Status ScanLun(const Host& fs, const IscsiSessionInfo& session, int lun) {
   return fs.WriteFile("/sys/class/scsi_host/" + session.host + "/scan", "- - " + std::to_string(lun));
 }
 
-StatusOr<uint64_t> BlockDeviceSize(const Filesystem& fs, const std::string& name) {
+StatusOr<uint64_t> BlockDeviceSize(const Host& fs, const std::string& name) {
   BLOCKCSI_ASSIGN_OR_RETURN(std::string text, ReadTrimmed(fs, "/sys/block/" + name + "/size"));
   uint64_t sectors = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), sectors);
@@ -134,7 +134,7 @@ StatusOr<uint64_t> BlockDeviceSize(const Filesystem& fs, const std::string& name
   return sectors * 512;  // sysfs counts 512-byte sectors whatever the block size
 }
 
-StatusOr<LunIdentity> ReadSysfsIdentity(const Filesystem& fs, const std::string& name) {
+StatusOr<LunIdentity> ReadSysfsIdentity(const Host& fs, const std::string& name) {
   std::string dev = "/sys/block/" + name + "/device";
   auto p80 = fs.ReadFile(dev + "/vpd_pg80");
   auto p83 = fs.ReadFile(dev + "/vpd_pg83");
@@ -142,7 +142,7 @@ StatusOr<LunIdentity> ReadSysfsIdentity(const Filesystem& fs, const std::string&
   return ParseVpdPages(p80.ok() ? *p80 : "", p83.ok() ? *p83 : "");
 }
 
-std::optional<std::string> MultipathHolder(const Filesystem& fs, const std::string& name) {
+std::optional<std::string> MultipathHolder(const Host& fs, const std::string& name) {
   auto holders = fs.ListDir("/sys/block/" + name + "/holders");
   if (!holders.ok()) return std::nullopt;
   for (const auto& h : *holders) {
@@ -152,11 +152,11 @@ std::optional<std::string> MultipathHolder(const Filesystem& fs, const std::stri
   return std::nullopt;
 }
 
-std::vector<std::string> MultipathSlaves(const Filesystem& fs, const std::string& dm) {
+std::vector<std::string> MultipathSlaves(const Host& fs, const std::string& dm) {
   auto slaves = fs.ListDir("/sys/block/" + dm + "/slaves");
   return slaves.ok() ? *slaves : std::vector<std::string>{};
 }
 
-std::string DmName(const Filesystem& fs, const std::string& dm) { return Read(fs, "/sys/block/" + dm + "/dm/name"); }
+std::string DmName(const Host& fs, const std::string& dm) { return Read(fs, "/sys/block/" + dm + "/dm/name"); }
 
 }  // namespace blockcsi

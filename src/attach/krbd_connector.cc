@@ -188,7 +188,7 @@ class KrbdConnector final : public Connector {
  public:
   explicit KrbdConnector(KrbdConnectorOptions o) : options_(std::move(o)) {
     if (!options_.executor) options_.executor = MakeProcessExecutor();
-    if (!options_.host_fs) options_.host_fs = MakeRootedFilesystem("");
+    if (!options_.host_fs) options_.host_fs = RealHost();
   }
 
   std::string name() const override { return "krbd"; }
@@ -550,7 +550,7 @@ StatusOr<std::vector<std::string>> KrbdMonitorAddresses(std::string_view mon_hos
   return out;
 }
 
-StatusOr<KrbdMapping> ReadKrbdMapping(const Filesystem& fs, const std::string& id) {
+StatusOr<KrbdMapping> ReadKrbdMapping(const Host& fs, const std::string& id) {
   if (!AllDigits(id)) return InvalidArgument("\"" + id + "\" is not an rbd device id");
   const std::string base = kSysBusRbd + id;
   if (!fs.Exists(base)) return NotFound("/dev/rbd" + id + " is not mapped");
@@ -571,7 +571,7 @@ StatusOr<KrbdMapping> ReadKrbdMapping(const Filesystem& fs, const std::string& i
   return m;
 }
 
-std::vector<KrbdMapping> ListKrbdMappings(const Filesystem& fs) {
+std::vector<KrbdMapping> ListKrbdMappings(const Host& fs) {
   std::vector<KrbdMapping> out;
   auto ids = fs.ListDir(kSysBusRbd);
   if (!ids.ok()) return out;  // the rbd module is not loaded: nothing is mapped

@@ -16,14 +16,14 @@
 
 #include "attach/connector.h"
 #include "common/executor.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/status.h"
 
 namespace blockcsi {
 
 struct KrbdConnectorOptions {
   std::shared_ptr<Executor> executor;
-  std::shared_ptr<Filesystem> host_fs;  // /sys and /dev
+  std::shared_ptr<Host> host_fs;  // /sys and /dev
   // Key files live in <state_dir>/krbd (0700) for the duration of one map.
   std::string state_dir;
   std::string rbd_binary = "rbd";
@@ -68,8 +68,8 @@ struct KrbdMapping {
 };
 
 // Reads one mapping's attributes; NOT_FOUND when the id is not mapped.
-StatusOr<KrbdMapping> ReadKrbdMapping(const Filesystem& fs, const std::string& id);
+StatusOr<KrbdMapping> ReadKrbdMapping(const Host& fs, const std::string& id);
 // Every mapping the kernel has (none when the rbd module is not loaded).
-std::vector<KrbdMapping> ListKrbdMappings(const Filesystem& fs);
+std::vector<KrbdMapping> ListKrbdMappings(const Host& fs);
 
 }  // namespace blockcsi

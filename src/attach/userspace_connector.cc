@@ -2,18 +2,13 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
-#include <sys/mount.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <filesystem>
 #include <set>
-#include <thread>
 
 #include "attach/attach_record_store.h"
 #include "attach/initiator.h"
@@ -27,7 +22,7 @@
 
 namespace blockcsi {
 
-std::vector<int> FindBridgePids(const Filesystem& fs, const std::string& control_socket) {
+std::vector<int> FindBridgePids(const Host& fs, const std::string& control_socket) {
   std::vector<int> out;
   auto entries = fs.ListDir("/proc");
   if (!entries.ok()) return out;
@@ -63,8 +58,8 @@ bool IsBridgeArgv(const std::vector<std::string>& argv) {
 std::string BridgeProgramFor(const std::string& bridge_dir) {
   std::string dir = bridge_dir;
   if (dir.empty()) {
-    std::error_code ec;
-    dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
+    auto exe = RealHost()->ReadLink("/proc/self/exe");
+    if (exe.ok()) dir = exe->substr(0, exe->rfind('/'));
   }
   return dir + "/blockcsi-bridge";
 }
@@ -78,7 +73,9 @@ constexpr std::chrono::milliseconds kShutdownTimeout{std::chrono::seconds(120)};
 class UserspaceConnector final : public Connector {
  public:
   explicit UserspaceConnector(UserspaceConnectorOptions o) : o_(std::move(o)) {
-    if (!o_.host_fs) o_.host_fs = MakeRootedFilesystem("");
+    if (!o_.host_fs) o_.host_fs = RealHost();
+    if (!o_.clock) o_.clock = RealClock();
+    if (!o_.mounter) o_.mounter = MakeLibmountMounter();
     self_pid_ = ::getpid();
     auto start = ProcessStartTime(*o_.host_fs, self_pid_);
     if (start.ok()) self_start_ = std::to_string(*start);
@@ -235,13 +232,13 @@ class UserspaceConnector final : public Connector {
       }
     }
     // Bridges no record names: reported and removed.
-    std::error_code ec;
     std::string dir = BridgesDir(o_.state_dir);
-    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-      std::string path = entry.path().string();
+    auto entries = o_.host_fs->ListDir(dir);  // none when the directory does not exist
+    for (const std::string& name : entries.ok() ? *entries : std::vector<std::string>{}) {
+      std::string path = dir + "/" + name;
       if (known.count(path) > 0) continue;
-      auto volume_id = UnescapeVolumeIdFromFile(entry.path().filename().string());
-      std::string id = volume_id.ok() ? *volume_id : entry.path().filename().string();
+      auto volume_id = UnescapeVolumeIdFromFile(name);
+      std::string id = volume_id.ok() ? *volume_id : name;
       LogWarn("found a bridge with no attach record; stopping it", {{"volume_id", id}, {"dir", path}});
       BridgePaths p = BridgePathsFor(o_.state_dir, id);
       auto reply = CallBridge(p.control_socket, {{"op", "shutdown"}}, kShutdownTimeout);
@@ -332,15 +329,15 @@ class UserspaceConnector final : public Connector {
 
   // In a container the plugin is often PID 1, so orphaned bridges become
   // its children: reap the ones that exited (a no-op for non-children).
-  static void Reap(const std::vector<int>& pids) {
-    for (int pid : pids) ::waitpid(pid, nullptr, WNOHANG);
+  void Reap(const std::vector<int>& pids) const {
+    for (int pid : pids) o_.host_fs->Reap(pid);
   }
 
   void WaitForExit(const BridgePaths& p) {
     Span span("wait_bridge_exit");
     for (int i = 0; i < 100; ++i) {
       if (FindBridgePids(*o_.host_fs, p.control_socket).empty()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      o_.clock->Sleep(std::chrono::milliseconds(20));
     }
   }
 
@@ -350,7 +347,7 @@ class UserspaceConnector final : public Connector {
     std::vector<int> pids = FindBridgePids(*o_.host_fs, p.control_socket);
     for (int pid : pids) {
       LogWarn("killing unresponsive bridge", {{"volume_id", volume_id}, {"pid", std::to_string(pid)}});
-      ::kill(pid, SIGKILL);
+      o_.host_fs->Kill(pid);
     }
     // A bridge killed mid-start may still finish the syscall it is in (a
     // mount, a losetup): look for its leftovers only once it is gone.
@@ -360,7 +357,7 @@ class UserspaceConnector final : public Connector {
     }
     auto executor = MakeProcessExecutor();
     for (const std::string& loop : FindLoopDevicesBackedBy(*o_.host_fs, p.lun_file)) {
-      auto mountinfo = ReadFileToString("/proc/self/mountinfo");
+      auto mountinfo = o_.host_fs->ReadFile("/proc/self/mountinfo");
       if (mountinfo.ok()) {
         auto where = MountPointsOfDevice(*o_.host_fs, loop, *mountinfo);
         if (!where.empty()) {
@@ -378,20 +375,19 @@ class UserspaceConnector final : public Connector {
     // The FUSE mount of a dead bridge still unmounts; retry briefly because
     // the kernel may hold the file a moment after the loop detach.
     for (int i = 0; i < 50; ++i) {
-      if (::umount2(p.mountpoint.c_str(), 0) == 0) {
+      auto table = o_.mounter->List();
+      if (!table.ok()) return table.status();
+      if (FindMountAt(*table, p.mountpoint) == nullptr) break;
+      Status st = o_.mounter->Unmount(p.mountpoint);
+      if (st.ok()) {
         LogInfo("unmounted FUSE left by a bridge", {{"volume_id", volume_id}, {"mountpoint", p.mountpoint}});
         continue;  // stacked mounts: keep going until none is left
       }
-      int err = errno;
-      if (err == EINVAL || err == ENOENT) break;
-      if (err != EBUSY) return ErrnoToStatus(err, "unmount " + p.mountpoint);
+      if (st.code() != StatusCode::kFailedPrecondition) return st;  // EBUSY maps to FAILED_PRECONDITION
       if (i == 49) return Unavailable("FUSE mount " + p.mountpoint + " stays busy");
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      o_.clock->Sleep(std::chrono::milliseconds(100));
     }
-    std::error_code ec;
-    std::filesystem::remove_all(p.dir, ec);
-    if (ec) return ErrnoToStatus(ec.value(), "remove " + p.dir);
-    return OkStatus();
+    return o_.host_fs->RemoveTree(p.dir);
   }
 
   // The bridge's argv and the secrets it reads from stdin (JSON; empty:
@@ -449,26 +445,6 @@ class UserspaceConnector final : public Connector {
     return argv;
   }
 
-  // In the forked child. Double fork: the bridge is reparented to init, in
-  // its own session and process group, so nothing that happens to the
-  // plugin reaches it.
-  [[noreturn]] static void ExecDetached(char** argv, int in_fd, int out_fd) {
-    ::setsid();
-    pid_t grandchild = ::fork();
-    if (grandchild != 0) ::_exit(grandchild < 0 ? 1 : 0);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::dup2(in_fd, STDIN_FILENO);
-    ::dup2(out_fd, STDOUT_FILENO);
-    // The bridge outlives the plugin: it must not keep the plugin's
-    // sockets or files open (only stdin, the ready pipe and stderr).
-    ::close_range(3, ~0U, 0);
-    ::chdir("/");
-    ::execv(argv[0], argv);
-    ::_exit(127);
-  }
-
   // Writes what it can; a bridge that died first shows as not ready.
   static void SendBestEffort(int fd, const std::string& data) {
     size_t off = 0;
@@ -508,34 +484,16 @@ class UserspaceConnector final : public Connector {
     std::string secrets;
     BLOCKCSI_ASSIGN_OR_RETURN(std::vector<std::string> argv, BridgeArgv(spec, p, &secrets));
 
-    // stdin is a socketpair, not a pipe, so that writing the secrets to a
-    // bridge that already died is EPIPE (MSG_NOSIGNAL), never SIGPIPE.
-    int in_pipe[2], out_pipe[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in_pipe) != 0) {
-      return ErrnoToStatus(errno, "socketpair for bridge");
-    }
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-      ::close(in_pipe[0]);
-      ::close(in_pipe[1]);
-      return ErrnoToStatus(errno, "pipe for bridge");
-    }
-    std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
     LogInfo("starting bridge", {{"volume_id", spec.volume_id}, {"binary", argv[0]}});
-    pid_t child = ::fork();
-    if (child < 0) return ErrnoToStatus(errno, "fork for bridge");
-    if (child == 0) ExecDetached(cargv.data(), in_pipe[0], out_pipe[1]);
-    ::close(in_pipe[0]);
-    ::close(out_pipe[1]);
-    int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    SendBestEffort(in_pipe[1], secrets);
-    ::close(in_pipe[1]);
+    // Detached (double fork, own session): nothing that happens to the
+    // plugin reaches the bridge. Its stdin is a socket, so writing the
+    // secrets to a bridge that already died is EPIPE (MSG_NOSIGNAL), never SIGPIPE.
+    BLOCKCSI_ASSIGN_OR_RETURN(DetachedProcess bridge, o_.host_fs->SpawnDetached(argv));
+    SendBestEffort(bridge.stdin_fd, secrets);
+    ::close(bridge.stdin_fd);
     bool eof = false;
-    std::string line = ReadReadyLine(out_pipe[0], std::chrono::steady_clock::now() + o_.start_timeout, &eof);
-    ::close(out_pipe[0]);
+    std::string line = ReadReadyLine(bridge.stdout_fd, std::chrono::steady_clock::now() + o_.start_timeout, &eof);
+    ::close(bridge.stdout_fd);
     if (line.find('\n') == std::string::npos && eof) {
       return Internal("bridge for volume \"" + spec.volume_id + "\" exited before it was ready (exec " + argv[0] +
                       "; its log is on the plugin's stderr)");

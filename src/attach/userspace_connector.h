@@ -14,7 +14,8 @@
 
 #include "attach/connector.h"
 #include "common/clock.h"
-#include "common/filesystem.h"
+#include "common/host.h"
+#include "common/mounter.h"
 
 namespace blockcsi {
 
@@ -23,7 +24,10 @@ struct UserspaceConnectorOptions {
   // Where blockcsi-bridge is; empty: the directory
   // of the running program (/proc/self/exe), as installed in bin/ and the image.
   std::string bridge_dir{};
-  std::shared_ptr<Filesystem> host_fs;  // /sys and /proc
+  std::shared_ptr<Host> host_fs;  // /sys, /proc, the bridge directories and processes
+  std::shared_ptr<Clock> clock;   // default: RealClock()
+  // Unmounts what a dead bridge left (its FUSE mount); default: libmount.
+  std::shared_ptr<Mounter> mounter;
   std::chrono::milliseconds io_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds start_timeout{std::chrono::seconds(60)};
   int reconnect_retries = 3;
@@ -59,7 +63,7 @@ std::unique_ptr<Connector> MakeUserspaceConnector(UserspaceConnectorOptions opti
 // Test and cleanup helper: pids of bridge processes whose command line
 // names `control_socket` (found through /proc, so a bridge whose pid was
 // never recorded is still found).
-std::vector<int> FindBridgePids(const Filesystem& fs, const std::string& control_socket);
+std::vector<int> FindBridgePids(const Host& fs, const std::string& control_socket);
 
 // True when `argv` (a /proc/<pid>/cmdline, split) is a bridge's: the
 // blockcsi-bridge programs, or `<blockcsi> bridge ...` of a plugin before

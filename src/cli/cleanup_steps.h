@@ -9,14 +9,14 @@
 
 #include "cli/node_state.h"
 #include "common/executor.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/status.h"
 
 namespace blockcsi::cli {
 
 struct CleanupSeams {
-  std::shared_ptr<Executor> executor;   // default: the real one
-  std::shared_ptr<Filesystem> host_fs;  // default: the real / (sysfs, /proc, /dev)
+  std::shared_ptr<Executor> executor;  // default: the real one
+  std::shared_ptr<Host> host_fs;       // default: the real / (sysfs, /proc, /dev)
 };
 
 Status ApplyCleanupStep(const NodeSnapshot& snapshot, const CleanupStep& step, const CleanupSeams& seams = {});

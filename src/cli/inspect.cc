@@ -11,7 +11,7 @@
 
 #include "cli/verb.h"
 #include "common/block_probe.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/mounter.h"
 
 namespace blockcsi::cli {
@@ -35,7 +35,7 @@ class InspectVerb final : public Verb {
     }
     std::string major_minor = std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
     std::string name = std::filesystem::path(device_).filename().string();
-    auto sys = MakeRootedFilesystem(sys_root_);
+    auto sys = MakeRootedHost(sys_root_);
 
     nlohmann::json j;
     j["device"] = device_;
@@ -63,7 +63,7 @@ class InspectVerb final : public Verb {
     }
     std::string mount_text;
     {
-      auto fs = MakeRootedFilesystem("");
+      auto fs = RealHost();
       auto text = fs->ReadFile(mountinfo_);
       if (text.ok()) mount_text = *text;
     }

@@ -1,12 +1,7 @@
 #include "cli/node_state.h"
 
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/sysmacros.h>
-
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <set>
 
 #include "attach/attach_record_store.h"
@@ -415,18 +410,17 @@ CleanupPlan PlanCleanup(const NodeSnapshot& s) {
 namespace {
 
 // How long ago each record was last written.
-void GatherRecordAges(const AttachRecordStore& store, NodeSnapshot& s) {
+void GatherRecordAges(const Host& host, const AttachRecordStore& store, NodeSnapshot& s) {
   for (const auto& r : s.records) {
-    std::error_code age_ec;
-    auto written = std::filesystem::last_write_time(store.PathFor(r.volume_id), age_ec);
-    if (age_ec) continue;
-    auto age = std::filesystem::file_time_type::clock::now() - written;
+    auto written = host.ModificationTime(store.PathFor(r.volume_id));
+    if (!written.ok()) continue;
+    auto age = std::chrono::system_clock::now() - *written;
     s.record_age_seconds[r.volume_id] = std::chrono::duration_cast<std::chrono::seconds>(age).count();
   }
 }
 
 // Whether the plugin that wrote each userspace record still runs.
-void GatherRecordOwners(const Filesystem& host_fs, NodeSnapshot& s) {
+void GatherRecordOwners(const Host& host_fs, NodeSnapshot& s) {
   for (const auto& r : s.records) {
     if (r.connector != "userspace") continue;
     auto pid = r.connector_state.find(kPluginPidKey);
@@ -441,11 +435,12 @@ void GatherRecordOwners(const Filesystem& host_fs, NodeSnapshot& s) {
 }
 
 // Every bridge directory: on disk under the state dir, or named by a record.
-std::set<std::string> BridgeDirs(const std::string& state_dir, const NodeSnapshot& s) {
+std::set<std::string> BridgeDirs(const Host& host, const std::string& state_dir, const NodeSnapshot& s) {
   std::set<std::string> dirs;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(BridgesDir(state_dir), ec)) {
-    dirs.insert(entry.path().string());
+  std::string bridges = BridgesDir(state_dir);
+  auto entries = host.ListDir(bridges);  // none when the directory does not exist
+  for (const std::string& name : entries.ok() ? *entries : std::vector<std::string>{}) {
+    dirs.insert(bridges + "/" + name);
   }
   for (const auto& r : s.records) {
     if (r.connector != "userspace") continue;
@@ -458,9 +453,8 @@ std::set<std::string> BridgeDirs(const std::string& state_dir, const NodeSnapsho
 
 // One bridge: its processes, what it answers on its control socket, and
 // whether its FUSE file is mounted.
-BridgeObservation ObserveBridge(const std::string& dir, const Filesystem& host_fs, int bridge_timeout_ms,
+BridgeObservation ObserveBridge(const std::string& dir, const Host& host_fs, int bridge_timeout_ms,
                                 const NodeSnapshot& s) {
-  std::error_code ec;
   BridgeObservation b;
   b.dir = dir;
   auto id = UnescapeVolumeIdFromFile(Basename(dir));
@@ -474,7 +468,7 @@ BridgeObservation ObserveBridge(const std::string& dir, const Filesystem& host_f
     if (auto m = r.connector_state.find("mountpoint"); m != r.connector_state.end()) b.mountpoint = m->second;
   }
   b.pids = FindBridgePids(host_fs, b.control_socket);
-  if (std::filesystem::exists(b.control_socket, ec)) {
+  if (host_fs.Exists(b.control_socket)) {
     auto reply = CallBridge(b.control_socket, {{"op", "status"}}, std::chrono::milliseconds(bridge_timeout_ms));
     Status st = reply.ok() ? StatusFromReply(*reply) : reply.status();
     if (st.ok()) {
@@ -497,7 +491,7 @@ BridgeObservation ObserveBridge(const std::string& dir, const Filesystem& host_f
 }
 
 // The kernel initiator's iSCSI sessions, from sysfs.
-void GatherKernelSessions(const Filesystem& host_fs, NodeSnapshot& s) {
+void GatherKernelSessions(const Host& host_fs, NodeSnapshot& s) {
   if (auto names = host_fs.ListDir("/sys/class/iscsi_session"); names.ok()) {
     for (const auto& name : *names) {
       if (!name.starts_with("session")) continue;
@@ -519,7 +513,7 @@ void GatherKernelSessions(const Filesystem& host_fs, NodeSnapshot& s) {
 }
 
 // Loop devices whose backing file is under the bridges' directory.
-void GatherBridgeLoops(const Filesystem& host_fs, const std::string& state_dir, NodeSnapshot& s) {
+void GatherBridgeLoops(const Host& host_fs, const std::string& state_dir, NodeSnapshot& s) {
   if (auto names = host_fs.ListDir("/sys/block"); names.ok()) {
     for (const auto& name : *names) {
       if (!name.starts_with("loop")) continue;
@@ -532,14 +526,13 @@ void GatherBridgeLoops(const Filesystem& host_fs, const std::string& state_dir, 
 }
 
 // MAJOR:MINOR of every device the records, bridges and loops name.
-void GatherDeviceNumbers(NodeSnapshot& s) {
+void GatherDeviceNumbers(const Host& host, NodeSnapshot& s) {
   std::set<std::string> devices;
   for (const auto& r : s.records) devices.insert(r.device_path);
   for (const auto& b : s.bridges) devices.insert(b.device);
   for (const auto& device : devices) {
-    struct stat st {};
-    if (device.empty() || ::stat(device.c_str(), &st) != 0 || !S_ISBLK(st.st_mode)) continue;
-    s.device_numbers[device] = std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
+    if (device.empty()) continue;
+    if (auto number = host.DeviceNumber(device); number.ok()) s.device_numbers[device] = *number;
   }
   for (const auto& loop : s.loops) {
     if (!loop.major_minor.empty()) s.device_numbers[loop.device] = loop.major_minor;
@@ -547,23 +540,18 @@ void GatherDeviceNumbers(NodeSnapshot& s) {
 }
 
 // Filesystem usage of every staged volume that is mounted.
-void GatherStagedUsage(NodeSnapshot& s) {
+void GatherStagedUsage(const Host& host, NodeSnapshot& s) {
   for (const auto& r : s.records) {
     std::string path = ParseStagedAnnotation(r).staging_path;
     if (path.empty() || FindMountAt(s.mounts, path) == nullptr) continue;
-    struct statvfs vfs {};
-    if (::statvfs(path.c_str(), &vfs) != 0) continue;
-    FsUsage u;
-    u.total_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
-    u.used_bytes = static_cast<uint64_t>(vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize;
-    s.usage[path] = u;
+    if (auto usage = host.StatFs(path); usage.ok()) s.usage[path] = *usage;
   }
 }
 
 }  // namespace
 
-NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& host_fs,
-                                const std::string& mountinfo_text, int bridge_timeout_ms) {
+NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Host& host_fs, const std::string& mountinfo_text,
+                                int bridge_timeout_ms) {
   NodeSnapshot s;
   s.state_dir = state_dir;
   AttachRecordStore store(state_dir);
@@ -573,20 +561,20 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& 
     s.errors.push_back("cannot read the attach records: " + records.status().ToString());
   }
   s.mounts = ParseMountInfo(mountinfo_text);
-  GatherRecordAges(store, s);
+  GatherRecordAges(host_fs, store, s);
   GatherRecordOwners(host_fs, s);
-  for (const auto& dir : BridgeDirs(state_dir, s)) {
+  for (const auto& dir : BridgeDirs(host_fs, state_dir, s)) {
     s.bridges.push_back(ObserveBridge(dir, host_fs, bridge_timeout_ms, s));
   }
   GatherKernelSessions(host_fs, s);
   GatherBridgeLoops(host_fs, state_dir, s);
-  GatherDeviceNumbers(s);
-  GatherStagedUsage(s);
+  GatherDeviceNumbers(host_fs, s);
+  GatherStagedUsage(host_fs, s);
   return s;
 }
 
 NodeSnapshot GatherHostSnapshot(const std::string& state_dir) {
-  auto fs = MakeRootedFilesystem("");
+  auto fs = RealHost();
   auto mountinfo = fs->ReadFile("/proc/self/mountinfo");
   NodeSnapshot s = GatherNodeSnapshot(state_dir, *fs, mountinfo.ok() ? *mountinfo : "", 2000);
   if (!mountinfo.ok()) s.errors.push_back("cannot read the mount table: " + mountinfo.status().ToString());

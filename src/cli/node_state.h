@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "attach/volume_attacher.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/mounter.h"
 #include "node/staged_facts.h"
 
@@ -48,11 +48,6 @@ struct LoopDevice {
   std::string device;        // /dev/loop3
   std::string major_minor;   // 7:3
   std::string backing_file;  // as sysfs shows it, maybe ending in " (deleted)"
-};
-
-struct FsUsage {
-  uint64_t total_bytes = 0;
-  uint64_t used_bytes = 0;
 };
 
 struct NodeSnapshot {
@@ -182,8 +177,8 @@ CleanupPlan PlanCleanup(const NodeSnapshot& snapshot);
 // Reads the real node: records through AttachRecordStore, `mountinfo_text`,
 // bridges (status over their control sockets, bounded by `bridge_timeout_ms`),
 // sysfs through `host_fs`.
-NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Filesystem& host_fs,
-                                const std::string& mountinfo_text, int bridge_timeout_ms);
+NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Host& host_fs, const std::string& mountinfo_text,
+                                int bridge_timeout_ms);
 
 // The same for the real host: /sys and /proc at /, /proc/self/mountinfo,
 // 2 s per bridge.

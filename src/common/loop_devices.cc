@@ -4,7 +4,7 @@
 
 namespace blockcsi {
 
-std::vector<std::string> FindLoopDevicesBackedBy(const Filesystem& fs, const std::string& file) {
+std::vector<std::string> FindLoopDevicesBackedBy(const Host& fs, const std::string& file) {
   std::vector<std::string> out;
   auto names = fs.ListDir("/sys/block");
   if (!names.ok()) return out;
@@ -17,7 +17,7 @@ std::vector<std::string> FindLoopDevicesBackedBy(const Filesystem& fs, const std
   return out;
 }
 
-std::vector<std::string> MountPointsOfDevice(const Filesystem& fs, const std::string& device,
+std::vector<std::string> MountPointsOfDevice(const Host& fs, const std::string& device,
                                              const std::string& mountinfo_text) {
   std::vector<std::string> out;
   std::string name = device.substr(device.rfind('/') + 1);

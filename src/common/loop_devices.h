@@ -6,17 +6,17 @@
 #include <string>
 #include <vector>
 
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/status.h"
 
 namespace blockcsi {
 
 // "/dev/loopN" for every loop device whose backing_file is `file`.
-std::vector<std::string> FindLoopDevicesBackedBy(const Filesystem& fs, const std::string& file);
+std::vector<std::string> FindLoopDevicesBackedBy(const Host& fs, const std::string& file);
 
 // Mount points (from `mountinfo_text`) of block device `device` ("/dev/loop3"),
 // matched by major:minor read from sysfs.
-std::vector<std::string> MountPointsOfDevice(const Filesystem& fs, const std::string& device,
+std::vector<std::string> MountPointsOfDevice(const Host& fs, const std::string& device,
                                              const std::string& mountinfo_text);
 
 }  // namespace blockcsi

@@ -84,7 +84,7 @@ Status RepairExt4IfNeeded(Executor& executor, const std::string& volume_id, cons
   return OkStatus();
 }
 
-Status GrowFilesystem(Executor& executor, NodeHost& host, const std::string& volume_id, const std::string& fs_type,
+Status GrowFilesystem(Executor& executor, const Host& host, const std::string& volume_id, const std::string& fs_type,
                       const std::string& device, const std::string& mount_path) {
   Command cmd("true");
   if (fs_type == "xfs") {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/executor.h"
+#include "common/host.h"
 #include "common/status.h"
-#include "node/node_host.h"
 
 namespace blockcsi {
 
@@ -25,7 +25,7 @@ Status RepairExt4IfNeeded(Executor& executor, const std::string& volume_id, cons
 // Grows the mounted filesystem to fill its (already rescanned) device:
 // xfs_growfs / resize2fs / btrfs filesystem resize max. ext4 online growth
 // needs CAP_SYS_RESOURCE; without it → FAILED_PRECONDITION saying so.
-Status GrowFilesystem(Executor& executor, NodeHost& host, const std::string& volume_id, const std::string& fs_type,
+Status GrowFilesystem(Executor& executor, const Host& host, const std::string& volume_id, const std::string& fs_type,
                       const std::string& device, const std::string& mount_path);
 
 }  // namespace blockcsi

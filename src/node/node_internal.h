@@ -120,7 +120,7 @@ inline bool IsBindOfDeviceNode(const MountEntry& e, const std::string& device) {
 // device, so the node binds a read-only loop device layered on the volume's
 // device instead. Such a layer shows in mountinfo as a bind of "/loopN"
 // whose loop reads from the volume's device.
-inline bool IsReadOnlyLayerOf(NodeHost& host, const MountEntry& e, const std::string& device) {
+inline bool IsReadOnlyLayerOf(const Host& host, const MountEntry& e, const std::string& device) {
   if (device.empty() || e.root.rfind("/loop", 0) != 0 || (e.fs_type != "devtmpfs" && e.fs_type != "tmpfs")) {
     return false;
   }
@@ -138,7 +138,7 @@ inline std::map<std::string, std::string> ToMap(const google::protobuf::Map<std:
 // other), and restaging a raw block volume as a filesystem would format
 // what the pod wrote to the device. A record whose staging is gone (a
 // crash mid-unstage) is no staging: the retry may go anywhere.
-inline Status CheckRecordedStaging(VolumeAttacher& attacher, NodeHost& host, const std::string& volume_id,
+inline Status CheckRecordedStaging(VolumeAttacher& attacher, const Host& host, const std::string& volume_id,
                                    const std::string& staging_path, bool block, const std::string& fs_type,
                                    const std::vector<MountEntry>& table) {
   auto record = attacher.Get(volume_id);

@@ -56,7 +56,7 @@ StatusOr<bool> NodeService::PublishFilesystem(const std::string& volume_id, cons
     BLOCKCSI_RETURN_IF_ERROR(CheckExistingPublish(volume_id, target, *existing, same, read_only));
     return false;
   }
-  BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeDirectory(target));
+  BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeDirectory(target, 0750));
   Status st = options_.mounter->BindMount(staging, target, read_only);
   if (!st.ok()) return st.WithContext("volume " + volume_id);
   return true;

@@ -18,10 +18,10 @@
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "common/fault_points.h"
+#include "common/host.h"
 #include "common/inflight.h"
 #include "common/mounter.h"
 #include "csi.grpc.pb.h"
-#include "node/node_host.h"
 #include "node/staged_facts.h"
 
 namespace blockcsi {
@@ -41,7 +41,7 @@ struct NodeServiceOptions {
   std::shared_ptr<Mounter> mounter;
   std::shared_ptr<BlockProbe> probe;
   std::shared_ptr<Executor> executor;
-  std::shared_ptr<NodeHost> host;
+  std::shared_ptr<Host> host;
   // Parses publish_context + secrets; ParseAttachSpec unless a test swaps it.
   std::function<StatusOr<AttachSpec>(const std::string& volume_id, const std::map<std::string, std::string>& context,
                                      const std::map<std::string, std::string>& secrets,

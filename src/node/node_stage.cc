@@ -217,7 +217,7 @@ Status NodeService::StageMount(const StagePlan& plan, const AttachRecord& record
   if (plan.fs_type == "ext4" && !plan.read_only && !formatted_now) {
     BLOCKCSI_RETURN_IF_ERROR(RepairExt4IfNeeded(*options_.executor, plan.volume_id, device));
   }
-  BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeDirectory(plan.staging_path));
+  BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeDirectory(plan.staging_path, 0750));
   std::string mount_options;
   for (const auto& f : plan.mount_flags) mount_options += (mount_options.empty() ? "" : ",") + f;
   if (plan.read_only) mount_options += mount_options.empty() ? "ro" : ",ro";

@@ -141,7 +141,7 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   options.mounter = MakeLibmountMounter();
   options.probe = MakeBlkidProbe();
   options.executor = MakeProcessExecutor();
-  options.host = MakeRealNodeHost();
+  options.host = RealHost();
   options.fs_minimum_bytes = wiring.fs_minimum_bytes;
   auto node = std::make_shared<NodeService>(std::move(options));
   node->LogAdoptedVolumes();

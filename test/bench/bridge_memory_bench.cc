@@ -24,7 +24,7 @@
 #include "bench/bench_report.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/logging.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"

@@ -3,7 +3,7 @@
 // secrets (AttachSpec), iSCSI names and portals, VPD pages (read from sysfs or
 // over iSCSI), attach records, volume and snapshot ids, StorageClass
 // parameters, mount flags and mkfs options, and the kernel initiator's sysfs
-// tree (read through an in-memory Filesystem). One FUZZ_TARGET_* per binary.
+// tree (read through an in-memory Host). One FUZZ_TARGET_* per binary.
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -53,9 +53,10 @@ std::vector<std::string> Words(std::string_view text) {
 // A sysfs tree from text: "path\tcontents" makes a file, "path -> target"
 // a symlink; directories exist because something is below them. Contents use
 // "\\n" for newlines so one line can hold a multi-line attribute.
-class TextFilesystem final : public blockcsi::Filesystem {
+class TextHost final : public blockcsi::RootedHost {
  public:
-  explicit TextFilesystem(std::string_view text) {
+  // Anything but the file reads goes to a root that does not exist.
+  explicit TextHost(std::string_view text) : RootedHost("/nonexistent-fuzz-root") {
     std::istringstream lines{std::string(text)};
     std::string line;
     while (std::getline(lines, line)) {
@@ -198,7 +199,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string target = wanted.size() > 0 ? wanted[0] : "iqn.2026-11.io.blockcsi:vol-1";
   auto portal = blockcsi::ParsePortal(wanted.size() > 1 ? wanted[1] : "127.0.0.1:3260");
   if (!portal.ok()) return 0;
-  TextFilesystem fs(input);
+  TextHost fs(input);
   for (const char* iface : {"", "blockcsi"}) {
     auto session = blockcsi::FindIscsiSession(fs, target, *portal, iface);
     if (!session) continue;

@@ -16,7 +16,7 @@
 #include "attach/userspace_connector.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/loop_devices.h"
 #include "common/mounter.h"
 
@@ -132,7 +132,7 @@ StatusOr<std::unique_ptr<VolumeAttacher>> AttachIntegrationTest::NewAttacher(int
 
 std::vector<int> AttachIntegrationTest::BridgePids() const {
   std::vector<int> out;
-  auto fs = MakeRootedFilesystem("");
+  auto fs = RealHost();
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/bridges", ec)) {
     for (int pid : FindBridgePids(*fs, e.path().string() + "/ctl.sock")) out.push_back(pid);
@@ -142,7 +142,7 @@ std::vector<int> AttachIntegrationTest::BridgePids() const {
 
 std::vector<std::string> AttachIntegrationTest::LoopDevicesUnderState() const {
   std::vector<std::string> out;
-  auto fs = MakeRootedFilesystem("");
+  auto fs = RealHost();
   auto names = fs->ListDir("/sys/block");
   if (!names.ok()) return out;
   for (const auto& n : *names) {

@@ -321,9 +321,9 @@ std::vector<std::vector<std::string>> FakeWorldExecutor::Commands() {
   return commands_;
 }
 
-// ---- FakeNodeHost
+// ---- FakeHost
 
-PathKind FakeNodeHost::Kind(const std::string& path) {
+PathKind FakeHost::Kind(const std::string& path) const {
   std::lock_guard lock(world_->mu);
   if (DeviceBehind(*world_, path) != nullptr) return PathKind::kBlockDevice;
   if (auto it = world_->devices.find(path); it != world_->devices.end()) {
@@ -334,19 +334,19 @@ PathKind FakeNodeHost::Kind(const std::string& path) {
   return PathKind::kMissing;
 }
 
-Status FakeNodeHost::MakeDirectory(const std::string& path) {
+Status FakeHost::MakeDirectory(const std::string& path, mode_t /*mode*/) const {
   std::lock_guard lock(world_->mu);
   world_->dirs.insert(path);
   return OkStatus();
 }
 
-Status FakeNodeHost::MakeFile(const std::string& path) {
+Status FakeHost::MakeFile(const std::string& path) const {
   std::lock_guard lock(world_->mu);
   world_->files.insert(path);
   return OkStatus();
 }
 
-Status FakeNodeHost::RemovePath(const std::string& path) {
+Status FakeHost::RemovePath(const std::string& path) const {
   std::lock_guard lock(world_->mu);
   if (FindMountAt(world_->mounts, path) != nullptr) return Status(StatusCode::kUnavailable, path + " is busy");
   world_->log.push_back("remove " + path);
@@ -355,14 +355,14 @@ Status FakeNodeHost::RemovePath(const std::string& path) {
   return OkStatus();
 }
 
-StatusOr<std::string> FakeNodeHost::DeviceNumber(const std::string& device) {
+StatusOr<std::string> FakeHost::DeviceNumber(const std::string& device) const {
   std::lock_guard lock(world_->mu);
   auto it = world_->devices.find(device);
   if (it == world_->devices.end() || !it->second.present) return NotFound("no device " + device);
   return it->second.major_minor;
 }
 
-StatusOr<uint64_t> FakeNodeHost::BlockDeviceSize(const std::string& device) {
+StatusOr<uint64_t> FakeHost::BlockDeviceSize(const std::string& device) const {
   std::lock_guard lock(world_->mu);
   if (const FakeDevice* d = DeviceBehind(*world_, device)) return d->size_bytes;
   auto it = world_->devices.find(device);
@@ -370,14 +370,14 @@ StatusOr<uint64_t> FakeNodeHost::BlockDeviceSize(const std::string& device) {
   return it->second.size_bytes;
 }
 
-StatusOr<std::string> FakeNodeHost::LoopBackingFile(const std::string& loop_name) {
+StatusOr<std::string> FakeHost::LoopBackingFile(const std::string& loop_name) const {
   std::lock_guard lock(world_->mu);
   auto it = world_->loop_backing.find(loop_name);
   if (it == world_->loop_backing.end()) return NotFound(loop_name + " is not a loop device");
   return it->second;
 }
 
-StatusOr<FsUsage> FakeNodeHost::StatFs(const std::string& path) {
+StatusOr<FsUsage> FakeHost::StatFs(const std::string& path) const {
   std::lock_guard lock(world_->mu);
   if (!world_->dirs.contains(path)) return NotFound("statvfs " + path);
   return usage;

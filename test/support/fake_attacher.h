@@ -17,8 +17,8 @@
 #include "attach/volume_attacher.h"
 #include "common/block_probe.h"
 #include "common/executor.h"
+#include "common/host.h"
 #include "common/mounter.h"
-#include "node/node_host.h"
 
 namespace blockcsi::testing {
 
@@ -124,9 +124,13 @@ class FakeWorldExecutor final : public Executor {
   std::vector<std::vector<std::string>> commands_;
 };
 
-class FakeNodeHost final : public NodeHost {
+// The node's paths and devices as the world holds them; what it does not
+// model (sysfs, processes) goes to a root that does not exist, so a node
+// test that reaches for it fails instead of touching this machine.
+class FakeHost final : public RootedHost {
  public:
-  explicit FakeNodeHost(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
+  explicit FakeHost(std::shared_ptr<FakeWorld> world)
+      : RootedHost("/nonexistent-blockcsi-fake-host"), world_(std::move(world)) {}
   bool cap_sys_resource = true;
   FsUsage usage{.total_bytes = 1000,
                 .available_bytes = 600,
@@ -135,15 +139,15 @@ class FakeNodeHost final : public NodeHost {
                 .free_inodes = 90,
                 .used_inodes = 10};
 
-  PathKind Kind(const std::string& path) override;
-  Status MakeDirectory(const std::string& path) override;
-  Status MakeFile(const std::string& path) override;
-  Status RemovePath(const std::string& path) override;
-  StatusOr<std::string> DeviceNumber(const std::string& device) override;
-  StatusOr<uint64_t> BlockDeviceSize(const std::string& device) override;
-  StatusOr<FsUsage> StatFs(const std::string& path) override;
-  StatusOr<std::string> LoopBackingFile(const std::string& loop_name) override;
-  bool HasCapSysResource() override { return cap_sys_resource; }
+  PathKind Kind(const std::string& path) const override;
+  Status MakeDirectory(const std::string& path, mode_t mode) const override;
+  Status MakeFile(const std::string& path) const override;
+  Status RemovePath(const std::string& path) const override;
+  StatusOr<std::string> DeviceNumber(const std::string& device) const override;
+  StatusOr<uint64_t> BlockDeviceSize(const std::string& device) const override;
+  StatusOr<FsUsage> StatFs(const std::string& path) const override;
+  StatusOr<std::string> LoopBackingFile(const std::string& loop_name) const override;
+  bool HasCapSysResource() const override { return cap_sys_resource; }
 
  private:
   std::shared_ptr<FakeWorld> world_;

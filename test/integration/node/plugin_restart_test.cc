@@ -32,7 +32,7 @@
 #include "attach/userspace_connector.h"
 #include "bridge/bridge_cgroup.h"
 #include "common/executor.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "csi.grpc.pb.h"
 #include "support/block_io.h"
 #include "support/leak_check.h"
@@ -283,7 +283,7 @@ class PluginRestartTest : public ::testing::Test {
   std::map<std::string, pid_t> BridgePids() {
     std::map<std::string, pid_t> out;
     for (const auto& [id, _] : written_) {
-      auto pids = FindBridgePids(*MakeRootedFilesystem(""), plugin_->state_dir() + "/bridges/" + id + "/ctl.sock");
+      auto pids = FindBridgePids(*RealHost(), plugin_->state_dir() + "/bridges/" + id + "/ctl.sock");
       out[id] = pids.size() == 1 ? pids.front() : -1;
     }
     return out;
@@ -361,8 +361,8 @@ void PluginRestartTest::Scenario(bool new_version) {
   std::map<std::string, pid_t> bridges = BridgePids();
   for (const auto& [id, pid] : bridges) {
     ASSERT_GT(pid, 0) << "no single bridge for " << id;
-    EXPECT_TRUE(InCgroup(*MakeRootedFilesystem(""), bridge_cgroup_, pid)) << "bridge of " << id;
-    EXPECT_FALSE(InCgroup(*MakeRootedFilesystem(""), first, pid)) << "bridge of " << id;
+    EXPECT_TRUE(InCgroup(*RealHost(), bridge_cgroup_, pid)) << "bridge of " << id;
+    EXPECT_FALSE(InCgroup(*RealHost(), first, pid)) << "bridge of " << id;
     // No pipe, file or socket of the plugin's (its log included) stays open
     // in the bridge: stdin and stdout are /dev/null, stderr its own log.
     std::string fd = "/proc/" + std::to_string(pid) + "/fd/";
@@ -468,7 +468,7 @@ void PluginRestartTest::Scenario(bool new_version) {
   }
   for (const auto& [id, pid] : BridgePids()) {
     ASSERT_GT(pid, 0);
-    EXPECT_TRUE(InCgroup(*MakeRootedFilesystem(""), bridge_cgroup_, pid));
+    EXPECT_TRUE(InCgroup(*RealHost(), bridge_cgroup_, pid));
     if (new_version) {
       std::error_code ec;
       EXPECT_EQ(std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).string(),
@@ -504,7 +504,7 @@ TEST_F(PluginRestartTest, WithoutBridgeCgroupTheKillFailsTheFilesystem) {
   ASSERT_EQ(WriteAndCheck(v, "before-kill"), "");
   pid_t bridge = BridgePids()[v.id];
   ASSERT_GT(bridge, 0);
-  EXPECT_TRUE(InCgroup(*MakeRootedFilesystem(""), first, bridge)) << "the bridge left the plugin's cgroup";
+  EXPECT_TRUE(InCgroup(*RealHost(), first, bridge)) << "the bridge left the plugin's cgroup";
 
   KillCgroup(first);
   ASSERT_TRUE(plugin_->WaitKilledByFaultPoint());
@@ -549,7 +549,7 @@ TEST_F(PluginRestartTest, ABridgeThatCannotMoveRefusesAndLeavesNothing) {
   EXPECT_NE(st.error_message().find(bridge_cgroup_), std::string::npos) << st.error_message();
   // Nothing left: no bridge, FUSE mount, loop device, bridge dir or record.
   std::string bridge_dir = plugin_->state_dir() + "/bridges/" + v.id;
-  EXPECT_EQ(FindBridgePids(*MakeRootedFilesystem(""), bridge_dir + "/ctl.sock"), std::vector<int>{});
+  EXPECT_EQ(FindBridgePids(*RealHost(), bridge_dir + "/ctl.sock"), std::vector<int>{});
   EXPECT_EQ(testing::MountsUnder(dir_.path()), std::vector<std::string>{});
   EXPECT_EQ(testing::LoopDevicesUnder(dir_.path()), std::vector<std::string>{});
   EXPECT_FALSE(std::filesystem::exists(bridge_dir));

@@ -34,7 +34,7 @@
 #include "bridge/bridge_protocol.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/mounter.h"
 #include "support/block_io.h"
 #include "support/ceph_test_cluster.h"
@@ -198,7 +198,7 @@ class RbdAttachTest : public testing::CephSuiteTest {
 
   static std::vector<int> BridgePids(const Node& node) {
     std::vector<int> out;
-    auto fs = MakeRootedFilesystem("");
+    auto fs = RealHost();
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(node.state_dir + "/bridges", ec)) {
       for (int pid : FindBridgePids(*fs, e.path().string() + "/ctl.sock")) out.push_back(pid);

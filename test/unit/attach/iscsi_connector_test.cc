@@ -81,7 +81,7 @@ class IscsiConnectorTest : public ::testing::Test {
   std::unique_ptr<VolumeAttacherImpl> MakeAttacher() {
     IscsiConnectorOptions o;
     o.executor = executor_;
-    o.host_fs = MakeRootedFilesystem(root_);
+    o.host_fs = MakeRootedHost(root_);
     o.clock = clock_;
     o.iface = "blockcsi";
     o.initiator_iqn = kInitiator;

@@ -69,7 +69,7 @@ class KrbdConnectorTest : public ::testing::Test {
   KrbdConnectorOptions Options() {
     KrbdConnectorOptions o;
     o.executor = executor_;
-    o.host_fs = MakeRootedFilesystem(root_);
+    o.host_fs = MakeRootedHost(root_);
     o.state_dir = state_;
     o.command_timeout = std::chrono::seconds(120);
     return o;
@@ -462,7 +462,7 @@ TEST_F(KrbdConnectorTest, ReconcileRefreshesMovedDevicesReportsOrphansAndRemoves
 
 TEST_F(KrbdConnectorTest, SysfsParserReadsTheKernelsAttributes) {
   Install("rbd0");
-  auto fs = MakeRootedFilesystem(root_);
+  auto fs = MakeRootedHost(root_);
   auto m = ReadKrbdMapping(*fs, "0");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->pool, "rbd");
@@ -478,7 +478,7 @@ TEST_F(KrbdConnectorTest, SysfsParserReadsTheKernelsAttributes) {
   auto all = ListKrbdMappings(*fs);
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[1].image, kOrphanImage);
-  EXPECT_TRUE(ListKrbdMappings(*MakeRootedFilesystem(dir_.Join("empty"))).empty());
+  EXPECT_TRUE(ListKrbdMappings(*MakeRootedHost(dir_.Join("empty"))).empty());
 }
 
 }  // namespace

@@ -193,7 +193,7 @@ TEST_P(AttacherFactoryTest, KernelConnectorServesRbdVolumesThroughKrbd) {
   options.state_dir = dir.Join("state");
   options.node_id = "worker-1";
   options.executor = executor;
-  options.host_fs = MakeRootedFilesystem(root);
+  options.host_fs = MakeRootedHost(root);
   auto attacher = MakeVolumeAttacher(options);
   ASSERT_TRUE(attacher.ok()) << attacher.status().ToString();
 

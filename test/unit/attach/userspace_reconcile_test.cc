@@ -45,7 +45,7 @@ class UserspaceReconcileTest : public ::testing::Test {
   std::unique_ptr<Connector> MakeConnectorUnderTest() {
     UserspaceConnectorOptions o;
     o.state_dir = state_.path();
-    o.host_fs = MakeRootedFilesystem(root_.path());
+    o.host_fs = MakeRootedHost(root_.path());
     return MakeUserspaceConnector(std::move(o));
   }
 

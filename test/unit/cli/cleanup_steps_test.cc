@@ -70,7 +70,7 @@ TEST(CleanupStepsTest, DetachOfAKrbdRecordTakesTheKrbdPath) {
   snapshot.records = {KrbdRecord()};
   CleanupStep step{CleanupStep::Kind::kDetachRecord, "vol-rbd", "vol-rbd", "detach volume vol-rbd"};
 
-  Status st = ApplyCleanupStep(snapshot, step, {.executor = executor, .host_fs = MakeRootedFilesystem(root)});
+  Status st = ApplyCleanupStep(snapshot, step, {.executor = executor, .host_fs = MakeRootedHost(root)});
   EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_TRUE(executor->Pending().empty()) << "not run: " << executor->Pending().front();
   EXPECT_EQ(store.Get("vol-rbd").status().code(), StatusCode::kNotFound) << "the record outlived its detach";
@@ -93,7 +93,7 @@ TEST(CleanupStepsTest, AKrbdDeviceThatStaysBusyKeepsItsRecord) {
   snapshot.records = {KrbdRecord()};
   CleanupStep step{CleanupStep::Kind::kDetachRecord, "vol-rbd", "vol-rbd", "detach volume vol-rbd"};
 
-  Status st = ApplyCleanupStep(snapshot, step, {.executor = executor, .host_fs = MakeRootedFilesystem(root)});
+  Status st = ApplyCleanupStep(snapshot, step, {.executor = executor, .host_fs = MakeRootedHost(root)});
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("/dev/rbd0"), std::string::npos) << st.message();
   EXPECT_TRUE(store.Get("vol-rbd").ok()) << "a record whose device is still mapped must stay";

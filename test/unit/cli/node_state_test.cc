@@ -67,7 +67,7 @@ NodeSnapshot Healthy() {
   s.loops = {{"/dev/loop3", "7:3", std::string(kState) + "/bridges/vol-a/fuse/lun"}};
   s.device_numbers = {{"/dev/loop3", "7:3"}};
   s.mounts = {Mount("/stage/vol-a", "7:3"), Mount("/var/lib/kubelet/pods/p1/volumes/vol-a/mount", "7:3")};
-  s.usage["/stage/vol-a"] = {1000, 250};
+  s.usage["/stage/vol-a"] = {.total_bytes = 1000, .used_bytes = 250};
   return s;
 }
 

@@ -20,8 +20,8 @@ namespace blockcsi {
 namespace {
 
 using testing::FakeAttacher;
+using testing::FakeHost;
 using testing::FakeMounter;
-using testing::FakeNodeHost;
 using testing::FakeProbe;
 using testing::FakeWorld;
 using testing::FakeWorldExecutor;
@@ -125,7 +125,7 @@ class NodeServiceTest : public ::testing::Test {
   std::shared_ptr<FakeAttacher> attacher_ = std::make_shared<FakeAttacher>(world_);
   std::shared_ptr<FakeMounter> mounter_ = std::make_shared<FakeMounter>(world_);
   std::shared_ptr<FakeWorldExecutor> executor_ = std::make_shared<FakeWorldExecutor>(world_);
-  std::shared_ptr<FakeNodeHost> host_ = std::make_shared<FakeNodeHost>(world_);
+  std::shared_ptr<FakeHost> host_ = std::make_shared<FakeHost>(world_);
   std::unique_ptr<NodeService> node_;
   std::string log_lines_;
   std::mutex steps_mu_;

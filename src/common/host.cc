@@ -1,0 +1,248 @@
+#include "common/host.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <sstream>
+
+#include "common/atomic_file.h"
+
+namespace blockcsi {
+namespace {
+
+constexpr int kCapSysResource = 24;  // linux/capability.h
+
+// In the forked child. Double fork: the grandchild is reparented to init, in
+// its own session and process group.
+[[noreturn]] void ExecDetached(char** argv, int in_fd, int out_fd) {
+  ::setsid();
+  pid_t grandchild = ::fork();
+  if (grandchild != 0) ::_exit(grandchild < 0 ? 1 : 0);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::dup2(in_fd, STDIN_FILENO);
+  ::dup2(out_fd, STDOUT_FILENO);
+  // The process outlives us: it must not keep our sockets or files open
+  // (only stdin, stdout and stderr).
+  ::close_range(3, ~0U, 0);
+  ::chdir("/");
+  ::execv(argv[0], argv);
+  ::_exit(127);
+}
+
+}  // namespace
+
+RootedHost::RootedHost(std::string root) : root_(std::move(root)) {
+  while (!root_.empty() && root_.back() == '/') root_.pop_back();
+}
+
+StatusOr<std::string> RootedHost::ReadFile(const std::string& path) const { return ReadFileToString(Resolve(path)); }
+
+Status RootedHost::WriteFile(const std::string& path, const std::string& contents) const {
+  std::string real = Resolve(path);
+  int fd = ::open(real.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + real + " for writing");
+  ssize_t n = ::write(fd, contents.data(), contents.size());
+  int err = errno;
+  ::close(fd);
+  if (n < 0) return ErrnoToStatus(err, "write " + real);
+  return OkStatus();
+}
+
+Status RootedHost::ReplaceFile(const std::string& path, const std::string& contents) const {
+  AtomicWriteOptions options;
+  options.mode = 0600;
+  return WriteFileAtomically(Resolve(path), contents, options);
+}
+
+StatusOr<std::vector<std::string>> RootedHost::ListDir(const std::string& path) const {
+  std::error_code ec;
+  std::vector<std::string> names;
+  std::string real = Resolve(path);
+  for (const auto& entry : std::filesystem::directory_iterator(real, ec)) {
+    names.push_back(entry.path().filename().string());
+  }
+  if (ec) return ErrnoToStatus(ec.value(), "list " + real);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+StatusOr<std::string> RootedHost::ReadLink(const std::string& path) const {
+  std::string real = Resolve(path);
+  char buf[4096];
+  ssize_t n = ::readlink(real.c_str(), buf, sizeof buf - 1);
+  if (n < 0) return ErrnoToStatus(errno, "readlink " + real);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+bool RootedHost::Exists(const std::string& path) const { return ::access(Resolve(path).c_str(), F_OK) == 0; }
+
+StatusOr<std::chrono::system_clock::time_point> RootedHost::ModificationTime(const std::string& path) const {
+  std::string real = Resolve(path);
+  struct stat st {};
+  if (::stat(real.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + real);
+  return std::chrono::system_clock::time_point(
+      std::chrono::seconds(st.st_mtim.tv_sec) +
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+}
+
+PathKind RootedHost::Kind(const std::string& path) const {
+  struct stat st {};
+  if (::stat(Resolve(path).c_str(), &st) != 0) return PathKind::kMissing;
+  if (S_ISDIR(st.st_mode)) return PathKind::kDirectory;
+  if (S_ISBLK(st.st_mode)) return PathKind::kBlockDevice;
+  if (S_ISREG(st.st_mode)) return PathKind::kFile;
+  return PathKind::kOther;
+}
+
+Status RootedHost::MakeDirectory(const std::string& path, mode_t mode) const {
+  return MakeDirectories(Resolve(path), mode);
+}
+
+Status RootedHost::MakeFile(const std::string& path) const {
+  std::string real = Resolve(path);
+  size_t slash = real.rfind('/');
+  if (slash != std::string::npos && slash > 0) BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(real.substr(0, slash), 0750));
+  int fd = ::open(real.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + real);
+  ::close(fd);
+  return OkStatus();
+}
+
+Status RootedHost::RemovePath(const std::string& path) const {
+  std::string real = Resolve(path);
+  struct stat st {};
+  if (::lstat(real.c_str(), &st) != 0) return errno == ENOENT ? OkStatus() : ErrnoToStatus(errno, "stat " + real);
+  int rc = S_ISDIR(st.st_mode) ? ::rmdir(real.c_str()) : ::unlink(real.c_str());
+  if (rc != 0 && errno != ENOENT) return ErrnoToStatus(errno, "remove " + real);
+  return OkStatus();
+}
+
+Status RootedHost::RemoveTree(const std::string& path) const {
+  std::error_code ec;
+  std::string real = Resolve(path);
+  std::filesystem::remove_all(real, ec);
+  if (ec) return ErrnoToStatus(ec.value(), "remove " + real);
+  return OkStatus();
+}
+
+StatusOr<std::string> RootedHost::DeviceNumber(const std::string& device) const {
+  std::string real = Resolve(device);
+  struct stat st {};
+  if (::stat(real.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + real);
+  if (!S_ISBLK(st.st_mode)) return FailedPrecondition(device + " is not a block device");
+  return std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
+}
+
+StatusOr<uint64_t> RootedHost::BlockDeviceSize(const std::string& device) const {
+  std::string real = Resolve(device);
+  int fd = ::open(real.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + real);
+  uint64_t size = 0;
+  int rc = ::ioctl(fd, BLKGETSIZE64, &size);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoToStatus(err, "BLKGETSIZE64 " + real);
+  return size;
+}
+
+StatusOr<std::string> RootedHost::LoopBackingFile(const std::string& loop_name) const {
+  auto file = ReadTrimmed(*this, "/sys/block/" + loop_name + "/loop/backing_file");
+  if (!file.ok()) return NotFound(loop_name + " is not a configured loop device");
+  return *file;
+}
+
+StatusOr<FsUsage> RootedHost::StatFs(const std::string& path) const {
+  std::string real = Resolve(path);
+  struct statvfs sv {};
+  if (::statvfs(real.c_str(), &sv) != 0) return ErrnoToStatus(errno, "statvfs " + real);
+  FsUsage u;
+  uint64_t frsize = sv.f_frsize != 0 ? sv.f_frsize : sv.f_bsize;
+  u.total_bytes = sv.f_blocks * frsize;
+  u.available_bytes = sv.f_bavail * frsize;
+  u.used_bytes = (sv.f_blocks - sv.f_bfree) * frsize;
+  u.total_inodes = sv.f_files;
+  u.read_only = (sv.f_flag & ST_RDONLY) != 0;
+  u.free_inodes = sv.f_ffree;
+  u.used_inodes = sv.f_files - sv.f_ffree;
+  return u;
+}
+
+bool RootedHost::HasCapSysResource() const {
+  auto status = ReadFile("/proc/self/status");
+  if (!status.ok()) return false;
+  std::istringstream lines(*status);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("CapEff:", 0) == 0) {
+      uint64_t caps = std::stoull(line.substr(7), nullptr, 16);
+      return (caps >> kCapSysResource) & 1U;
+    }
+  }
+  return false;
+}
+
+StatusOr<DetachedProcess> RootedHost::SpawnDetached(const std::vector<std::string>& argv) const {
+  if (argv.empty()) return InvalidArgument("spawn: empty argv");
+  std::vector<std::string> args = argv;
+  args[0] = Resolve(argv[0]);
+  int in_pipe[2], out_pipe[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in_pipe) != 0) {
+    return ErrnoToStatus(errno, "socketpair for " + args[0]);
+  }
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    int err = errno;
+    ::close(in_pipe[0]);
+    ::close(in_pipe[1]);
+    return ErrnoToStatus(err, "pipe for " + args[0]);
+  }
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  pid_t child = ::fork();
+  if (child < 0) {
+    int err = errno;
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1]}) ::close(fd);
+    return ErrnoToStatus(err, "fork for " + args[0]);
+  }
+  if (child == 0) ExecDetached(cargv.data(), in_pipe[0], out_pipe[1]);
+  ::close(in_pipe[0]);
+  ::close(out_pipe[1]);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  return DetachedProcess{.stdin_fd = in_pipe[1], .stdout_fd = out_pipe[0]};
+}
+
+void RootedHost::Kill(pid_t pid) const { ::kill(pid, SIGKILL); }
+
+void RootedHost::Reap(pid_t pid) const { ::waitpid(pid, nullptr, WNOHANG); }
+
+std::unique_ptr<Host> MakeRootedHost(std::string root) { return std::make_unique<RootedHost>(std::move(root)); }
+
+std::shared_ptr<Host> RealHost() {
+  static std::shared_ptr<Host> host = std::make_shared<RootedHost>("");
+  return host;
+}
+
+StatusOr<std::string> ReadTrimmed(const Host& host, const std::string& path) {
+  BLOCKCSI_ASSIGN_OR_RETURN(std::string text, host.ReadFile(path));
+  auto begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return std::string();
+  auto end = text.find_last_not_of(" \t\r\n");
+  return text.substr(begin, end - begin + 1);
+}
+
+}  // namespace blockcsi

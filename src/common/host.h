@@ -1,0 +1,145 @@
+// Host: the one seam between blockcsi and the machine's files and processes
+// (sysfs, configfs, /proc, /dev, target paths, state directories, the
+// detached bridge processes). Mounts go through Mounter, programs run to
+// completion through Executor, signatures through BlockProbe and time
+// through Clock; everything else that touches the host goes through here,
+// so tests point it at a temp tree (MakeRootedHost) or an in-memory fake.
+// Paths passed in are absolute host paths ("/sys/class/iscsi_session"); a
+// rooted host prepends its root. Implementations must be thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace blockcsi {
+
+struct FsUsage {
+  uint64_t total_bytes = 0;
+  uint64_t available_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t total_inodes = 0;
+  uint64_t free_inodes = 0;
+  uint64_t used_inodes = 0;
+  // ST_RDONLY: the mount or its filesystem is read-only (a filesystem the
+  // kernel remounted read-only after I/O errors shows up here).
+  bool read_only = false;
+};
+
+enum class PathKind { kMissing, kDirectory, kBlockDevice, kFile, kOther };
+
+// A process started by SpawnDetached: its pid (already reparented to init)
+// and the caller's ends of its stdin (a socket, so that writing to a process
+// that died is EPIPE, never SIGPIPE) and stdout (a pipe). The caller closes
+// both fds.
+struct DetachedProcess {
+  int stdin_fd = -1;
+  int stdout_fd = -1;
+};
+
+class Host {
+ public:
+  virtual ~Host() = default;
+
+  // ---- files (sysfs attributes, configfs, /proc, node records)
+  virtual StatusOr<std::string> ReadFile(const std::string& path) const = 0;
+  // One write(2) of the whole value, no temp file: what sysfs and configfs
+  // attributes want.
+  virtual Status WriteFile(const std::string& path, const std::string& contents) const = 0;
+  // Crash-safe replacement of a regular file (temp + fsync + rename, mode
+  // 0600), for configuration that may hold secrets (open-iscsi node records):
+  // after a crash the file holds the old contents or the new, never a mix.
+  virtual Status ReplaceFile(const std::string& path, const std::string& contents) const = 0;
+  virtual StatusOr<std::vector<std::string>> ListDir(const std::string& path) const = 0;  // sorted names
+  virtual StatusOr<std::string> ReadLink(const std::string& path) const = 0;
+  virtual bool Exists(const std::string& path) const = 0;
+  // When `path` was last written (its mtime).
+  virtual StatusOr<std::chrono::system_clock::time_point> ModificationTime(const std::string& path) const = 0;
+  // The real path the seam maps `path` to (for handing to other programs).
+  virtual std::string Resolve(const std::string& path) const = 0;
+
+  // ---- paths (target paths, configfs directories, bridge directories)
+  virtual PathKind Kind(const std::string& path) const = 0;
+  // mkdir -p (`mode` for what it creates).
+  virtual Status MakeDirectory(const std::string& path, mode_t mode) const = 0;
+  // An empty regular file (parents created) for a raw block bind target.
+  virtual Status MakeFile(const std::string& path) const = 0;
+  // rmdir or unlink; a missing path is OK.
+  virtual Status RemovePath(const std::string& path) const = 0;
+  // rm -r of a directory this program owns; a missing path is OK.
+  virtual Status RemoveTree(const std::string& path) const = 0;
+
+  // ---- block devices and mounted filesystems
+  // "major:minor" of a block device node, as mountinfo prints it.
+  virtual StatusOr<std::string> DeviceNumber(const std::string& device) const = 0;
+  virtual StatusOr<uint64_t> BlockDeviceSize(const std::string& device) const = 0;
+  // What loop device `loop_name` ("loop7") reads from (sysfs backing_file);
+  // NOT_FOUND when it is not a configured loop device.
+  virtual StatusOr<std::string> LoopBackingFile(const std::string& loop_name) const = 0;
+  virtual StatusOr<FsUsage> StatFs(const std::string& path) const = 0;
+
+  // ---- this process and the ones it starts
+  // CAP_SYS_RESOURCE in the effective set: the kernel asks for it to grow a
+  // mounted ext4.
+  virtual bool HasCapSysResource() const = 0;
+  // Starts argv[0] (an absolute path) detached: double fork, its own session,
+  // reparented to init, cwd "/", no fd of ours but stdin/stdout/stderr, so
+  // nothing that happens to this process reaches it.
+  virtual StatusOr<DetachedProcess> SpawnDetached(const std::vector<std::string>& argv) const = 0;
+  // SIGKILL; a process already gone is not an error.
+  virtual void Kill(pid_t pid) const = 0;
+  // Collects `pid` if it is an exited child of ours (a plugin that is PID 1
+  // inherits orphaned bridges); a no-op otherwise.
+  virtual void Reap(pid_t pid) const = 0;
+};
+
+// The real host under `root` ("" or "/": the machine itself). Not final:
+// test fakes derive from it and replace what they simulate.
+class RootedHost : public Host {
+ public:
+  explicit RootedHost(std::string root);
+
+  StatusOr<std::string> ReadFile(const std::string& path) const override;
+  Status WriteFile(const std::string& path, const std::string& contents) const override;
+  Status ReplaceFile(const std::string& path, const std::string& contents) const override;
+  StatusOr<std::vector<std::string>> ListDir(const std::string& path) const override;
+  StatusOr<std::string> ReadLink(const std::string& path) const override;
+  bool Exists(const std::string& path) const override;
+  StatusOr<std::chrono::system_clock::time_point> ModificationTime(const std::string& path) const override;
+  std::string Resolve(const std::string& path) const override { return root_ + path; }
+
+  PathKind Kind(const std::string& path) const override;
+  Status MakeDirectory(const std::string& path, mode_t mode) const override;
+  Status MakeFile(const std::string& path) const override;
+  Status RemovePath(const std::string& path) const override;
+  Status RemoveTree(const std::string& path) const override;
+
+  StatusOr<std::string> DeviceNumber(const std::string& device) const override;
+  StatusOr<uint64_t> BlockDeviceSize(const std::string& device) const override;
+  StatusOr<std::string> LoopBackingFile(const std::string& loop_name) const override;
+  StatusOr<FsUsage> StatFs(const std::string& path) const override;
+
+  bool HasCapSysResource() const override;
+  StatusOr<DetachedProcess> SpawnDetached(const std::vector<std::string>& argv) const override;
+  void Kill(pid_t pid) const override;
+  void Reap(pid_t pid) const override;
+
+ private:
+  std::string root_;
+};
+
+// `root` "" or "/" means the real host.
+std::unique_ptr<Host> MakeRootedHost(std::string root);
+// The machine itself, shared (stateless).
+std::shared_ptr<Host> RealHost();
+
+// ReadFile with surrounding whitespace trimmed (sysfs values end in '\n').
+StatusOr<std::string> ReadTrimmed(const Host& host, const std::string& path);
+
+}  // namespace blockcsi
