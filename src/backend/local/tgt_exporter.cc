@@ -30,7 +30,7 @@ bool Contains(const std::vector<std::string>& v, const std::string& x) {
 }  // namespace
 
 TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm,
-                         std::chrono::milliseconds timeout, std::string socket_dir,
+                         std::chrono::milliseconds timeout, const std::string& socket_dir,
                          std::chrono::milliseconds listing_max_age)
     : executor_(std::move(executor)),
       control_port_(control_port),

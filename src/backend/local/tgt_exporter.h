@@ -41,7 +41,8 @@ class TgtExporter final : public Exporter {
   // its identity tells a restarted tgtd from the one a kept listing came
   // from. A listing is kept at most `listing_max_age` (see CachedLocked).
   TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm = kDefaultTgtadm,
-              std::chrono::milliseconds timeout = std::chrono::seconds(20), std::string socket_dir = kDefaultSocketDir,
+              std::chrono::milliseconds timeout = std::chrono::seconds(20),
+              const std::string& socket_dir = kDefaultSocketDir,
               std::chrono::milliseconds listing_max_age = std::chrono::seconds(10));
   static constexpr char kDefaultTgtadm[] = "/usr/sbin/tgtadm";
   static constexpr char kDefaultSocketDir[] = "/var/run/tgtd";
