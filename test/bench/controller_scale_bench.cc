@@ -1,15 +1,20 @@
 // controller_scale_bench: the controller (CSI over gRPC on a unix socket)
 // on the real local backend and a real tgtd, as the pool grows to N volumes
-// (default 1,000). In one run:
-//   CreateVolume latency at N volumes against the same on a pool of one page;
-//   ListVolumes latency per full page (and for the whole list) against one
-//   `tgtadm --op show --mode target` at that size — the floor of a page that
-//   checks each volume's export — with the tgtadm processes it ran counted;
+// (default 1,000). In one run, like against like (issue #22):
+//   CreateVolume latency at N volumes against the same on an empty pool (its
+//   first S volumes, after one warm-up call);
+//   a full ListVolumes page of P at N volumes against a full page of P on a
+//   pool of exactly P volumes (near-empty: one page), and each against one
+//   `tgtadm --op show --mode target` at that size, with the requests to
+//   tgtd counted;
 //   the page's checks done the pre-batching way (one CheckVolume per
-//   volume, one tgtadm show each) against CheckVolumes (one per page).
+//   volume) against CheckVolumes (one per page).
+// tgtd is driven as blockcsi drives it by default, over its management
+// socket (--tgt-control socket), or by running tgtadm (--tgt-control tgtadm).
 // Asserts nothing. Needs root and tgt.
-//   controller_scale_bench [--volumes 1000] [--page 100] [--samples 20]
+//   controller_scale_bench [--volumes 1000] [--page 100] [--samples 20] [--tgt-control socket|tgtadm]
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -17,6 +22,7 @@
 
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
+#include "backend/local/tgtd_socket.h"
 #include "bench/bench_report.h"
 #include "common/executor.h"
 #include "common/logging.h"
@@ -28,7 +34,8 @@
 namespace blockcsi::bench {
 namespace {
 
-// Counts the tgtadm processes the backend runs (a figure of the report).
+// Counts the requests the backend makes of tgtd, through either executor
+// (a figure of the report).
 class CountingExecutor final : public Executor {
  public:
   explicit CountingExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
@@ -46,16 +53,21 @@ class CountingExecutor final : public Executor {
 
 int Main(int argc, char** argv) {
   int volumes = 1000, page = 100, samples = 20;
+  std::string control = "socket";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--volumes") {
+    if (flag == "--tgt-control" && (std::string(argv[i + 1]) == "socket" || std::string(argv[i + 1]) == "tgtadm")) {
+      control = argv[i + 1];
+    } else if (flag == "--volumes") {
       volumes = std::atoi(argv[i + 1]);
     } else if (flag == "--page") {
       page = std::atoi(argv[i + 1]);
     } else if (flag == "--samples") {
       samples = std::atoi(argv[i + 1]);
     } else {
-      std::fprintf(stderr, "usage: controller_scale_bench [--volumes N] [--page P] [--samples S]\n");
+      std::fprintf(stderr,
+                   "usage: controller_scale_bench [--volumes N] [--page P] [--samples S] [--tgt-control "
+                   "socket|tgtadm]\n");
       return 2;
     }
   }
@@ -67,7 +79,13 @@ int Main(int argc, char** argv) {
     return 2;
   }
   testing::TempDir dir;
-  auto counting = std::make_shared<CountingExecutor>(MakeProcessExecutor());
+  std::unique_ptr<Executor> driver;
+  if (control == "socket") {
+    driver = std::make_unique<TgtdSocketExecutor>();
+  } else {
+    driver = MakeProcessExecutor();
+  }
+  auto counting = std::make_shared<CountingExecutor>(std::move(driver));
   auto exporter = std::make_shared<TgtExporter>(counting, tgtd->control_port());
   LocalBackendOptions options;
   options.portals = {tgtd->portal()};
@@ -128,71 +146,76 @@ int Main(int argc, char** argv) {
   // Samples at one pool size (each figure reported as min / median / max).
   struct AtSize {
     std::vector<double> creates, pages, fulls, shows;
-    double create = 0, page = 0, full = 0, show = 0;
     long page_calls = 0, full_calls = 0;
   };
-  auto measure = [&](int size) {
-    AtSize a;
-    auto& creates = a.creates;
-    auto& pages = a.pages;
-    auto& fulls = a.fulls;
-    auto& shows = a.shows;
-    for (int i = 0; i < samples; ++i) creates.push_back(create());
+  // `samples` CreateVolume calls on the pool as it stands.
+  auto measure_creates = [&](AtSize& a) {
+    // Both sizes start on a file system with nothing left to write back:
+    // the fill's writeback is not CreateVolume's at N volumes.
+    ::sync();
+    for (int i = 0; i < samples; ++i) a.creates.push_back(create());
+  };
+  // Full pages of the listing as it stands, at least `samples` of them (a
+  // pool of one page is listed that many times), each against one show.
+  auto measure_pages = [&](AtSize& a) {
     // A warm-up page and show, dropped: the first read of a pool this size.
     std::string none;
     long warm_calls = 0;
     (void)list_page("", page, &none, &warm_calls);
     (void)show_targets();
-    // Pages of the listing as it stands (size + samples volumes), twice
-    // over; the page and its baseline alternate which goes first.
     std::vector<long> page_calls;
     int n = 0;
-    for (int pass = 0; pass < 2; ++pass) {
+    while (static_cast<int>(a.pages.size()) < samples) {
       std::string token;
       do {
+        // The page and its baseline alternate which goes first.
         const bool show_first = n++ % 2 == 1;
         double show_ms = show_first ? show_targets() : 0;
         long calls = 0;
         double ms = list_page(token, page, &token, &calls);
         if (!show_first) show_ms = show_targets();  // the baseline, under the same load
-        // Only full pages count: a short last page (or a pool smaller than
-        // a page) is less work and would flatter the comparison.
+        // Only full pages count: a short last page is less work and would
+        // flatter the comparison.
         if (last_entries < page) continue;
-        pages.push_back(ms);
+        a.pages.push_back(ms);
         page_calls.push_back(calls);
-        shows.push_back(show_ms);
+        a.shows.push_back(show_ms);
       } while (!token.empty());
+      if (n > 4 * samples + 4 && a.pages.empty()) break;  // no full page at all (a pool under one page)
     }
     for (int i = 0; i < 3; ++i) {
       long calls = 0;
-      fulls.push_back(list_page("", 0, &none, &calls));
+      a.fulls.push_back(list_page("", 0, &none, &calls));
       a.full_calls = calls;
     }
-    a.create = Median(creates);
-    a.page = Median(pages);
-    a.full = Median(fulls);
-    a.show = Median(shows);
     a.page_calls = page_calls.empty() ? 0 : *std::max_element(page_calls.begin(), page_calls.end());
     std::printf(
-        "  at %d volumes: CreateVolume median %.1f ms, ListVolumes page of %d median %.1f ms (%ld tgtadm), "
-        "full list %.1f ms (%ld tgtadm), tgtadm show %.1f ms\n",
-        size + samples, a.create, page, a.page, a.page_calls, a.full, a.full_calls, a.show);
+        "  at %d volumes: ListVolumes page of %d median %.1f ms (%ld tgtd requests), full list %.1f ms "
+        "(%ld), tgtadm show %.1f ms\n",
+        created, page, Median(a.pages), a.page_calls, Median(a.fulls), a.full_calls, Median(a.shows));
     std::fflush(stdout);
-    return a;
   };
 
-  std::printf("Controller at scale (real local backend, tgtd %s)\n", tgtd->portal().c_str());
-  // The small-pool baseline holds exactly one full page (issue #22: a
-  // 20-volume pool listed as a 20-entry "page" against full 100-entry pages).
-  while (created < page - samples) create();
-  AtSize empty = measure(created);
+  std::printf("Controller at scale (real local backend, tgtd %s, driven by %s)\n", tgtd->portal().c_str(),
+              control.c_str());
+  // The baselines (issue #22): CreateVolume on an empty pool, and a page
+  // of P on a pool of exactly P volumes, a full page of a near-empty pool.
+  AtSize empty;
+  (void)create();  // warm-up: the first call of the process (gRPC channel, tgtd's first target)
+  measure_creates(empty);
+  std::printf("  on an empty pool: CreateVolume median %.1f ms\n", Median(empty.creates));
+  while (created < page) create();
+  measure_pages(empty);
   std::printf("  filling the pool to %d volumes...\n", volumes);
   std::fflush(stdout);
   auto fill0 = Clock::now();
   while (created < volumes) create();
   double fill_s = Ms(Clock::now() - fill0) / 1000;
   std::printf("  filled in %.0f s\n", fill_s);
-  AtSize full = measure(volumes);
+  AtSize full;
+  measure_creates(full);
+  std::printf("  at %d volumes: CreateVolume median %.1f ms\n", volumes, Median(full.creates));
+  measure_pages(full);
 
   // The checks of one page, the old way and the batched way, same ids.
   auto listed = backend->ListVolumes("", page);
@@ -236,18 +259,17 @@ int Main(int argc, char** argv) {
 
   std::string n = std::to_string(volumes);
   std::string p = std::to_string(page);
-  ReportSamples("CreateVolume at " + n + " volumes", full.creates, empty.creates, "ms",
-                "at " + std::to_string(std::max(page, samples)) + " volumes");
+  ReportSamples("CreateVolume at " + n + " volumes", full.creates, empty.creates, "ms", "on an empty pool");
   ReportSamples("ListVolumes page of " + p + " at " + n + " volumes", full.pages, full.shows, "ms", "1 tgtadm show");
   ReportSamples("ListVolumes whole list at " + n + " volumes", full.fulls, full.shows, "ms", "1 tgtadm show");
-  ReportSamples("ListVolumes page of " + p + " at " + n + " vs one page of volumes", full.pages, empty.pages, "ms",
-                "a full page at " + std::to_string(std::max(page, samples)) + " volumes");
-  ReportCount("tgtadm runs per ListVolumes page of " + p, full.page_calls);
-  ReportCount("tgtadm runs per whole ListVolumes of " + n, full.full_calls);
+  ReportSamples("ListVolumes page of " + p + " at " + n + " vs at " + p + " volumes", full.pages, empty.pages, "ms",
+                "a page of " + p + " at " + p + " volumes");
+  ReportCount("tgtd requests per ListVolumes page of " + p, full.page_calls);
+  ReportCount("tgtd requests per whole ListVolumes of " + n, full.full_calls);
   ReportSamples("Page checks batched (CheckVolumes x" + p + ")", batched, one_by_one, "ms",
-                "CheckVolume x" + p + ", pre-fix path");
-  ReportCount("tgtadm runs: CheckVolumes x" + p, batched_calls);
-  ReportCount("tgtadm runs: CheckVolume x" + p + " (pre-fix)", one_by_one_calls);
+                "CheckVolume x" + p + ", one call each");
+  ReportCount("tgtd requests: CheckVolumes x" + p, batched_calls);
+  ReportCount("tgtd requests: CheckVolume x" + p, one_by_one_calls);
   ReportCount("Controller scale failures", failures);
 
   server->Shutdown();

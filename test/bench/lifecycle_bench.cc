@@ -1,14 +1,18 @@
 // lifecycle_bench: the whole plugin (`blockcsi --mode all`, local backend,
 // userspace connector) on a private tgtd, timed per CSI step against the
 // same work done with bare commands on the same tgtd in the same run:
-//   CreateVolume          ~ truncate + tgtadm new target + new LUN + LUN params
-//   ControllerPublish     ~ tgtadm bind (initiator name)
+//   CreateVolume          ~ ftruncate + tgtd new target + new LUN + LUN params
+//   ControllerPublish     ~ tgtd bind (initiator name)
 //   NodeStage (ext4)      ~ libiscsi login + losetup + mkfs.ext4 + mount
 //   NodePublish           ~ mount --bind
 //   NodeUnpublish         ~ umount
 //   NodeUnstage           ~ umount + losetup -d + logout
-//   ControllerUnpublish   ~ tgtadm unbind
-//   DeleteVolume          ~ tgtadm delete target + rm
+//   ControllerUnpublish   ~ tgtd unbind
+//   DeleteVolume          ~ tgtd delete target + unlink
+// The bare controller steps ask tgtd over its management socket and touch
+// the image in-process, as the plugin does by default (issue #22: tgtadm
+// and truncate processes made the baseline pay for execs the plugin never
+// runs).
 // There is no kernel initiator here, so the bare stage logs in with libiscsi
 // but puts its loop device on the image file itself: the ratio includes all
 // that the bridge (FUSE file over the iSCSI session) adds. Both sides mount
@@ -24,6 +28,7 @@
 // Last, the per-step breakdown: --spans N lifecycles on a plugin restarted
 // with --log-level debug, its spans summed per step (bench/span_breakdown.h).
 //   lifecycle_bench [--runs N] [--storm 32,64] [--storm-rounds R] [--size-mib M] [--spans N]
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -38,6 +43,7 @@
 #include <thread>
 
 #include "attach/initiator.h"
+#include "backend/local/tgtd_socket.h"
 #include "bench/bench_report.h"
 #include "bench/process_rss.h"
 #include "bench/span_breakdown.h"
@@ -45,6 +51,7 @@
 #include "common/executor.h"
 #include "common/logging.h"
 #include "common/mounter.h"
+#include "common/unique_fd.h"
 #include "support/plugin_under_test.h"
 
 namespace blockcsi::bench {
@@ -169,15 +176,20 @@ class LifecycleBench {
     return r.ok();
   }
   bool Tgtadm(const std::vector<std::string>& args) {
-    int code = -1;
-    tgtd_->Tgtadm(args, &code);
-    if (code != 0) std::fprintf(stderr, "lifecycle_bench: tgtadm %s failed\n", args[1].c_str());
-    return code == 0;
+    Command c("/usr/sbin/tgtadm");
+    c.Arg("-C").Arg(std::to_string(tgtd_->control_port())).Arg("--lld").Arg("iscsi").Args(args);
+    auto r = RunChecked(tgtd_socket_, c);
+    if (!r.ok()) std::fprintf(stderr, "lifecycle_bench: tgtd %s: %s\n", args[1].c_str(), r.status().ToString().c_str());
+    return r.ok();
   }
   bool BareCreate(Bare& b) {
     std::string t = std::to_string(b.tid);
-    return Run(Command("truncate").Arg("-s").Arg(std::to_string(size_bytes_)).Arg(b.image)) &&
-           Tgtadm({"--op", "new", "--mode", "target", "--tid", t, "-T", b.iqn}) &&
+    UniqueFd image(::open(b.image.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (image.get() < 0 || ::ftruncate(image.get(), static_cast<off_t>(size_bytes_)) != 0) {
+      std::fprintf(stderr, "lifecycle_bench: create %s: %s\n", b.image.c_str(), std::strerror(errno));
+      return false;
+    }
+    return Tgtadm({"--op", "new", "--mode", "target", "--tid", t, "-T", b.iqn}) &&
            Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", t, "--lun", "1", "-b", b.image}) &&
            Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", t, "--lun", "1", "--params",
                    "scsi_sn=bare" + t + ",scsi_id=60000000000000000000000000b" + t});
@@ -228,7 +240,7 @@ class LifecycleBench {
   }
   bool BareDelete(Bare& b) {
     bool ok = Tgtadm({"--op", "delete", "--mode", "target", "--tid", std::to_string(b.tid), "--force"});
-    return Run(Command("rm").Arg("-f").Arg(b.image)) && ok;
+    return ::unlink(b.image.c_str()) == 0 && ok;
   }
 
   // Per-step latency, `runs` full lifecycles each way, interleaved so that
@@ -237,14 +249,14 @@ class LifecycleBench {
     static const char* kSteps[] = {
         "CreateVolume",        "ControllerPublishVolume", "NodeStageVolume (ext4)",    "NodePublishVolume",
         "NodeUnpublishVolume", "NodeUnstageVolume",       "ControllerUnpublishVolume", "DeleteVolume"};
-    static const char* kBare[] = {"truncate + 3 tgtadm",
-                                  "tgtadm bind",
+    static const char* kBare[] = {"ftruncate + 3 tgtd requests",
+                                  "tgtd bind",
                                   "login + losetup + mkfs + mount",
                                   "mount --bind",
                                   "umount",
                                   "umount + losetup -d + logout",
-                                  "tgtadm unbind",
-                                  "tgtadm delete + rm"};
+                                  "tgtd unbind",
+                                  "tgtd delete + unlink"};
     std::vector<std::vector<double>> plugin(8), bare(8);
     std::vector<double> no_op;  // one no-op CSI call per round, plugin side
     int errors = 0;
@@ -494,6 +506,7 @@ class LifecycleBench {
   std::string dir_;
   uint64_t size_bytes_;
   std::unique_ptr<Executor> exec_;
+  TgtdSocketExecutor tgtd_socket_;
   std::unique_ptr<Mounter> mounter_ = MakeLibmountMounter();
 };
 

@@ -490,9 +490,16 @@ std::vector<StatusOr<VolumeHealth>> LocalBackend::CheckVolumes(const std::vector
 }
 
 StatusOr<Page<VolumeRecord>> LocalBackend::ListVolumes(const std::string& start_token, int max_entries) {
-  std::vector<VolumeRecord> all = pool_->ListVolumes();
-  for (auto& r : all) r = Present(std::move(r));
-  return Paginate(all, start_token, max_entries, &IsVolumeId);
+  if (max_entries < 0) return InvalidArgument("max_entries must not be negative");
+  if (!start_token.empty() && !IsVolumeId(start_token)) {
+    return Aborted("list token " + QuoteId(start_token) + " is not one this backend gave out");
+  }
+  // The token is the id to resume at, as in Paginate; the pool's index
+  // hands out just the page.
+  Page<VolumeRecord> page;
+  page.items = pool_->ListVolumesFrom(start_token, static_cast<size_t>(max_entries), &page.next_token);
+  for (auto& r : page.items) r = Present(std::move(r));
+  return page;
 }
 
 StatusOr<uint64_t> LocalBackend::AvailableBytes() { return pool_->AvailableBytes(); }

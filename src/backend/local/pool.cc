@@ -35,6 +35,15 @@ int TimedFsync(int fd, const std::string& what) {
   return ::fsync(fd);
 }
 
+// Sets the size of an existing image file and fsyncs it.
+Status SizeImageDurably(const std::string& path, uint64_t size_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoToStatus(errno, "open " + path);
+  if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) return ErrnoToStatus(errno, "size " + path);
+  if (TimedFsync(fd.get(), path) != 0) return ErrnoToStatus(errno, "fsync " + path);
+  return OkStatus();
+}
+
 Status FsyncDir(const std::string& dir) {
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoToStatus(errno, "open directory " + dir);
@@ -52,6 +61,16 @@ StatusOr<std::vector<std::string>> ListNames(const std::string& dir) {
   }
   ::closedir(d);
   return names;
+}
+
+// Unlinks the image of an object whose record is already durably gone,
+// without an fsync of images/ (one of DeleteVolume's two, issue #18): the
+// record's removal is the commit point, and an image whose unlink a crash
+// undoes has no record, which the next Open() removes ("image without a
+// record"), as after a crash between the two steps.
+Status RemoveOrphanImage(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus(errno, "remove " + path);
+  return OkStatus();
 }
 
 std::string SourceKindName(ContentSource::Kind kind) {
@@ -221,12 +240,37 @@ Status Pool::Load() {
               {{"volume", id}, {"size", std::to_string(st.st_size)}});
       record.size_bytes = static_cast<uint64_t>(st.st_size);
       BLOCKCSI_RETURN_IF_ERROR(WriteFileAtomically(VolumeRecordPath(id), VolumeToJson(record)));
+    } else if (static_cast<uint64_t>(st.st_size) < record.size_bytes &&
+               record.source.kind == ContentSource::Kind::kNone) {
+      // An empty volume's image whose size a crash lost (PlaceImage does
+      // not fsync it): sized back up, sparse, it is the volume it was.
+      LogWarn("pool recovery: sizing the image of a new empty volume back up",
+              {{"volume", id}, {"size", std::to_string(st.st_size)}});
+      BLOCKCSI_RETURN_IF_ERROR(SizeImageDurably(ImagePath(id), record.size_bytes));
     }
   }
   std::lock_guard lock(mu_);
-  volumes_ = std::move(volumes);
+  volumes_.clear();
+  volume_names_.clear();
+  for (const auto& [id, record] : volumes) IndexVolumeLocked(record);
   snapshots_ = std::move(snapshots);
   return OkStatus();
+}
+
+void Pool::IndexVolumeLocked(const VolumeRecord& record) {
+  auto [it, inserted] = volumes_.try_emplace(record.id, record);
+  if (!inserted) {
+    volume_names_.erase({it->second.name, record.id});
+    it->second = record;
+  }
+  volume_names_.insert({record.name, record.id});
+}
+
+void Pool::UnindexVolumeLocked(const std::string& id) {
+  auto it = volumes_.find(id);
+  if (it == volumes_.end()) return;
+  volume_names_.erase({it->second.name, id});
+  volumes_.erase(it);
 }
 
 std::optional<VolumeRecord> Pool::GetVolume(const std::string& id) const {
@@ -238,10 +282,9 @@ std::optional<VolumeRecord> Pool::GetVolume(const std::string& id) const {
 
 std::optional<VolumeRecord> Pool::FindVolumeByName(const std::string& name) const {
   std::lock_guard lock(mu_);
-  for (const auto& [id, record] : volumes_) {
-    if (record.name == name) return record;
-  }
-  return std::nullopt;
+  auto named = volume_names_.lower_bound({name, ""});
+  if (named == volume_names_.end() || named->first != name) return std::nullopt;
+  return volumes_.at(named->second);
 }
 
 std::vector<VolumeRecord> Pool::ListVolumes() const {
@@ -252,6 +295,17 @@ std::vector<VolumeRecord> Pool::ListVolumes() const {
   return out;
 }
 
+std::vector<VolumeRecord> Pool::ListVolumesFrom(const std::string& start_id, size_t max_entries,
+                                                std::string* next_id) const {
+  std::lock_guard lock(mu_);
+  std::vector<VolumeRecord> out;
+  auto it = volumes_.lower_bound(start_id);
+  for (; it != volumes_.end() && (max_entries == 0 || out.size() < max_entries); ++it) out.push_back(it->second);
+  // Set last: `next_id` may be `start_id` itself (a caller paging in a loop).
+  *next_id = it == volumes_.end() ? std::string() : it->first;
+  return out;
+}
+
 Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint64_t size_bytes,
                         const std::string& source_image, CopyMethod* method) {
   std::string staged = dir_ + "/tmp/" + id + ".img";
@@ -259,10 +313,16 @@ Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint6
     UniqueFd fd(::open(staged.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (fd.get() < 0) return ErrnoToStatus(errno, "create " + staged);
     Status sized = OkStatus();
+    // No fsync of the empty image (one of CreateVolume's four, issue #18):
+    // it has no data, and its size protects nothing a crash could lose. A
+    // crash can leave it shorter than its record only if no flush ever
+    // reached it (any fsync or fdatasync of tgtd's makes the size durable
+    // with the data), so nothing acknowledged was written, and Load()
+    // sizes such an image back up to its record, which gives the same
+    // all-zero volume. Its name is still durable before the record
+    // (FsyncDir below): a record whose image is gone is not repaired.
     if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
       sized = ErrnoToStatus(errno, "size image of volume " + id);
-    } else if (TimedFsync(fd.get(), id) != 0) {
-      sized = ErrnoToStatus(errno, "fsync " + staged);
     }
     if (!sized.ok()) {
       ::unlink(staged.c_str());  // a failed create leaves nothing in tmp/
@@ -301,7 +361,7 @@ Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_
     return written;
   }
   std::lock_guard lock(mu_);
-  volumes_[record.id] = record;
+  IndexVolumeLocked(record);
   return OkStatus();
 }
 
@@ -309,7 +369,7 @@ Status Pool::UpdateVolume(const VolumeRecord& record) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(record.id));
   BLOCKCSI_RETURN_IF_ERROR(WriteFileAtomically(VolumeRecordPath(record.id), VolumeToJson(record)));
   std::lock_guard lock(mu_);
-  volumes_[record.id] = record;
+  IndexVolumeLocked(record);
   return OkStatus();
 }
 
@@ -334,10 +394,10 @@ Status Pool::DeleteVolume(const std::string& id) {
   BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(VolumeRecordPath(id)));
   {
     std::lock_guard lock(mu_);
-    volumes_.erase(id);
+    UnindexVolumeLocked(id);
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete.record-removed"));
-  return RemoveFileDurably(ImagePath(id));
+  return RemoveOrphanImage(ImagePath(id));
 }
 
 std::optional<SnapshotRecord> Pool::GetSnapshot(const std::string& id) const {
@@ -385,7 +445,7 @@ Status Pool::DeleteSnapshot(const std::string& id) {
     snapshots_.erase(id);
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete-snapshot.record-removed"));
-  return RemoveFileDurably(ImagePath(id));
+  return RemoveOrphanImage(ImagePath(id));
 }
 
 StatusOr<double> ParseOvercommitRatio(std::string_view text) {

@@ -1,5 +1,7 @@
 #include "backend/local/tgt_exporter.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <set>
 #include <thread>
@@ -21,29 +23,21 @@ constexpr char kUntrustedHint[] =
     " (look for an account or target blockcsi did not make: tgtadm -C <port> --lld iscsi --op show --mode "
     "account|target; remove it with --op delete)";
 
-// tgtd reports sizes in decimal megabytes, rounded down.
-// What `tgtadm --op show` prints as a LUN's "Size: N MB": the size in whole
-// 512-byte sectors, rounded to the nearest megabyte (10^6), not truncated
-// (320 MiB shows as 336 MB). A mismatch here made every reconcile pass
-// delete and re-add a healthy LUN under its live sessions (issue #20).
-uint64_t TgtMegabytes(uint64_t bytes) { return (bytes / 512 * 512 + 500000) / 1000000; }
-
 bool Contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-TgtTarget* FindTarget(std::vector<TgtTarget>& live, const std::string& iqn) {
-  for (auto& t : live) {
-    if (t.iqn == iqn) return &t;
-  }
-  return nullptr;
 }
 
 }  // namespace
 
 TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm,
-                         std::chrono::milliseconds timeout)
-    : executor_(std::move(executor)), control_port_(control_port), tgtadm_(std::move(tgtadm)), timeout_(timeout) {}
+                         std::chrono::milliseconds timeout, const std::string& socket_dir,
+                         std::chrono::milliseconds listing_max_age)
+    : executor_(std::move(executor)),
+      control_port_(control_port),
+      tgtadm_(std::move(tgtadm)),
+      timeout_(timeout),
+      socket_path_(socket_dir + "/socket." + std::to_string(control_port)),
+      listing_max_age_(listing_max_age) {}
 
 std::string TgtExporter::ScsiIdFor(const std::string& volume_id) { return "b10cc5a1" + HexOf(volume_id); }
 
@@ -58,7 +52,11 @@ Command TgtExporter::Tgtadm() const {
 }
 
 Status TgtExporter::Run(const Command& command, const std::string& what, const std::string& tolerated) {
-  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(command));
+  auto ran = executor_->Run(command);
+  // Any refusal, even one tolerated as "already so", means tgtd was not
+  // what the kept listing said: the next call reads it again.
+  if (!ran.ok() || !ran->ok()) listing_.valid = false;
+  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, std::move(ran));
   if (result.ok()) return OkStatus();
   if (!tolerated.empty() && result.stderr_text.find(tolerated) != std::string::npos) return OkStatus();
   std::string err = FailureLine(command, result);
@@ -124,9 +122,9 @@ Status CheckAccountsListed(const std::vector<TgtTarget>& live, const std::vector
 }  // namespace
 
 std::vector<Status> TgtExporter::VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live) {
-  auto shown = ShowTargets();
+  auto shown = ReadLiveLocked();
   if (!shown.ok()) return std::vector<Status>(checks.size(), shown.status());
-  live = std::move(shown).value();
+  if (&live != *shown) live = **shown;
   std::vector<Status> out;
   for (const auto& c : checks) {
     const TgtTarget* target = nullptr;
@@ -199,7 +197,7 @@ Status TgtExporter::EnsureAccount(const std::string& user, const std::string& pa
 
 StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
                                                      std::vector<std::string>& repairs) {
-  if (TgtTarget* target = FindTarget(live, d.iqn); target != nullptr) return target;
+  if (TgtTarget* target = FindLocked(live, d.iqn); target != nullptr) return target;
   int tid = 1;
   for (const auto& t : live) tid = std::max(tid, t.tid + 1);
   Command add = Tgtadm();
@@ -209,26 +207,31 @@ StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std
   fresh.tid = tid;
   fresh.iqn = d.iqn;
   live.push_back(fresh);
+  if (&live == &listing_.targets) listing_.by_iqn[d.iqn] = live.size() - 1;
   repairs.push_back("created target " + d.iqn + " (tid " + std::to_string(tid) + ")");
   return &live.back();
 }
 
-Status TgtExporter::EnsureLunLocked(const TgtTarget& target, const DesiredExport& d,
-                                    std::vector<std::string>& repairs) {
+Status TgtExporter::EnsureLunLocked(TgtTarget& target, const DesiredExport& d, std::vector<std::string>& repairs) {
   // LUN 1. tgtd cannot resize a LUN: a new size (or a wrong image/serial)
   // is applied by deleting and re-adding it; sessions stay logged in and see
   // the new capacity on their next READ CAPACITY.
   const TgtLun* lun = target.FindLun(1);
   bool lun_ok = lun != nullptr && lun->backing_path == d.image_path && lun->scsi_sn == d.serial &&
-                lun->size_mb == TgtMegabytes(d.size_bytes);
+                lun->size_mb == TgtadmShownMegabytes(d.size_bytes);
   if (lun_ok) return OkStatus();
   if (lun != nullptr) {
     Command del = Tgtadm();
     del.Args({"--op", "delete", "--mode", "logicalunit", "--tid", std::to_string(target.tid), "--lun", "1"});
     BLOCKCSI_RETURN_IF_ERROR(Run(del, "refresh LUN 1 of volume " + d.volume_id, "can't find the logical unit"));
   }
+  const bool added = lun == nullptr;
   BLOCKCSI_RETURN_IF_ERROR(AddLun(target.tid, d));
-  repairs.push_back(std::string(lun == nullptr ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
+  // The listing kept in step: LUN 1 as tgtd will show it.
+  std::erase_if(target.luns, [](const TgtLun& l) { return l.lun == 1; });
+  target.luns.push_back(
+      {1, "disk", ScsiIdFor(d.volume_id), d.serial, TgtadmShownMegabytes(d.size_bytes), d.image_path});
+  repairs.push_back(std::string(added ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
   return OkStatus();
 }
 
@@ -244,7 +247,7 @@ Status TgtExporter::EnsureChapLocked(const DesiredExport& d, std::vector<TgtTarg
       want_out.insert(c.mutual_username);
     }
   }
-  TgtTarget* target = FindTarget(live, d.iqn);  // EnsureAccount may not move it, but stay safe
+  TgtTarget* target = FindLocked(live, d.iqn);  // EnsureAccount may not move it, but stay safe
   const std::string tid = std::to_string(target->tid);
   for (const auto& user : want_in) {
     if (Contains(target->incoming_accounts, user)) continue;
@@ -332,7 +335,7 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
   BLOCKCSI_RETURN_IF_ERROR(EnsureLunLocked(*target, d, repairs));
   // Accounts before ACLs: an initiator is let in only once CHAP is in force.
   BLOCKCSI_RETURN_IF_ERROR(EnsureChapLocked(d, live, live_accounts, repairs));
-  target = FindTarget(live, d.iqn);
+  target = FindLocked(live, d.iqn);
 
   // ACL by initiator name only (never ALL, never an address).
   std::set<std::string> want_acl;
@@ -378,28 +381,13 @@ void TgtExporter::DropUnusedAccountsLocked(const std::vector<TgtTarget>& live) {
   }
 }
 
-StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desired) {
-  std::lock_guard lock(mu_);
-  BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
-  std::vector<std::string> accounts;
-  if (!desired.chap.empty()) {
-    BLOCKCSI_ASSIGN_OR_RETURN(accounts, ShowAccounts());
-    BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
-  }
-  auto result = ApplyLocked(desired, live, accounts);
-  if (result.ok() && !unbound_accounts_.empty()) DropUnusedAccountsLocked(live);
-  return result;
-}
-
-std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std::vector<DesiredExport>& desired) {
-  std::lock_guard lock(mu_);
+std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyBatchLocked(const std::vector<DesiredExport>& desired,
+                                                                              std::vector<TgtTarget>* live,
+                                                                              Status read) {
   std::vector<StatusOr<std::vector<std::string>>> out;
-  if (desired.empty()) return out;
   // One read for the whole batch. Every change below goes through
   // ApplyLocked, which keeps `live` in step, and mu_ keeps anyone else from
   // changing tgtd meanwhile — as in Reconcile.
-  auto live = ShowTargets();
-  Status read = live.status();
   std::vector<std::string> accounts;
   bool any_chap = std::any_of(desired.begin(), desired.end(), [](const DesiredExport& d) { return !d.chap.empty(); });
   if (read.ok() && any_chap) {
@@ -434,7 +422,8 @@ std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std
 StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<DesiredExport>& desired,
                                                           const std::string& iqn_prefix) {
   std::lock_guard lock(mu_);
-  BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * read, ReadLiveLocked());
+  std::vector<TgtTarget>& live = *read;
   BLOCKCSI_ASSIGN_OR_RETURN(auto accounts, ShowAccounts());
   BLOCKCSI_RETURN_IF_ERROR(CheckAccountsListed(live, accounts));
   std::vector<std::string> repairs;
@@ -472,8 +461,12 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
     repairs.push_back("removed target " + t.iqn + " that has no volume");
   }
   std::erase_if(live, [&](const TgtTarget& t) { return t.iqn.rfind(ns, 0) == 0 && !wanted.count(t.iqn); });
+  ReindexLocked();
   DropUnusedAccountsLocked(live);
-  if (!first_error.ok()) return first_error;
+  if (!first_error.ok()) {
+    listing_.valid = false;
+    return first_error;
+  }
   return repairs;
 }
 
@@ -481,9 +474,18 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
   std::lock_guard lock(mu_);
   // A few rounds: a session that was logging in while we looked shows up on
   // the next read (the ACL is already gone, so it cannot come back after).
-  for (int round = 0; round < 5; ++round) {
-    BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
-    TgtTarget* target = FindTarget(live, iqn);
+  // tgtd's management interface is request/response only, with no event for
+  // a connection that has ended, so the read is repeated after a pause that
+  // doubles from 2 ms (tgtd has usually let go by then) to 64 ms, 126 ms in
+  // all (it was a flat 20 ms per round, 100 ms in all). Reached only when a session was open:
+  // an unpublish after the node has logged out never waits.
+  constexpr std::chrono::milliseconds kPauses[] = {std::chrono::milliseconds(2),  std::chrono::milliseconds(4),
+                                                   std::chrono::milliseconds(8),  std::chrono::milliseconds(16),
+                                                   std::chrono::milliseconds(32), std::chrono::milliseconds(64)};
+  for (auto pause : kPauses) {
+    // Always a fresh read: sessions come and go without us.
+    BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * live, ReadLiveLocked());
+    TgtTarget* target = FindLocked(*live, iqn);
     if (target == nullptr) return OkStatus();
     bool any = false;
     for (const auto& s : target->sessions) {
@@ -499,15 +501,18 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
       }
     }
     if (!any) return OkStatus();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(pause);
   }
   return Unavailable("sessions of " + initiator_iqn + " on " + iqn + " did not close");
 }
 
 Status TgtExporter::Remove(const std::string& iqn) {
   std::lock_guard lock(mu_);
-  BLOCKCSI_ASSIGN_OR_RETURN(auto live, ShowTargets());
-  TgtTarget* target = FindTarget(live, iqn);
+  // A fresh read: the target is deleted by its tid, which must be the one
+  // tgtd has for this name now.
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * read, ReadLiveLocked());
+  std::vector<TgtTarget>& live = *read;
+  TgtTarget* target = FindLocked(live, iqn);
   if (target == nullptr) return OkStatus();
   Command del = Tgtadm();
   del.Args({"--op", "delete", "--mode", "target", "--tid", std::to_string(target->tid), "--force"});
@@ -516,6 +521,7 @@ Status TgtExporter::Remove(const std::string& iqn) {
   unbound_accounts_.insert(target->incoming_accounts.begin(), target->incoming_accounts.end());
   unbound_accounts_.insert(target->outgoing_accounts.begin(), target->outgoing_accounts.end());
   std::erase_if(live, [&](const TgtTarget& t) { return t.iqn == iqn; });
+  ReindexLocked();
   DropUnusedAccountsLocked(live);
   return OkStatus();
 }

@@ -4,10 +4,19 @@
 // can be accounted for: duplicate target ids or names, accounts bound but
 // not listed, malformed names are errors, never acted on; every ACL change
 // is read back and compared with the record. tgtd keeps its configuration in memory only, so everything here
-// is re-derivable from the pool by Apply/Reconcile. Thread-safe: one mutex
+// is re-derivable from the pool by Apply/Reconcile. The last listing of
+// tgtd's targets is kept in step with our own changes and stands in for a
+// fresh read only where nothing but a new target is made or everything is
+// already in place (tgt_exporter_listing.cc): so a check (ApplyEach of a
+// ListVolumes page) may see a hand-made change up to `listing_max_age` late,
+// while every change of access or of a LUN is decided on a fresh read and
+// every ACL change read back. Thread-safe: one mutex
 // serialises every change (tgtd handles one management request at a time
 // anyway, and target ids are allocated from what `show` returns).
 #pragma once
+
+#include <sys/types.h>
+#include <time.h>
 
 #include <chrono>
 #include <map>
@@ -15,6 +24,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/local/exporter.h"
@@ -27,9 +37,15 @@ class TgtExporter final : public Exporter {
  public:
   // `tgtadm` is run by this absolute path, never looked up in PATH (a
   // writable directory early in PATH would get every CHAP secret).
+  // `socket_dir` holds tgtd's management socket (socket.<control port>):
+  // its identity tells a restarted tgtd from the one a kept listing came
+  // from. A listing is kept at most `listing_max_age` (see CachedLocked).
   TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm = kDefaultTgtadm,
-              std::chrono::milliseconds timeout = std::chrono::seconds(20));
+              std::chrono::milliseconds timeout = std::chrono::seconds(20),
+              const std::string& socket_dir = kDefaultSocketDir,
+              std::chrono::milliseconds listing_max_age = std::chrono::seconds(10));
   static constexpr char kDefaultTgtadm[] = "/usr/sbin/tgtadm";
+  static constexpr char kDefaultSocketDir[] = "/var/run/tgtd";
 
   std::string Kind() const override { return "tgt"; }
   ExportedLunIdentity IdentityFor(const std::string& volume_id) const override;
@@ -52,6 +68,22 @@ class TgtExporter final : public Exporter {
   // in that state" (idempotent repeats), which counts as success.
   Status Run(const Command& command, const std::string& what, const std::string& tolerated = "");
   StatusOr<std::vector<TgtTarget>> ShowTargets();
+  // Reads tgtd's targets into listing_ (fresh, whatever it held) and
+  // returns them. Needs mu_.
+  StatusOr<std::vector<TgtTarget>*> ReadLiveLocked();
+  // listing_, when it may stand in for a fresh read to apply all of
+  // `desired`; else nullptr. Needs mu_.
+  std::vector<TgtTarget>* CachedLocked(const std::vector<const DesiredExport*>& desired);
+  // The target of that name in `live` (nullptr: none); by listing_'s index
+  // when `live` is listing_. Needs mu_.
+  TgtTarget* FindLocked(std::vector<TgtTarget>& live, const std::string& iqn);
+  // Rebuilds listing_'s index after targets were read or removed. Needs mu_.
+  void ReindexLocked();
+  // Apply() of each export on `live` with one ACL read-back for the batch;
+  // `read` is the status of reading `live` (its error is every result).
+  // Needs mu_.
+  std::vector<StatusOr<std::vector<std::string>>> ApplyBatchLocked(const std::vector<DesiredExport>& desired,
+                                                                   std::vector<TgtTarget>* live, Status read);
   StatusOr<std::vector<std::string>> ShowAccounts();
   // An ACL change to read back: the target `tid` must be the volume's and
   // let in exactly `want` (the record's initiators).
@@ -70,7 +102,7 @@ class TgtExporter final : public Exporter {
   // `repairs`. Need mu_.
   StatusOr<TgtTarget*> EnsureTargetLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
                                           std::vector<std::string>& repairs);
-  Status EnsureLunLocked(const TgtTarget& target, const DesiredExport& desired, std::vector<std::string>& repairs);
+  Status EnsureLunLocked(TgtTarget& target, const DesiredExport& desired, std::vector<std::string>& repairs);
   // Accounts made and bound as the grants ask, others unbound.
   Status EnsureChapLocked(const DesiredExport& desired, std::vector<TgtTarget>& live,
                           std::vector<std::string>& live_accounts, std::vector<std::string>& repairs);
@@ -93,7 +125,24 @@ class TgtExporter final : public Exporter {
   const int control_port_;
   const std::string tgtadm_;
   const std::chrono::milliseconds timeout_;
+  const std::string socket_path_;
+  const std::chrono::milliseconds listing_max_age_;
   std::mutex mu_;
+  // tgtd's targets as last read, kept in step with every change made here,
+  // so that a call at 1,000 targets need not read (and parse) all of them
+  // again (issue #18). Sessions in it are as last read: never used from it.
+  struct Listing {
+    std::vector<TgtTarget> targets;
+    std::unordered_map<std::string, size_t> by_iqn;  // index into targets
+    bool valid = false;                              // false after a failed command or read: re-read
+    // The socket file's identity when it was read: its inode number may be
+    // reused by a restarted tgtd's new socket, its change time (ns) is not.
+    dev_t socket_dev = 0;
+    ino_t socket_ino = 0;
+    timespec socket_ctime{};
+    std::chrono::steady_clock::time_point read_at;
+  };
+  Listing listing_;  // guarded by mu_
   // The password each tgtd account was last created with by this process;
   // memory only (never persisted, never logged).
   std::map<std::string, std::string> account_passwords_;  // guarded by mu_

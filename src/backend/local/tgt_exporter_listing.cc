@@ -1,0 +1,113 @@
+// TgtExporter's kept listing of tgtd's targets (issue #18): when a call may
+// use it instead of reading tgtd again, and the two entry points that
+// decide, Apply and ApplyEach. Reading and changing tgtd: tgt_exporter.cc.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <set>
+
+#include "backend/local/tgt_exporter.h"
+
+namespace blockcsi {
+
+StatusOr<std::vector<TgtTarget>*> TgtExporter::ReadLiveLocked() {
+  // The socket's identity is taken before the read: a tgtd that restarts
+  // during it is seen as a new one by the next call.
+  struct stat socket {};
+  const bool identified = ::stat(socket_path_.c_str(), &socket) == 0;
+  listing_.valid = false;
+  auto shown = ShowTargets();
+  if (!shown.ok()) return shown.status();
+  listing_.targets = std::move(shown).value();
+  ReindexLocked();
+  // Without a socket to identify tgtd by (another layout), nothing is kept.
+  listing_.valid = identified;
+  listing_.socket_dev = socket.st_dev;
+  listing_.socket_ino = socket.st_ino;
+  listing_.socket_ctime = socket.st_ctim;
+  listing_.read_at = std::chrono::steady_clock::now();
+  return &listing_.targets;
+}
+
+namespace {
+
+// Whether applying `d` to `target` (nullptr: tgtd has none of that name)
+// changes nothing but, at most, makes a new target with its LUN and no ACL.
+// Only such an export may be applied on a kept listing: every other change
+// (an ACL, an account, a LUN refresh, which deletes the old LUN by tid) is
+// decided on a fresh read, as before the listing was kept. A new target on
+// a stale listing is safe: tgtd refuses a tid or a name it already has,
+// and the call is tried again on a fresh read.
+bool NeedsNoFreshRead(const DesiredExport& d, const TgtTarget* target) {
+  if (!d.chap.empty()) return false;
+  std::set<std::string> want;
+  for (const auto& acl : d.acls) {
+    if (acl.chap) return false;
+    want.insert(acl.initiator_iqn);
+  }
+  if (target == nullptr) return want.empty();
+  const TgtLun* lun = target->FindLun(1);
+  return lun != nullptr && lun->backing_path == d.image_path && lun->scsi_sn == d.serial &&
+         lun->size_mb == TgtadmShownMegabytes(d.size_bytes) && target->incoming_accounts.empty() &&
+         target->outgoing_accounts.empty() && std::set<std::string>(target->acls.begin(), target->acls.end()) == want;
+}
+
+}  // namespace
+
+void TgtExporter::ReindexLocked() {
+  listing_.by_iqn.clear();
+  for (size_t i = 0; i < listing_.targets.size(); ++i) listing_.by_iqn[listing_.targets[i].iqn] = i;
+}
+
+TgtTarget* TgtExporter::FindLocked(std::vector<TgtTarget>& live, const std::string& iqn) {
+  // A scan of 1,000 targets per volume made a checked page of 100 grow with
+  // the pool (issue #18).
+  if (&live != &listing_.targets) {
+    auto found = std::find_if(live.begin(), live.end(), [&](const TgtTarget& t) { return t.iqn == iqn; });
+    return found == live.end() ? nullptr : &*found;
+  }
+  auto it = listing_.by_iqn.find(iqn);
+  return it == listing_.by_iqn.end() ? nullptr : &live[it->second];
+}
+
+std::vector<TgtTarget>* TgtExporter::CachedLocked(const std::vector<const DesiredExport*>& desired) {
+  if (!listing_.valid || std::chrono::steady_clock::now() - listing_.read_at > listing_max_age_) return nullptr;
+  struct stat socket {};
+  if (::stat(socket_path_.c_str(), &socket) != 0 || socket.st_dev != listing_.socket_dev ||
+      socket.st_ino != listing_.socket_ino || socket.st_ctim.tv_sec != listing_.socket_ctime.tv_sec ||
+      socket.st_ctim.tv_nsec != listing_.socket_ctime.tv_nsec) {
+    return nullptr;  // tgtd restarted (or went away): it holds nothing of the kept listing
+  }
+  for (const DesiredExport* d : desired) {
+    if (!NeedsNoFreshRead(*d, FindLocked(listing_.targets, d->iqn))) return nullptr;
+  }
+  return &listing_.targets;
+}
+
+StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desired) {
+  return ApplyEach({desired}).front();
+}
+
+std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std::vector<DesiredExport>& desired) {
+  std::lock_guard lock(mu_);
+  if (desired.empty()) return {};
+  std::vector<const DesiredExport*> wanted;
+  for (const auto& d : desired) wanted.push_back(&d);
+  // On the kept listing when nothing but new targets is needed (CreateVolume,
+  // a check that finds everything in place); one fresh read for the whole
+  // batch otherwise.
+  if (std::vector<TgtTarget>* kept = CachedLocked(wanted); kept != nullptr) {
+    auto out = ApplyBatchLocked(desired, kept, OkStatus());
+    if (std::all_of(out.begin(), out.end(), [](const auto& r) { return r.ok(); })) return out;
+    // tgtd was not as kept (changed behind our back): once more on a fresh
+    // read, which finds what the first try made and goes on from there.
+    listing_.valid = false;
+  }
+  auto live = ReadLiveLocked();
+  auto out = ApplyBatchLocked(desired, live.ok() ? *live : nullptr, live.status());
+  // A failure leaves tgtd in a state the listing may not show.
+  if (!std::all_of(out.begin(), out.end(), [](const auto& r) { return r.ok(); })) listing_.valid = false;
+  return out;
+}
+
+}  // namespace blockcsi

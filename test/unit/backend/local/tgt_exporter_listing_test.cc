@@ -1,0 +1,219 @@
+// TgtExporter's kept listing (issue #18): which calls may skip reading
+// tgtd's targets again, and which must not. tgtd's management socket is a
+// plain file in a temp dir here (only its identity is looked at), the
+// listings are the captured ones (test/testdata/tgtadm) and the strict
+// FakeExecutor fails on any show a test does not expect, or a missing one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/local/tgt_exporter.h"
+#include "support/fake_executor.h"
+#include "support/test_util.h"
+
+namespace blockcsi {
+namespace {
+
+using testing::FakeExecutor;
+
+constexpr int kPort = 3262;
+constexpr char kN1[] = "iqn.2026-11.io.blockcsi:node:n1";
+constexpr char kN2[] = "iqn.2026-11.io.blockcsi:node:n2";
+constexpr char kVol2[] = "vol-1111111111111111";
+constexpr char kIqn2[] = "iqn.2026-11.io.blockcsi:vol-1111111111111111";
+constexpr char kNewVol[] = "vol-2222222222222222";
+constexpr char kNewIqn[] = "iqn.2026-11.io.blockcsi:vol-2222222222222222";
+
+std::string Captured(const std::string& name) {
+  return testing::ReadFileOrEmpty(testing::TestDataPath("tgtadm/" + name));
+}
+
+// `text` without its first occurrence of `from`.
+std::string Without(std::string text, const std::string& from) {
+  auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "captured output lacks: " << from;
+  if (at != std::string::npos) text.erase(at, from.size());
+  return text;
+}
+
+std::vector<std::string> Tgtadm(std::vector<std::string> args) {
+  std::vector<std::string> argv = {"/usr/sbin/tgtadm", "-C", std::to_string(kPort), "--lld", "iscsi"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+const std::vector<std::string> kShowTargets = Tgtadm({"--op", "show", "--mode", "target"});
+
+DesiredAcl Allow(const std::string& initiator) {
+  DesiredAcl acl;
+  acl.initiator_iqn = initiator;
+  return acl;
+}
+
+// Target 2 of the captured listing, exactly as tgtd shows it.
+DesiredExport Volume2() {
+  DesiredExport d;
+  d.iqn = kIqn2;
+  d.volume_id = kVol2;
+  d.image_path = "/tmp/bk/b.img";
+  d.size_bytes = 34'000'000;
+  d.serial = "bcsi1111111111111111";
+  d.acls = {Allow(kN1), Allow(kN2)};
+  return d;
+}
+
+// A volume tgtd does not have yet, with no grant (as CreateVolume makes it).
+DesiredExport NewVolume() {
+  DesiredExport d;
+  d.iqn = kNewIqn;
+  d.volume_id = kNewVol;
+  d.image_path = "/pool/v2.img";
+  d.size_bytes = 64 << 20;
+  d.serial = "bcsi2222222222222222";
+  return d;
+}
+
+void ExpectNewTarget(FakeExecutor& executor, int tid) {
+  const std::string t = std::to_string(tid);
+  executor.ExpectOk(Tgtadm({"--op", "new", "--mode", "target", "--tid", t, "-T", kNewIqn}));
+  executor.ExpectOk(Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", t, "--lun", "1", "-b", "/pool/v2.img"}));
+  executor.ExpectOk(Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", t, "--lun", "1", "--params",
+                            "scsi_sn=bcsi2222222222222222,scsi_id=" + TgtExporter::ScsiIdFor(kNewVol)}));
+}
+
+class TgtExporterListingTest : public ::testing::Test {
+ protected:
+  TgtExporterListingTest() { MakeSocket(); }
+  void TearDown() override {
+    EXPECT_TRUE(executor_->Pending().empty()) << "expected tgtadm commands never ran: " << executor_->Pending().front();
+  }
+  // What a (re)started tgtd does: a new socket file. Made beside the old one
+  // and renamed over it, so that it cannot get the old one's inode number
+  // (tgtd's may, which is why its change time counts too).
+  void MakeSocket() {
+    std::ofstream(socket_path() + ".new") << "";
+    std::filesystem::rename(socket_path() + ".new", socket_path());
+  }
+  std::string socket_path() const { return dir_.Join("socket." + std::to_string(kPort)); }
+
+  testing::TempDir dir_;
+  std::shared_ptr<FakeExecutor> executor_ = std::make_shared<FakeExecutor>();
+  TgtExporter exporter_{
+      executor_, kPort, TgtExporter::kDefaultTgtadm, std::chrono::seconds(20), dir_.path(), std::chrono::hours(1)};
+};
+
+TEST_F(TgtExporterListingTest, AnExportAlreadyInPlaceIsCheckedWithoutReadingTgtdAgain) {
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));  // once, for all three
+  for (int i = 0; i < 3; ++i) {
+    auto repairs = exporter_.Apply(Volume2());
+    ASSERT_TRUE(repairs.ok()) << repairs.status().ToString();
+    EXPECT_TRUE(repairs->empty());
+  }
+}
+
+TEST_F(TgtExporterListingTest, ANewTargetIsMadeOnTheKeptListingAndKeptInStep) {
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
+  ExpectNewTarget(*executor_, 6);  // the next tid after the listing's 5, no read
+  auto made = exporter_.Apply(NewVolume());
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ(made->size(), 2u);  // target created, LUN added
+  // The new target and its LUN are in the kept listing: nothing to do, no read.
+  auto again = exporter_.Apply(NewVolume());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->empty()) << again->front();
+}
+
+TEST_F(TgtExporterListingTest, AnAclChangeIsDecidedOnAFreshReadAndReadBack) {
+  const std::string listing = Captured("show_target_no_sessions.txt");
+  executor_->ExpectOk(kShowTargets, listing);
+  ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
+  // Revoking n2: a fresh read before the unbind, the read-back after.
+  const std::string without_n2 = Without(listing, std::string("        ") + kN2 + "\n");
+  executor_->ExpectOk(kShowTargets, listing);
+  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
+  executor_->ExpectOk(kShowTargets, without_n2);
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1)};
+  auto revoked = exporter_.Apply(d);
+  ASSERT_TRUE(revoked.ok()) << revoked.status().ToString();
+  // The read-back is kept: checking the same export again reads nothing.
+  auto again = exporter_.Apply(d);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->empty());
+}
+
+TEST_F(TgtExporterListingTest, ARestartedTgtdIsReadAgain) {
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
+  MakeSocket();
+  // The same export, in place on the kept listing, is read again from the
+  // new tgtd, which has lost it: made again, at tid 1.
+  executor_->ExpectOk(kShowTargets, "");
+  executor_->ExpectOk(Tgtadm({"--op", "new", "--mode", "target", "--tid", "1", "-T", kIqn2}));
+  executor_->ExpectOk(
+      Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "-b", "/tmp/bk/b.img"}));
+  executor_->ExpectOk(Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "--params",
+                              "scsi_sn=bcsi1111111111111111,scsi_id=" + TgtExporter::ScsiIdFor(kVol2)}));
+  executor_->ExpectOk(Tgtadm({"--op", "bind", "--mode", "target", "--tid", "1", "--initiator-name", kN1}));
+  executor_->ExpectOk(Tgtadm({"--op", "bind", "--mode", "target", "--tid", "1", "--initiator-name", kN2}));
+  executor_->ExpectOk(kShowTargets, "");  // the read-back: tgtd shows no target 1 (a fake tgtd)
+  EXPECT_EQ(exporter_.Apply(Volume2()).status().code(), StatusCode::kInternal);
+}
+
+TEST_F(TgtExporterListingTest, ARefusedCommandMakesTheNextCallReadAgain) {
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
+  // Someone else took tid 6 behind our back: tgtd refuses it, the call reads
+  // again and makes the target at the tid the fresh listing leaves free.
+  executor_->ExpectFail(Tgtadm({"--op", "new", "--mode", "target", "--tid", "6", "-T", kNewIqn}), 22,
+                        "tgtadm: this target already exists\n");
+  const std::string listing = Captured("show_target_no_sessions.txt");
+  std::string other = listing.substr(listing.find("Target 5:"));
+  other.replace(0, other.find('\n'), "Target 6: iqn.2003-01.org.example:other");
+  const std::string taken = listing + other;
+  executor_->ExpectOk(kShowTargets, taken);
+  ExpectNewTarget(*executor_, 7);
+  auto made = exporter_.Apply(NewVolume());
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+}
+
+TEST_F(TgtExporterListingTest, RemoveAndCloseSessionsAlwaysReadFresh) {
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN1).ok());
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  executor_->ExpectOk(Tgtadm({"--op", "delete", "--mode", "target", "--tid", "2", "--force"}));
+  EXPECT_TRUE(exporter_.Remove(kIqn2).ok());
+}
+
+TEST_F(TgtExporterListingTest, AListingOlderThanItsMaximumAgeIsReadAgain) {
+  TgtExporter short_lived{executor_,
+                          kPort,
+                          TgtExporter::kDefaultTgtadm,
+                          std::chrono::seconds(20),
+                          dir_.path(),
+                          std::chrono::milliseconds(0)};
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  ASSERT_TRUE(short_lived.Apply(Volume2()).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past an age of 0, whatever the clock's grain
+  ASSERT_TRUE(short_lived.Apply(Volume2()).ok());
+}
+
+TEST_F(TgtExporterListingTest, WithoutASocketToIdentifyTgtdNothingIsKept) {
+  std::filesystem::remove(socket_path());
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
+  ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
+}
+
+}  // namespace
+}  // namespace blockcsi
