@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <set>
-#include <thread>
 
 #include "backend/volume_id.h"
+#include "common/clock.h"
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -499,7 +499,7 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
       }
     }
     if (!any) return OkStatus();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    RealClock()->Sleep(std::chrono::milliseconds(20));
   }
   return Unavailable("sessions of " + initiator_iqn + " on " + iqn + " did not close");
 }
