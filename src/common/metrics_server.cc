@@ -1,10 +1,8 @@
 #include "common/metrics_server.h"
 
-#include <httplib.h>
-
 #include <cstdlib>
-#include <thread>
 
+#include "common/lazy_http.h"
 #include "common/logging.h"
 #include "common/version.h"
 
@@ -13,46 +11,16 @@ namespace {
 
 // A scrape is small and cheap; a few threads are plenty, and a flood of
 // connections queues instead of taking the node's CPU from the driver.
-constexpr size_t kThreads = 2;
+constexpr int kThreads = 2;
 
+// The HTTP server of common/lazy_http.h behind the MetricsServer interface.
 class HttpMetricsServer final : public MetricsServer {
  public:
-  explicit HttpMetricsServer(MetricsRegistry& registry) : registry_(registry) {
-    server_.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
-    server_.set_read_timeout(5, 0);
-    server_.set_write_timeout(5, 0);
-    server_.set_keep_alive_max_count(10);
-    server_.set_payload_max_length(4096);  // GET carries no body; anything bigger is refused
-    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(registry_.Render(), "text/plain; version=0.0.4; charset=utf-8");
-    });
-  }
-  ~HttpMetricsServer() override {
-    server_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
-
-  Status Start(const std::string& host, int port) {
-    if (port == 0) {
-      port_ = server_.bind_to_any_port(host);
-      if (port_ <= 0) return Unavailable("metrics: cannot listen on " + host + ":0");
-    } else {
-      if (!server_.bind_to_port(host, port)) {
-        return Unavailable("metrics: cannot listen on " + host + ":" + std::to_string(port));
-      }
-      port_ = port;
-    }
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    return OkStatus();
-  }
-
-  int port() const override { return port_; }
+  explicit HttpMetricsServer(std::unique_ptr<LazyHttpServer> server) : server_(std::move(server)) {}
+  int port() const override { return server_->port(); }
 
  private:
-  MetricsRegistry& registry_;
-  httplib::Server server_;
-  std::thread thread_;
-  int port_ = 0;
+  std::unique_ptr<LazyHttpServer> server_;
 };
 
 }  // namespace
@@ -78,8 +46,9 @@ StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServer(const std::string& a
   if (host.empty() || port_text.empty() || *end != '\0' || port < 0 || port > 65535) {
     return InvalidArgument("--metrics-address must be HOST:PORT, got " + address);
   }
-  auto server = std::make_unique<HttpMetricsServer>(registry);
-  BLOCKCSI_RETURN_IF_ERROR(server->Start(host, static_cast<int>(port)));
+  auto http = ServeMetricsHttp(host, static_cast<int>(port), kThreads, [&registry] { return registry.Render(); });
+  if (!http.ok()) return http.status();
+  auto server = std::make_unique<HttpMetricsServer>(std::move(*http));
   LogInfo("serving metrics", {{"address", host}, {"port", std::to_string(server->port())}});
   return std::unique_ptr<MetricsServer>(std::move(server));
 }

@@ -1,7 +1,6 @@
 // Serves a MetricsRegistry at GET /metrics (Prometheus text format) over
 // plain HTTP on one address, on threads of its own, until destroyed. The
-// HTTP is cpp-httplib's (the only file that includes it is
-// metrics_server.cc, to keep its weight out of every other compile).
+// HTTP is cpp-httplib's, loaded on first use (common/lazy_http.h).
 // Anything but GET /metrics gets a 404/405 and nothing else: a bad request
 // to this port never reaches the driver's state.
 #pragma once

@@ -1,9 +1,6 @@
 #include "controller/k8s_node_directory.h"
 
-#include <httplib.h>
 #include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 
 #include <yaml-cpp/yaml.h>
 #include <cstdlib>
@@ -12,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
+#include "common/lazy_http.h"
 #include "common/strings.h"
 
 namespace blockcsi {
@@ -75,33 +73,14 @@ class HttpsKubeApiClient final : public KubeApiClient {
       if (!read.ok()) return Unavailable("cannot read the API token file " + Quoted(access_.token_file));
       token = std::string(TrimWhitespace(*read));
     }
-    httplib::SSLClient client(host, port);
-    client.enable_server_certificate_verification(true);
-    if (!access_.ca_pem.empty()) client.set_ca_cert_store(CaStore());  // the client owns the store
-    client.set_connection_timeout(5, 0);
-    client.set_read_timeout(10, 0);
-    client.set_write_timeout(10, 0);
-    httplib::Headers headers{{"Accept", "application/json"}};
-    if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
-    auto result = client.Get(path, headers);
-    if (!result) {
-      return Unavailable("API server " + access_.server + ": GET " + path + ": " + httplib::to_string(result.error()));
+    auto answer = HttpsGet(host, port, access_.ca_pem, token, path);
+    if (!answer.ok()) {
+      return Unavailable("API server " + access_.server + ": GET " + path + ": " + answer.status().message());
     }
-    return KubeApiResponse{result->status, result->body};
+    return KubeApiResponse{answer->status, answer->body};
   }
 
  private:
-  X509_STORE* CaStore() const {
-    X509_STORE* store = X509_STORE_new();
-    BIO* bio = BIO_new_mem_buf(access_.ca_pem.data(), static_cast<int>(access_.ca_pem.size()));
-    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-      X509_STORE_add_cert(store, cert);
-      X509_free(cert);
-    }
-    BIO_free(bio);
-    return store;
-  }
-
   KubeApiAccess access_;
 };
 

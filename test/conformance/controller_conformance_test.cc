@@ -2,19 +2,26 @@
 // on a real tgtd, driven as a CSI client over its unix socket, one test per
 // rule of the Identity and Controller services (codes the CSI spec names,
 // idempotency, access modes, the ACLs tgtd ends up enforcing, CHAP secrecy).
-// Needs root and tgt; skips with the reason otherwise.
+// Every case deletes what it made; the fixture's TearDown asserts, before
+// it cleans anything, that nothing is left on tgtd (targets, LUNs, ACLs,
+// accounts), in the pool (records and images) or on the node (issue #22),
+// and each refused call that could create something is checked right after
+// the call. Needs root and tgt; skips with the reason otherwise.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "csi.grpc.pb.h"
 #include "integration/controller/tgt_acls.h"
+#include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -40,8 +47,52 @@ class ControllerConformanceTest : public ::testing::Test {
     tgtd_ = testing::TgtdHarness::Start(&error);
     BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
     StartPlugin({});
+    if (HasFatalFailure()) return;
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+    have_baseline_ = true;
   }
-  void TearDown() override { StopPlugin(); }
+  void TearDown() override {
+    // The case's own deletes ran; what is new now is a leak of the plugin
+    // (or a case that forgot its volume), and it is asserted before the
+    // fallback below makes it disappear.
+    if (have_baseline_) {
+      EXPECT_TRUE(testing::NothingLeftSince(baseline_, Scope(), "the test's own deletes, before the fixture cleans"))
+          << PluginLog();
+    }
+    if (plugin_ && plugin_->running()) CleanUpMade();
+    StopPlugin();
+  }
+
+  // What the plugin can leave: its tgtd's targets, LUNs, ACLs and accounts,
+  // its pool's records and images, and anything on the node under its dir.
+  testing::LeakScope Scope() { return plugin_->LeakScopeFor(); }
+  testing::LeakSnapshot Snapshot() { return testing::TakeLeakSnapshot(Scope()); }
+  // Best effort after a failed case: unpublish from every node the tests use, delete.
+  void CleanUpMade() {
+    for (const auto& snap : snapshots_) {
+      csi::v1::DeleteSnapshotRequest r;
+      r.set_snapshot_id(snap);
+      csi::v1::DeleteSnapshotResponse resp;
+      (void)Call(&csi::v1::Controller::Stub::DeleteSnapshot, r, &resp);
+    }
+    for (const auto& id : volumes_) {
+      for (const char* node : {"n1", "n2", "n3", "n4", "probe-node"}) (void)Unpublish(id, node);
+      (void)Delete(id);
+    }
+  }
+  // The case's own cleanup: unpublish from `nodes`, delete; each must succeed.
+  void Retire(const std::string& id, std::initializer_list<const char*> nodes = {}) {
+    for (const char* node : nodes) EXPECT_TRUE(Unpublish(id, node).ok()) << id << " on " << node;
+    grpc::Status st = Delete(id);
+    EXPECT_TRUE(st.ok()) << id << ": " << Describe(st);
+  }
+  void RetireSnapshot(const std::string& id) {
+    csi::v1::DeleteSnapshotRequest r;
+    r.set_snapshot_id(id);
+    csi::v1::DeleteSnapshotResponse resp;
+    grpc::Status st = Call(&csi::v1::Controller::Stub::DeleteSnapshot, r, &resp);
+    EXPECT_TRUE(st.ok()) << id << ": " << Describe(st);
+  }
 
   void StartPlugin(const std::vector<std::string>& extra) {
     if (!plugin_) plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
@@ -76,7 +127,21 @@ class ControllerConformanceTest : public ::testing::Test {
     return r;
   }
   grpc::Status Create(const csi::v1::CreateVolumeRequest& r, csi::v1::CreateVolumeResponse* resp) {
-    return Call(&csi::v1::Controller::Stub::CreateVolume, r, resp);
+    grpc::Status st = Call(&csi::v1::Controller::Stub::CreateVolume, r, resp);
+    if (st.ok()) Remember(volumes_, resp->volume().volume_id());
+    return st;
+  }
+  grpc::Status CreateSnapshot(const std::string& source, const std::string& name,
+                              csi::v1::CreateSnapshotResponse* resp) {
+    csi::v1::CreateSnapshotRequest r;
+    r.set_source_volume_id(source);
+    r.set_name(name);
+    grpc::Status st = Call(&csi::v1::Controller::Stub::CreateSnapshot, r, resp);
+    if (st.ok()) Remember(snapshots_, resp->snapshot().snapshot_id());
+    return st;
+  }
+  static void Remember(std::vector<std::string>& list, const std::string& id) {
+    if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
   }
   std::string MakeVolume(const std::string& name, std::map<std::string, std::string> params = {}) {
     auto r = CreateRequest(name);
@@ -146,6 +211,9 @@ class ControllerConformanceTest : public ::testing::Test {
   testing::TempDir dir_;
   std::unique_ptr<testing::TgtdHarness> tgtd_;
   std::unique_ptr<testing::PluginUnderTest> plugin_;
+  testing::LeakSnapshot baseline_;
+  bool have_baseline_ = false;
+  std::vector<std::string> volumes_, snapshots_;  // made by the case: the fallback cleanup's list
 };
 
 #define EXPECT_CODE(expr, code)                               \
@@ -158,6 +226,20 @@ class ControllerConformanceTest : public ::testing::Test {
     grpc::Status _st = (expr);                                                     \
     EXPECT_EQ(_st.error_code(), Code::code) << Describe(_st);                      \
     EXPECT_NE(_st.error_message().find(name), std::string::npos) << Describe(_st); \
+  } while (0)
+// A refused call that could have made something: its code, and right after
+// it, before anything cleans, nothing new on tgtd, in the pool or the node.
+#define EXPECT_REFUSED(expr, code)                                                  \
+  do {                                                                              \
+    testing::LeakSnapshot _before = Snapshot();                                     \
+    EXPECT_CODE(expr, code);                                                        \
+    EXPECT_TRUE(testing::NothingLeftSince(_before, Scope(), "the refused " #expr)); \
+  } while (0)
+#define EXPECT_REFUSED_NAMING(expr, code, name)                                     \
+  do {                                                                              \
+    testing::LeakSnapshot _before = Snapshot();                                     \
+    EXPECT_CODE_NAMING(expr, code, name);                                           \
+    EXPECT_TRUE(testing::NothingLeftSince(_before, Scope(), "the refused " #expr)); \
   } while (0)
 
 // ---- Identity -----------------------------------------------------------
@@ -211,20 +293,23 @@ TEST_F(ControllerConformanceTest, CreateVolumeCapacityRules) {
   const int64_t got = resp.volume().capacity_bytes();
   EXPECT_GE(got, 5 * kMiB + 1);
   EXPECT_EQ(got % kMiB, 0) << "rounded to the backend's granularity";
-  EXPECT_CODE_NAMING(Create(CreateRequest("cap-limit", 5 * kMiB + 1, 5 * kMiB + 2), &resp), OUT_OF_RANGE, "cap-limit");
-  EXPECT_CODE(Create(CreateRequest("cap-inverted", 8 * kMiB, 4 * kMiB), &resp), OUT_OF_RANGE);
-  EXPECT_CODE(Create(CreateRequest("cap-negative", -1), &resp), INVALID_ARGUMENT);
-  EXPECT_CODE(Create(CreateRequest(""), &resp), INVALID_ARGUMENT);
+  const std::string id = resp.volume().volume_id();
+  EXPECT_REFUSED_NAMING(Create(CreateRequest("cap-limit", 5 * kMiB + 1, 5 * kMiB + 2), &resp), OUT_OF_RANGE,
+                        "cap-limit");
+  EXPECT_REFUSED(Create(CreateRequest("cap-inverted", 8 * kMiB, 4 * kMiB), &resp), OUT_OF_RANGE);
+  EXPECT_REFUSED(Create(CreateRequest("cap-negative", -1), &resp), INVALID_ARGUMENT);
+  EXPECT_REFUSED(Create(CreateRequest(""), &resp), INVALID_ARGUMENT);
   auto no_caps = CreateRequest("cap-nocaps");
   no_caps.clear_volume_capabilities();
-  EXPECT_CODE_NAMING(Create(no_caps, &resp), INVALID_ARGUMENT, "cap-nocaps");
+  EXPECT_REFUSED_NAMING(Create(no_caps, &resp), INVALID_ARGUMENT, "cap-nocaps");
+  Retire(id);
 }
 
 TEST_F(ControllerConformanceTest, CreateVolumeParametersAndVolumeContext) {
   csi::v1::CreateVolumeResponse resp;
   auto bad = CreateRequest("param-bad");
   (*bad.mutable_parameters())["replicas"] = "3";
-  EXPECT_CODE_NAMING(Create(bad, &resp), INVALID_ARGUMENT, "replicas");
+  EXPECT_REFUSED_NAMING(Create(bad, &resp), INVALID_ARGUMENT, "replicas");
 
   auto good = CreateRequest("param-good");
   (*good.mutable_parameters())["csi.storage.k8s.io/fstype"] = "xfs";
@@ -246,6 +331,7 @@ TEST_F(ControllerConformanceTest, CreateVolumeParametersAndVolumeContext) {
     EXPECT_EQ(got.volume().accessible_topology(i).segments().size(),
               resp.volume().accessible_topology(i).segments().size());
   }
+  Retire(resp.volume().volume_id());
 }
 
 TEST_F(ControllerConformanceTest, CreateVolumeIsIdempotentByName) {
@@ -253,33 +339,37 @@ TEST_F(ControllerConformanceTest, CreateVolumeIsIdempotentByName) {
   ASSERT_TRUE(Create(CreateRequest("idem"), &first).ok());
   ASSERT_TRUE(Create(CreateRequest("idem"), &second).ok());
   EXPECT_EQ(first.volume().volume_id(), second.volume().volume_id());
-  EXPECT_CODE_NAMING(Create(CreateRequest("idem", 64 * kMiB), &second), ALREADY_EXISTS, "idem");
+  EXPECT_REFUSED_NAMING(Create(CreateRequest("idem", 64 * kMiB), &second), ALREADY_EXISTS, "idem");
+  Retire(first.volume().volume_id());
 }
 
 TEST_F(ControllerConformanceTest, CreateVolumeFromSnapshotAndVolume) {
   std::string source = MakeVolume("src");
-  csi::v1::CreateSnapshotRequest sr;
-  sr.set_source_volume_id(source);
-  sr.set_name("src-snap");
   csi::v1::CreateSnapshotResponse snap;
-  ASSERT_TRUE(Call(&csi::v1::Controller::Stub::CreateSnapshot, sr, &snap).ok());
+  ASSERT_TRUE(CreateSnapshot(source, "src-snap", &snap).ok());
 
   csi::v1::CreateVolumeResponse resp;
   auto restore = CreateRequest("restored");
   restore.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(snap.snapshot().snapshot_id());
   ASSERT_TRUE(Create(restore, &resp).ok()) << PluginLog();
   EXPECT_EQ(resp.volume().content_source().snapshot().snapshot_id(), snap.snapshot().snapshot_id());
+  const std::string restored = resp.volume().volume_id();
   auto clone = CreateRequest("cloned");
   clone.mutable_volume_content_source()->mutable_volume()->set_volume_id(source);
   ASSERT_TRUE(Create(clone, &resp).ok());
   EXPECT_EQ(resp.volume().content_source().volume().volume_id(), source);
+  const std::string cloned = resp.volume().volume_id();
 
   auto missing_snap = CreateRequest("restore-missing");
   missing_snap.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id("snap-0000000000000000");
-  EXPECT_CODE_NAMING(Create(missing_snap, &resp), NOT_FOUND, "snap-0000000000000000");
+  EXPECT_REFUSED_NAMING(Create(missing_snap, &resp), NOT_FOUND, "snap-0000000000000000");
   auto missing_vol = CreateRequest("clone-missing");
   missing_vol.mutable_volume_content_source()->mutable_volume()->set_volume_id("no-such-volume");
-  EXPECT_CODE_NAMING(Create(missing_vol, &resp), NOT_FOUND, "no-such-volume");
+  EXPECT_REFUSED_NAMING(Create(missing_vol, &resp), NOT_FOUND, "no-such-volume");
+  Retire(restored);
+  Retire(cloned);
+  RetireSnapshot(snap.snapshot().snapshot_id());
+  Retire(source);
 }
 
 TEST_F(ControllerConformanceTest, DeleteVolumeRules) {
@@ -289,7 +379,7 @@ TEST_F(ControllerConformanceTest, DeleteVolumeRules) {
   std::string id = MakeVolume("del");
   std::string target = TargetOf(id);
   ASSERT_TRUE(Publish(id, "n1").ok());
-  EXPECT_CODE_NAMING(Delete(id), FAILED_PRECONDITION, "n1");
+  EXPECT_REFUSED_NAMING(Delete(id), FAILED_PRECONDITION, "n1");
   ASSERT_TRUE(Unpublish(id, "n1").ok());
   ASSERT_TRUE(Delete(id).ok());
   EXPECT_FALSE(testing::ParseTgtAcls(tgtd_->ShowTargets()).contains(target)) << "target left on tgtd";
@@ -322,25 +412,25 @@ TEST_F(ControllerConformanceTest, PublishGrantsExactlyTheNodeInitiatorAndReturns
   using Context = std::map<std::string, std::string>;
   EXPECT_EQ(Context(again.publish_context().begin(), again.publish_context().end()), Context(ctx.begin(), ctx.end()));
   EXPECT_EQ(AclOf(target), Initiators({"n1"}));
+  Retire(id, {"n1"});
 }
 
 TEST_F(ControllerConformanceTest, PublishAccessModeRules) {
   std::string id = MakeVolume("modes");
   std::string target = TargetOf(id);
   ASSERT_TRUE(Publish(id, "n1").ok());
-  EXPECT_CODE_NAMING(Publish(id, "n1", testing::BlockCapability()), ALREADY_EXISTS, id);
-  EXPECT_CODE(Publish(id, "n1", testing::MountCapability(), /*readonly=*/true), ALREADY_EXISTS);
-  grpc::Status st = Publish(id, "n2");
-  EXPECT_EQ(st.error_code(), Code::FAILED_PRECONDITION) << Describe(st);
-  EXPECT_NE(st.error_message().find("n1"), std::string::npos) << Describe(st);
+  EXPECT_REFUSED_NAMING(Publish(id, "n1", testing::BlockCapability()), ALREADY_EXISTS, id);
+  EXPECT_REFUSED(Publish(id, "n1", testing::MountCapability(), /*readonly=*/true), ALREADY_EXISTS);
+  EXPECT_REFUSED_NAMING(Publish(id, "n2"), FAILED_PRECONDITION, "n1");
   EXPECT_EQ(AclOf(target), Initiators({"n1"}));
   ASSERT_TRUE(Unpublish(id, "n1").ok());
 
   ASSERT_TRUE(Publish(id, "n1", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)).ok());
   ASSERT_TRUE(Publish(id, "n2", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)).ok());
   EXPECT_EQ(AclOf(target), Initiators({"n1", "n2"}));
-  EXPECT_CODE(Publish(id, "n3", testing::MountCapability("", Mode::MULTI_NODE_MULTI_WRITER)), INVALID_ARGUMENT);
+  EXPECT_REFUSED(Publish(id, "n3", testing::MountCapability("", Mode::MULTI_NODE_MULTI_WRITER)), INVALID_ARGUMENT);
   EXPECT_EQ(AclOf(target), Initiators({"n1", "n2"}));
+  Retire(id, {"n1", "n2"});
 }
 
 TEST_F(ControllerConformanceTest, PublishReadOnly) {
@@ -348,22 +438,24 @@ TEST_F(ControllerConformanceTest, PublishReadOnly) {
   csi::v1::ControllerPublishVolumeResponse resp;
   ASSERT_TRUE(Publish(PublishRequest(id, "n1", testing::MountCapability(), /*readonly=*/true), &resp).ok());
   EXPECT_EQ(resp.publish_context().at(publish_context::kReadOnly), "true");
+  Retire(id, {"n1"});
 }
 
 TEST_F(ControllerConformanceTest, PublishArgumentAndExistenceErrors) {
   std::string id = MakeVolume("errs");
-  EXPECT_CODE_NAMING(Publish("vol-0000000000000000", "n1"), NOT_FOUND, "vol-0000000000000000");
-  EXPECT_CODE_NAMING(Publish("foreign-volume-id", "n1"), NOT_FOUND, "foreign-volume-id");
-  EXPECT_CODE_NAMING(Publish(id, "Bad_Node"), INVALID_ARGUMENT, "Bad_Node");
+  EXPECT_REFUSED_NAMING(Publish("vol-0000000000000000", "n1"), NOT_FOUND, "vol-0000000000000000");
+  EXPECT_REFUSED_NAMING(Publish("foreign-volume-id", "n1"), NOT_FOUND, "foreign-volume-id");
+  EXPECT_REFUSED_NAMING(Publish(id, "Bad_Node"), INVALID_ARGUMENT, "Bad_Node");
   // A node the plugin cannot know (neither its own nor --known-node-ids):
   // NOT_FOUND, and no ACL for it on the target.
-  EXPECT_CODE_NAMING(Publish(id, "some-fake-node-id"), NOT_FOUND, "some-fake-node-id");
+  EXPECT_REFUSED_NAMING(Publish(id, "some-fake-node-id"), NOT_FOUND, "some-fake-node-id");
   EXPECT_EQ(tgtd_->ShowTargets().find(InitiatorIqnForNode("some-fake-node-id")), std::string::npos);
-  EXPECT_CODE(Publish(id, ""), INVALID_ARGUMENT);
-  EXPECT_CODE(Publish("", "n1"), INVALID_ARGUMENT);
+  EXPECT_REFUSED(Publish(id, ""), INVALID_ARGUMENT);
+  EXPECT_REFUSED(Publish("", "n1"), INVALID_ARGUMENT);
   auto no_cap = PublishRequest(id, "n1");
   no_cap.clear_volume_capability();
-  EXPECT_CODE(Publish(no_cap), INVALID_ARGUMENT);
+  EXPECT_REFUSED(Publish(no_cap), INVALID_ARGUMENT);
+  Retire(id);
 }
 
 TEST_F(ControllerConformanceTest, UnpublishIsIdempotentAndRevokes) {
@@ -377,12 +469,13 @@ TEST_F(ControllerConformanceTest, UnpublishIsIdempotentAndRevokes) {
   EXPECT_TRUE(Unpublish("vol-0000000000000000", "n1").ok());
   EXPECT_TRUE(Unpublish("foreign-volume-id", "n1").ok());
   EXPECT_CODE(Unpublish("", "n1"), INVALID_ARGUMENT);
+  Retire(id);
 }
 
 TEST_F(ControllerConformanceTest, ChapSecretsReachTgtdButNeverTheContextOrTheLog) {
   std::string id = MakeVolume("chap", {{"chap", "true"}});
   auto r = PublishRequest(id, "n1");
-  EXPECT_CODE_NAMING(Publish(r), INVALID_ARGUMENT, "chap-username");
+  EXPECT_REFUSED_NAMING(Publish(r), INVALID_ARGUMENT, "chap-username");
   (*r.mutable_secrets())["chap-username"] = "conf-user";
   (*r.mutable_secrets())["chap-password"] = kChapPassword;
   (*r.mutable_secrets())["chap-mutual-username"] = "conf-target";
@@ -402,6 +495,7 @@ TEST_F(ControllerConformanceTest, ChapSecretsReachTgtdButNeverTheContextOrTheLog
   EXPECT_NE(log.find(id), std::string::npos) << "the plugin log should show the calls";
   EXPECT_EQ(log.find(kChapPassword), std::string::npos) << "CHAP password in the plugin log";
   EXPECT_EQ(log.find(kChapMutualPassword), std::string::npos) << "mutual CHAP password in the plugin log";
+  Retire(id);
 }
 
 TEST_F(ControllerConformanceTest, NodeMaximumIsResourceExhausted) {
@@ -410,8 +504,11 @@ TEST_F(ControllerConformanceTest, NodeMaximumIsResourceExhausted) {
   std::string a = MakeVolume("max-a"), b = MakeVolume("max-b"), c = MakeVolume("max-c");
   ASSERT_TRUE(Publish(a, "n1").ok());
   ASSERT_TRUE(Publish(b, "n1").ok());
-  EXPECT_CODE_NAMING(Publish(c, "n1"), RESOURCE_EXHAUSTED, "n1");
+  EXPECT_REFUSED_NAMING(Publish(c, "n1"), RESOURCE_EXHAUSTED, "n1");
   EXPECT_TRUE(Publish(c, "n2").ok());
+  Retire(a, {"n1"});
+  Retire(b, {"n1"});
+  Retire(c, {"n2"});
 }
 
 // ---- Validate, List, Capacity, Get, Expand ------------------------------
@@ -432,6 +529,7 @@ TEST_F(ControllerConformanceTest, ValidateVolumeCapabilities) {
   EXPECT_CODE(Call(&csi::v1::Controller::Stub::ValidateVolumeCapabilities, r, &resp), NOT_FOUND);
   r.clear_volume_capabilities();
   EXPECT_CODE(Call(&csi::v1::Controller::Stub::ValidateVolumeCapabilities, r, &resp), INVALID_ARGUMENT);
+  Retire(id);
 }
 
 TEST_F(ControllerConformanceTest, ListVolumesPagesWithPublishedNodes) {
@@ -467,6 +565,10 @@ TEST_F(ControllerConformanceTest, ListVolumesPagesWithPublishedNodes) {
   bad.set_starting_token("no-such-token");
   csi::v1::ListVolumesResponse resp;
   EXPECT_CODE(Call(&csi::v1::Controller::Stub::ListVolumes, bad, &resp), ABORTED);
+  Retire(published, {"n4"});
+  for (const auto& id : made) {
+    if (id != published) Retire(id);
+  }
 }
 
 TEST_F(ControllerConformanceTest, GetCapacity) {
@@ -509,6 +611,8 @@ TEST_F(ControllerConformanceTest, ControllerGetVolumeReportsNodesAndCondition) {
   EXPECT_TRUE(resp.status().volume_condition().abnormal());
   EXPECT_NE(resp.status().volume_condition().message().find(id), std::string::npos)
       << resp.status().volume_condition().message();
+  // A volume whose image is gone still goes whole: grant, target, record.
+  Retire(id, {"n1"});
 }
 
 TEST_F(ControllerConformanceTest, ExpandVolume) {
@@ -535,10 +639,11 @@ TEST_F(ControllerConformanceTest, ExpandVolume) {
 
   r.mutable_capacity_range()->set_required_bytes(4 * kMiB);
   r.mutable_capacity_range()->set_limit_bytes(8 * kMiB);
-  EXPECT_CODE_NAMING(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, r, &resp), OUT_OF_RANGE, id);
+  EXPECT_REFUSED_NAMING(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, r, &resp), OUT_OF_RANGE, id);
   r.set_volume_id("vol-0000000000000000");
   r.mutable_capacity_range()->set_limit_bytes(0);
-  EXPECT_CODE(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, r, &resp), NOT_FOUND);
+  EXPECT_REFUSED(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, r, &resp), NOT_FOUND);
+  Retire(id);
 }
 
 // ---- Snapshots ----------------------------------------------------------
@@ -546,10 +651,7 @@ TEST_F(ControllerConformanceTest, ExpandVolume) {
 TEST_F(ControllerConformanceTest, SnapshotRules) {
   std::string a = MakeVolume("snap-src-a"), b = MakeVolume("snap-src-b");
   auto create = [&](const std::string& source, const std::string& name, csi::v1::CreateSnapshotResponse* resp) {
-    csi::v1::CreateSnapshotRequest r;
-    r.set_source_volume_id(source);
-    r.set_name(name);
-    return Call(&csi::v1::Controller::Stub::CreateSnapshot, r, resp);
+    return CreateSnapshot(source, name, resp);
   };
   csi::v1::CreateSnapshotResponse s1, s1_again, s2, s3;
   ASSERT_TRUE(create(a, "s1", &s1).ok()) << PluginLog();
@@ -558,8 +660,8 @@ TEST_F(ControllerConformanceTest, SnapshotRules) {
   EXPECT_EQ(s1.snapshot().size_bytes(), 8 * kMiB);
   ASSERT_TRUE(create(a, "s1", &s1_again).ok());
   EXPECT_EQ(s1.snapshot().snapshot_id(), s1_again.snapshot().snapshot_id());
-  EXPECT_CODE_NAMING(create(b, "s1", &s2), ALREADY_EXISTS, "s1");
-  EXPECT_CODE_NAMING(create("vol-0000000000000000", "s-missing", &s2), NOT_FOUND, "vol-0000000000000000");
+  EXPECT_REFUSED_NAMING(create(b, "s1", &s2), ALREADY_EXISTS, "s1");
+  EXPECT_REFUSED_NAMING(create("vol-0000000000000000", "s-missing", &s2), NOT_FOUND, "vol-0000000000000000");
   ASSERT_TRUE(create(a, "s2", &s2).ok());
   ASSERT_TRUE(create(b, "s3", &s3).ok());
 
@@ -595,6 +697,10 @@ TEST_F(ControllerConformanceTest, SnapshotRules) {
   EXPECT_TRUE(Call(&csi::v1::Controller::Stub::DeleteSnapshot, d, &dresp).ok());
   d.set_snapshot_id("snap-0000000000000000");
   EXPECT_TRUE(Call(&csi::v1::Controller::Stub::DeleteSnapshot, d, &dresp).ok());
+  RetireSnapshot(s1.snapshot().snapshot_id());
+  RetireSnapshot(s3.snapshot().snapshot_id());
+  Retire(a);
+  Retire(b);
 }
 
 }  // namespace

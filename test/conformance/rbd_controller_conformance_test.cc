@@ -9,7 +9,11 @@
 // at once. Needs root and the ceph packages (plus tgt for the mixed test);
 // skips with the reason otherwise. Under ctest, the rbd_cluster fixture's
 // cluster is shared (BLOCKCSI_CEPH_DIR); run directly, the suite starts and
-// stops a cluster of its own.
+// stops a cluster of its own. Each case deletes what it made; TearDown
+// asserts with the shared leak checker, before it cleans, that the pool
+// holds no new image or snapshot (and the local pool of the mixed test no
+// file), and a refused call is checked right after it (issue #22). The
+// checker reads the whole shared pool: every case runs alone (RUN_SERIAL).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <rados/librados.h>
@@ -30,6 +34,7 @@
 #include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"
 #include "support/csi_capabilities.h"
+#include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -47,7 +52,21 @@ std::string Describe(const grpc::Status& st) {
 
 class RbdControllerConformanceTest : public testing::CephSuiteTest {
  protected:
+  void SetUp() override {
+    CephSuiteTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+    // A pool the checker cannot read would make every later check vacuous.
+    for (const auto& item : baseline_.items) ASSERT_EQ(item.find("cannot be listed"), std::string::npos) << item;
+    have_baseline_ = true;
+  }
   void TearDown() override {
+    // The case's own deletes ran: anything new is a leak, asserted before
+    // the fallback below removes it.
+    if (have_baseline_) {
+      EXPECT_TRUE(testing::NothingLeftSince(baseline_, Scope(), "the test's own deletes, before the fixture cleans"))
+          << PluginLog();
+    }
     // Leave the shared cluster as we found it, also after a failure.
     if (controller_ != nullptr) {
       for (auto it = snapshots_.rbegin(); it != snapshots_.rend(); ++it) (void)DeleteSnapshot(*it);
@@ -57,6 +76,18 @@ class RbdControllerConformanceTest : public testing::CephSuiteTest {
       }
     }
     StopPlugin();
+  }
+
+  // The RBD pool's images and snapshots, the local pool of the mixed test
+  // (--backend-config), and the metadata (grants) of `images`.
+  testing::LeakScope Scope(const std::vector<std::string>& images = {}) const {
+    testing::LeakScope scope = PoolLeakScope();
+    scope.pool_dir = dir_.Join("pool");
+    for (const auto& image : images) scope.rbd_metadata_images.push_back(env_.at("RBD_POOL") + "/" + image);
+    return scope;
+  }
+  testing::LeakSnapshot Snapshot(const std::vector<std::string>& images = {}) const {
+    return testing::TakeLeakSnapshot(Scope(images));
   }
 
   std::vector<std::string> RbdFlags() const {
@@ -203,12 +234,22 @@ class RbdControllerConformanceTest : public testing::CephSuiteTest {
   std::unique_ptr<csi::v1::Identity::Stub> identity_;
   std::map<std::string, std::string> secrets_;  // sent with every call that takes secrets
   std::vector<std::string> volumes_, snapshots_;
+  testing::LeakSnapshot baseline_;
+  bool have_baseline_ = false;
 };
 
 #define EXPECT_CODE(expr, code)                               \
   do {                                                        \
     grpc::Status _st = (expr);                                \
     EXPECT_EQ(_st.error_code(), Code::code) << Describe(_st); \
+  } while (0)
+// A refused call: its code, and right after it, before anything cleans,
+// nothing new in the pool (nor in the metadata of the images listed after).
+#define EXPECT_REFUSED(expr, code, ...)                                                          \
+  do {                                                                                           \
+    const testing::LeakSnapshot _before = Snapshot({__VA_ARGS__});                               \
+    EXPECT_CODE(expr, code);                                                                     \
+    EXPECT_TRUE(testing::NothingLeftSince(_before, Scope({__VA_ARGS__}), "the refused " #expr)); \
   } while (0)
 
 TEST_F(RbdControllerConformanceTest, ProbeIsReadyAndCreateIsIdempotentWithCapacityRules) {
@@ -233,11 +274,11 @@ TEST_F(RbdControllerConformanceTest, ProbeIsReadyAndCreateIsIdempotentWithCapaci
 
   // Same name, other size → ALREADY_EXISTS.
   csi::v1::CreateVolumeResponse other;
-  EXPECT_CODE(Create(CreateRequest(name, 64 * kMiB), &other), ALREADY_EXISTS);
+  EXPECT_REFUSED(Create(CreateRequest(name, 64 * kMiB), &other), ALREADY_EXISTS);
   // No size fits the range → OUT_OF_RANGE; a limit below the granularity too.
-  EXPECT_CODE(Create(CreateRequest(Unique("range"), 10 * kMiB, 4 * kMiB), &other), OUT_OF_RANGE);
-  EXPECT_CODE(Create(CreateRequest(Unique("tiny"), 1, kMiB / 2), &other), OUT_OF_RANGE);
-  EXPECT_CODE(Create(CreateRequest(""), &other), INVALID_ARGUMENT);
+  EXPECT_REFUSED(Create(CreateRequest(Unique("range"), 10 * kMiB, 4 * kMiB), &other), OUT_OF_RANGE);
+  EXPECT_REFUSED(Create(CreateRequest(Unique("tiny"), 1, kMiB / 2), &other), OUT_OF_RANGE);
+  EXPECT_REFUSED(Create(CreateRequest(""), &other), INVALID_ARGUMENT);
 
   csi::v1::ControllerGetVolumeResponse got;
   ASSERT_TRUE(GetVolume(id, &got).ok());
@@ -245,6 +286,7 @@ TEST_F(RbdControllerConformanceTest, ProbeIsReadyAndCreateIsIdempotentWithCapaci
   EXPECT_FALSE(got.status().volume_condition().abnormal());
   EXPECT_CODE(GetVolume("rbd." + env_.at("RBD_POOL") + ".csi-vol-00000000000000000000000000000000", &got), NOT_FOUND);
   EXPECT_CODE(GetVolume("not-an-rbd-id", &got), NOT_FOUND);
+  EXPECT_TRUE(Delete(id).ok()) << PluginLog();
 }
 
 TEST_F(RbdControllerConformanceTest, DeleteIsIdempotentAndRefusedWhilePublished) {
@@ -288,12 +330,14 @@ TEST_F(RbdControllerConformanceTest, PublishContextDescribesTheImageAndNeverCarr
   csi::v1::ControllerPublishVolumeResponse again;
   ASSERT_TRUE(Publish(id, "n1", &again).ok());
   EXPECT_EQ(again.publish_context().at(publish_context::kRbdImageId), ctx.at(publish_context::kRbdImageId));
-  EXPECT_CODE(Publish(id, "n2"), FAILED_PRECONDITION);
-  EXPECT_CODE(Publish(id, "n1", &again, testing::MountCapability("ext4", Mode::SINGLE_NODE_READER_ONLY)),
-              ALREADY_EXISTS);
-  EXPECT_CODE(Publish("rbd." + env_.at("RBD_POOL") + ".csi-vol-00000000000000000000000000000000", "n1"), NOT_FOUND);
+  const std::string image = ctx.at(publish_context::kRbdImage);
+  EXPECT_REFUSED(Publish(id, "n2"), FAILED_PRECONDITION, image);
+  EXPECT_REFUSED(Publish(id, "n1", &again, testing::MountCapability("ext4", Mode::SINGLE_NODE_READER_ONLY)),
+                 ALREADY_EXISTS, image);
+  EXPECT_REFUSED(Publish("rbd." + env_.at("RBD_POOL") + ".csi-vol-00000000000000000000000000000000", "n1"), NOT_FOUND);
   EXPECT_TRUE(Unpublish(id, "n1").ok());
   EXPECT_TRUE(Unpublish(id, "n1").ok());  // idempotent
+  EXPECT_TRUE(Delete(id).ok()) << PluginLog();
 }
 
 TEST_F(RbdControllerConformanceTest, VolumeAttachmentMovesBetweenNodesAndTheGrantIsInTheImageMetadata) {
@@ -303,7 +347,7 @@ TEST_F(RbdControllerConformanceTest, VolumeAttachmentMovesBetweenNodesAndTheGran
   ASSERT_TRUE(Publish(id, "n1").ok()) << PluginLog();
   EXPECT_TRUE(ImageMeta(image, "blockcsi.grant.n1").has_value());
   // A → n2 while n1 holds it: refused, nothing written for n2.
-  EXPECT_CODE(Publish(id, "n2"), FAILED_PRECONDITION);
+  EXPECT_REFUSED(Publish(id, "n2"), FAILED_PRECONDITION, image);
   EXPECT_FALSE(ImageMeta(image, "blockcsi.grant.n2").has_value());
   ASSERT_TRUE(Unpublish(id, "n1").ok()) << PluginLog();
   EXPECT_FALSE(ImageMeta(image, "blockcsi.grant.n1").has_value());
@@ -315,6 +359,8 @@ TEST_F(RbdControllerConformanceTest, VolumeAttachmentMovesBetweenNodesAndTheGran
   ASSERT_TRUE(GetVolume(id, &got).ok());
   ASSERT_EQ(got.status().published_node_ids_size(), 1);
   EXPECT_EQ(got.status().published_node_ids(0), "n2");
+  ASSERT_TRUE(Unpublish(id, "n2").ok()) << PluginLog();
+  EXPECT_TRUE(Delete(id).ok()) << PluginLog();
 }
 
 TEST_F(RbdControllerConformanceTest, SnapshotsRestoreCloneAndExpand) {
@@ -331,8 +377,8 @@ TEST_F(RbdControllerConformanceTest, SnapshotsRestoreCloneAndExpand) {
   ASSERT_TRUE(CreateSnapshot(id, Unique("s"), &snap_again).ok());
   EXPECT_EQ(snap_again.snapshot().snapshot_id(), snap_id);
   const std::string id2 = MakeVolume(Unique("v2"));
-  EXPECT_CODE(CreateSnapshot(id2, Unique("s"), &other), ALREADY_EXISTS);
-  EXPECT_CODE(
+  EXPECT_REFUSED(CreateSnapshot(id2, Unique("s"), &other), ALREADY_EXISTS);
+  EXPECT_REFUSED(
       CreateSnapshot("rbd." + env_.at("RBD_POOL") + ".csi-vol-00000000000000000000000000000000", Unique("x"), &other),
       NOT_FOUND);
 
@@ -355,12 +401,13 @@ TEST_F(RbdControllerConformanceTest, SnapshotsRestoreCloneAndExpand) {
   ASSERT_TRUE(Create(restore, &restored).ok()) << PluginLog();
   EXPECT_EQ(restored.volume().content_source().snapshot().snapshot_id(), snap_id);
   EXPECT_EQ(restored.volume().capacity_bytes(), 16 * kMiB);
+  const std::string restored_id = restored.volume().volume_id();
   auto too_small = CreateRequest(Unique("small"), 8 * kMiB);
   too_small.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(snap_id);
-  EXPECT_CODE(Create(too_small, &restored), OUT_OF_RANGE);
+  EXPECT_REFUSED(Create(too_small, &restored), OUT_OF_RANGE);
   auto missing = CreateRequest(Unique("missing"));
   missing.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(snap_id + "0");
-  EXPECT_CODE(Create(missing, &restored), NOT_FOUND);
+  EXPECT_REFUSED(Create(missing, &restored), NOT_FOUND);
 
   // Clone of a volume, larger than its source.
   auto clone = CreateRequest(Unique("clone"), 32 * kMiB);
@@ -383,18 +430,21 @@ TEST_F(RbdControllerConformanceTest, SnapshotsRestoreCloneAndExpand) {
   EXPECT_EQ(expanded.capacity_bytes(), 48 * kMiB);
   expand.mutable_capacity_range()->set_required_bytes(8 * kMiB);
   expand.mutable_capacity_range()->set_limit_bytes(16 * kMiB);
-  EXPECT_CODE(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, expand, &expanded), OUT_OF_RANGE);
+  EXPECT_REFUSED(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, expand, &expanded), OUT_OF_RANGE);
   csi::v1::ControllerGetVolumeResponse got;
   ASSERT_TRUE(GetVolume(id, &got).ok());
   EXPECT_EQ(got.volume().capacity_bytes(), 48 * kMiB);
 
   // A volume with snapshots cannot go; after DeleteSnapshot (idempotent) it can.
-  EXPECT_CODE(Delete(id), FAILED_PRECONDITION);
+  EXPECT_REFUSED(Delete(id), FAILED_PRECONDITION);
   ASSERT_TRUE(DeleteSnapshot(snap_id).ok()) << PluginLog();
   EXPECT_TRUE(DeleteSnapshot(snap_id).ok());
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ListSnapshots, by_id, &listed).ok());
   EXPECT_EQ(listed.entries_size(), 0);
   EXPECT_TRUE(Delete(id).ok()) << PluginLog();
+  for (const auto& other_id : {id2, restored_id, cloned.volume().volume_id()}) {
+    EXPECT_TRUE(Delete(other_id).ok()) << other_id << "\n" << PluginLog();
+  }
 }
 
 // A restore or clone is a new volume: nothing of its source's publication
@@ -423,6 +473,9 @@ TEST_F(RbdControllerConformanceTest, RestoreAndCloneOfAPublishedVolumeAreNotPubl
     // Deletable without an unpublish: it was never published.
     EXPECT_TRUE(Delete(copy).ok()) << copy;
   }
+  EXPECT_TRUE(DeleteSnapshot(snap.snapshot().snapshot_id()).ok()) << PluginLog();
+  ASSERT_TRUE(Unpublish(id, "n1").ok()) << PluginLog();
+  EXPECT_TRUE(Delete(id).ok()) << PluginLog();
 }
 
 TEST_F(RbdControllerConformanceTest, ListVolumesPagesAndGetCapacityReportsThePool) {
@@ -455,6 +508,7 @@ TEST_F(RbdControllerConformanceTest, ListVolumesPagesAndGetCapacityReportsThePoo
   EXPECT_GT(cap.available_capacity(), 0);
   EXPECT_EQ(cap.available_capacity() % kMiB, 0);
   EXPECT_EQ(cap.minimum_volume_size().value(), kMiB);
+  for (const auto& id : mine) EXPECT_TRUE(Delete(id).ok()) << id;
 }
 
 TEST_F(RbdControllerConformanceTest, CephxCredentialsFromCsiSecrets) {
@@ -467,19 +521,23 @@ TEST_F(RbdControllerConformanceTest, CephxCredentialsFromCsiSecrets) {
 
   // Without a secret there is nobody to connect as.
   csi::v1::CreateVolumeResponse resp;
-  EXPECT_CODE(Create(CreateRequest(Unique("nosecret")), &resp), FAILED_PRECONDITION);
+  EXPECT_REFUSED(Create(CreateRequest(Unique("nosecret")), &resp), FAILED_PRECONDITION);
   const std::string key = testing::KeyFromKeyring(env_.at("BLOCKCSI_CEPH_KEYRING"));
   ASSERT_FALSE(key.empty());
   // Half a secret is named, never echoed.
   secrets_ = {{"userID", env_.at("BLOCKCSI_CEPH_USER")}};
+  testing::LeakSnapshot before = Snapshot();
   grpc::Status st = Create(CreateRequest(Unique("half")), &resp);
   EXPECT_EQ(st.error_code(), Code::INVALID_ARGUMENT) << Describe(st);
   EXPECT_NE(st.error_message().find("userKey"), std::string::npos) << Describe(st);
+  EXPECT_TRUE(testing::NothingLeftSince(before, Scope(), "the create with half a secret"));
   // A wrong key is refused by the cluster.
   secrets_ = {{"userID", env_.at("BLOCKCSI_CEPH_USER")}, {"userKey", "AQBrb25nbm9ub25zZW5zZWtleWtleWtleQ=="}};
+  before = Snapshot();
   st = Create(CreateRequest(Unique("wrong")), &resp);
   EXPECT_FALSE(st.ok());
   EXPECT_EQ(st.error_message().find("AQBrb25n"), std::string::npos) << Describe(st);
+  EXPECT_TRUE(testing::NothingLeftSince(before, Scope(), "the create with a wrong key"));
 
   secrets_ = {{"userID", env_.at("BLOCKCSI_CEPH_USER")}, {"userKey", key}};
   const std::string id = MakeVolume(Unique("v"));
@@ -546,7 +604,7 @@ TEST_F(RbdControllerConformanceTest, BackendConfigServesLocalAndRbdSideBySide) {
   csi::v1::CreateVolumeResponse resp;
   auto unknown = CreateRequest(Unique("u"));
   (*unknown.mutable_parameters())["backend"] = "nvme";
-  EXPECT_CODE(Create(unknown, &resp), INVALID_ARGUMENT);
+  EXPECT_REFUSED(Create(unknown, &resp), INVALID_ARGUMENT);
 
   csi::v1::ControllerPublishVolumeResponse rbd_ctx, local_ctx;
   ASSERT_TRUE(Publish(on_rbd, "n1", &rbd_ctx).ok()) << PluginLog();

@@ -79,6 +79,19 @@ void CephSuiteTest::SetUp() {
       << "hack/ceph-cluster.sh printed no CEPH_CONF or RBD_POOL";
 }
 
+LeakScope CephSuiteTest::PoolLeakScope() {
+  LeakScope scope;
+  scope.rbd_command = {"rbd",
+                       "-c",
+                       env_.at("CEPH_CONF"),
+                       "--id",
+                       env_.at("BLOCKCSI_CEPH_USER"),
+                       "--keyring",
+                       env_.at("BLOCKCSI_CEPH_KEYRING")};
+  scope.rbd_pool = env_.at("RBD_POOL");
+  return scope;
+}
+
 std::string CephTestCluster::SkipReason() {
   if (!IsRoot()) return "needs root (runs Ceph daemons)";
   for (const char* bin : {"/usr/bin/ceph-mon", "/usr/bin/ceph-mgr", "/usr/bin/ceph-osd", "/usr/bin/rbd"}) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "support/leak_check.h"
 #include "support/test_util.h"
 
 namespace blockcsi::testing {
@@ -63,6 +64,10 @@ class CephSuiteTest : public ::testing::Test {
   static void SetUpTestSuite() { AcquireCluster(Needs::kCeph); }
   static void TearDownTestSuite() { cluster_.reset(); }
   void SetUp() override;
+  // The whole RBD pool (its images and snapshots) in the leak checker's
+  // terms, read as the CSI user. Reads what every test on the cluster
+  // changes: a suite that asserts on it runs its tests alone (RUN_SERIAL).
+  static LeakScope PoolLeakScope();
 
   static inline std::string skip_;         // why this machine cannot run the suite
   static inline std::string setup_error_;  // why the cluster could not be had

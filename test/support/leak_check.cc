@@ -146,6 +146,18 @@ std::set<std::string> TgtdItems(const std::string& text) {
   return out;
 }
 
+std::set<std::string> TgtdAccountItems(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("    ", 0) != 0) continue;  // "Account list:" and anything unindented
+    std::string user = Trim(line);
+    if (!user.empty()) out.insert("tgtd user " + user);
+  }
+  return out;
+}
+
 std::set<std::string> RbdWatcherItems(const std::string& image, const std::string& status_json) {
   std::set<std::string> out;
   auto j = nlohmann::json::parse(status_json, nullptr, false);
@@ -230,12 +242,16 @@ void AddScope(const LeakScope& scope, std::set<std::string>* items) {
   // have the same name.
   if (!scope.state_dir.empty()) AddFiles(scope.state_dir + "/attachments", "record " + scope.state_dir + ": ", items);
   if (!scope.pool_dir.empty()) {
-    for (const char* sub : {"volumes", "images", "tmp"}) {
+    // snapshots/: a snapshot's record outlives its volume unless deleted.
+    for (const char* sub : {"volumes", "snapshots", "images", "tmp"}) {
       AddFiles(scope.pool_dir + "/" + sub, std::string("pool ") + sub + "/", items);  // "pool images/vol-x.img"
     }
   }
   if (scope.tgtd != nullptr) {
     for (auto& item : TgtdItems(scope.tgtd->ShowTargets())) items->insert(item);
+    // An account unbound from its target (or never bound) is not in the
+    // targets' listing, yet it keeps a CHAP secret in tgtd.
+    for (auto& item : TgtdAccountItems(scope.tgtd->Tgtadm({"--op", "show", "--mode", "account"}))) items->insert(item);
   }
   AddRbdWatchers(scope, items);
   AddRbdPool(scope, items);

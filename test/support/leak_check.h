@@ -1,7 +1,7 @@
 // The one leak checker of the test suites (issue #15): what a node, a
 // target and a pool hold that a plugin under test can create — processes,
 // mounts, loop devices (also those whose backing file is gone), attach
-// records, tgtd targets/LUNs/ACLs/accounts/sessions, RBD watchers and pool files — taken
+// records, tgtd targets/LUNs/ACLs/accounts (bound or not)/sessions, RBD watchers and pool files — taken
 // as a snapshot before a call and compared right after it, before any
 // cleanup, so that "a failed call leaves nothing behind" is asserted on the
 // machine's real state. Not thread-safe; needs root to see loop devices and
@@ -30,7 +30,7 @@ struct LeakScope {
   std::string volume_id;
   // The node's attach records: <state_dir>/attachments/*.
   std::string state_dir;
-  // The pool's files: volumes/, images/ and tmp/ under it.
+  // The pool's files: volumes/, snapshots/, images/ and tmp/ under it.
   std::string pool_dir;
   // tgtd's live configuration: targets, LUNs, ACL entries, accounts, sessions.
   const TgtdHarness* tgtd = nullptr;
@@ -96,6 +96,10 @@ std::string DescribeItems(const std::vector<std::string>& items);
 // The parts of `tgtadm --op show --mode target` output the checker keeps.
 // Pure (tested against captured output).
 std::set<std::string> TgtdItems(const std::string& show_target_output);
+
+// "tgtd user <user>" for each account of `tgtadm --op show --mode
+// account` output, bound to a target or not. Pure.
+std::set<std::string> TgtdAccountItems(const std::string& show_account_output);
 
 // "rbd watcher <image> <address>" for each watcher in `rbd status --format
 // json` output; nothing for output that is not such JSON. Pure.

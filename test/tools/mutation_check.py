@@ -11,14 +11,17 @@ Never run it on a working tree you care about: it edits sources in place
 (and restores them). An anchor that no longer matches fails loudly: update
 the mutant with the code it breaks."""
 import subprocess, sys, os
+if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+    print(__doc__)
+    sys.exit(0 if len(sys.argv) == 2 else 2)
 root = sys.argv[1]
 build = os.path.join(root, "build")
 M = [
- ("skip the detach on a failed stage", "src/node/node_service.cc",
+ ("skip the detach on a failed stage", "src/node/node_stage.cc",
   "  Status detached = options_.attacher->Detach(volume_id);\n  if (!detached.ok()) {\n    LogError(\"stage failed and undoing",
   "  Status detached = OkStatus();\n  if (!detached.ok()) {\n    LogError(\"stage failed and undoing",
   "node_unit_tests", "NodeServiceTest.*"),
- ("format a signed device", "src/node/node_service.cc",
+ ("format a signed device", "src/node/node_stage.cc",
   "  } else if (probed->signatures.size() != 1 || probed->signatures.front().type != plan.fs_type) {",
   "  } else if (false) {",
   "node_unit_tests", "NodeServiceTest.*"),
@@ -26,12 +29,12 @@ M = [
   "    if (actual.serial != expected_serial) ok = false;",
   "    (void)actual;",
   "attach_unit_tests", "*"),
- ("log a CHAP secret (at debug)", "src/controller/controller_service.cc",
+ ("log a CHAP secret (at debug)", "src/controller/controller_internal.h",
   "  if (chap.username.empty()) return missing(secret_keys::kChapUsername);",
   "  LogDebug(\"chap from secrets\", {{\"volume\", volume_id}, {\"password\", chap.password}});\n  if (chap.username.empty()) return missing(secret_keys::kChapUsername);",
   "controller_unit_tests", "ControllerServiceTest.*"),
  ("skip the fsync of a record", "src/common/atomic_file.cc",
-  "  if (st.ok()) st = FsyncFile(fd, temp, hook, \"temp-synced\");",
+  "  if (st.ok()) st = FsyncFile(fd, temp, &options, \"temp-synced\");",
   "",
   "common_unit_tests", "AtomicFile*"),
 ]

@@ -3,7 +3,10 @@
 // one VolumeAttachment per volume×node, ControllerPublish retried on
 // ABORTED/UNAVAILABLE, a pod moving between nodes, a node leaving the
 // cluster. After every step the ACLs tgtd enforces must be exactly the
-// attached VolumeAttachments. Needs root and tgt (skips otherwise).
+// attached VolumeAttachments. Each case deletes what it made; TearDown
+// asserts, before it cleans, that nothing is left on tgtd or in the pool,
+// and a refused call is checked right after it (issue #22). Needs root and
+// tgt (skips otherwise).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +24,7 @@
 #include "csi.grpc.pb.h"
 #include "integration/controller/tgt_acls.h"
 #include "support/csi_capabilities.h"
+#include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -133,13 +137,44 @@ class VolumeAttachmentFlowTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     stub_ = csi::v1::Controller::NewStub(grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+    have_baseline_ = true;
   }
   void TearDown() override {
+    // Asserted before the fallback below removes what a failed case left.
+    if (have_baseline_) {
+      EXPECT_TRUE(testing::NothingLeftSince(baseline_, Scope(), "the test's own deletes, before the fixture cleans"));
+    }
+    if (backend_) {
+      for (const auto& id : made_) {
+        auto record = backend_->GetVolume(id);
+        if (record.ok()) {
+          for (const auto& g : record->grants) (void)backend_->RevokeAccess(id, g.initiator_iqn);
+        }
+        (void)backend_->DeleteVolume(id);
+      }
+    }
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + 5s);
     server_.reset();
     service_.reset();
     backend_.reset();  // stops the backend's reconcile loop before tgtd goes
     tgtd_.reset();
+  }
+
+  // What the controller can leave: tgtd's targets, LUNs, ACLs and
+  // accounts, and the pool's records and images.
+  testing::LeakScope Scope() const {
+    testing::LeakScope scope;
+    scope.pool_dir = dir_.Join("pool");
+    scope.tgtd = tgtd_.get();
+    return scope;
+  }
+  grpc::Status DeleteVolume(const std::string& volume) {
+    grpc::ClientContext ctx;
+    csi::v1::DeleteVolumeRequest r;
+    r.set_volume_id(volume);
+    csi::v1::DeleteVolumeResponse resp;
+    return stub_->DeleteVolume(&ctx, r, &resp);
   }
 
   std::string CreateVolume(const std::string& name) {
@@ -151,6 +186,7 @@ class VolumeAttachmentFlowTest : public ::testing::Test {
     csi::v1::CreateVolumeResponse resp;
     grpc::Status st = stub_->CreateVolume(&ctx, r, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
+    if (st.ok()) made_.push_back(resp.volume().volume_id());
     return resp.volume().volume_id();
   }
   std::string TargetOf(const std::string& volume) {
@@ -176,6 +212,9 @@ class VolumeAttachmentFlowTest : public ::testing::Test {
   std::string socket_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<csi::v1::Controller::Stub> stub_;
+  testing::LeakSnapshot baseline_;
+  bool have_baseline_ = false;
+  std::vector<std::string> made_;  // the fallback cleanup's list
 };
 
 TEST_F(VolumeAttachmentFlowTest, PodMovesBetweenNodesAndANodeLeaves) {
@@ -208,10 +247,13 @@ TEST_F(VolumeAttachmentFlowTest, PodMovesBetweenNodesAndANodeLeaves) {
   ASSERT_TRUE(attacher.Attach(b, "n1", rwo).ok());
   ExpectAclsMatch(attacher, volumes, "B→n1 attached");
 
-  // The pod moves to n2: A→n2 is created while A→n1 still exists.
+  // The pod moves to n2: A→n2 is created while A→n1 still exists. Refused,
+  // and right after the call nothing of it is on tgtd (no ACL for n2).
+  testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope());
   grpc::Status st = attacher.Attach(a, "n2", rwo);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
   EXPECT_NE(st.error_message().find("n1"), std::string::npos) << st.error_message();
+  EXPECT_TRUE(testing::NothingLeftSince(before, Scope(), "the refused publish A→n2"));
   ExpectAclsMatch(attacher, volumes, "A→n2 refused while A→n1 exists");
 
   // A→n1 deleted (the pod left n1): unpublish; then the attacher's retry of
@@ -230,22 +272,12 @@ TEST_F(VolumeAttachmentFlowTest, PodMovesBetweenNodesAndANodeLeaves) {
   ExpectAclsMatch(attacher, volumes, "n1 deleted: A→n1 again");
 
   // The PVC of A is deleted while A→n2 exists: refused until detached.
-  {
-    grpc::ClientContext ctx;
-    csi::v1::DeleteVolumeRequest r;
-    r.set_volume_id(a);
-    csi::v1::DeleteVolumeResponse resp;
-    EXPECT_EQ(stub_->DeleteVolume(&ctx, r, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  }
+  EXPECT_EQ(DeleteVolume(a).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   ASSERT_TRUE(attacher.Detach(a, "n2").ok());
   ExpectAclsMatch(attacher, volumes, "A→n2 detached");
   for (const auto& volume : volumes) {
     std::string target = TargetOf(volume);
-    grpc::ClientContext ctx;
-    csi::v1::DeleteVolumeRequest r;
-    r.set_volume_id(volume);
-    csi::v1::DeleteVolumeResponse resp;
-    ASSERT_TRUE(stub_->DeleteVolume(&ctx, r, &resp).ok());
+    ASSERT_TRUE(DeleteVolume(volume).ok());
     EXPECT_FALSE(testing::ParseTgtAcls(tgtd_->ShowTargets()).contains(target)) << "target of " << volume << " left";
   }
 }
@@ -272,6 +304,7 @@ TEST_F(VolumeAttachmentFlowTest, PublishRetriesThroughATgtdRestart) {
   ASSERT_TRUE(acls.contains(target)) << tgtd_->ShowTargets();
   EXPECT_EQ(acls[target], attacher.ExpectedInitiators(a));
   ASSERT_TRUE(attacher.Detach(a, "n1").ok());
+  ASSERT_TRUE(DeleteVolume(a).ok());
 }
 
 // The ACL reader itself, on tgtadm output captured from tgt 1.0.

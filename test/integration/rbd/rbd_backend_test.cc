@@ -2,6 +2,11 @@
 // the ceph packages, else skipped with the reason. One cluster per test
 // binary, or the one ctest's rbd_cluster fixture started (BLOCKCSI_CEPH_DIR).
 // The "nodes" here are plain librados/librbd clients of the test's own.
+// Each case deletes what it made; TearDown asserts with the shared leak
+// checker, before it cleans, that the pool holds no image or snapshot it did
+// not hold before, and a refused create or grant is checked right after the
+// call (issue #22). The checker reads the whole shared pool, so every test
+// of this binary runs alone (RUN_SERIAL in CMakeLists.txt).
 #include "backend/rbd/rbd_backend.h"
 
 #include <fcntl.h>
@@ -56,9 +61,19 @@ class RbdBackendTest : public testing::CephSuiteTest {
     auto backend = MakeRbdBackend(options_);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
+    baseline_ = testing::TakeLeakSnapshot(PoolLeakScope());
+    // A pool the checker cannot read would make every later check vacuous.
+    for (const auto& item : baseline_.items) ASSERT_EQ(item.find("cannot be listed"), std::string::npos) << item;
+    have_baseline_ = true;
   }
 
   void TearDown() override {
+    // The case's own deletes ran: anything new in the pool is a leak, asserted
+    // before the fallback below removes it.
+    if (have_baseline_) {
+      EXPECT_TRUE(
+          testing::NothingLeftSince(baseline_, PoolLeakScope(), "the test's own deletes, before the fixture cleans"));
+    }
     // Leave the shared cluster as we found it, even after a failure.
     if (backend_ == nullptr) return;
     for (const auto& id : snapshots_) (void)backend_->DeleteSnapshot(id);
@@ -100,7 +115,16 @@ class RbdBackendTest : public testing::CephSuiteTest {
     return grant;
   }
 
+  // The pool's images and snapshots, and the metadata (grants) of `images`.
+  testing::LeakScope ScopeWithMetadataOf(const std::vector<std::string>& images) const {
+    testing::LeakScope scope = PoolLeakScope();
+    for (const auto& image : images) scope.rbd_metadata_images.push_back(options_.pool + "/" + image);
+    return scope;
+  }
+
   RbdBackendOptions options_;
+  testing::LeakSnapshot baseline_;
+  bool have_baseline_ = false;
   std::shared_ptr<VolumeBackend> backend_;
   std::vector<std::string> volumes_;
   std::vector<std::string> snapshots_;
@@ -162,6 +186,7 @@ TEST_F(RbdBackendTest, CreateIsIdempotentAndOtherSizeIsAlreadyExists) {
   EXPECT_EQ(again->id, first->id);
   EXPECT_EQ(again->transport_params.at(rbd_params::kImageId), first->transport_params.at(rbd_params::kImageId));
 
+  const testing::LeakSnapshot before_refusals = testing::TakeLeakSnapshot(PoolLeakScope());
   auto other = Create(name, 16 * kMiB);
   EXPECT_EQ(other.status().code(), StatusCode::kAlreadyExists) << other.status().ToString();
 
@@ -169,6 +194,7 @@ TEST_F(RbdBackendTest, CreateIsIdempotentAndOtherSizeIsAlreadyExists) {
   odd.name = Unique("odd");
   odd.size_bytes = kMiB + 1;
   EXPECT_EQ(backend_->CreateVolume(odd).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(testing::NothingLeftSince(before_refusals, PoolLeakScope(), "the refused creates"));
 
   auto got = backend_->GetVolume(first->id);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -211,6 +237,7 @@ TEST_F(RbdBackendTest, ExpandGrowsAndNeverShrinks) {
   auto got = backend_->GetVolume(vol->id);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->size_bytes, 24 * kMiB);
+  EXPECT_TRUE(backend_->DeleteVolume(vol->id).ok());
 }
 
 TEST_F(RbdBackendTest, ListVolumesPaginates) {
@@ -242,6 +269,7 @@ TEST_F(RbdBackendTest, ListVolumesPaginates) {
 
   EXPECT_EQ(backend_->ListVolumes("not-a-token", 1).status().code(), StatusCode::kAborted);
   EXPECT_EQ(backend_->ListVolumes("csi-vol-zz", 1).status().code(), StatusCode::kAborted);
+  for (const auto& id : mine) EXPECT_TRUE(backend_->DeleteVolume(id).ok()) << id;
 }
 
 TEST_F(RbdBackendTest, SnapshotCreateListDelete) {
@@ -265,9 +293,11 @@ TEST_F(RbdBackendTest, SnapshotCreateListDelete) {
   auto again = backend_->CreateSnapshot(vol->id, name);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->id, snap->id);
+  const testing::LeakSnapshot before_refusals = testing::TakeLeakSnapshot(PoolLeakScope());
   EXPECT_EQ(backend_->CreateSnapshot(other->id, name).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(backend_->CreateSnapshot("rbd.rbd.csi-vol-0123456789abcdef0123456789abcdef", Unique("x")).status().code(),
             StatusCode::kNotFound);
+  EXPECT_TRUE(testing::NothingLeftSince(before_refusals, PoolLeakScope(), "the refused snapshots"));
 
   auto got = backend_->GetSnapshot(snap->id);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -298,6 +328,8 @@ TEST_F(RbdBackendTest, SnapshotCreateListDelete) {
   ASSERT_TRUE(moved.ok()) << moved.status().ToString();
   snapshots_.push_back(moved->id);
   EXPECT_TRUE(backend_->DeleteVolume(vol->id).ok());
+  EXPECT_TRUE(backend_->DeleteSnapshot(moved->id).ok());
+  EXPECT_TRUE(backend_->DeleteVolume(other->id).ok());
 }
 
 TEST_F(RbdBackendTest, RestoreFromSnapshotHasTheSnapshotsBytes) {
@@ -319,11 +351,13 @@ TEST_F(RbdBackendTest, RestoreFromSnapshotHasTheSnapshotsBytes) {
   ASSERT_EQ(admin->Write(kMiB, std::string(64 * 1024, 'B')), 0);
   admin->CloseImage();
 
+  const testing::LeakSnapshot before_refusals = testing::TakeLeakSnapshot(PoolLeakScope());
   auto small = Create(Unique("small"), 4 * kMiB, {ContentSource::Kind::kSnapshot, snap->id});
   EXPECT_EQ(small.status().code(), StatusCode::kOutOfRange);
   auto missing = Create(Unique("missing"), 8 * kMiB,
                         {ContentSource::Kind::kSnapshot, vol->id + "@csi-snap-0123456789abcdef0123456789abcdef"});
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(testing::NothingLeftSince(before_refusals, PoolLeakScope(), "the refused restores"));
 
   const ContentSource source{ContentSource::Kind::kSnapshot, snap->id};
   const std::string name = Unique("restored");
@@ -347,6 +381,7 @@ TEST_F(RbdBackendTest, RestoreFromSnapshotHasTheSnapshotsBytes) {
   EXPECT_EQ(admin->Read(kMiB, before.size()), before);
   admin->CloseImage();
   EXPECT_TRUE(backend_->DeleteVolume(vol->id).ok());
+  EXPECT_TRUE(backend_->DeleteVolume(restored->id).ok());
 }
 
 TEST_F(RbdBackendTest, CloneFromVolumeHasItsBytesAndLeavesNoSnapshot) {
@@ -367,11 +402,13 @@ TEST_F(RbdBackendTest, CloneFromVolumeHasItsBytesAndLeavesNoSnapshot) {
   EXPECT_EQ(admin->Read(3 * kMiB, data.size()), data);
   admin->CloseImage();
   EXPECT_EQ(admin->SnapCount(image), 0) << "the temporary snapshot must be gone";
+  const testing::LeakSnapshot before_refusal = testing::TakeLeakSnapshot(PoolLeakScope());
   EXPECT_EQ(Create(Unique("nosrc"), 8 * kMiB,
                    {ContentSource::Kind::kVolume, "rbd.rbd.csi-vol-0123456789abcdef0123456789abcdef"})
                 .status()
                 .code(),
             StatusCode::kNotFound);
+  EXPECT_TRUE(testing::NothingLeftSince(before_refusal, PoolLeakScope(), "the refused clone"));
   // The clone is independent: the source can go first.
   EXPECT_TRUE(backend_->DeleteVolume(vol->id).ok());
   EXPECT_TRUE(backend_->DeleteVolume(clone->id).ok());
@@ -406,6 +443,9 @@ TEST_F(RbdBackendTest, GrantIsRecordedAndDeleteRefusedWhilePublished) {
   EXPECT_EQ(granted->grants[0].initiator_iqn, InitiatorIqnForNode("node-a"));
   EXPECT_EQ(granted->grants[0].capability, "SINGLE_NODE_WRITER/block");
   EXPECT_TRUE(backend_->GrantAccess(vol->id, GrantFor("node-a")).ok()) << "same grant again is OK";
+  // Refused grants write no metadata key (no grant, no fence record).
+  const auto scope = ScopeWithMetadataOf({vol->transport_params.at(rbd_params::kImage)});
+  const testing::LeakSnapshot before_refusals = testing::TakeLeakSnapshot(scope);
   EXPECT_EQ(backend_->GrantAccess(vol->id, GrantFor("node-a", "MULTI_NODE_READER_ONLY/mount")).status().code(),
             StatusCode::kAlreadyExists);
   AccessGrant chap = GrantFor("node-c");
@@ -413,6 +453,7 @@ TEST_F(RbdBackendTest, GrantIsRecordedAndDeleteRefusedWhilePublished) {
   chap.chap.password = "p";
   EXPECT_EQ(backend_->GrantAccess(vol->id, chap).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(backend_->GrantAccess(vol->id, GrantFor("Not_A_Node")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(testing::NothingLeftSince(before_refusals, scope, "the refused grants"));
 
   Status refused = backend_->DeleteVolume(vol->id);
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();

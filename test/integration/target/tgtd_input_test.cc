@@ -2,7 +2,10 @@
 // the issue's probe as a regression test against a real tgtd, through the
 // backend the agent serves. After every refused call the test checks right
 // away that nothing was left behind: no tgtd account, no ACL, no grant in
-// the record, no file in the pool. Root and Debian tgt; skipped otherwise.
+// the record, no file in the pool. Each case deletes what it made, and
+// TearDown asserts with the shared leak checker, before it cleans, that tgtd
+// and the pool hold nothing new (issue #22). Root and Debian tgt; skipped
+// otherwise.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,6 +17,7 @@
 #include "backend/local/tgtd_socket.h"
 #include "common/executor.h"
 #include "common/logging.h"
+#include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -45,8 +49,41 @@ class TgtdInputTest : public ::testing::Test {
     auto backend = LocalBackend::Open(pool_.path(), exporter, options);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
+    baseline_ = testing::TakeLeakSnapshot(Scope());
+    have_baseline_ = true;
   }
-  void TearDown() override { SetLogCaptureForTest(nullptr); }
+  void TearDown() override {
+    SetLogCaptureForTest(nullptr);
+    // Asserted before the fallback below removes what a failed case left.
+    if (have_baseline_) {
+      EXPECT_TRUE(testing::NothingLeftSince(baseline_, Scope(), "the test's own deletes, before the fixture cleans"));
+    }
+    if (backend_) {
+      for (const auto& id : made_) {
+        if (auto record = backend_->GetVolume(id); record.ok()) {
+          for (const auto& g : record->grants) (void)backend_->RevokeAccess(id, g.initiator_iqn);
+        }
+        (void)backend_->DeleteVolume(id);
+      }
+    }
+  }
+
+  // tgtd's targets, LUNs, ACLs and accounts (bound or not), the pool's files.
+  testing::LeakScope Scope() const {
+    testing::LeakScope scope;
+    scope.pool_dir = pool_.path();
+    scope.tgtd = tgtd_.get();
+    return scope;
+  }
+  testing::LeakSnapshot Snapshot() const { return testing::TakeLeakSnapshot(Scope()); }
+  // The case's own cleanup: every grant revoked, the volume deleted.
+  void Retire(const VolumeRecord& v) {
+    auto record = backend_->GetVolume(v.id);
+    ASSERT_TRUE(record.ok()) << record.status().ToString();
+    for (const auto& g : record->grants) EXPECT_TRUE(backend_->RevokeAccess(v.id, g.initiator_iqn).ok()) << v.id;
+    Status st = backend_->DeleteVolume(v.id);
+    EXPECT_TRUE(st.ok()) << v.id << ": " << st.ToString();
+  }
 
   VolumeRecord Create(const std::string& name) {
     CreateVolumeSpec spec;
@@ -54,6 +91,7 @@ class TgtdInputTest : public ::testing::Test {
     spec.size_bytes = 8 * kMiB;
     auto v = backend_->CreateVolume(spec);
     EXPECT_TRUE(v.ok()) << v.status().ToString();
+    if (v.ok()) made_.push_back(v->id);
     return v.ok() ? *v : VolumeRecord{};
   }
   std::vector<TgtTarget> Live() {
@@ -83,7 +121,9 @@ class TgtdInputTest : public ::testing::Test {
     SCOPED_TRACE(what);
     TgtTarget before = LiveTarget(v.target_iqn);
     std::string accounts_before = RawAccounts();
+    testing::LeakSnapshot snapshot = Snapshot();
     auto r = backend_->GrantAccess(v.id, {kAttackerNode, "node-attacker", false, "rwo", chap});
+    EXPECT_TRUE(testing::NothingLeftSince(snapshot, Scope(), "the refused grant"));
     ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
     EXPECT_NE(r.status().message().find(v.id), std::string::npos) << r.status().message();
     EXPECT_LT(r.status().message().size(), 400u) << "the client must be able to receive the error";
@@ -103,6 +143,9 @@ class TgtdInputTest : public ::testing::Test {
   TempDir pool_;
   std::shared_ptr<LocalBackend> backend_;
   std::string log_;
+  testing::LeakSnapshot baseline_;
+  bool have_baseline_ = false;
+  std::vector<std::string> made_;  // the fallback cleanup's list
 };
 
 TEST_F(TgtdInputTest, AUserNameWithAForgedTargetBlockCannotCrossVolumes) {
@@ -119,6 +162,7 @@ TEST_F(TgtdInputTest, AUserNameWithAForgedTargetBlockCannotCrossVolumes) {
   EXPECT_FALSE(health->abnormal) << health->message;
   EXPECT_EQ(LiveTarget(third.target_iqn).acls, std::vector<std::string>{kVictimNode});
   EXPECT_TRUE(LiveTarget(attacker.target_iqn).acls.empty());
+  for (const auto* v : {&victim, &attacker, &third}) Retire(*v);
 }
 
 // tgtd state made before this fix (or by hand) that prints a forged block is
@@ -136,7 +180,9 @@ TEST_F(TgtdInputTest, ForgedOutputAlreadyInTgtdIsRefusedNotActedOn) {
   tgtd_->Tgtadm({"--op", "bind", "--mode", "account", "--tid", std::to_string(attacker_tid), "--user", forged}, &code);
   ASSERT_EQ(code, 0);
 
+  testing::LeakSnapshot before_grant = Snapshot();
   auto granted = backend_->GrantAccess(attacker.id, {kAttackerNode, "node-attacker", false, "rwo", {}});
+  EXPECT_TRUE(testing::NothingLeftSince(before_grant, Scope(), "the grant refused on forged tgtd output"));
   EXPECT_EQ(granted.status().code(), StatusCode::kInternal) << granted.status().ToString();
   EXPECT_NE(granted.status().message().find("cannot be trusted"), std::string::npos) << granted.status().message();
   auto health = backend_->CheckVolume(attacker.id);
@@ -155,6 +201,8 @@ TEST_F(TgtdInputTest, ForgedOutputAlreadyInTgtdIsRefusedNotActedOn) {
   EXPECT_TRUE(LiveTarget(attacker.target_iqn).acls.empty());
   ASSERT_TRUE(backend_->GrantAccess(attacker.id, {kAttackerNode, "node-attacker", false, "rwo", {}}).ok());
   EXPECT_EQ(LiveTarget(attacker.target_iqn).acls, std::vector<std::string>{kAttackerNode});
+  Retire(attacker);
+  Retire(victim);
 }
 
 TEST_F(TgtdInputTest, AUserNameWithAForgedAccountListCausesNoOutage) {
@@ -168,6 +216,7 @@ TEST_F(TgtdInputTest, AUserNameWithAForgedAccountListCausesNoOutage) {
   EXPECT_TRUE(backend_->DeleteVolume(other.id).ok());
   EXPECT_TRUE(backend_->Healthy().ok());
   EXPECT_TRUE(backend_->ReconcileNow().ok());
+  Retire(v);
 }
 
 TEST_F(TgtdInputTest, SeparatorsLengthsAndHalfPairsAreRefusedBeforeTgtd) {
@@ -181,17 +230,22 @@ TEST_F(TgtdInputTest, SeparatorsLengthsAndHalfPairsAreRefusedBeforeTgtd) {
   ExpectGrantRefused(v, {"nodeuser1", "has,comma-pass", "", ""}, "comma in password");
   ExpectGrantRefused(v, {"nodeuser1", kSecret, "tgt-user", ""}, "mutual user without password");
   // The initiator name reaches tgtadm's argv and its output too.
+  testing::LeakSnapshot before_bad_iqn = Snapshot();
   auto bad_iqn = backend_->GrantAccess(v.id, {"iqn.2026-11.x:a\nTarget 9: y", "n", false, "rwo", {}});
   EXPECT_EQ(bad_iqn.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(testing::NothingLeftSince(before_bad_iqn, Scope(), "the refused initiator name"));
   EXPECT_TRUE(LiveTarget(v.target_iqn).acls.empty());
   // The same credentials, valid, work end to end.
   ASSERT_TRUE(
       backend_->GrantAccess(v.id, {kAttackerNode, "node-attacker", false, "rwo", {"nodeuser1", kSecret, "", ""}}).ok());
   EXPECT_EQ(LiveTarget(v.target_iqn).incoming_accounts, std::vector<std::string>{"nodeuser1"});
+  // The revoke takes the CHAP account with it (the leak check sees unbound accounts too).
+  Retire(v);
 }
 
 TEST_F(TgtdInputTest, SizesThePoolCannotHoldAreOutOfRangeAndLeaveNothing) {
   std::set<std::string> before = PoolFiles();
+  const testing::LeakSnapshot snapshot = Snapshot();
   CreateVolumeSpec spec;
   spec.name = "pvc-2p44";
   spec.size_bytes = uint64_t{1} << 44;  // was INTERNAL "File too large" and a 0-byte tmp/vol-*.img
@@ -212,11 +266,13 @@ TEST_F(TgtdInputTest, SizesThePoolCannotHoldAreOutOfRangeAndLeaveNothing) {
   EXPECT_TRUE(over.status().code() == StatusCode::kResourceExhausted || over.status().code() == StatusCode::kOutOfRange)
       << over.status().ToString();
   EXPECT_EQ(PoolFiles(), before);
+  EXPECT_TRUE(testing::NothingLeftSince(snapshot, Scope(), "the refused sizes"));
   for (const auto& t : Live()) EXPECT_NE(t.iqn.rfind(kPrefix, 0), 0u) << "a target was made for " << t.iqn;
 }
 
 TEST_F(TgtdInputTest, NamesAreBoundedAndPrintable) {
   std::set<std::string> before = PoolFiles();
+  const testing::LeakSnapshot snapshot = Snapshot();
   CreateVolumeSpec spec;
   spec.size_bytes = 4 * kMiB;
   spec.name = std::string(100 * 1024, 'n');  // was a 100 KB record and ~500 KB of debug log
@@ -228,11 +284,16 @@ TEST_F(TgtdInputTest, NamesAreBoundedAndPrintable) {
   spec.name = "pvc-newline\nforged log line";
   EXPECT_EQ(backend_->CreateVolume(spec).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(PoolFiles(), before);
+  EXPECT_TRUE(testing::NothingLeftSince(snapshot, Scope(), "the refused names"));
   EXPECT_EQ(log_.find('\0'), std::string::npos);
   spec.name = std::string(128, 'n');  // CSI's limit for a string field
-  EXPECT_TRUE(backend_->CreateVolume(spec).ok());
-  EXPECT_EQ(backend_->CreateSnapshot("vol-0000000000000000", std::string(129, 's')).status().code(),
-            StatusCode::kInvalidArgument);
+  auto longest = backend_->CreateVolume(spec);
+  ASSERT_TRUE(longest.ok()) << longest.status().ToString();
+  made_.push_back(longest->id);
+  const testing::LeakSnapshot with_volume = Snapshot();
+  EXPECT_EQ(backend_->CreateSnapshot(longest->id, std::string(129, 's')).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(testing::NothingLeftSince(with_volume, Scope(), "the refused snapshot name"));
+  Retire(*longest);
 }
 
 TEST_F(TgtdInputTest, SecretsAppearInNoLogRecordOrError) {
@@ -242,8 +303,10 @@ TEST_F(TgtdInputTest, SecretsAppearInNoLogRecordOrError) {
   ASSERT_TRUE(
       backend_->GrantAccess(v.id, {kVictimNode, "node-victim", false, "rwo", {"u1", one_way, "t1", mutual}}).ok());
   // Refused variants of the same secrets, and a revoke, also log nothing secret.
+  const testing::LeakSnapshot granted = Snapshot();
   (void)backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"", one_way, "", ""}});
   (void)backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u,2", one_way, "", ""}});
+  EXPECT_TRUE(testing::NothingLeftSince(granted, Scope(), "the refused grants"));
   ASSERT_TRUE(backend_->ReconcileNow().ok());
   ASSERT_TRUE(backend_->RevokeAccess(v.id, kVictimNode).ok());
   for (const std::string& secret : {one_way, mutual}) {
@@ -253,6 +316,7 @@ TEST_F(TgtdInputTest, SecretsAppearInNoLogRecordOrError) {
       EXPECT_EQ(testing::ReadFileOrEmpty(pool_.Join(f)).find(secret), std::string::npos) << "a secret in " << f;
     }
   }
+  Retire(v);
 }
 
 }  // namespace

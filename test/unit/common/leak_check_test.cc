@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -25,6 +27,15 @@ TEST(LeakCheckTest, TgtdItemsNameTargetsLunsAclsAccountsAndSessions) {
     EXPECT_EQ(item.find("Backing store"), std::string::npos) << item;
     EXPECT_EQ(item.find("IP Address"), std::string::npos) << item;
   }
+}
+
+// An account left in tgtd after its target is gone is in no target's
+// listing: the checker reads `--mode account` too.
+TEST(LeakCheckTest, TgtdAccountItemsNameEveryAccountBoundOrNot) {
+  auto items = testing::TgtdAccountItems("Account list:\n    alice\n    bob-mutual\n");
+  EXPECT_EQ(items, (std::set<std::string>{"tgtd user alice", "tgtd user bob-mutual"}));
+  EXPECT_TRUE(testing::TgtdAccountItems("Account list:\n").empty());
+  EXPECT_TRUE(testing::TgtdAccountItems("tgtadm: can't send the request to the tgt daemon\n").empty());
 }
 
 TEST(LeakCheckTest, NewItemsAreWhatAppearedSinceTheFirstSnapshot) {

@@ -1,0 +1,114 @@
+# How the blockcsi program is linked to keep its resident memory small
+# (issue #18; docs/performance.md section 6 has the figures).
+#
+# 1. Static gRPC, protobuf, abseil, re2, upb, c-ares and zlib archives
+# instead of their shared libraries. Why: a shared library's pages count in the process's RSS as soon as they are
+# touched, and the kernel maps text 64 KiB at a time around each fault. Linked
+# as some 70 shared objects (libgrpc alone 4.8 MiB resident, each libabsl_*.so
+# a few pages of relocations and text), gRPC cost the plugin far more RSS than
+# the code it runs; linked statically only the objects the plugin uses are in
+# its binary. In a pod the
+# plugin is the only user of these libraries, so its RSS is what it costs.
+#
+# Only the blockcsi program links this way: the tests keep the shared
+# libraries (a static gRPC in every test binary would make each link slow and
+# large). OpenSSL too (libssl.a, libcrypto.a): nothing else in the plugin
+# maps libcrypto.so at start (cpp-httplib, which does, is a module loaded on
+# first use, common/lazy_http.h, with its own shared OpenSSL; no OpenSSL
+# object crosses between the two). Off, or with an archive missing, the
+# program links the shared libraries as before.
+#
+# Every archive comes from a -dev package that hack/install-deps.sh installs
+# (libgrpc++-dev, libgrpc-dev, libprotobuf-dev, libabsl-dev, libre2-dev,
+# libc-ares-dev, zlib1g-dev, libssl-dev); `pkg-config --static` gives their order.
+option(BLOCKCSI_STATIC_GRPC "Link the blockcsi program against static gRPC/protobuf/abseil archives" ON)
+
+function(blockcsi_find_grpc_archives out)
+  set(${out} "" PARENT_SCOPE)
+  pkg_check_modules(GRPC_LINK QUIET grpc++ protobuf)
+  if(NOT GRPC_LINK_FOUND)
+    message(STATUS "blockcsi: static gRPC off (no grpc++/protobuf pkg-config)")
+    return()
+  endif()
+  set(archives "")
+  # grpc++_reflection is not in grpc++.pc; the generated code links it.
+  # ssl and crypto last: the plugin's own SHA-256 and base64 use them too.
+  foreach(name grpc++_reflection ${GRPC_LINK_STATIC_LIBRARIES} ssl crypto)
+    # System libraries stay shared.
+    if(name MATCHES "^(dl|rt|m|atomic|pthread)$")
+      continue()
+    endif()
+    string(MAKE_C_IDENTIFIER "BLOCKCSI_ARCHIVE_${name}" var)
+    find_library(${var} NAMES lib${name}.a)
+    if(NOT ${var})
+      message(STATUS "blockcsi: static gRPC off (no lib${name}.a)")
+      return()
+    endif()
+    list(APPEND archives ${${var}})
+  endforeach()
+  list(REMOVE_DUPLICATES archives)
+  set(${out} ${archives} PARENT_SCOPE)
+endfunction()
+
+# 2. Packed relative relocations (DT_RELR, binutils >= 2.38 and glibc >= 2.36,
+# Debian 12): a position-independent program's relocation table is read
+# whole by the loader at every start; with gRPC inside it is some 600 KiB of
+# R_X86_64_RELATIVE entries, packed it is a few KiB. ASLR stays as it is.
+include(CheckLinkerFlag)
+check_linker_flag(CXX "-Wl,-z,pack-relative-relocs" BLOCKCSI_LINKER_HAS_RELR)
+
+# Links `program` the lean way: the static archives when they are all there,
+# packed relocations when the linker has them.
+function(blockcsi_lean_link program)
+  if(BLOCKCSI_LINKER_HAS_RELR)
+    target_link_options(${program} PRIVATE "-Wl,-z,pack-relative-relocs")
+  endif()
+  blockcsi_link_grpc_statically(${program})
+endfunction()
+
+# Marks `program` to link the static archives when they are all there.
+function(blockcsi_link_grpc_statically program)
+  if(NOT BLOCKCSI_STATIC_GRPC)
+    return()
+  endif()
+  if(NOT TARGET blockcsi_grpc_static)
+    blockcsi_find_grpc_archives(archives)
+    if(NOT archives)
+      return()
+    endif()
+    find_package(OpenSSL REQUIRED)
+    list(JOIN archives "," group)
+    add_library(blockcsi_grpc_static INTERFACE)
+    # One group: the archives refer to each other in every direction.
+    target_link_libraries(blockcsi_grpc_static INTERFACE
+      "$<LINK_GROUP:RESCAN,${group}>" Threads::Threads ${CMAKE_DL_LIBS} rt m atomic)
+    # blockcsi_proto carries gRPC to every program and test; a program marked
+    # BLOCKCSI_STATIC_GRPC gets the archives in place of the shared libraries.
+    set(static "$<BOOL:$<TARGET_PROPERTY:BLOCKCSI_STATIC_GRPC>>")
+    set_property(TARGET blockcsi_proto PROPERTY INTERFACE_LINK_LIBRARIES
+      "$<${static}:blockcsi_grpc_static>"
+      "$<$<NOT:${static}>:protobuf::libprotobuf>"
+      "$<$<NOT:${static}>:gRPC::grpc++>"
+      "$<$<NOT:${static}>:gRPC::grpc++_reflection>")
+    # Our libraries that use OpenSSL themselves (SHA-256 of RBD image names,
+    # base64 of a kubeconfig's CA) take it from the group in such a program:
+    # one OpenSSL, the static one, and libcrypto.so never mapped.
+    foreach(dir common bridge attach backend controller agent node)
+      get_property(targets DIRECTORY ${PROJECT_SOURCE_DIR}/src/${dir} PROPERTY BUILDSYSTEM_TARGETS)
+      foreach(target ${targets})
+        get_target_property(type ${target} TYPE)
+        if(NOT type STREQUAL "STATIC_LIBRARY")
+          continue()
+        endif()
+        get_target_property(deps ${target} INTERFACE_LINK_LIBRARIES)
+        if(NOT deps)
+          continue()
+        endif()
+        list(TRANSFORM deps REPLACE "^(OpenSSL::SSL|OpenSSL::Crypto)$" "$<$<NOT:${static}>:\\1>")
+        set_property(TARGET ${target} PROPERTY INTERFACE_LINK_LIBRARIES "${deps}")
+      endforeach()
+    endforeach()
+  endif()
+  set_target_properties(${program} PROPERTIES BLOCKCSI_STATIC_GRPC ON)
+  message(STATUS "blockcsi: ${program} links gRPC, protobuf and abseil statically")
+endfunction()

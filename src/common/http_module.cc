@@ -1,0 +1,113 @@
+// libblockcsi_http.so: cpp-httplib behind the C interface of http_module.h.
+// Links nothing of blockcsi; every entry point catches what httplib throws.
+#include "common/http_module.h"
+
+#include <httplib.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <thread>
+
+namespace {
+
+void SetError(char* error, size_t error_size, const std::string& message) {
+  if (error_size == 0) return;
+  std::snprintf(error, error_size, "%s", message.c_str());
+}
+
+}  // namespace
+
+struct BlockcsiHttpServer {
+  httplib::Server server;
+  std::thread thread;
+};
+
+extern "C" {
+
+__attribute__((visibility("default"))) BlockcsiHttpServer* blockcsi_http_serve(const char* host, int port, int threads,
+                                                                               BlockcsiHttpRender render, void* context,
+                                                                               int* bound_port, char* error,
+                                                                               size_t error_size) {
+  try {
+    auto* s = new BlockcsiHttpServer;
+    size_t pool = threads > 0 ? static_cast<size_t>(threads) : 1;
+    s->server.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
+    s->server.set_read_timeout(5, 0);
+    s->server.set_write_timeout(5, 0);
+    s->server.set_keep_alive_max_count(10);
+    s->server.set_payload_max_length(4096);  // GET carries no body; anything bigger is refused
+    s->server.Get("/metrics", [render, context](const httplib::Request&, httplib::Response& res) {
+      char* body = render(context);
+      res.set_content(body != nullptr ? body : "", "text/plain; version=0.0.4; charset=utf-8");
+      std::free(body);
+    });
+    int bound = port == 0 ? s->server.bind_to_any_port(host) : (s->server.bind_to_port(host, port) ? port : -1);
+    if (bound <= 0) {
+      delete s;
+      SetError(error, error_size, "cannot listen on " + std::string(host) + ":" + std::to_string(port));
+      return nullptr;
+    }
+    *bound_port = bound;
+    s->thread = std::thread([s] { s->server.listen_after_bind(); });
+    return s;
+  } catch (const std::exception& e) {
+    SetError(error, error_size, e.what());
+    return nullptr;
+  }
+}
+
+__attribute__((visibility("default"))) void blockcsi_http_stop(BlockcsiHttpServer* server) {
+  if (server == nullptr) return;
+  server->server.stop();
+  if (server->thread.joinable()) server->thread.join();
+  delete server;
+}
+
+__attribute__((visibility("default"))) int blockcsi_https_get(const char* host, int port, const char* ca_pem,
+                                                              const char* bearer, const char* path, int* status,
+                                                              char** body, size_t* body_size, char* error,
+                                                              size_t error_size) {
+  try {
+    httplib::SSLClient client(host, port);
+    client.enable_server_certificate_verification(true);
+    if (ca_pem[0] != '\0') {
+      X509_STORE* store = X509_STORE_new();
+      BIO* bio = BIO_new_mem_buf(ca_pem, -1);
+      while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+        X509_STORE_add_cert(store, cert);
+        X509_free(cert);
+      }
+      BIO_free(bio);
+      client.set_ca_cert_store(store);  // the client owns the store
+    }
+    client.set_connection_timeout(5, 0);
+    client.set_read_timeout(10, 0);
+    client.set_write_timeout(10, 0);
+    httplib::Headers headers{{"Accept", "application/json"}};
+    if (bearer[0] != '\0') headers.emplace("Authorization", std::string("Bearer ") + bearer);
+    auto result = client.Get(path, headers);
+    if (!result) {
+      SetError(error, error_size, httplib::to_string(result.error()));
+      return -1;
+    }
+    *status = result->status;
+    *body_size = result->body.size();
+    *body = static_cast<char*>(std::malloc(result->body.size() + 1));
+    if (*body == nullptr) {
+      SetError(error, error_size, "out of memory");
+      return -1;
+    }
+    std::memcpy(*body, result->body.data(), result->body.size());
+    (*body)[result->body.size()] = '\0';
+    return 0;
+  } catch (const std::exception& e) {
+    SetError(error, error_size, e.what());
+    return -1;
+  }
+}
+
+}  // extern "C"
