@@ -501,18 +501,19 @@ class KrbdConnector final : public Connector {
         it != record.connector_state.end() ? it->second : KeyFilePath(options_.state_dir, record.volume_id);
     // Only ever a file in our own key directory.
     if (std::filesystem::path(path).parent_path() != std::filesystem::path(options_.state_dir + "/krbd")) return;
-    if (::unlink(path.c_str()) == 0) {
+    // The state dir is this machine's, whatever root host_fs's view has.
+    if (RealHost()->Kind(path) == PathKind::kFile && RealHost()->RemovePath(path).ok()) {
       LogWarn("removed a cephx key file left by an interrupted map", {{"volume_id", record.volume_id}});
     }
   }
 
   void RemoveAllKeyLeftovers() const {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/krbd", ec)) {
-      if (entry.path().extension() != ".key") continue;
-      std::error_code rm;
-      if (std::filesystem::remove(entry.path(), rm)) {
-        LogWarn("removed a cephx key file left by an interrupted map", {{"file", entry.path().string()}});
+    const std::string dir = options_.state_dir + "/krbd";
+    auto names = RealHost()->ListDir(dir);
+    for (const std::string& name : names.ok() ? *names : std::vector<std::string>{}) {
+      if (!name.ends_with(".key")) continue;
+      if (RealHost()->RemovePath(dir + "/" + name).ok()) {
+        LogWarn("removed a cephx key file left by an interrupted map", {{"file", dir + "/" + name}});
       }
     }
   }

@@ -76,19 +76,19 @@ constexpr std::chrono::milliseconds kExitWait{std::chrono::seconds(2)};
 
 class UserspaceConnector final : public Connector {
  public:
-  explicit UserspaceConnector(UserspaceConnectorOptions o) : o_(std::move(o)) {
-    if (!o_.host_fs) o_.host_fs = RealHost();
-    if (!o_.clock) o_.clock = RealClock();
-    if (!o_.mounter) o_.mounter = MakeLibmountMounter();
+  explicit UserspaceConnector(UserspaceConnectorOptions o) : options_(std::move(o)) {
+    if (!options_.host_fs) options_.host_fs = RealHost();
+    if (!options_.clock) options_.clock = RealClock();
+    if (!options_.mounter) options_.mounter = MakeLibmountMounter();
     self_pid_ = ::getpid();
-    auto start = ProcessStartTime(*o_.host_fs, self_pid_);
+    auto start = ProcessStartTime(*options_.host_fs, self_pid_);
     if (start.ok()) self_start_ = std::to_string(*start);
   }
 
   std::string name() const override { return "userspace"; }
 
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
-    BridgePaths p = BridgePathsFor(o_.state_dir, spec.volume_id);
+    BridgePaths p = BridgePathsFor(options_.state_dir, spec.volume_id);
     record->connector_state["bridge_dir"] = p.dir;
     record->connector_state["control_socket"] = p.control_socket;
     record->connector_state["mountpoint"] = p.mountpoint;
@@ -111,7 +111,7 @@ class UserspaceConnector final : public Connector {
     // Anything else left under that name is debris: clear it first. No bridge
     // dir, no debris: a bridge starts only in the dir made below, which goes
     // only after its bridge (no /proc scan on a first attach, issue #18).
-    if (o_.host_fs->Exists(p.dir)) BLOCKCSI_RETURN_IF_ERROR(CleanupBridge(p, spec.volume_id));
+    if (options_.host_fs->Exists(p.dir)) BLOCKCSI_RETURN_IF_ERROR(CleanupBridge(p, spec.volume_id));
     BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(p.dir, 0700));
     BLOCKCSI_ASSIGN_OR_RETURN(nlohmann::json ready, SpawnBridge(spec, p));
     Status started = StatusFromReply(ready);
@@ -131,7 +131,7 @@ class UserspaceConnector final : public Connector {
     // for; else the bridges are looked for (and waited for) in /proc.
     ProcessExitWatch bridge = HoldRecordedBridge(record);
     std::vector<int> pids =
-        bridge.held() ? std::vector<int>{bridge.pid()} : FindBridgePids(*o_.host_fs, p.control_socket);
+        bridge.held() ? std::vector<int>{bridge.pid()} : FindBridgePids(*options_.host_fs, p.control_socket);
     auto reply = CallBridge(p.control_socket, {{"op", "shutdown"}}, kShutdownTimeout);
     bool exited = false;
     if (reply.ok()) {
@@ -184,7 +184,7 @@ class UserspaceConnector final : public Connector {
     if (r->value("device", "") != record.device_path) {
       return {true, "the bridge serves " + r->value("device", "") + ", not " + record.device_path};
     }
-    if (!o_.host_fs->Exists(record.device_path)) return {true, record.device_path + " is gone"};
+    if (!options_.host_fs->Exists(record.device_path)) return {true, record.device_path + " is gone"};
     // A lasting condition of the transport (a fenced rbd client) whatever
     // the I/O did since.
     if (!r->value("healthy", true)) return {true, r->value("health_message", std::string("transport unhealthy"))};
@@ -220,7 +220,7 @@ class UserspaceConnector final : public Connector {
       std::string from = record.connector_state[kPluginPidKey];
       if (r.ok() && r->value("ok", false)) {
         int pid = r->value("pid", 0);
-        if (recorded && (pid != recorded_pid || !ProcessIsAlive(*o_.host_fs, pid, recorded_start))) {
+        if (recorded && (pid != recorded_pid || !ProcessIsAlive(*options_.host_fs, pid, recorded_start))) {
           LogWarn("the bridge answering for this volume is not the one its record names; adopting it",
                   {{"volume_id", record.volume_id},
                    {"recorded_pid", std::to_string(recorded_pid)},
@@ -231,7 +231,7 @@ class UserspaceConnector final : public Connector {
                                            {"pid", std::to_string(pid)},
                                            {"from_plugin_pid", from.empty() ? "unknown" : from}});
         KeepOutOfContainer(record, pid);
-      } else if (recorded && ProcessIsAlive(*o_.host_fs, recorded_pid, recorded_start)) {
+      } else if (recorded && ProcessIsAlive(*options_.host_fs, recorded_pid, recorded_start)) {
         // Running but not answering (its I/O to the storage may be stuck):
         // still ours to watch and to stop at NodeUnstage.
         NoteOwners(&record, recorded_pid, /*adopted=*/true);
@@ -246,15 +246,16 @@ class UserspaceConnector final : public Connector {
       }
     }
     // Bridges no record names: reported and removed.
-    std::string dir = BridgesDir(o_.state_dir);
-    auto entries = o_.host_fs->ListDir(dir);  // none when the directory does not exist
+    // The state dir is this machine's, whatever root host_fs's view has.
+    std::string dir = BridgesDir(options_.state_dir);
+    auto entries = RealHost()->ListDir(dir);  // none when it does not exist
     for (const std::string& name : entries.ok() ? *entries : std::vector<std::string>{}) {
       std::string path = dir + "/" + name;
       if (known.count(path) > 0) continue;
       auto volume_id = UnescapeVolumeIdFromFile(name);
       std::string id = volume_id.ok() ? *volume_id : name;
       LogWarn("found a bridge with no attach record; stopping it", {{"volume_id", id}, {"dir", path}});
-      BridgePaths p = BridgePathsFor(o_.state_dir, id);
+      BridgePaths p = BridgePathsFor(options_.state_dir, id);
       auto reply = CallBridge(p.control_socket, {{"op", "shutdown"}}, kShutdownTimeout);
       if (reply.ok() && !StatusFromReply(*reply).ok()) {
         LogError("orphan bridge refused to stop", {{"volume_id", id}, {"error", StatusFromReply(*reply).message()}});
@@ -268,7 +269,7 @@ class UserspaceConnector final : public Connector {
 
  private:
   BridgePaths PathsOf(const AttachRecord& record) const {
-    BridgePaths p = BridgePathsFor(o_.state_dir, record.volume_id);
+    BridgePaths p = BridgePathsFor(options_.state_dir, record.volume_id);
     auto get = [&](const char* key, std::string* field) {
       auto it = record.connector_state.find(key);
       if (it != record.connector_state.end() && !it->second.empty()) *field = it->second;
@@ -283,11 +284,11 @@ class UserspaceConnector final : public Connector {
   // A bridge an older plugin started without --bridge-cgroup still sits in
   // that plugin's container cgroup: move it out now.
   void KeepOutOfContainer(const AttachRecord& record, int pid) const {
-    if (o_.bridge_cgroup.empty() || pid <= 0 || InCgroup(*o_.host_fs, o_.bridge_cgroup, pid)) return;
-    Status moved = MoveIntoCgroup(*o_.host_fs, o_.bridge_cgroup, pid);
+    if (options_.bridge_cgroup.empty() || pid <= 0 || InCgroup(*options_.host_fs, options_.bridge_cgroup, pid)) return;
+    Status moved = MoveIntoCgroup(*options_.host_fs, options_.bridge_cgroup, pid);
     if (moved.ok()) {
       LogInfo("moved adopted bridge into the bridge cgroup",
-              {{"volume_id", record.volume_id}, {"cgroup", o_.bridge_cgroup}});
+              {{"volume_id", record.volume_id}, {"cgroup", options_.bridge_cgroup}});
     } else {
       LogWarn("adopted bridge stays in its cgroup; it dies when that cgroup is killed",
               {{"volume_id", record.volume_id}, {"error", moved.message()}});
@@ -309,7 +310,7 @@ class UserspaceConnector final : public Connector {
   void NoteOwners(AttachRecord* record, int bridge_pid, bool adopted) const {
     auto& cs = record->connector_state;
     cs[kBridgePidKey] = std::to_string(bridge_pid);
-    auto bridge_start = ProcessStartTime(*o_.host_fs, bridge_pid);
+    auto bridge_start = ProcessStartTime(*options_.host_fs, bridge_pid);
     if (bridge_start.ok()) {
       cs[kBridgeStartTimeKey] = std::to_string(*bridge_start);
     } else {
@@ -344,7 +345,7 @@ class UserspaceConnector final : public Connector {
   // In a container the plugin is often PID 1, so orphaned bridges become
   // its children: reap the ones that exited (a no-op for non-children).
   void Reap(const std::vector<int>& pids) const {
-    for (int pid : pids) o_.host_fs->Reap(pid);
+    for (int pid : pids) options_.host_fs->Reap(pid);
   }
 
   // The bridge process `record` names (pid and start time), if that is still
@@ -359,7 +360,7 @@ class UserspaceConnector final : public Connector {
     if (!ParseInt(value(kBridgePidKey), &pid) || !ParseU64(value(kBridgeStartTimeKey), &start)) return {};
     // Held first, checked second: a pid reused in between fails the check.
     ProcessExitWatch watch = ProcessExitWatch::Open(pid);
-    if (!watch.held() || !ProcessIsAlive(*o_.host_fs, pid, start)) return {};
+    if (!watch.held() || !ProcessIsAlive(*options_.host_fs, pid, start)) return {};
     return watch;
   }
 
@@ -369,18 +370,18 @@ class UserspaceConnector final : public Connector {
   }
   void WaitForExit(const BridgePaths& p) {
     for (int i = 0; i < 100; ++i) {
-      if (FindBridgePids(*o_.host_fs, p.control_socket).empty()) return;
-      o_.clock->Sleep(std::chrono::milliseconds(20));
+      if (FindBridgePids(*options_.host_fs, p.control_socket).empty()) return;
+      options_.clock->Sleep(std::chrono::milliseconds(20));
     }
   }
 
   // Removes whatever a bridge left under `p`, whether it exited, crashed or
   // never finished starting; each step tolerates "already gone".
   Status CleanupBridge(const BridgePaths& p, const std::string& volume_id, bool look_for_bridges = true) {
-    std::vector<int> pids = look_for_bridges ? FindBridgePids(*o_.host_fs, p.control_socket) : std::vector<int>{};
+    std::vector<int> pids = look_for_bridges ? FindBridgePids(*options_.host_fs, p.control_socket) : std::vector<int>{};
     for (int pid : pids) {
       LogWarn("killing unresponsive bridge", {{"volume_id", volume_id}, {"pid", std::to_string(pid)}});
-      o_.host_fs->Kill(pid);
+      options_.host_fs->Kill(pid);
     }
     // A bridge killed mid-start may still finish the syscall it is in (a
     // mount, a losetup): look for its leftovers only once it is gone.
@@ -389,17 +390,17 @@ class UserspaceConnector final : public Connector {
       Reap(pids);
     }
     auto executor = MakeProcessExecutor();
-    for (const std::string& loop : FindLoopDevicesBackedBy(*o_.host_fs, p.lun_file)) {
-      auto mountinfo = o_.host_fs->ReadFile("/proc/self/mountinfo");
+    for (const std::string& loop : FindLoopDevicesBackedBy(*options_.host_fs, p.lun_file)) {
+      auto mountinfo = options_.host_fs->ReadFile("/proc/self/mountinfo");
       if (mountinfo.ok()) {
-        auto where = MountPointsOfDevice(*o_.host_fs, loop, *mountinfo);
+        auto where = MountPointsOfDevice(*options_.host_fs, loop, *mountinfo);
         if (!where.empty()) {
           return FailedPrecondition("volume \"" + volume_id + "\": " + loop + " is still mounted at " + where.front() +
                                     "; unmount it first");
         }
       }
       auto r = executor->Run(Command("losetup").Arg("-d").Arg(loop).Timeout(std::chrono::seconds(60)));
-      if ((!r.ok() || !r->ok()) && !FindLoopDevicesBackedBy(*o_.host_fs, p.lun_file).empty()) {
+      if ((!r.ok() || !r->ok()) && !FindLoopDevicesBackedBy(*options_.host_fs, p.lun_file).empty()) {
         return Internal("cannot detach " + loop + " of volume \"" + volume_id +
                         "\": " + (r.ok() ? r->stderr_text : r.status().message()));
       }
@@ -408,19 +409,19 @@ class UserspaceConnector final : public Connector {
     // The FUSE mount of a dead bridge still unmounts; retry briefly because
     // the kernel may hold the file a moment after the loop detach.
     for (int i = 0; i < 50; ++i) {
-      auto table = o_.mounter->List();
+      auto table = options_.mounter->List();
       if (!table.ok()) return table.status();
       if (FindMountAt(*table, p.mountpoint) == nullptr) break;
-      Status st = o_.mounter->Unmount(p.mountpoint);
+      Status st = options_.mounter->Unmount(p.mountpoint);
       if (st.ok()) {
         LogInfo("unmounted FUSE left by a bridge", {{"volume_id", volume_id}, {"mountpoint", p.mountpoint}});
         continue;  // stacked mounts: keep going until none is left
       }
       if (st.code() != StatusCode::kFailedPrecondition) return st;  // EBUSY maps to FAILED_PRECONDITION
       if (i == 49) return Unavailable("FUSE mount " + p.mountpoint + " stays busy");
-      o_.clock->Sleep(std::chrono::milliseconds(100));
+      options_.clock->Sleep(std::chrono::milliseconds(100));
     }
-    return o_.host_fs->RemoveTree(p.dir);
+    return RealHost()->RemoveTree(p.dir);
   }
 
   // The bridge's argv and the secrets it reads from stdin (JSON; empty:
@@ -428,7 +429,7 @@ class UserspaceConnector final : public Connector {
   // readable by everyone on the node.
   StatusOr<std::vector<std::string>> BridgeArgv(const AttachSpec& spec, const BridgePaths& p,
                                                 std::string* secrets) const {
-    std::vector<std::string> argv = {BridgeProgramFor(o_.bridge_dir),
+    std::vector<std::string> argv = {BridgeProgramFor(options_.bridge_dir),
                                      "--volume-id",
                                      spec.volume_id,
                                      "--control-socket",
@@ -437,7 +438,7 @@ class UserspaceConnector final : public Connector {
                                      p.mountpoint};
     nlohmann::json j = nlohmann::json::object();
     if (spec.transport == "rbd") {
-      std::string node_id = o_.node_id;
+      std::string node_id = options_.node_id;
       if (node_id.empty()) node_id = NodeIdFromInitiatorIqn(spec.initiator_iqn).value_or("");
       if (node_id.empty() && !spec.read_only) {
         return InvalidArgument("volume \"" + spec.volume_id +
@@ -446,7 +447,7 @@ class UserspaceConnector final : public Connector {
       argv.insert(argv.end(), {"--transport", "rbd", "--rbd-pool", spec.rbd.pool, "--rbd-image", spec.rbd.image,
                                "--expected-serial", spec.rbd.image_id, "--ceph-user", spec.rbd.user});
       if (!spec.rbd.monitors.empty()) argv.insert(argv.end(), {"--ceph-monitors", spec.rbd.monitors});
-      if (!o_.ceph_conf.empty()) argv.insert(argv.end(), {"--ceph-conf", o_.ceph_conf});
+      if (!options_.ceph_conf.empty()) argv.insert(argv.end(), {"--ceph-conf", options_.ceph_conf});
       if (!node_id.empty()) argv.insert(argv.end(), {"--node-id", node_id});
       if (!spec.rbd.key.empty()) j["ceph_key"] = spec.rbd.key;
     } else {
@@ -466,11 +467,11 @@ class UserspaceConnector final : public Connector {
       }
     }
     if (spec.read_only) argv.push_back("--read-only");
-    if (!o_.bridge_cgroup.empty()) argv.insert(argv.end(), {"--cgroup", o_.bridge_cgroup});
-    int io_s = static_cast<int>(std::max<int64_t>(1, o_.io_timeout.count() / 1000));
-    argv.insert(argv.end(),
-                {"--io-timeout-seconds", std::to_string(io_s), "--reconnect-retries",
-                 std::to_string(o_.reconnect_retries), "--sessions", std::to_string(o_.sessions_per_volume)});
+    if (!options_.bridge_cgroup.empty()) argv.insert(argv.end(), {"--cgroup", options_.bridge_cgroup});
+    int io_s = static_cast<int>(std::max<int64_t>(1, options_.io_timeout.count() / 1000));
+    argv.insert(argv.end(), {"--io-timeout-seconds", std::to_string(io_s), "--reconnect-retries",
+                             std::to_string(options_.reconnect_retries), "--sessions",
+                             std::to_string(options_.sessions_per_volume)});
     if (!j.empty()) {
       argv.push_back("--secrets-on-stdin");
       *secrets = j.dump();
@@ -521,11 +522,11 @@ class UserspaceConnector final : public Connector {
     // Detached (double fork, own session): nothing that happens to the
     // plugin reaches the bridge. Its stdin is a socket, so writing the
     // secrets to a bridge that already died is EPIPE (MSG_NOSIGNAL), never SIGPIPE.
-    BLOCKCSI_ASSIGN_OR_RETURN(DetachedProcess bridge, o_.host_fs->SpawnDetached(argv));
+    BLOCKCSI_ASSIGN_OR_RETURN(DetachedProcess bridge, options_.host_fs->SpawnDetached(argv));
     SendBestEffort(bridge.stdin_fd, secrets);
     ::close(bridge.stdin_fd);
     bool eof = false;
-    std::string line = ReadReadyLine(bridge.stdout_fd, std::chrono::steady_clock::now() + o_.start_timeout, &eof);
+    std::string line = ReadReadyLine(bridge.stdout_fd, std::chrono::steady_clock::now() + options_.start_timeout, &eof);
     ::close(bridge.stdout_fd);
     if (line.find('\n') == std::string::npos && eof) {
       return Internal("bridge for volume \"" + spec.volume_id + "\" exited before it was ready (exec " + argv[0] +
@@ -533,7 +534,7 @@ class UserspaceConnector final : public Connector {
     }
     if (line.find('\n') == std::string::npos) {
       return DeadlineExceeded("bridge for volume \"" + spec.volume_id + "\" did not report ready within " +
-                              std::to_string(o_.start_timeout.count()) + "ms (exec " + argv[0] + ")");
+                              std::to_string(options_.start_timeout.count()) + "ms (exec " + argv[0] + ")");
     }
     try {
       return nlohmann::json::parse(line.substr(0, line.find('\n')));
@@ -542,7 +543,7 @@ class UserspaceConnector final : public Connector {
     }
   }
 
-  UserspaceConnectorOptions o_;
+  UserspaceConnectorOptions options_;
   pid_t self_pid_ = 0;
   std::string self_start_;  // empty when /proc does not tell
 };

@@ -24,7 +24,7 @@ struct UserspaceConnectorOptions {
   // Where blockcsi-bridge is; empty: the directory
   // of the running program (/proc/self/exe), as installed in bin/ and the image.
   std::string bridge_dir{};
-  std::shared_ptr<Host> host_fs;  // /sys, /proc, the bridge directories and processes
+  std::shared_ptr<Host> host_fs;  // /sys, /proc and the bridge processes
   std::shared_ptr<Clock> clock;   // default: RealClock()
   // Unmounts what a dead bridge left (its FUSE mount); default: libmount.
   std::shared_ptr<Mounter> mounter;

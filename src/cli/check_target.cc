@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -20,6 +19,7 @@
 #include "cli/verb.h"
 #include "common/atomic_file.h"
 #include "common/endpoint.h"
+#include "common/host.h"
 #include "csi.grpc.pb.h"
 #include "node/node_wiring.h"
 
@@ -90,7 +90,7 @@ struct NodeIdChoice {
 // left its id in the state dir (node-id, else the initiator name of any
 // attach record); a node named after its host is the last guess.
 StatusOr<NodeIdChoice> FindNodeId(const GlobalOptions& options) {
-  if (auto socket = ParseUnixEndpoint(options.endpoint); socket.ok() && ::access(socket->c_str(), F_OK) == 0) {
+  if (auto socket = ParseUnixEndpoint(options.endpoint); socket.ok() && RealHost()->Exists(*socket)) {
     auto channel = grpc::CreateChannel("unix:" + *socket, grpc::InsecureChannelCredentials());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
@@ -101,19 +101,21 @@ StatusOr<NodeIdChoice> FindNodeId(const GlobalOptions& options) {
     }
   }
   const std::string recorded = options.state_dir + "/" + kNodeIdFileName;
-  if (auto text = ReadFileToString(recorded); text.ok()) {
+  if (auto text = RealHost()->ReadFile(recorded); text.ok()) {
     std::string id = *text;
     while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
     if (ValidateNodeId(id).ok()) return NodeIdChoice{id, "the state dir (" + recorded + ")"};
   }
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(options.state_dir + "/attachments", ec)) {
-    auto text = ReadFileToString(entry.path());
+  const std::string records_dir = options.state_dir + "/attachments";
+  auto names = RealHost()->ListDir(records_dir);
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>{}) {
+    const std::string path = records_dir + "/" + name;
+    auto text = RealHost()->ReadFile(path);
     if (!text.ok()) continue;
-    auto record = AttachRecordFromJson(*text, entry.path());
+    auto record = AttachRecordFromJson(*text, path);
     if (!record.ok()) continue;
     if (auto id = NodeIdFromInitiatorIqn(record->initiator_iqn); id && ValidateNodeId(*id).ok()) {
-      return NodeIdChoice{*id, "the state dir's attach record " + entry.path().string()};
+      return NodeIdChoice{*id, "the state dir's attach record " + path};
     }
   }
   char host[256] = {};

@@ -1,11 +1,8 @@
 // `blockctl inspect DEVICE`: what a block device carries and who uses it —
 // libblkid signatures, size, holders, mounts, and the LUN serial when the
 // kernel exposes one.
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
 
 #include <CLI/CLI.hpp>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -28,13 +25,13 @@ class InspectVerb final : public Verb {
   }
 
   int Run(const GlobalOptions& options, const Io& io) override {
-    struct stat st {};
-    if (::stat(device_.c_str(), &st) != 0 || !S_ISBLK(st.st_mode)) {
+    auto device_number = RealHost()->DeviceNumber(device_);
+    if (!device_number.ok()) {
       io.Error(device_ + " is not a block device");
       return kExitProblems;
     }
-    std::string major_minor = std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
-    std::string name = std::filesystem::path(device_).filename().string();
+    const std::string& major_minor = *device_number;
+    std::string name = device_.substr(device_.rfind('/') + 1);
     auto sys = MakeRootedHost(sys_root_);
 
     nlohmann::json j;

@@ -2,8 +2,6 @@
 // over each bridge's control socket (the figures the plugin's /metrics
 // exports, without the plugin: it may be down or restarting). Totals since
 // each bridge started; run it under `watch` to see them move. Read-only.
-#include <dirent.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -18,6 +16,7 @@
 #include "cli/node_state.h"
 #include "cli/table.h"
 #include "cli/verb.h"
+#include "common/host.h"
 
 namespace blockcsi::cli {
 namespace {
@@ -26,11 +25,9 @@ namespace {
 // the escaped volume id (whether or not an attach record still names it).
 std::vector<std::string> BridgeVolumeIds(const std::string& state_dir, const Io& io) {
   std::vector<std::string> ids;
-  DIR* dir = ::opendir(BridgesDir(state_dir).c_str());
-  if (dir == nullptr) return ids;  // no bridge ever ran here
-  while (dirent* e = ::readdir(dir)) {
-    std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
+  auto names = RealHost()->ListDir(BridgesDir(state_dir));
+  if (!names.ok()) return ids;  // no bridge ever ran here
+  for (const std::string& name : *names) {
     auto id = UnescapeVolumeIdFromFile(name);
     if (!id.ok()) {
       io.Error("skipping " + BridgesDir(state_dir) + "/" + name + ": " + id.status().message());
@@ -38,7 +35,6 @@ std::vector<std::string> BridgeVolumeIds(const std::string& state_dir, const Io&
     }
     ids.push_back(*id);
   }
-  ::closedir(dir);
   std::sort(ids.begin(), ids.end());
   return ids;
 }

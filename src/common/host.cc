@@ -67,6 +67,17 @@ Status RootedHost::ReplaceFile(const std::string& path, const std::string& conte
   return WriteFileAtomically(Resolve(path), contents, options);
 }
 
+Status RootedHost::OverwriteFile(const std::string& path, const std::string& contents) const {
+  std::string real = Resolve(path);
+  int fd = ::open(real.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + real);
+  ssize_t n = ::write(fd, contents.data(), contents.size());
+  int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(contents.size())) return ErrnoToStatus(err, "write " + real);
+  return OkStatus();
+}
+
 StatusOr<std::vector<std::string>> RootedHost::ListDir(const std::string& path) const {
   std::error_code ec;
   std::vector<std::string> names;
@@ -138,6 +149,12 @@ Status RootedHost::RemoveTree(const std::string& path) const {
   return OkStatus();
 }
 
+Status RootedHost::Symlink(const std::string& target, const std::string& link) const {
+  std::string real = Resolve(link);
+  if (::symlink(target.c_str(), real.c_str()) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "link " + real);
+  return OkStatus();
+}
+
 StatusOr<std::string> RootedHost::DeviceNumber(const std::string& device) const {
   std::string real = Resolve(device);
   struct stat st {};
@@ -197,7 +214,6 @@ bool RootedHost::HasCapSysResource() const {
 StatusOr<DetachedProcess> RootedHost::SpawnDetached(const std::vector<std::string>& argv) const {
   if (argv.empty()) return InvalidArgument("spawn: empty argv");
   std::vector<std::string> args = argv;
-  args[0] = Resolve(argv[0]);
   int in_pipe[2], out_pipe[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in_pipe) != 0) {
     return ErrnoToStatus(errno, "socketpair for " + args[0]);

@@ -56,6 +56,11 @@ class Host {
   // 0600), for configuration that may hold secrets (open-iscsi node records):
   // after a crash the file holds the old contents or the new, never a mix.
   virtual Status ReplaceFile(const std::string& path, const std::string& contents) const = 0;
+  // Creates or truncates `path` and writes `contents` in one write(2), not
+  // atomically: configfs attributes cannot be renamed over (the kernel applies
+  // each write whole), and a plain test tree that stands in for configfs
+  // needs the file created.
+  virtual Status OverwriteFile(const std::string& path, const std::string& contents) const = 0;
   virtual StatusOr<std::vector<std::string>> ListDir(const std::string& path) const = 0;  // sorted names
   virtual StatusOr<std::string> ReadLink(const std::string& path) const = 0;
   virtual bool Exists(const std::string& path) const = 0;
@@ -72,8 +77,12 @@ class Host {
   virtual Status MakeFile(const std::string& path) const = 0;
   // rmdir or unlink; a missing path is OK.
   virtual Status RemovePath(const std::string& path) const = 0;
-  // rm -r of a directory this program owns; a missing path is OK.
+  // rm -r of a directory this program owns (symlinks removed, not followed);
+  // a missing path is OK.
   virtual Status RemoveTree(const std::string& path) const = 0;
+  // A symbolic link at `link` to `target` (taken as is); a link already
+  // there is OK.
+  virtual Status Symlink(const std::string& target, const std::string& link) const = 0;
 
   // ---- block devices and mounted filesystems
   // "major:minor" of a block device node, as mountinfo prints it.
@@ -88,7 +97,8 @@ class Host {
   // CAP_SYS_RESOURCE in the effective set: the kernel asks for it to grow a
   // mounted ext4.
   virtual bool HasCapSysResource() const = 0;
-  // Starts argv[0] (an absolute path) detached: double fork, its own session,
+  // Starts argv[0] (an absolute path on this machine, never under a root)
+  // detached: double fork, its own session,
   // reparented to init, cwd "/", no fd of ours but stdin/stdout/stderr, so
   // nothing that happens to this process reaches it.
   virtual StatusOr<DetachedProcess> SpawnDetached(const std::vector<std::string>& argv) const = 0;
@@ -108,6 +118,7 @@ class RootedHost : public Host {
   StatusOr<std::string> ReadFile(const std::string& path) const override;
   Status WriteFile(const std::string& path, const std::string& contents) const override;
   Status ReplaceFile(const std::string& path, const std::string& contents) const override;
+  Status OverwriteFile(const std::string& path, const std::string& contents) const override;
   StatusOr<std::vector<std::string>> ListDir(const std::string& path) const override;
   StatusOr<std::string> ReadLink(const std::string& path) const override;
   bool Exists(const std::string& path) const override;
@@ -119,6 +130,7 @@ class RootedHost : public Host {
   Status MakeFile(const std::string& path) const override;
   Status RemovePath(const std::string& path) const override;
   Status RemoveTree(const std::string& path) const override;
+  Status Symlink(const std::string& target, const std::string& link) const override;
 
   StatusOr<std::string> DeviceNumber(const std::string& device) const override;
   StatusOr<uint64_t> BlockDeviceSize(const std::string& device) const override;

@@ -6,7 +6,7 @@
 
 namespace blockcsi {
 
-// The node makes and grows these (src/node/fs_options.h); keep the lists equal.
+// The node makes and grows these (src/common/mkfs_mount_options.h); keep the lists equal.
 bool IsSupportedFsType(std::string_view fs_type) { return fs_type == "ext4" || fs_type == "xfs" || fs_type == "btrfs"; }
 
 namespace {

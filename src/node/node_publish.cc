@@ -8,10 +8,10 @@
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "common/fault_points.h"
-#include "common/fs_options.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
-#include "node/filesystem_ops.h"
+#include "common/mkfs_mount_options.h"
+#include "node/fs_maintenance.h"
 #include "node/node_internal.h"
 
 // NodePublishVolume and NodeUnpublishVolume, with the read-only loop layer

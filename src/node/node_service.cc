@@ -8,11 +8,11 @@
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "common/fault_points.h"
-#include "common/fs_options.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/mkfs_mount_options.h"
 #include "common/topology.h"
-#include "node/filesystem_ops.h"
+#include "node/fs_maintenance.h"
 #include "node/node_internal.h"
 
 namespace blockcsi {

@@ -1,12 +1,10 @@
 #include "node/node_wiring.h"
 
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
-
 #include "attach/attacher_factory.h"
 #include "bridge/bridge_protocol.h"
 #include "common/atomic_file.h"
 #include "common/fault_points.h"
+#include "common/host.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/mounter.h"
@@ -38,9 +36,10 @@ void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, const std::s
   for (const auto& record : *records) {
     if (record.annotations.count(kStagedAnnotation) == 0) continue;
     ++staged_count;
-    struct stat st {};
-    if (record.device_path.empty() || ::stat(record.device_path.c_str(), &st) != 0) continue;
-    std::string major_minor = std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
+    if (record.device_path.empty()) continue;
+    auto device_number = RealHost()->DeviceNumber(record.device_path);
+    if (!device_number.ok()) continue;
+    const std::string& major_minor = *device_number;
     std::string node_root = record.device_path.substr(record.device_path.rfind('/'));
     size_t fs_mounts = 0;
     for (const auto& entry : *table) {

@@ -52,6 +52,7 @@
 #include "common/logging.h"
 #include "common/mounter.h"
 #include "common/unique_fd.h"
+#include "support/csi_calls.h"
 #include "support/plugin_under_test.h"
 
 namespace blockcsi::bench {
@@ -62,95 +63,30 @@ using namespace std::chrono_literals;
 constexpr char kNode[] = "bench-node";
 constexpr char kBareInitiatorNode[] = "bench-bare";
 
-struct Volume {
-  std::string id;
-  std::map<std::string, std::string> context;
-  std::map<std::string, std::string> publish_context;
-};
+using Volume = testing::CsiVolume;
 
 class LifecycleBench {
  public:
   LifecycleBench(testing::TgtdHarness* tgtd, testing::PluginUnderTest* plugin, std::string dir, uint64_t size_bytes)
       : tgtd_(tgtd), plugin_(plugin), dir_(std::move(dir)), size_bytes_(size_bytes), exec_(MakeProcessExecutor()) {}
 
-  // ---- the plugin, over CSI ----
+  // ---- the plugin, over CSI (support/csi_calls.h) ----
   grpc::Status Create(const std::string& name, Volume* v) {
-    csi::v1::CreateVolumeRequest req;
-    req.set_name(name);
-    req.mutable_capacity_range()->set_required_bytes(static_cast<int64_t>(size_bytes_));
-    *req.add_volume_capabilities() = testing::MountCapability("ext4");
-    csi::v1::CreateVolumeResponse resp;
-    grpc::Status st = plugin_->controller().CreateVolume(testing::Deadline().get(), req, &resp);
-    v->id = resp.volume().volume_id();
-    v->context = {resp.volume().volume_context().begin(), resp.volume().volume_context().end()};
-    return st;
+    return calls_.Create(*plugin_, name, static_cast<int64_t>(size_bytes_), v);
   }
-  grpc::Status ControllerPublish(Volume* v) {
-    csi::v1::ControllerPublishVolumeRequest req;
-    req.set_volume_id(v->id);
-    req.set_node_id(kNode);
-    *req.mutable_volume_capability() = testing::MountCapability("ext4");
-    csi::v1::ControllerPublishVolumeResponse resp;
-    grpc::Status st = plugin_->controller().ControllerPublishVolume(testing::Deadline().get(), req, &resp);
-    v->publish_context = {resp.publish_context().begin(), resp.publish_context().end()};
-    return st;
-  }
-  grpc::Status Stage(const Volume& v) {
-    csi::v1::NodeStageVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(plugin_->staging_path(v.id));
-    *req.mutable_volume_capability() = testing::MountCapability("ext4");
-    for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
-    for (const auto& [k, val] : v.context) (*req.mutable_volume_context())[k] = val;
-    std::filesystem::create_directories(plugin_->staging_path(v.id));  // kubelet makes it
-    csi::v1::NodeStageVolumeResponse resp;
-    return plugin_->node().NodeStageVolume(testing::Deadline().get(), req, &resp);
-  }
-  grpc::Status Publish(const Volume& v) {
-    csi::v1::NodePublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(plugin_->staging_path(v.id));
-    req.set_target_path(plugin_->target_path(v.id));
-    *req.mutable_volume_capability() = testing::MountCapability("ext4");
-    for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
-    for (const auto& [k, val] : v.context) (*req.mutable_volume_context())[k] = val;
-    std::filesystem::create_directories(std::filesystem::path(plugin_->target_path(v.id)).parent_path());
-    csi::v1::NodePublishVolumeResponse resp;
-    return plugin_->node().NodePublishVolume(testing::Deadline().get(), req, &resp);
-  }
-  grpc::Status Unpublish(const Volume& v) {
-    csi::v1::NodeUnpublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_target_path(plugin_->target_path(v.id));
-    csi::v1::NodeUnpublishVolumeResponse resp;
-    return plugin_->node().NodeUnpublishVolume(testing::Deadline().get(), req, &resp);
-  }
-  grpc::Status Unstage(const Volume& v) {
-    csi::v1::NodeUnstageVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(plugin_->staging_path(v.id));
-    csi::v1::NodeUnstageVolumeResponse resp;
-    return plugin_->node().NodeUnstageVolume(testing::Deadline().get(), req, &resp);
-  }
-  grpc::Status ControllerUnpublish(const Volume& v) {
-    csi::v1::ControllerUnpublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_node_id(kNode);
-    csi::v1::ControllerUnpublishVolumeResponse resp;
-    return plugin_->controller().ControllerUnpublishVolume(testing::Deadline().get(), req, &resp);
-  }
+  grpc::Status ControllerPublish(Volume* v) { return calls_.ControllerPublish(*plugin_, v); }
+  grpc::Status Stage(const Volume& v) { return calls_.Stage(*plugin_, v); }
+  grpc::Status Publish(const Volume& v) { return calls_.Publish(*plugin_, v); }
+  grpc::Status Unpublish(const Volume& v) { return calls_.Unpublish(*plugin_, v); }
+  grpc::Status Unstage(const Volume& v) { return calls_.Unstage(*plugin_, v); }
+  grpc::Status ControllerUnpublish(const Volume& v) { return calls_.ControllerUnpublish(*plugin_, v); }
+  grpc::Status Delete(const Volume& v) { return calls_.Delete(*plugin_, v); }
   // A CSI call that does no work: what any step pays for gRPC, the
   // interceptor and the plugin's logging, whatever the step does.
   grpc::Status NoOp() {
     csi::v1::NodeGetCapabilitiesRequest req;
     csi::v1::NodeGetCapabilitiesResponse resp;
     return plugin_->node().NodeGetCapabilities(testing::Deadline().get(), req, &resp);
-  }
-  grpc::Status Delete(const Volume& v) {
-    csi::v1::DeleteVolumeRequest req;
-    req.set_volume_id(v.id);
-    csi::v1::DeleteVolumeResponse resp;
-    return plugin_->controller().DeleteVolume(testing::Deadline().get(), req, &resp);
   }
 
   // ---- the same work with bare commands (tids from 10000, files under bare/) ----
@@ -507,6 +443,7 @@ class LifecycleBench {
   uint64_t size_bytes_;
   std::unique_ptr<Executor> exec_;
   TgtdSocketExecutor tgtd_socket_;
+  const testing::CsiCalls calls_{kNode};
   std::unique_ptr<Mounter> mounter_ = MakeLibmountMounter();
 };
 

@@ -36,20 +36,6 @@ constexpr int64_t kMiB = 1 << 20;
 constexpr char kChapPassword[] = "Conf0rmance-Secret-77";
 constexpr char kChapMutualPassword[] = "Mutual-Conf-Secret-88";
 
-csi::v1::VolumeCapability MountCap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER, const std::string& fs = "") {
-  csi::v1::VolumeCapability cap;
-  cap.mutable_mount()->set_fs_type(fs);
-  cap.mutable_access_mode()->set_mode(mode);
-  return cap;
-}
-
-csi::v1::VolumeCapability BlockCap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  csi::v1::VolumeCapability cap;
-  cap.mutable_block();
-  cap.mutable_access_mode()->set_mode(mode);
-  return cap;
-}
-
 std::string Describe(const grpc::Status& st) {
   return std::to_string(static_cast<int>(st.error_code())) + ": " + st.error_message();
 }
@@ -137,7 +123,7 @@ class ControllerConformanceTest : public ::testing::Test {
     r.set_name(name);
     r.mutable_capacity_range()->set_required_bytes(required);
     r.mutable_capacity_range()->set_limit_bytes(limit);
-    *r.add_volume_capabilities() = MountCap();
+    *r.add_volume_capabilities() = testing::MountCapability();
     return r;
   }
   grpc::Status Create(const csi::v1::CreateVolumeRequest& r, csi::v1::CreateVolumeResponse* resp) {
@@ -171,9 +157,9 @@ class ControllerConformanceTest : public ::testing::Test {
     csi::v1::DeleteVolumeResponse resp;
     return Call(&csi::v1::Controller::Stub::DeleteVolume, r, &resp);
   }
-  csi::v1::ControllerPublishVolumeRequest PublishRequest(const std::string& id, const std::string& node,
-                                                         const csi::v1::VolumeCapability& cap = MountCap(),
-                                                         bool readonly = false) {
+  csi::v1::ControllerPublishVolumeRequest PublishRequest(
+      const std::string& id, const std::string& node, const csi::v1::VolumeCapability& cap = testing::MountCapability(),
+      bool readonly = false) {
     csi::v1::ControllerPublishVolumeRequest r;
     r.set_volume_id(id);
     r.set_node_id(node);
@@ -187,7 +173,7 @@ class ControllerConformanceTest : public ::testing::Test {
     return Call(&csi::v1::Controller::Stub::ControllerPublishVolume, r, resp ? resp : &local);
   }
   grpc::Status Publish(const std::string& id, const std::string& node,
-                       const csi::v1::VolumeCapability& cap = MountCap(), bool readonly = false) {
+                       const csi::v1::VolumeCapability& cap = testing::MountCapability(), bool readonly = false) {
     return Publish(PublishRequest(id, node, cap, readonly));
   }
   grpc::Status Unpublish(const std::string& id, const std::string& node) {
@@ -206,7 +192,8 @@ class ControllerConformanceTest : public ::testing::Test {
   // node (then unpublished): the only place a CSI client learns the IQN.
   std::string TargetOf(const std::string& id) {
     csi::v1::ControllerPublishVolumeResponse resp;
-    EXPECT_TRUE(Publish(PublishRequest(id, "probe-node", BlockCap(Mode::MULTI_NODE_READER_ONLY)), &resp).ok());
+    EXPECT_TRUE(
+        Publish(PublishRequest(id, "probe-node", testing::BlockCapability(Mode::MULTI_NODE_READER_ONLY)), &resp).ok());
     EXPECT_TRUE(Unpublish(id, "probe-node").ok());
     return resp.publish_context().at(publish_context::kTargetIqn);
   }
@@ -432,16 +419,16 @@ TEST_F(ControllerConformanceTest, PublishAccessModeRules) {
   std::string id = MakeVolume("modes");
   std::string target = TargetOf(id);
   ASSERT_TRUE(Publish(id, "n1").ok());
-  EXPECT_REFUSED_NAMING(Publish(id, "n1", BlockCap()), ALREADY_EXISTS, id);
-  EXPECT_REFUSED(Publish(id, "n1", MountCap(), /*readonly=*/true), ALREADY_EXISTS);
+  EXPECT_REFUSED_NAMING(Publish(id, "n1", testing::BlockCapability()), ALREADY_EXISTS, id);
+  EXPECT_REFUSED(Publish(id, "n1", testing::MountCapability(), /*readonly=*/true), ALREADY_EXISTS);
   EXPECT_REFUSED_NAMING(Publish(id, "n2"), FAILED_PRECONDITION, "n1");
   EXPECT_EQ(AclOf(target), Initiators({"n1"}));
   ASSERT_TRUE(Unpublish(id, "n1").ok());
 
-  ASSERT_TRUE(Publish(id, "n1", BlockCap(Mode::MULTI_NODE_MULTI_WRITER)).ok());
-  ASSERT_TRUE(Publish(id, "n2", BlockCap(Mode::MULTI_NODE_MULTI_WRITER)).ok());
+  ASSERT_TRUE(Publish(id, "n1", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)).ok());
+  ASSERT_TRUE(Publish(id, "n2", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)).ok());
   EXPECT_EQ(AclOf(target), Initiators({"n1", "n2"}));
-  EXPECT_REFUSED(Publish(id, "n3", MountCap(Mode::MULTI_NODE_MULTI_WRITER)), INVALID_ARGUMENT);
+  EXPECT_REFUSED(Publish(id, "n3", testing::MountCapability("", Mode::MULTI_NODE_MULTI_WRITER)), INVALID_ARGUMENT);
   EXPECT_EQ(AclOf(target), Initiators({"n1", "n2"}));
   Retire(id, {"n1", "n2"});
 }
@@ -449,7 +436,7 @@ TEST_F(ControllerConformanceTest, PublishAccessModeRules) {
 TEST_F(ControllerConformanceTest, PublishReadOnly) {
   std::string id = MakeVolume("ro");
   csi::v1::ControllerPublishVolumeResponse resp;
-  ASSERT_TRUE(Publish(PublishRequest(id, "n1", MountCap(), /*readonly=*/true), &resp).ok());
+  ASSERT_TRUE(Publish(PublishRequest(id, "n1", testing::MountCapability(), /*readonly=*/true), &resp).ok());
   EXPECT_EQ(resp.publish_context().at(publish_context::kReadOnly), "true");
   Retire(id, {"n1"});
 }
@@ -530,11 +517,11 @@ TEST_F(ControllerConformanceTest, ValidateVolumeCapabilities) {
   std::string id = MakeVolume("validate");
   csi::v1::ValidateVolumeCapabilitiesRequest r;
   r.set_volume_id(id);
-  *r.add_volume_capabilities() = MountCap();
+  *r.add_volume_capabilities() = testing::MountCapability();
   csi::v1::ValidateVolumeCapabilitiesResponse resp;
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ValidateVolumeCapabilities, r, &resp).ok());
   EXPECT_TRUE(resp.has_confirmed());
-  *r.mutable_volume_capabilities(0) = MountCap(Mode::MULTI_NODE_MULTI_WRITER);
+  *r.mutable_volume_capabilities(0) = testing::MountCapability("", Mode::MULTI_NODE_MULTI_WRITER);
   resp.Clear();
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ValidateVolumeCapabilities, r, &resp).ok());
   EXPECT_FALSE(resp.has_confirmed());
@@ -586,7 +573,7 @@ TEST_F(ControllerConformanceTest, ListVolumesPagesWithPublishedNodes) {
 
 TEST_F(ControllerConformanceTest, GetCapacity) {
   csi::v1::GetCapacityRequest r;
-  *r.add_volume_capabilities() = MountCap();
+  *r.add_volume_capabilities() = testing::MountCapability();
   csi::v1::GetCapacityResponse resp;
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::GetCapacity, r, &resp).ok());
   EXPECT_GT(resp.available_capacity(), 0);
@@ -633,7 +620,7 @@ TEST_F(ControllerConformanceTest, ExpandVolume) {
   csi::v1::ControllerExpandVolumeRequest r;
   r.set_volume_id(id);
   r.mutable_capacity_range()->set_required_bytes(32 * kMiB);
-  *r.mutable_volume_capability() = MountCap();
+  *r.mutable_volume_capability() = testing::MountCapability();
   csi::v1::ControllerExpandVolumeResponse resp;
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, r, &resp).ok()) << PluginLog();
   EXPECT_GE(resp.capacity_bytes(), 32 * kMiB);
@@ -646,7 +633,7 @@ TEST_F(ControllerConformanceTest, ExpandVolume) {
       << tgtd_->ShowTargets();
 
   r.mutable_capacity_range()->set_required_bytes(40 * kMiB);
-  *r.mutable_volume_capability() = BlockCap();
+  *r.mutable_volume_capability() = testing::BlockCapability();
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, r, &resp).ok());
   EXPECT_FALSE(resp.node_expansion_required());
 

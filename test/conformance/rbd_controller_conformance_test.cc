@@ -31,7 +31,9 @@
 
 #include "attach/publish_context.h"
 #include "csi.grpc.pb.h"
+#include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"
+#include "support/csi_capabilities.h"
 #include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -46,13 +48,6 @@ constexpr int64_t kMiB = 1 << 20;
 
 std::string Describe(const grpc::Status& st) {
   return std::to_string(static_cast<int>(st.error_code())) + ": " + st.error_message();
-}
-
-csi::v1::VolumeCapability MountCap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  csi::v1::VolumeCapability cap;
-  cap.mutable_mount()->set_fs_type("ext4");
-  cap.mutable_access_mode()->set_mode(mode);
-  return cap;
 }
 
 class RbdControllerConformanceTest : public testing::CephSuiteTest {
@@ -153,7 +148,7 @@ class RbdControllerConformanceTest : public testing::CephSuiteTest {
     r.set_name(name);
     r.mutable_capacity_range()->set_required_bytes(required);
     r.mutable_capacity_range()->set_limit_bytes(limit);
-    *r.add_volume_capabilities() = MountCap();
+    *r.add_volume_capabilities() = testing::MountCapability("ext4");
     for (const auto& [k, v] : secrets_) (*r.mutable_secrets())[k] = v;
     return r;
   }
@@ -179,7 +174,7 @@ class RbdControllerConformanceTest : public testing::CephSuiteTest {
     return Call(&csi::v1::Controller::Stub::DeleteVolume, r, &resp);
   }
   grpc::Status Publish(const std::string& id, const std::string& node, csi::v1::ControllerPublishVolumeResponse* resp,
-                       const csi::v1::VolumeCapability& cap = MountCap()) {
+                       const csi::v1::VolumeCapability& cap = testing::MountCapability("ext4")) {
     csi::v1::ControllerPublishVolumeRequest r;
     r.set_volume_id(id);
     r.set_node_id(node);
@@ -228,23 +223,8 @@ class RbdControllerConformanceTest : public testing::CephSuiteTest {
   // The image's metadata value `key`, read with the admin keyring straight
   // from the cluster (not through the plugin); nullopt when absent.
   std::optional<std::string> ImageMeta(const std::string& image, const std::string& key) {
-    rados_t cluster = nullptr;
-    if (rados_create2(&cluster, "ceph", "client.admin", 0) < 0) return std::nullopt;
-    std::optional<std::string> value;
-    rados_ioctx_t io = nullptr;
-    rbd_image_t handle = nullptr;
-    if (rados_conf_read_file(cluster, env_.at("CEPH_CONF").c_str()) == 0 &&
-        rados_conf_set(cluster, "keyring", env_.at("CEPH_KEYRING").c_str()) == 0 && rados_connect(cluster) == 0 &&
-        rados_ioctx_create(cluster, env_.at("RBD_POOL").c_str(), &io) == 0 &&
-        rbd_open_read_only(io, image.c_str(), &handle, nullptr) == 0) {
-      char buf[4096];
-      size_t len = sizeof(buf);
-      if (rbd_metadata_get(handle, key.c_str(), buf, &len) == 0) value = std::string(buf, strnlen(buf, len));
-      rbd_close(handle);
-    }
-    if (io != nullptr) rados_ioctx_destroy(io);
-    rados_shutdown(cluster);
-    return value;
+    testing::CephClient admin(env_.at("CEPH_CONF"), "admin", env_.at("CEPH_KEYRING"), env_.at("RBD_POOL"));
+    return admin.Metadata(image, key);
   }
 
   testing::TempDir dir_;
@@ -352,7 +332,8 @@ TEST_F(RbdControllerConformanceTest, PublishContextDescribesTheImageAndNeverCarr
   EXPECT_EQ(again.publish_context().at(publish_context::kRbdImageId), ctx.at(publish_context::kRbdImageId));
   const std::string image = ctx.at(publish_context::kRbdImage);
   EXPECT_REFUSED(Publish(id, "n2"), FAILED_PRECONDITION, image);
-  EXPECT_REFUSED(Publish(id, "n1", &again, MountCap(Mode::SINGLE_NODE_READER_ONLY)), ALREADY_EXISTS, image);
+  EXPECT_REFUSED(Publish(id, "n1", &again, testing::MountCapability("ext4", Mode::SINGLE_NODE_READER_ONLY)),
+                 ALREADY_EXISTS, image);
   EXPECT_REFUSED(Publish("rbd." + env_.at("RBD_POOL") + ".csi-vol-00000000000000000000000000000000", "n1"), NOT_FOUND);
   EXPECT_TRUE(Unpublish(id, "n1").ok());
   EXPECT_TRUE(Unpublish(id, "n1").ok());  // idempotent
@@ -440,7 +421,7 @@ TEST_F(RbdControllerConformanceTest, SnapshotsRestoreCloneAndExpand) {
   csi::v1::ControllerExpandVolumeRequest expand;
   expand.set_volume_id(id);
   expand.mutable_capacity_range()->set_required_bytes(48 * kMiB);
-  *expand.mutable_volume_capability() = MountCap();
+  *expand.mutable_volume_capability() = testing::MountCapability("ext4");
   csi::v1::ControllerExpandVolumeResponse expanded;
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, expand, &expanded).ok()) << PluginLog();
   EXPECT_EQ(expanded.capacity_bytes(), 48 * kMiB);

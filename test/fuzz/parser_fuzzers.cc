@@ -19,8 +19,8 @@
 #include "attach/iscsi_sysfs.h"
 #include "backend/local/tgtadm_parser.h"
 #include "backend/volume_id.h"
-#include "common/fs_options.h"
 #include "common/lun_identity.h"
+#include "common/mkfs_mount_options.h"
 #include "controller/parameters.h"
 
 #define FUZZ_CHECK(cond)       \

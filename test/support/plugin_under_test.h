@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "csi.grpc.pb.h"
+#include "support/csi_capabilities.h"
 #include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -112,15 +113,8 @@ std::vector<std::string> MountsUnder(const std::string& dir);
 std::vector<std::string> LoopDevicesUnder(const std::string& dir);
 std::vector<pid_t> ProcessesNaming(const std::string& dir);
 
-// CSI request helpers, shared by the conformance, e2e and fault suites.
-csi::v1::VolumeCapability MountCapability(
-    const std::string& fs_type,
-    csi::v1::VolumeCapability::AccessMode::Mode mode = csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
-csi::v1::VolumeCapability BlockCapability(
-    csi::v1::VolumeCapability::AccessMode::Mode mode = csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
-// "block" → BlockCapability(), anything else → MountCapability(fs).
-csi::v1::VolumeCapability CapabilityFor(const std::string& fs_or_block);
-
+// CSI request helpers, shared by the conformance, e2e and fault suites (the
+// capability builders, included here for them, are support/csi_capabilities.h).
 // A client context with a deadline (default 120 s).
 std::unique_ptr<grpc::ClientContext> Deadline(std::chrono::milliseconds timeout = std::chrono::seconds(120));
 

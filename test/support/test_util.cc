@@ -139,4 +139,22 @@ bool HaveProgram(const std::string& program) {
   return false;
 }
 
+void MergeTreeInto(const std::string& from, const std::string& root) {
+  namespace fs = std::filesystem;
+  for (auto it = fs::recursive_directory_iterator(from); it != fs::recursive_directory_iterator(); ++it) {
+    fs::path to = fs::path(root) / it->path().lexically_relative(from);
+    if (it->is_symlink()) {
+      fs::remove(to);
+      fs::create_directories(to.parent_path());
+      fs::copy_symlink(it->path(), to);
+      it.disable_recursion_pending();
+    } else if (it->is_directory()) {
+      fs::create_directories(to);
+    } else {
+      fs::create_directories(to.parent_path());
+      fs::copy_file(it->path(), to, fs::copy_options::overwrite_existing);
+    }
+  }
+}
+
 }  // namespace blockcsi::testing

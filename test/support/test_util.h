@@ -65,6 +65,10 @@ std::string BinDir();
 // Test binaries and test-only programs (build/tests).
 std::string TestsDir();
 std::string TestDataPath(const std::string& name);
+// Copies the tree at `from` (a captured sysfs scenario) into `root`, merging
+// with what is there and keeping symlinks as links (std::filesystem::copy
+// cannot overwrite a symlink).
+void MergeTreeInto(const std::string& from, const std::string& root);
 
 // Skip helpers: "requires root" etc., printed as the skip reason.
 bool IsRoot();

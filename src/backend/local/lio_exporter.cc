@@ -1,109 +1,49 @@
 #include "backend/local/lio_exporter.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <set>
 
 #include "backend/volume_id.h"
-#include "common/atomic_file.h"
+#include "common/host.h"
 
 namespace blockcsi {
 namespace {
 
-bool IsDir(const std::string& path) {
-  struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+// Follows links: every path asked about is a configfs group (a directory).
+bool IsDir(const Host& host, const std::string& path) { return host.Kind(path) == PathKind::kDirectory; }
+
+// mkdir -p that treats "already there" as done (configfs pre-creates some).
+Status MakeDirs(const Host& host, const std::string& path) { return host.MakeDirectory(path, 0755); }
+
+// Writes a configfs attribute (parents made first, for plain test trees).
+Status WriteAttr(const Host& host, const std::string& path, const std::string& value) {
+  BLOCKCSI_RETURN_IF_ERROR(MakeDirs(host, path.substr(0, path.rfind('/'))));
+  return host.OverwriteFile(path, value + "\n");
 }
 
-bool Exists(const std::string& path) {
-  struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0;
+std::string ReadAttr(const Host& host, const std::string& path) {
+  auto text = ReadTrimmed(host, path);
+  return text.ok() ? *text : "";
 }
 
-// mkdir that treats "already there" as done (configfs pre-creates some).
-Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return OkStatus();
-  return ErrnoToStatus(errno, "mkdir " + path);
-}
-
-Status MakeDirs(const std::string& path) {
-  for (size_t pos = 1; pos != std::string::npos;) {
-    pos = path.find('/', pos + 1);
-    BLOCKCSI_RETURN_IF_ERROR(MakeDir(path.substr(0, pos)));
-  }
-  return OkStatus();
-}
-
-// Writes a configfs attribute. Not atomic: configfs attributes are not
-// files that can be renamed over; the kernel applies each write whole.
-Status WriteAttr(const std::string& path, const std::string& value) {
-  std::string dir = path.substr(0, path.rfind('/'));
-  BLOCKCSI_RETURN_IF_ERROR(MakeDirs(dir));
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
-  std::string line = value + "\n";
-  ssize_t n = ::write(fd, line.data(), line.size());
-  int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(line.size())) return ErrnoToStatus(err, "write " + path);
-  return OkStatus();
-}
-
-std::string ReadAttr(const std::string& path) {
-  auto text = ReadFileToString(path);
-  if (!text.ok()) return "";
-  std::string s = *text;
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-std::vector<std::string> ListDir(const std::string& path) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(path.c_str());
-  if (d == nullptr) return names;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  return names;
+std::vector<std::string> ListDir(const Host& host, const std::string& path) {
+  auto names = host.ListDir(path);
+  return names.ok() ? *names : std::vector<std::string>{};
 }
 
 // rmdir; in a plain directory tree (tests) the attribute files are real
-// files and are removed first. On configfs they are not, and rmdir works.
-Status RemoveConfigDir(const std::string& path) {
-  if (!Exists(path)) return OkStatus();
-  if (::rmdir(path.c_str()) == 0) return OkStatus();
-  if (errno != ENOTEMPTY && errno != EEXIST) return ErrnoToStatus(errno, "rmdir " + path);
-  for (const auto& name : ListDir(path)) {
-    std::string child = path + "/" + name;
-    struct stat st {};
-    if (::lstat(child.c_str(), &st) != 0) continue;
-    if (S_ISDIR(st.st_mode)) {
-      BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(child));
-    } else if (::unlink(child.c_str()) != 0) {
-      return ErrnoToStatus(errno, "unlink " + child);
-    }
-  }
-  if (::rmdir(path.c_str()) != 0) return ErrnoToStatus(errno, "rmdir " + path);
-  return OkStatus();
-}
-
-Status Symlink(const std::string& target, const std::string& link) {
-  if (Exists(link)) return OkStatus();
-  if (::symlink(target.c_str(), link.c_str()) != 0) return ErrnoToStatus(errno, "link " + link);
-  return OkStatus();
+// files and are removed with it. On configfs they are not, and rmdir works.
+Status RemoveConfigDir(const Host& host, const std::string& path) {
+  Status removed = host.RemovePath(path);
+  if (removed.ok()) return OkStatus();
+  // ENOTEMPTY / EEXIST: a plain tree.
+  if (removed.code() != StatusCode::kFailedPrecondition && removed.code() != StatusCode::kAlreadyExists) return removed;
+  return host.RemoveTree(path);
 }
 
 }  // namespace
 
 LioExporter::LioExporter(std::string configfs_root, std::vector<std::string> portals)
-    : root_(configfs_root.empty() || configfs_root == "/" ? "" : std::move(configfs_root)),
-      portals_(std::move(portals)) {}
+    : host_(MakeRootedHost(std::move(configfs_root))), portals_(std::move(portals)) {}
 
 std::string LioExporter::LioWwnForSerial(const std::string& serial) {
   std::string wwn = "6001405";
@@ -121,14 +61,12 @@ ExportedLunIdentity LioExporter::IdentityFor(const std::string& volume_id) const
   return {serial, LioWwnForSerial(serial)};
 }
 
-std::string LioExporter::Core(const std::string& volume_id) const {
-  return root_ + "/target/core/fileio_0/" + volume_id;
-}
-std::string LioExporter::Tpg(const std::string& iqn) const { return root_ + "/target/iscsi/" + iqn + "/tpgt_1"; }
+std::string LioExporter::Core(const std::string& volume_id) const { return "/target/core/fileio_0/" + volume_id; }
+std::string LioExporter::Tpg(const std::string& iqn) const { return "/target/iscsi/" + iqn + "/tpgt_1"; }
 
 Status LioExporter::Healthy() {
-  if (!IsDir(root_ + "/target/iscsi") && !IsDir(root_ + "/target")) {
-    return Unavailable("LIO configfs is not mounted at " + root_ + "/target");
+  if (!IsDir(*host_, "/target/iscsi") && !IsDir(*host_, "/target")) {
+    return Unavailable("LIO configfs is not mounted at " + host_->Resolve("/target"));
   }
   return OkStatus();
 }
@@ -138,40 +76,40 @@ Status LioExporter::ApplyAclsLocked(const DesiredExport& d, const std::string& t
   for (const auto& c : d.chap) secrets[c.username] = &c;
   bool chap_wanted = false;
   for (const auto& a : d.acls) chap_wanted |= a.chap;
-  BLOCKCSI_RETURN_IF_ERROR(WriteAttr(tpg + "/attrib/authentication", chap_wanted ? "1" : "0"));
+  BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, tpg + "/attrib/authentication", chap_wanted ? "1" : "0"));
 
   std::set<std::string> want;
   for (const auto& acl : d.acls) {
     const std::string dir = tpg + "/acls/" + acl.initiator_iqn;
     auto known = secrets.find(acl.chap_username);
     const ChapCredentials* chap = acl.chap_username.empty() || known == secrets.end() ? nullptr : known->second;
-    if (acl.chap && chap == nullptr && !IsDir(dir)) {
+    if (acl.chap && chap == nullptr && !IsDir(*host_, dir)) {
       repairs.push_back("withheld ACL of " + acl.initiator_iqn + " on " + d.iqn +
                         ": CHAP secret unknown after a restart, grant again");
       continue;
     }
     want.insert(acl.initiator_iqn);
-    bool fresh = !IsDir(dir);
-    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(dir));
+    bool fresh = !IsDir(*host_, dir);
+    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(*host_, dir));
     // Credentials before the mapped LUN: nothing is reachable without CHAP.
     if (acl.chap && chap != nullptr) {
-      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/userid", chap->username));
-      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/password", chap->password));
+      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, dir + "/auth/userid", chap->username));
+      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, dir + "/auth/password", chap->password));
       if (chap->mutual()) {
-        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/userid_mut", chap->mutual_username));
-        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(dir + "/auth/password_mut", chap->mutual_password));
+        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, dir + "/auth/userid_mut", chap->mutual_username));
+        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, dir + "/auth/password_mut", chap->mutual_password));
       }
     }
-    if (!IsDir(dir + "/lun_1")) {
-      BLOCKCSI_RETURN_IF_ERROR(MakeDirs(dir + "/lun_1"));
-      BLOCKCSI_RETURN_IF_ERROR(Symlink("../../../lun/lun_1", dir + "/lun_1/lun_1"));
+    if (!IsDir(*host_, dir + "/lun_1")) {
+      BLOCKCSI_RETURN_IF_ERROR(MakeDirs(*host_, dir + "/lun_1"));
+      BLOCKCSI_RETURN_IF_ERROR(host_->Symlink("../../../lun/lun_1", dir + "/lun_1/lun_1"));
     }
     if (fresh) repairs.push_back("allowed " + acl.initiator_iqn + " on " + d.iqn);
   }
-  for (const auto& acl : ListDir(tpg + "/acls")) {
+  for (const auto& acl : ListDir(*host_, tpg + "/acls")) {
     if (want.count(acl)) continue;
     // Removing the node ACL makes the kernel close the initiator's sessions.
-    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(tpg + "/acls/" + acl));
+    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, tpg + "/acls/" + acl));
     repairs.push_back("disallowed " + acl + " on " + d.iqn);
   }
   return OkStatus();
@@ -186,44 +124,44 @@ StatusOr<std::vector<std::string>> LioExporter::ApplyLocked(const DesiredExport&
   const std::string lun_link_target = "../../../../../core/fileio_0/" + d.volume_id;
 
   auto known = applied_size_.find(d.iqn);
-  bool core_ok = IsDir(core) && ReadAttr(core + "/udev_path") == d.image_path &&
-                 ReadAttr(core + "/wwn/vpd_unit_serial") == d.serial &&
+  bool core_ok = IsDir(*host_, core) && ReadAttr(*host_, core + "/udev_path") == d.image_path &&
+                 ReadAttr(*host_, core + "/wwn/vpd_unit_serial") == d.serial &&
                  (known == applied_size_.end() || known->second == d.size_bytes);
-  if (!core_ok && IsDir(core)) {
+  if (!core_ok && IsDir(*host_, core)) {
     // The backstore is fixed once enabled: unhook it from the LUNs, re-create.
-    for (const auto& acl : ListDir(tpg + "/acls")) {
-      BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(tpg + "/acls/" + acl + "/lun_1"));
+    for (const auto& acl : ListDir(*host_, tpg + "/acls")) {
+      BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, tpg + "/acls/" + acl + "/lun_1"));
     }
-    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(lun_dir));
-    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(core));
+    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, lun_dir));
+    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, core));
   }
   if (!core_ok) {
-    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(core));
-    BLOCKCSI_RETURN_IF_ERROR(
-        WriteAttr(core + "/control", "fd_dev_name=" + d.image_path + ",fd_dev_size=" + std::to_string(d.size_bytes)));
-    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(core + "/udev_path", d.image_path));
-    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(core + "/wwn/vpd_unit_serial", d.serial));
-    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(core + "/enable", "1"));
+    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(*host_, core));
+    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, core + "/control",
+                                       "fd_dev_name=" + d.image_path + ",fd_dev_size=" + std::to_string(d.size_bytes)));
+    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, core + "/udev_path", d.image_path));
+    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, core + "/wwn/vpd_unit_serial", d.serial));
+    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, core + "/enable", "1"));
     applied_size_[d.iqn] = d.size_bytes;
     repairs.push_back("configured backstore of " + d.volume_id);
   }
-  bool new_target = !IsDir(tpg);
+  bool new_target = !IsDir(*host_, tpg);
   if (new_target) {
-    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(tpg));
+    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(*host_, tpg));
     // Only listed initiators; never demo mode (which would let anyone in).
-    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(tpg + "/attrib/generate_node_acls", "0"));
-    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(tpg + "/attrib/demo_mode_write_protect", "1"));
-    for (const auto& portal : portals_) BLOCKCSI_RETURN_IF_ERROR(MakeDirs(tpg + "/np/" + portal));
+    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, tpg + "/attrib/generate_node_acls", "0"));
+    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, tpg + "/attrib/demo_mode_write_protect", "1"));
+    for (const auto& portal : portals_) BLOCKCSI_RETURN_IF_ERROR(MakeDirs(*host_, tpg + "/np/" + portal));
     repairs.push_back("created target " + d.iqn);
   }
-  if (!IsDir(lun_dir)) {
-    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(lun_dir));
-    BLOCKCSI_RETURN_IF_ERROR(Symlink(lun_link_target, lun_dir + "/" + d.volume_id));
+  if (!IsDir(*host_, lun_dir)) {
+    BLOCKCSI_RETURN_IF_ERROR(MakeDirs(*host_, lun_dir));
+    BLOCKCSI_RETURN_IF_ERROR(host_->Symlink(lun_link_target, lun_dir + "/" + d.volume_id));
     repairs.push_back("added LUN 1 of " + d.iqn);
   }
 
   BLOCKCSI_RETURN_IF_ERROR(ApplyAclsLocked(d, tpg, repairs));
-  if (ReadAttr(tpg + "/enable") != "1") BLOCKCSI_RETURN_IF_ERROR(WriteAttr(tpg + "/enable", "1"));
+  if (ReadAttr(*host_, tpg + "/enable") != "1") BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, tpg + "/enable", "1"));
   return repairs;
 }
 
@@ -248,7 +186,7 @@ StatusOr<std::vector<std::string>> LioExporter::Reconcile(const std::vector<Desi
     repairs.insert(repairs.end(), r->begin(), r->end());
   }
   std::string ns = iqn_prefix + ":";
-  for (const auto& iqn : ListDir(root_ + "/target/iscsi")) {
+  for (const auto& iqn : ListDir(*host_, "/target/iscsi")) {
     if (iqn.rfind(ns, 0) != 0 || wanted.count(iqn)) continue;
     BLOCKCSI_RETURN_IF_ERROR(RemoveLocked(iqn));
     repairs.push_back("removed target " + iqn + " that has no volume");
@@ -261,20 +199,21 @@ Status LioExporter::CloseSessions(const std::string& iqn, const std::string& ini
   std::lock_guard lock(mu_);
   // The ACL is gone by now (Apply ran first), and with it the sessions; if a
   // stale ACL directory is still there, removing it is what closes them.
-  return RemoveConfigDir(Tpg(iqn) + "/acls/" + initiator_iqn);
+  return RemoveConfigDir(*host_, Tpg(iqn) + "/acls/" + initiator_iqn);
 }
 
 Status LioExporter::RemoveLocked(const std::string& iqn) {
   const std::string tpg = Tpg(iqn);
   std::string volume_id = iqn.substr(iqn.rfind(':') + 1);
-  for (const auto& acl : ListDir(tpg + "/acls")) {
-    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(tpg + "/acls/" + acl));
+  for (const auto& acl : ListDir(*host_, tpg + "/acls")) {
+    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, tpg + "/acls/" + acl));
   }
-  BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(tpg + "/lun/lun_1"));
-  for (const auto& np : ListDir(tpg + "/np")) BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(tpg + "/np/" + np));
-  BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(tpg));
-  BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(root_ + "/target/iscsi/" + iqn));
-  if (IsVolumeId(volume_id)) BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(Core(volume_id)));
+  BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, tpg + "/lun/lun_1"));
+  for (const auto& np : ListDir(*host_, tpg + "/np"))
+    BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, tpg + "/np/" + np));
+  BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, tpg));
+  BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, "/target/iscsi/" + iqn));
+  if (IsVolumeId(volume_id)) BLOCKCSI_RETURN_IF_ERROR(RemoveConfigDir(*host_, Core(volume_id)));
   applied_size_.erase(iqn);
   return OkStatus();
 }

@@ -13,11 +13,13 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "backend/local/exporter.h"
+#include "common/host.h"
 
 namespace blockcsi {
 
@@ -48,7 +50,7 @@ class LioExporter final : public Exporter {
   std::string Core(const std::string& volume_id) const;
   std::string Tpg(const std::string& iqn) const;
 
-  const std::string root_;
+  const std::unique_ptr<Host> host_;  // rooted at the configfs root
   const std::vector<std::string> portals_;
   std::mutex mu_;
   std::map<std::string, uint64_t> applied_size_;  // guarded by mu_: iqn → size of the live backstore

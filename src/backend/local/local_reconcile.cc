@@ -1,8 +1,5 @@
 #include "backend/local/local_backend.h"
 
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-
 #include <algorithm>
 #include <chrono>
 
@@ -10,6 +7,7 @@
 #include "attach/iscsi_names.h"
 #include "backend/volume_id.h"
 #include "common/fault_points.h"
+#include "common/host.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 
@@ -52,10 +50,9 @@ void LocalBackend::CollectPoolMetrics(MetricsRegistry& registry) {
                      "Sum of the sizes of the pool's volumes (thin: may exceed what they use)", {"pool"});
   auto& volumes = registry.Gauge("blockcsi_target_pool_volumes", "Volumes in the pool", {"pool"});
   const std::string& dir = pool_->dir();
-  struct statvfs fs {};
-  if (::statvfs(dir.c_str(), &fs) == 0) {
-    capacity.Set({dir}, static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize));
-    free_bytes.Set({dir}, static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize));
+  if (auto fs = RealHost()->StatFs(dir); fs.ok()) {
+    capacity.Set({dir}, static_cast<double>(fs->total_bytes));
+    free_bytes.Set({dir}, static_cast<double>(fs->available_bytes));
   }
   double sum = 0;
   auto list = pool_->ListVolumes();

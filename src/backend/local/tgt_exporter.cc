@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <set>
-#include <thread>
 
 #include "backend/volume_id.h"
+#include "common/clock.h"
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -501,7 +501,7 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
       }
     }
     if (!any) return OkStatus();
-    std::this_thread::sleep_for(pause);
+    RealClock()->Sleep(pause);
   }
   return Unavailable("sessions of " + initiator_iqn + " on " + iqn + " did not close");
 }

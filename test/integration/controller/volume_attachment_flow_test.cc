@@ -23,6 +23,7 @@
 #include "controller/controller_service.h"
 #include "csi.grpc.pb.h"
 #include "integration/controller/tgt_acls.h"
+#include "support/csi_capabilities.h"
 #include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -32,13 +33,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Mode = csi::v1::VolumeCapability::AccessMode;
-
-csi::v1::VolumeCapability MountCap(Mode::Mode mode) {
-  csi::v1::VolumeCapability cap;
-  cap.mutable_mount()->set_fs_type("ext4");
-  cap.mutable_access_mode()->set_mode(mode);
-  return cap;
-}
 
 // What the external-attacher keeps: VolumeAttachment objects, each
 // attached or not, and the publish_context it copied into the status.
@@ -188,7 +182,7 @@ class VolumeAttachmentFlowTest : public ::testing::Test {
     csi::v1::CreateVolumeRequest r;
     r.set_name(name);
     r.mutable_capacity_range()->set_required_bytes(8 << 20);
-    *r.add_volume_capabilities() = MountCap(Mode::SINGLE_NODE_WRITER);
+    *r.add_volume_capabilities() = testing::MountCapability("ext4", Mode::SINGLE_NODE_WRITER);
     csi::v1::CreateVolumeResponse resp;
     grpc::Status st = stub_->CreateVolume(&ctx, r, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
@@ -224,7 +218,7 @@ class VolumeAttachmentFlowTest : public ::testing::Test {
 };
 
 TEST_F(VolumeAttachmentFlowTest, PodMovesBetweenNodesAndANodeLeaves) {
-  const auto rwo = MountCap(Mode::SINGLE_NODE_WRITER);
+  const auto rwo = testing::MountCapability("ext4", Mode::SINGLE_NODE_WRITER);
   Attacher attacher(stub_.get());
   std::string a = CreateVolume("pvc-flow-a");
   std::string b = CreateVolume("pvc-flow-b");
@@ -292,7 +286,7 @@ TEST_F(VolumeAttachmentFlowTest, PodMovesBetweenNodesAndANodeLeaves) {
 // with a transient code, the attacher retries, and once tgtd is back the
 // grant lands and the ACL is exactly that attachment.
 TEST_F(VolumeAttachmentFlowTest, PublishRetriesThroughATgtdRestart) {
-  const auto rwo = MountCap(Mode::SINGLE_NODE_WRITER);
+  const auto rwo = testing::MountCapability("ext4", Mode::SINGLE_NODE_WRITER);
   Attacher attacher(stub_.get());
   std::string a = CreateVolume("pvc-restart");
   ASSERT_FALSE(a.empty());

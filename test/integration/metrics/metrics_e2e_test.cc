@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "csi.grpc.pb.h"
+#include "support/csi_calls.h"
 #include "support/http_probe.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
@@ -115,83 +116,25 @@ class MetricsE2ETest : public ::testing::Test {
 
   ::testing::AssertionResult Ok(const grpc::Status& st) { return testing::GrpcOk(st, plugin_->LogTail()); }
 
-  struct Volume {
-    std::string id;
-    std::map<std::string, std::string> publish_context;
-  };
+  using Volume = testing::CsiVolume;
 
   Volume CreateAndPublish(const std::string& name) {
-    csi::v1::CreateVolumeRequest req;
-    req.set_name(name);
-    req.mutable_capacity_range()->set_required_bytes(64LL << 20);
-    *req.add_volume_capabilities() = testing::CapabilityFor("ext4");
-    (*req.mutable_secrets())["token"] = kSecret;
-    csi::v1::CreateVolumeResponse resp;
-    EXPECT_TRUE(Ok(plugin_->controller().CreateVolume(testing::Deadline().get(), req, &resp)));
-    Volume v{resp.volume().volume_id(), {}};
-    csi::v1::ControllerPublishVolumeRequest pub;
-    pub.set_volume_id(v.id);
-    pub.set_node_id("e2e-node");
-    *pub.mutable_volume_capability() = testing::CapabilityFor("ext4");
-    csi::v1::ControllerPublishVolumeResponse presp;
-    EXPECT_TRUE(Ok(plugin_->controller().ControllerPublishVolume(testing::Deadline().get(), pub, &presp)));
-    v.publish_context = {presp.publish_context().begin(), presp.publish_context().end()};
+    Volume v;
+    EXPECT_TRUE(Ok(calls_.Create(*plugin_, name, 64LL << 20, &v)));
+    EXPECT_TRUE(Ok(calls_.ControllerPublish(*plugin_, &v)));
     return v;
   }
-
-  grpc::Status Stage(const Volume& v) {
-    csi::v1::NodeStageVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(plugin_->staging_path(v.id));
-    *req.mutable_volume_capability() = testing::CapabilityFor("ext4");
-    for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
-    (*req.mutable_secrets())["token"] = kSecret;
-    std::filesystem::create_directories(plugin_->staging_path(v.id));
-    csi::v1::NodeStageVolumeResponse resp;
-    return plugin_->node().NodeStageVolume(testing::Deadline().get(), req, &resp);
-  }
-
-  grpc::Status Publish(const Volume& v) {
-    csi::v1::NodePublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(plugin_->staging_path(v.id));
-    req.set_target_path(plugin_->target_path(v.id));
-    *req.mutable_volume_capability() = testing::CapabilityFor("ext4");
-    for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
-    csi::v1::NodePublishVolumeResponse resp;
-    return plugin_->node().NodePublishVolume(testing::Deadline().get(), req, &resp);
-  }
-
-  grpc::Status Unpublish(const Volume& v) {
-    csi::v1::NodeUnpublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_target_path(plugin_->target_path(v.id));
-    csi::v1::NodeUnpublishVolumeResponse resp;
-    return plugin_->node().NodeUnpublishVolume(testing::Deadline().get(), req, &resp);
-  }
-
-  grpc::Status Unstage(const Volume& v) {
-    csi::v1::NodeUnstageVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(plugin_->staging_path(v.id));
-    csi::v1::NodeUnstageVolumeResponse resp;
-    return plugin_->node().NodeUnstageVolume(testing::Deadline().get(), req, &resp);
-  }
-
+  grpc::Status Stage(const Volume& v) { return calls_.Stage(*plugin_, v); }
+  grpc::Status Publish(const Volume& v) { return calls_.Publish(*plugin_, v); }
+  grpc::Status Unpublish(const Volume& v) { return calls_.Unpublish(*plugin_, v); }
+  grpc::Status Unstage(const Volume& v) { return calls_.Unstage(*plugin_, v); }
   void UnpublishAndDelete(const Volume& v) {
-    csi::v1::ControllerUnpublishVolumeRequest unpub;
-    unpub.set_volume_id(v.id);
-    unpub.set_node_id("e2e-node");
-    csi::v1::ControllerUnpublishVolumeResponse uresp;
-    EXPECT_TRUE(Ok(plugin_->controller().ControllerUnpublishVolume(testing::Deadline().get(), unpub, &uresp)));
-    csi::v1::DeleteVolumeRequest del;
-    del.set_volume_id(v.id);
-    (*del.mutable_secrets())["token"] = kSecret;
-    csi::v1::DeleteVolumeResponse dresp;
-    EXPECT_TRUE(Ok(plugin_->controller().DeleteVolume(testing::Deadline().get(), del, &dresp)));
+    EXPECT_TRUE(Ok(calls_.ControllerUnpublish(*plugin_, v)));
+    EXPECT_TRUE(Ok(calls_.Delete(*plugin_, v)));
   }
 
   static constexpr char kSecret[] = "s3cret-metrics-canary-7f3a";
+  const testing::CsiCalls calls_{"e2e-node", "ext4", {{"token", kSecret}}};
   testing::TempDir dir_;
   std::unique_ptr<testing::TgtdHarness> tgtd_;
   std::unique_ptr<testing::PluginUnderTest> plugin_;
@@ -217,7 +160,9 @@ TEST_F(MetricsE2ETest, LifecycleMovesTheCountersByExactlyTheCallsMade) {
   ASSERT_TRUE(Ok(Stage(v)));  // idempotent repeat: a second OK call, no second attach or format
   ASSERT_TRUE(Ok(Publish(v)));
   // A bad request: the exact code is counted, nothing else moves.
-  Volume bad{"", v.publish_context};
+  Volume bad = v;
+  bad.id = "";
+  bad.context.clear();
   EXPECT_EQ(Stage(bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   std::string staged = Scrape();

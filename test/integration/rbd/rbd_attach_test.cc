@@ -37,6 +37,7 @@
 #include "common/host.h"
 #include "common/mounter.h"
 #include "support/block_io.h"
+#include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"
 #include "support/leak_check.h"
 #include "support/test_util.h"
@@ -55,76 +56,6 @@ using ::blockcsi::testing::TempDir;
 using ::blockcsi::testing::WriteDirect;
 
 constexpr uint64_t kMiB = 1ULL << 20;
-
-// An admin's librados view of an image, to check what the node left on it.
-class Admin {
- public:
-  Admin(const std::string& conf, const std::string& keyring, const std::string& pool) {
-    if (rados_create2(&cluster_, "ceph", "client.admin", 0) < 0) return;
-    rados_conf_read_file(cluster_, conf.c_str());
-    rados_conf_set(cluster_, "keyring", keyring.c_str());
-    rados_conf_set(cluster_, "rados_osd_op_timeout", "20");
-    rados_conf_set(cluster_, "rados_mon_op_timeout", "20");
-    if (rados_connect(cluster_) == 0) ok_ = rados_ioctx_create(cluster_, pool.c_str(), &io_) == 0;
-  }
-  ~Admin() {
-    if (io_ != nullptr) rados_ioctx_destroy(io_);
-    if (cluster_ != nullptr) rados_shutdown(cluster_);
-  }
-  Admin(const Admin&) = delete;
-  Admin& operator=(const Admin&) = delete;
-  bool ok() const { return ok_; }
-
-  // "" when the key is absent.
-  std::string Metadata(const std::string& image, const std::string& key) {
-    rbd_image_t h = nullptr;
-    if (rbd_open_read_only(io_, image.c_str(), &h, nullptr) < 0) return "<open failed>";
-    char value[4096] = {};
-    size_t len = sizeof value;
-    int r = rbd_metadata_get(h, key.c_str(), value, &len);
-    rbd_close(h);
-    return r < 0 ? "" : std::string(value);
-  }
-  // Addresses of the clients holding a lock on the image (the exclusive
-  // lock is a managed lock, listed like any other).
-  std::vector<std::string> LockOwners(const std::string& image) {
-    std::vector<std::string> out;
-    rbd_image_t h = nullptr;
-    if (rbd_open_read_only(io_, image.c_str(), &h, nullptr) < 0) return {"<open failed>"};
-    std::string tag(4096, '\0'), clients(4096, '\0'), cookies(4096, '\0'), addrs(4096, '\0');
-    size_t tag_len = tag.size(), clients_len = clients.size(), cookies_len = cookies.size(), addrs_len = addrs.size();
-    int exclusive = 0;
-    ssize_t n = rbd_list_lockers(h, &exclusive, tag.data(), &tag_len, clients.data(), &clients_len, cookies.data(),
-                                 &cookies_len, addrs.data(), &addrs_len);
-    rbd_close(h);
-    if (n < 0) return {"<list lockers failed: " + std::to_string(n) + ">"};
-    size_t start = 0;
-    for (ssize_t i = 0; i < n && start < addrs_len; ++i) {
-      std::string addr(addrs.data() + start);
-      out.push_back(addr);
-      start += addr.size() + 1;
-    }
-    return out;
-  }
-  std::vector<std::string> Watchers(const std::string& image) {
-    std::vector<std::string> out;
-    rbd_image_t h = nullptr;
-    if (rbd_open_read_only(io_, image.c_str(), &h, nullptr) < 0) return {"<open failed>"};
-    rbd_image_watcher_t w[16];
-    size_t n = 16;
-    if (rbd_watchers_list(h, w, &n) == 0) {
-      for (size_t i = 0; i < n; ++i) out.emplace_back(w[i].addr);
-      rbd_watchers_list_cleanup(w, n);
-    }
-    rbd_close(h);
-    return out;
-  }
-
- private:
-  rados_t cluster_ = nullptr;
-  rados_ioctx_t io_ = nullptr;
-  bool ok_ = false;
-};
 
 // One "node": its own state dir and attacher (= its own bridges).
 struct Node {
@@ -154,8 +85,9 @@ class RbdAttachTest : public testing::CephSuiteTest {
     backend_ = *backend;
     key_ = testing::KeyFromKeyring(env_["BLOCKCSI_CEPH_KEYRING"]);
     ASSERT_FALSE(key_.empty()) << "no key in " << env_["BLOCKCSI_CEPH_KEYRING"];
-    admin_ = std::make_unique<Admin>(env_["CEPH_CONF"], env_["CEPH_KEYRING"], env_["RBD_POOL"]);
-    ASSERT_TRUE(admin_->ok()) << "admin client cannot connect";
+    // An admin's view of the images, to check what the node left on them.
+    admin_ = std::make_unique<testing::CephClient>(env_["CEPH_CONF"], "admin", env_["CEPH_KEYRING"], env_["RBD_POOL"]);
+    ASSERT_EQ(admin_->error(), 0) << "admin client cannot connect";
   }
 
   void TearDown() override {
@@ -317,7 +249,7 @@ class RbdAttachTest : public testing::CephSuiteTest {
 
   std::string binary_;
   std::shared_ptr<VolumeBackend> backend_;
-  std::unique_ptr<Admin> admin_;
+  std::unique_ptr<testing::CephClient> admin_;
   std::string key_;
   std::vector<std::string> volumes_;
   std::vector<std::unique_ptr<Node>> nodes_;
@@ -343,7 +275,7 @@ TEST_F(RbdAttachTest, AttachWriteReadDetachReattachKeepsTheBytes) {
 
   // The bridge registered its rados client for fencing, and that client is
   // the one watching (and locking) the image.
-  std::string client = admin_->Metadata(ImageOf(context), "blockcsi.client.node-a");
+  std::string client = admin_->Metadata(ImageOf(context), "blockcsi.client.node-a").value_or("");
   ASSERT_FALSE(client.empty()) << "no blockcsi.client.node-a metadata";
   auto watchers = admin_->Watchers(ImageOf(context));
   EXPECT_NE(std::find(watchers.begin(), watchers.end(), client), watchers.end()) << client;
@@ -359,7 +291,7 @@ TEST_F(RbdAttachTest, AttachWriteReadDetachReattachKeepsTheBytes) {
   ASSERT_TRUE(node.attacher->Detach(volume->id).ok());
   ExpectNothingLeft(node);
   EXPECT_EQ(node.attacher->Get(volume->id).status().code(), StatusCode::kNotFound);
-  EXPECT_TRUE(admin_->Metadata(ImageOf(context), "blockcsi.client.node-a").empty()) << "registration left";
+  EXPECT_EQ(admin_->Metadata(ImageOf(context), "blockcsi.client.node-a"), std::nullopt) << "registration left";
   EXPECT_TRUE(admin_->LockOwners(ImageOf(context)).empty()) << "exclusive lock still held";
 
   auto again = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
@@ -388,7 +320,7 @@ TEST_F(RbdAttachTest, WrongImageIdIsRefusedAndLeavesNothing) {
   ExpectNothingLeft(node);
   // The wrong image was never locked nor registered on.
   EXPECT_TRUE(admin_->LockOwners(ImageOf(context)).empty());
-  EXPECT_TRUE(admin_->Metadata(ImageOf(context), "blockcsi.client.node-a").empty());
+  EXPECT_EQ(admin_->Metadata(ImageOf(context), "blockcsi.client.node-a"), std::nullopt);
 }
 
 TEST_F(RbdAttachTest, KeyIsNeverInArgvRecordRepliesOrLogs) {
@@ -551,7 +483,7 @@ TEST_F(RbdAttachTest, SecondWriterIsRefusedWhileTheFirstHoldsTheLock) {
   ASSERT_TRUE(a.attacher && b.attacher);
   auto record_a = a.attacher->Attach(SpecFor(volume->id, context_a, "node-a"));
   ASSERT_TRUE(record_a.ok()) << record_a.status().ToString();
-  std::string holder = admin_->Metadata(ImageOf(context_a), "blockcsi.client.node-a");
+  std::string holder = admin_->Metadata(ImageOf(context_a), "blockcsi.client.node-a").value_or("");
 
   auto record_b = b.attacher->Attach(SpecFor(volume->id, context_b, "node-b"));
   ASSERT_FALSE(record_b.ok()) << "two writers hold " << volume->id;
@@ -565,7 +497,7 @@ TEST_F(RbdAttachTest, SecondWriterIsRefusedWhileTheFirstHoldsTheLock) {
   }
   EXPECT_EQ(b.attacher->Get(volume->id).status().code(), StatusCode::kNotFound);
   ExpectNothingLeft(b);
-  EXPECT_TRUE(admin_->Metadata(ImageOf(context_a), "blockcsi.client.node-b").empty());
+  EXPECT_EQ(admin_->Metadata(ImageOf(context_a), "blockcsi.client.node-b"), std::nullopt);
 
   // The first writer is untouched.
   EXPECT_EQ(WriteDirect(record_a->device_path, 0, Pattern(4096, 'q')), 0);

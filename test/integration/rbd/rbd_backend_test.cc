@@ -32,6 +32,7 @@
 
 #include "attach/initiator.h"
 #include "common/logging.h"
+#include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"
 #include "support/test_util.h"
 
@@ -45,114 +46,7 @@ using ::blockcsi::testing::TempDir;
 
 constexpr uint64_t kMiB = 1ULL << 20;
 
-// A librados client of the test's own: a "node" (or an admin's view).
-class Client {
- public:
-  Client(const std::string& conf, const std::string& user, const std::string& keyring, const std::string& pool) {
-    if (rados_create2(&cluster_, "ceph", ("client." + user).c_str(), 0) < 0) return;
-    rados_conf_read_file(cluster_, conf.c_str());
-    rados_conf_set(cluster_, "keyring", keyring.c_str());
-    // A fenced client must see its writes fail, not hang the test.
-    rados_conf_set(cluster_, "rados_osd_op_timeout", "20");
-    rados_conf_set(cluster_, "rados_mon_op_timeout", "20");
-    error_ = rados_connect(cluster_);
-    if (error_ == 0) error_ = rados_ioctx_create(cluster_, pool.c_str(), &io_);
-  }
-  ~Client() {
-    CloseImage();
-    if (io_ != nullptr) rados_ioctx_destroy(io_);
-    if (cluster_ != nullptr) rados_shutdown(cluster_);
-  }
-  Client(const Client&) = delete;
-  Client& operator=(const Client&) = delete;
-
-  int error() const { return error_; }
-  rados_t cluster() const { return cluster_; }
-  int OpenImage(const std::string& image) {
-    CloseImage();
-    return rbd_open(io_, image.c_str(), &image_, nullptr);
-  }
-  void CloseImage() {
-    if (image_ != nullptr) rbd_close(image_);
-    image_ = nullptr;
-  }
-  // Writes and flushes, so an error of the OSDs (a fence) is seen here.
-  int Write(uint64_t offset, const std::string& data) {
-    ssize_t n = rbd_write(image_, offset, data.size(), data.data());
-    if (n < 0) return static_cast<int>(n);
-    if (static_cast<size_t>(n) != data.size()) return -EIO;
-    return rbd_flush(image_);
-  }
-  std::string Read(uint64_t offset, size_t len) {
-    std::string buf(len, '\0');
-    ssize_t n = rbd_read(image_, offset, len, buf.data());
-    if (n < 0) return "<read error " + std::to_string(n) + ">";
-    buf.resize(static_cast<size_t>(n));
-    return buf;
-  }
-  std::vector<std::string> Watchers() {
-    std::vector<std::string> out;
-    rbd_image_watcher_t w[16];
-    size_t n = 16;
-    if (rbd_watchers_list(image_, w, &n) < 0) return out;
-    for (size_t i = 0; i < n; ++i) out.emplace_back(w[i].addr);
-    rbd_watchers_list_cleanup(w, n);
-    return out;
-  }
-  int SnapCount(const std::string& image) {
-    rbd_image_t h = nullptr;
-    if (rbd_open_read_only(io_, image.c_str(), &h, nullptr) < 0) return -1;
-    rbd_snap_info_t snaps[32];
-    int max = 32;
-    int n = rbd_snap_list(h, snaps, &max);
-    if (n >= 0) rbd_snap_list_end(snaps);
-    rbd_close(h);
-    return n;
-  }
-  std::string MonCommand(const std::string& cmd) {
-    const char* cmds[] = {cmd.c_str()};
-    char* out = nullptr;
-    size_t out_len = 0;
-    char* st = nullptr;
-    size_t st_len = 0;
-    int r = rados_mon_command(cluster_, cmds, 1, "", 0, &out, &out_len, &st, &st_len);
-    std::string result = r < 0 ? "" : std::string(out != nullptr ? out : "", out_len);
-    last_mon_status_ = std::to_string(r) + " " + std::string(st != nullptr ? st : "", st_len) + " out: " + result;
-    rados_buffer_free(out);
-    rados_buffer_free(st);
-    return result;
-  }
-  std::set<std::string> Blocklist() {
-    std::set<std::string> out;
-    // Pacific prints two arrays back to back (addresses, then ranges):
-    // read the first value only.
-    std::istringstream in(MonCommand(R"({"prefix":"osd blocklist ls","format":"json"})"));
-    // A failed command or unreadable answer is a test failure, never an empty
-    // blocklist: "the fence is gone" must not pass because the mon did not answer.
-    nlohmann::json j;
-    try {
-      in >> j;
-    } catch (const nlohmann::json::exception& e) {
-      ADD_FAILURE() << "osd blocklist ls: no JSON (" << e.what() << "): " << last_mon_status_;
-      return out;
-    }
-    if (!j.is_array()) {
-      ADD_FAILURE() << "osd blocklist ls: not an array: " << last_mon_status_;
-      return out;
-    }
-    for (const auto& e : j) out.insert(e.value("addr", ""));
-    return out;
-  }
-
- private:
-  rados_t cluster_ = nullptr;
-  rados_ioctx_t io_ = nullptr;
-  rbd_image_t image_ = nullptr;
-  int error_ = -ENOTCONN;
-
- public:
-  std::string last_mon_status_;
-};
+using Client = testing::CephClient;  // a "node" (or an admin's view)
 
 class RbdBackendTest : public testing::CephSuiteTest {
  protected:
@@ -590,7 +484,7 @@ TEST_F(RbdBackendTest, RevokeFencesTheNodeAndTheNextNodeCanWrite) {
   const std::string a_addr = a_addrs[0];
 
   ASSERT_TRUE(backend_->RevokeAccess(vol->id, InitiatorIqnForNode("node-a")).ok());
-  EXPECT_TRUE(admin->Blocklist().contains(a_addr)) << a_addr << " not blocklisted: " << admin->last_mon_status_;
+  EXPECT_TRUE(admin->Blocklist().contains(a_addr)) << a_addr << " not blocklisted: " << admin->last_mon_status();
   EXPECT_LT(node_a->Write(0, std::string(4096, 'x')), 0) << "a fenced node must not write";
 
   ASSERT_TRUE(backend_->GrantAccess(vol->id, GrantFor("node-b")).ok());

@@ -81,24 +81,9 @@ class KrbdConnectorTest : public ::testing::Test {
     return a;
   }
 
-  // Copies a sysfs scenario into the fake root (merging trees, keeping symlinks).
+  // Copies a captured sysfs scenario into the fake root (merging trees).
   void Install(const std::string& scenario) {
-    namespace fs = std::filesystem;
-    fs::path from = testing::TestDataPath("krbd/sysfs/" + scenario);
-    for (auto it = fs::recursive_directory_iterator(from); it != fs::recursive_directory_iterator(); ++it) {
-      fs::path to = fs::path(root_) / it->path().lexically_relative(from);
-      if (it->is_symlink()) {
-        fs::remove(to);
-        fs::create_directories(to.parent_path());
-        fs::copy_symlink(it->path(), to);
-        it.disable_recursion_pending();
-      } else if (it->is_directory()) {
-        fs::create_directories(to);
-      } else {
-        fs::create_directories(to.parent_path());
-        fs::copy_file(it->path(), to, fs::copy_options::overwrite_existing);
-      }
-    }
+    testing::MergeTreeInto(testing::TestDataPath("krbd/sysfs/" + scenario), root_);
   }
   std::function<void()> Installs(const std::string& scenario) {
     return [this, scenario] { Install(scenario); };

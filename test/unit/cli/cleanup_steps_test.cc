@@ -8,8 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include "attach/attach_record_store.h"
 #include "common/atomic_file.h"
 #include "support/fake_executor.h"
@@ -23,21 +21,7 @@ constexpr char kImageId[] = "1037e80f98be";
 
 // Copies a sysfs scenario into `root`, keeping its symlinks.
 void Install(const std::string& scenario, const std::string& root) {
-  namespace fs = std::filesystem;
-  fs::path from = testing::TestDataPath("krbd/sysfs/" + scenario);
-  for (auto it = fs::recursive_directory_iterator(from); it != fs::recursive_directory_iterator(); ++it) {
-    fs::path to = fs::path(root) / it->path().lexically_relative(from);
-    if (it->is_symlink()) {
-      fs::create_directories(to.parent_path());
-      fs::copy_symlink(it->path(), to);
-      it.disable_recursion_pending();
-    } else if (it->is_directory()) {
-      fs::create_directories(to);
-    } else {
-      fs::create_directories(to.parent_path());
-      fs::copy_file(it->path(), to);
-    }
-  }
+  testing::MergeTreeInto(testing::TestDataPath("krbd/sysfs/" + scenario), root);
 }
 
 AttachRecord KrbdRecord() {

@@ -14,6 +14,7 @@
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "common/logging.h"
+#include "support/csi_capabilities.h"
 #include "support/fake_backend.h"
 
 namespace blockcsi {
@@ -25,20 +26,6 @@ using Mode = csi::v1::VolumeCapability::AccessMode;
 constexpr uint64_t kMiB = 1 << 20;
 constexpr char kSecretPassword[] = "s3cr3t-Pa55word-xyz";
 constexpr char kSecretMutual[] = "mutual-S3cret-abc";
-
-csi::v1::VolumeCapability MountCap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER, const std::string& fs = "") {
-  csi::v1::VolumeCapability cap;
-  cap.mutable_mount()->set_fs_type(fs);
-  cap.mutable_access_mode()->set_mode(mode);
-  return cap;
-}
-
-csi::v1::VolumeCapability BlockCap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  csi::v1::VolumeCapability cap;
-  cap.mutable_block();
-  cap.mutable_access_mode()->set_mode(mode);
-  return cap;
-}
 
 class ControllerServiceTest : public ::testing::Test {
  protected:
@@ -55,7 +42,7 @@ class ControllerServiceTest : public ::testing::Test {
       r.mutable_capacity_range()->set_required_bytes(required);
       r.mutable_capacity_range()->set_limit_bytes(limit);
     }
-    *r.add_volume_capabilities() = MountCap();
+    *r.add_volume_capabilities() = testing::MountCapability();
     return r;
   }
   grpc::Status Create(const csi::v1::CreateVolumeRequest& r, csi::v1::CreateVolumeResponse* out = nullptr) {
@@ -79,9 +66,9 @@ class ControllerServiceTest : public ::testing::Test {
     csi::v1::DeleteVolumeResponse resp;
     return service_->DeleteVolume(&ctx, &r, &resp);
   }
-  csi::v1::ControllerPublishVolumeRequest PublishRequest(const std::string& id, const std::string& node,
-                                                         const csi::v1::VolumeCapability& cap = MountCap(),
-                                                         bool readonly = false) {
+  csi::v1::ControllerPublishVolumeRequest PublishRequest(
+      const std::string& id, const std::string& node, const csi::v1::VolumeCapability& cap = testing::MountCapability(),
+      bool readonly = false) {
     csi::v1::ControllerPublishVolumeRequest r;
     r.set_volume_id(id);
     r.set_node_id(node);
@@ -96,7 +83,7 @@ class ControllerServiceTest : public ::testing::Test {
     return service_->ControllerPublishVolume(&ctx, &r, out ? out : &local);
   }
   grpc::Status Publish(const std::string& id, const std::string& node,
-                       const csi::v1::VolumeCapability& cap = MountCap(), bool readonly = false) {
+                       const csi::v1::VolumeCapability& cap = testing::MountCapability(), bool readonly = false) {
     return Publish(PublishRequest(id, node, cap, readonly));
   }
   grpc::Status Unpublish(const std::string& id, const std::string& node) {
@@ -195,12 +182,12 @@ TEST_F(ControllerServiceTest, CreateVolumeRequiresNameAndCapabilities) {
 
 TEST_F(ControllerServiceTest, CreateVolumeRejectsMultiNodeWritersOnMountVolumesOnly) {
   auto mount = CreateRequest("pvc-rwx-mount");
-  *mount.mutable_volume_capabilities(0) = MountCap(Mode::MULTI_NODE_MULTI_WRITER);
+  *mount.mutable_volume_capabilities(0) = testing::MountCapability("", Mode::MULTI_NODE_MULTI_WRITER);
   grpc::Status st = Create(mount);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("MULTI_NODE_MULTI_WRITER"));
   auto block = CreateRequest("pvc-rwx-block");
-  *block.mutable_volume_capabilities(0) = BlockCap(Mode::MULTI_NODE_MULTI_WRITER);
+  *block.mutable_volume_capabilities(0) = testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER);
   EXPECT_TRUE(Create(block).ok());
 }
 
@@ -294,7 +281,7 @@ TEST_F(ControllerServiceTest, CreateVolumeCarriesFsTypeInVolumeContext) {
   EXPECT_EQ(resp.volume().volume_context().at(volume_context::kFsType), "ext4");
 
   auto from_cap = CreateRequest("pvc-cap-fs");
-  *from_cap.mutable_volume_capabilities(0) = MountCap(Mode::SINGLE_NODE_WRITER, "xfs");
+  *from_cap.mutable_volume_capabilities(0) = testing::MountCapability("xfs", Mode::SINGLE_NODE_WRITER);
   ASSERT_TRUE(Create(from_cap, &resp).ok());
   EXPECT_EQ(resp.volume().volume_context().at(volume_context::kFsType), "xfs");
 
@@ -496,23 +483,24 @@ TEST_F(ControllerServiceTest, SamePublishAgainIsOkWithTheSameContext) {
 
 TEST_F(ControllerServiceTest, IncompatiblePublishOnTheSameNodeIsAlreadyExists) {
   std::string id = MakeVolume("pvc-incompat");
-  ASSERT_TRUE(Publish(id, "n1", MountCap(Mode::SINGLE_NODE_WRITER)).ok());
-  grpc::Status st = Publish(id, "n1", BlockCap(Mode::SINGLE_NODE_WRITER));
+  ASSERT_TRUE(Publish(id, "n1", testing::MountCapability("", Mode::SINGLE_NODE_WRITER)).ok());
+  grpc::Status st = Publish(id, "n1", testing::BlockCapability(Mode::SINGLE_NODE_WRITER));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_THAT(st.error_message(), HasSubstr(id));
   EXPECT_THAT(st.error_message(), HasSubstr("n1"));
-  EXPECT_CODE(Publish(id, "n1", MountCap(Mode::SINGLE_NODE_WRITER), /*readonly=*/true), ALREADY_EXISTS);
-  EXPECT_CODE(Publish(id, "n1", MountCap(Mode::SINGLE_NODE_READER_ONLY)), ALREADY_EXISTS);
+  EXPECT_CODE(Publish(id, "n1", testing::MountCapability("", Mode::SINGLE_NODE_WRITER), /*readonly=*/true),
+              ALREADY_EXISTS);
+  EXPECT_CODE(Publish(id, "n1", testing::MountCapability("", Mode::SINGLE_NODE_READER_ONLY)), ALREADY_EXISTS);
   // Mount flags and fs_type are the node's business: still the same attachment.
-  EXPECT_TRUE(Publish(id, "n1", MountCap(Mode::SINGLE_NODE_WRITER, "ext4")).ok());
+  EXPECT_TRUE(Publish(id, "n1", testing::MountCapability("ext4", Mode::SINGLE_NODE_WRITER)).ok());
 }
 
 TEST_F(ControllerServiceTest, SingleNodeModePublishedElsewhereIsFailedPrecondition) {
   for (auto mode : {Mode::SINGLE_NODE_WRITER, Mode::SINGLE_NODE_READER_ONLY, Mode::SINGLE_NODE_SINGLE_WRITER,
                     Mode::SINGLE_NODE_MULTI_WRITER}) {
     std::string id = MakeVolume("pvc-single-" + std::to_string(mode));
-    ASSERT_TRUE(Publish(id, "n1", MountCap(mode)).ok());
-    grpc::Status st = Publish(id, "n2", MountCap(mode));
+    ASSERT_TRUE(Publish(id, "n1", testing::MountCapability("", mode)).ok());
+    grpc::Status st = Publish(id, "n2", testing::MountCapability("", mode));
     EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << mode;
     EXPECT_THAT(st.error_message(), HasSubstr(id));
     EXPECT_THAT(st.error_message(), HasSubstr("n1"));
@@ -521,42 +509,42 @@ TEST_F(ControllerServiceTest, SingleNodeModePublishedElsewhereIsFailedPreconditi
   }
   // A multi-node request does not get around a single-node grant elsewhere.
   std::string id = MakeVolume("pvc-single-then-multi", {});
-  ASSERT_TRUE(Publish(id, "n1", BlockCap(Mode::SINGLE_NODE_WRITER)).ok());
-  EXPECT_CODE(Publish(id, "n2", BlockCap(Mode::MULTI_NODE_MULTI_WRITER)), FAILED_PRECONDITION);
+  ASSERT_TRUE(Publish(id, "n1", testing::BlockCapability(Mode::SINGLE_NODE_WRITER)).ok());
+  EXPECT_CODE(Publish(id, "n2", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)), FAILED_PRECONDITION);
 }
 
 TEST_F(ControllerServiceTest, AGrantOfUnknownModeIsTakenAsExclusive) {
   std::string id = MakeVolume("pvc-handmade");
   backend_->AddRawGrant(id, {InitiatorIqnForNode("legacy-node"), "legacy-node", false, "", false});
-  grpc::Status st = Publish(id, "n2", BlockCap(Mode::MULTI_NODE_MULTI_WRITER));
+  grpc::Status st = Publish(id, "n2", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr("legacy-node"));
 }
 
 TEST_F(ControllerServiceTest, MultiNodeWritersOnlyForRawBlock) {
   std::string id = MakeVolume("pvc-rwx");
-  ASSERT_TRUE(Publish(id, "n1", BlockCap(Mode::MULTI_NODE_MULTI_WRITER)).ok());
-  ASSERT_TRUE(Publish(id, "n2", BlockCap(Mode::MULTI_NODE_MULTI_WRITER)).ok());
+  ASSERT_TRUE(Publish(id, "n1", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)).ok());
+  ASSERT_TRUE(Publish(id, "n2", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)).ok());
   EXPECT_EQ(GrantedNodes(id).size(), 2u);
-  grpc::Status st = Publish(id, "n3", MountCap(Mode::MULTI_NODE_MULTI_WRITER));
+  grpc::Status st = Publish(id, "n3", testing::MountCapability("", Mode::MULTI_NODE_MULTI_WRITER));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr(id));
-  EXPECT_CODE(Publish(id, "n3", MountCap(Mode::MULTI_NODE_SINGLE_WRITER)), INVALID_ARGUMENT);
+  EXPECT_CODE(Publish(id, "n3", testing::MountCapability("", Mode::MULTI_NODE_SINGLE_WRITER)), INVALID_ARGUMENT);
 }
 
 TEST_F(ControllerServiceTest, MultiNodeSingleWriterAdmitsOneWriter) {
   std::string id = MakeVolume("pvc-one-writer");
-  ASSERT_TRUE(Publish(id, "n1", BlockCap(Mode::MULTI_NODE_SINGLE_WRITER)).ok());
-  grpc::Status st = Publish(id, "n2", BlockCap(Mode::MULTI_NODE_SINGLE_WRITER));
+  ASSERT_TRUE(Publish(id, "n1", testing::BlockCapability(Mode::MULTI_NODE_SINGLE_WRITER)).ok());
+  grpc::Status st = Publish(id, "n2", testing::BlockCapability(Mode::MULTI_NODE_SINGLE_WRITER));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(st.error_message(), HasSubstr("n1"));
-  EXPECT_TRUE(Publish(id, "n2", BlockCap(Mode::MULTI_NODE_SINGLE_WRITER), /*readonly=*/true).ok());
+  EXPECT_TRUE(Publish(id, "n2", testing::BlockCapability(Mode::MULTI_NODE_SINGLE_WRITER), /*readonly=*/true).ok());
 }
 
 TEST_F(ControllerServiceTest, ReadOnlyIsHonoured) {
   std::string id = MakeVolume("pvc-ro");
   csi::v1::ControllerPublishVolumeResponse resp;
-  ASSERT_TRUE(Publish(PublishRequest(id, "n1", MountCap(), /*readonly=*/true), &resp).ok());
+  ASSERT_TRUE(Publish(PublishRequest(id, "n1", testing::MountCapability(), /*readonly=*/true), &resp).ok());
   EXPECT_EQ(resp.publish_context().at(publish_context::kReadOnly), "true");
   auto record = backend_->GetVolume(id);
   ASSERT_TRUE(record.ok());
@@ -564,9 +552,11 @@ TEST_F(ControllerServiceTest, ReadOnlyIsHonoured) {
 
   // Reader-only modes publish read-only even when the CO leaves readonly unset.
   std::string rox = MakeVolume("pvc-rox");
-  ASSERT_TRUE(Publish(PublishRequest(rox, "n1", MountCap(Mode::MULTI_NODE_READER_ONLY)), &resp).ok());
+  ASSERT_TRUE(
+      Publish(PublishRequest(rox, "n1", testing::MountCapability("", Mode::MULTI_NODE_READER_ONLY)), &resp).ok());
   EXPECT_EQ(resp.publish_context().at(publish_context::kReadOnly), "true");
-  ASSERT_TRUE(Publish(PublishRequest(rox, "n2", MountCap(Mode::MULTI_NODE_READER_ONLY)), &resp).ok());
+  ASSERT_TRUE(
+      Publish(PublishRequest(rox, "n2", testing::MountCapability("", Mode::MULTI_NODE_READER_ONLY)), &resp).ok());
   EXPECT_EQ(GrantedNodes(rox).size(), 2u);
 }
 
@@ -718,8 +708,8 @@ TEST_F(ControllerServiceTest, StaticVolumeContextCanAskForChap) {
 
 TEST_F(ControllerServiceTest, UnpublishIsIdempotentAndRevokes) {
   std::string id = MakeVolume("pvc-unpub");
-  ASSERT_TRUE(Publish(id, "n1", BlockCap(Mode::MULTI_NODE_MULTI_WRITER)).ok());
-  ASSERT_TRUE(Publish(id, "n2", BlockCap(Mode::MULTI_NODE_MULTI_WRITER)).ok());
+  ASSERT_TRUE(Publish(id, "n1", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)).ok());
+  ASSERT_TRUE(Publish(id, "n2", testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)).ok());
   EXPECT_TRUE(Unpublish(id, "n1").ok());
   EXPECT_EQ(GrantedNodes(id), std::vector<std::string>{"n2"});
   EXPECT_TRUE(Unpublish(id, "n1").ok()) << "second unpublish";
@@ -754,20 +744,20 @@ TEST_F(ControllerServiceTest, ValidateVolumeCapabilities) {
     return service_->ValidateVolumeCapabilities(&ctx, &r, resp);
   };
   csi::v1::ValidateVolumeCapabilitiesResponse resp;
-  ASSERT_TRUE(call({MountCap(), BlockCap(Mode::MULTI_NODE_MULTI_WRITER)}, &resp).ok());
+  ASSERT_TRUE(call({testing::MountCapability(), testing::BlockCapability(Mode::MULTI_NODE_MULTI_WRITER)}, &resp).ok());
   EXPECT_TRUE(resp.has_confirmed());
   EXPECT_EQ(resp.confirmed().volume_capabilities_size(), 2);
 
   resp.Clear();
-  ASSERT_TRUE(call({MountCap(Mode::MULTI_NODE_MULTI_WRITER)}, &resp).ok());
+  ASSERT_TRUE(call({testing::MountCapability("", Mode::MULTI_NODE_MULTI_WRITER)}, &resp).ok());
   EXPECT_FALSE(resp.has_confirmed());
   EXPECT_FALSE(resp.message().empty());
 
   resp.Clear();
-  ASSERT_TRUE(call({MountCap(Mode::SINGLE_NODE_WRITER, "xfs")}, &resp).ok());
+  ASSERT_TRUE(call({testing::MountCapability("xfs", Mode::SINGLE_NODE_WRITER)}, &resp).ok());
   EXPECT_FALSE(resp.has_confirmed()) << "the volume carries ext4";
 
-  grpc::Status st = call({MountCap()}, &resp, "vol-ghost");
+  grpc::Status st = call({testing::MountCapability()}, &resp, "vol-ghost");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(st.error_message(), HasSubstr("vol-ghost"));
   EXPECT_CODE(call({}, &resp), INVALID_ARGUMENT);
@@ -839,14 +829,14 @@ TEST_F(ControllerServiceTest, GetCapacity) {
   backend_->SetAvailableBytes(10 * kMiB + 123);
   grpc::ServerContext ctx;
   csi::v1::GetCapacityRequest r;
-  *r.add_volume_capabilities() = MountCap();
+  *r.add_volume_capabilities() = testing::MountCapability();
   csi::v1::GetCapacityResponse resp;
   ASSERT_TRUE(service_->GetCapacity(&ctx, &r, &resp).ok());
   EXPECT_EQ(resp.available_capacity(), static_cast<int64_t>(10 * kMiB)) << "whole allocation units only";
   EXPECT_EQ(resp.minimum_volume_size().value(), static_cast<int64_t>(kMiB));
 
   csi::v1::GetCapacityRequest unsupported;
-  *unsupported.add_volume_capabilities() = MountCap(Mode::MULTI_NODE_MULTI_WRITER);
+  *unsupported.add_volume_capabilities() = testing::MountCapability("", Mode::MULTI_NODE_MULTI_WRITER);
   ASSERT_TRUE(service_->GetCapacity(&ctx, &unsupported, &resp).ok());
   EXPECT_EQ(resp.available_capacity(), 0);
 
@@ -1038,7 +1028,7 @@ TEST_F(ControllerServiceTest, ListSnapshotsByIdBySourceAndPaged) {
 TEST_F(ControllerServiceTest, ExpandGrowsRoundsAndSaysWhetherTheNodeMustGrow) {
   std::string id = MakeVolume("pvc-grow");
   csi::v1::ControllerExpandVolumeResponse resp;
-  auto mount = MountCap();
+  auto mount = testing::MountCapability();
   ASSERT_TRUE(Expand(id, 20 * kMiB + 1, 0, &mount, &resp).ok());
   EXPECT_EQ(resp.capacity_bytes(), static_cast<int64_t>(21 * kMiB));
   EXPECT_TRUE(resp.node_expansion_required());
@@ -1046,7 +1036,7 @@ TEST_F(ControllerServiceTest, ExpandGrowsRoundsAndSaysWhetherTheNodeMustGrow) {
   ASSERT_TRUE(record.ok());
   EXPECT_EQ(record->size_bytes, 21 * kMiB);
 
-  auto block = BlockCap();
+  auto block = testing::BlockCapability();
   ASSERT_TRUE(Expand(id, 30 * kMiB, 0, &block, &resp).ok());
   EXPECT_FALSE(resp.node_expansion_required());
   EXPECT_EQ(resp.capacity_bytes(), static_cast<int64_t>(30 * kMiB));
@@ -1075,7 +1065,7 @@ TEST_F(ControllerServiceTest, ExpandErrors) {
   csi::v1::ControllerExpandVolumeRequest no_range;
   no_range.set_volume_id(id);
   EXPECT_CODE(service_->ControllerExpandVolume(&ctx, &no_range, &resp), INVALID_ARGUMENT);
-  auto rwx_mount = MountCap(Mode::MULTI_NODE_MULTI_WRITER);
+  auto rwx_mount = testing::MountCapability("", Mode::MULTI_NODE_MULTI_WRITER);
   EXPECT_CODE(Expand(id, 20 * kMiB, 0, &rwx_mount, &resp), INVALID_ARGUMENT);
 }
 

@@ -1,5 +1,5 @@
 // The allow-lists for mount flags and mkfs options, and the mkfs argv.
-#include "common/fs_options.h"
+#include "common/mkfs_mount_options.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 namespace blockcsi {
 namespace {
 
-TEST(FsOptionsTest, SupportedFsTypes) {
+TEST(MkfsMountOptionsTest, SupportedFsTypes) {
   EXPECT_TRUE(IsStageableFsType("ext4"));
   EXPECT_TRUE(IsStageableFsType("xfs"));
   EXPECT_TRUE(IsStageableFsType("btrfs"));
@@ -18,7 +18,7 @@ TEST(FsOptionsTest, SupportedFsTypes) {
   EXPECT_FALSE(IsStageableFsType(""));
 }
 
-TEST(FsOptionsTest, MountFlagsAllowTuningOnly) {
+TEST(MkfsMountOptionsTest, MountFlagsAllowTuningOnly) {
   EXPECT_TRUE(ValidateMountFlags("v", "ext4", {"noatime", "data=ordered", "commit=30", "nodev,nosuid"}).ok());
   EXPECT_TRUE(ValidateMountFlags("v", "xfs", {"nouuid", "logbufs=8"}).ok());
   EXPECT_TRUE(ValidateMountFlags("v", "btrfs", {"compress=zstd", "ssd"}).ok());
@@ -32,7 +32,7 @@ TEST(FsOptionsTest, MountFlagsAllowTuningOnly) {
   EXPECT_FALSE(ValidateMountFlags("v", "", {"noatime"}).ok());
 }
 
-TEST(FsOptionsTest, MkfsOptionsAreAllowListed) {
+TEST(MkfsMountOptionsTest, MkfsOptionsAreAllowListed) {
   auto ok = ParseMkfsOptions("v", "ext4", "  -m 0   -O ^has_journal -L data ");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(*ok, (std::vector<std::string>{"-m", "0", "-O", "^has_journal", "-L", "data"}));
@@ -45,7 +45,7 @@ TEST(FsOptionsTest, MkfsOptionsAreAllowListed) {
   ASSERT_TRUE(xfs.ok()) << xfs.status().ToString();
 }
 
-TEST(FsOptionsTest, MkfsArgvHasFastSafeDefaultsAndNoForce) {
+TEST(MkfsMountOptionsTest, MkfsArgvHasFastSafeDefaultsAndNoForce) {
   EXPECT_EQ(MkfsArgv("ext4", "/dev/loop3", {}),
             (std::vector<std::string>{"mkfs.ext4", "-q", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1",
                                       "/dev/loop3"}));

@@ -1,11 +1,11 @@
-#include "node/filesystem_ops.h"
+#include "node/fs_maintenance.h"
 
 #include <chrono>
 #include <sstream>
 
-#include "common/fs_options.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/mkfs_mount_options.h"
 #include "common/strings.h"
 
 namespace blockcsi {

@@ -1,4 +1,4 @@
-#include "common/fs_options.h"
+#include "common/mkfs_mount_options.h"
 
 #include <algorithm>
 #include <array>
