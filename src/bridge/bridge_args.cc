@@ -38,7 +38,7 @@
 #include "bridge/rbd_bridge_transport.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/logging.h"
 #include "common/loop_devices.h"
 #include "common/lun_identity.h"

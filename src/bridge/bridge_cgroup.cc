@@ -24,7 +24,7 @@ bool IsCgroup2(const std::string& real_path) {
 
 }  // namespace
 
-Status PrepareBridgeCgroup(const Filesystem& fs, const std::string& path) {
+Status PrepareBridgeCgroup(const Host& fs, const std::string& path) {
   if (path.empty() || path.front() != '/' || path.back() == '/') {
     return InvalidArgument("--bridge-cgroup \"" + path + "\" must be an absolute path without a trailing slash");
   }
@@ -43,7 +43,7 @@ Status PrepareBridgeCgroup(const Filesystem& fs, const std::string& path) {
   return OkStatus();
 }
 
-Status MoveIntoCgroup(const Filesystem& fs, const std::string& path, pid_t pid) {
+Status MoveIntoCgroup(const Host& fs, const std::string& path, pid_t pid) {
   Status st = fs.WriteFile(path + "/cgroup.procs", std::to_string(pid) + "\n");
   if (!st.ok()) {
     return FailedPrecondition("cannot move pid " + std::to_string(pid) + " into cgroup " + path + ": " + st.message());
@@ -51,7 +51,7 @@ Status MoveIntoCgroup(const Filesystem& fs, const std::string& path, pid_t pid) 
   return OkStatus();
 }
 
-bool InCgroup(const Filesystem& fs, const std::string& path, pid_t pid) {
+bool InCgroup(const Host& fs, const std::string& path, pid_t pid) {
   auto procs = fs.ReadFile(path + "/cgroup.procs");
   if (!procs.ok()) return false;
   std::istringstream in(*procs);
@@ -62,7 +62,7 @@ bool InCgroup(const Filesystem& fs, const std::string& path, pid_t pid) {
   return false;
 }
 
-StatusOr<uint64_t> ProcessStartTime(const Filesystem& fs, pid_t pid) {
+StatusOr<uint64_t> ProcessStartTime(const Host& fs, pid_t pid) {
   std::string file = "/proc/" + std::to_string(pid) + "/stat";
   auto stat = fs.ReadFile(file);
   if (!stat.ok()) return NotFound("no process " + std::to_string(pid));
@@ -81,7 +81,7 @@ StatusOr<uint64_t> ProcessStartTime(const Filesystem& fs, pid_t pid) {
   return start;
 }
 
-bool ProcessIsAlive(const Filesystem& fs, pid_t pid, uint64_t start_time) {
+bool ProcessIsAlive(const Host& fs, pid_t pid, uint64_t start_time) {
   if (pid <= 0) return false;
   auto start = ProcessStartTime(fs, pid);
   return start.ok() && *start == start_time;

@@ -36,7 +36,7 @@
 #include "bridge/libiscsi_session.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
-#include "common/filesystem.h"
+#include "common/host.h"
 #include "common/logging.h"
 #include "common/loop_devices.h"
 #include "common/lun_identity.h"
@@ -126,7 +126,7 @@ nlohmann::json Bridge::StatusReply(bool refresh_identity) {
 }
 
 Status Bridge::Teardown(bool check_in_use) {
-  auto fs = MakeRootedFilesystem("");
+  auto fs = MakeRootedHost("");
   if (!device_.empty()) {
     if (check_in_use) {
       auto mountinfo = ReadFileToString("/proc/self/mountinfo");
@@ -294,7 +294,7 @@ int RunBridgeMain(int argc, char** argv) {
     // First, before any session, mount or loop device exists: a bridge that
     // cannot leave the plugin's cgroup would die with the plugin's container
     // and fail the filesystem above it, so it refuses to start instead.
-    auto fs = MakeRootedFilesystem("");
+    auto fs = MakeRootedHost("");
     st = PrepareBridgeCgroup(*fs, args.cgroup);
     if (st.ok()) st = MoveIntoCgroup(*fs, args.cgroup, ::getpid());
     if (!st.ok()) {

@@ -49,9 +49,9 @@ StatusOr<std::unique_ptr<RbdBridgeTransport>> RbdBridgeTransport::Open(const Rbd
   if (Status st = LoadCephLibraries(); !st.ok()) return st.WithContext("volume \"" + options.volume_id + "\"");
   std::unique_ptr<RbdBridgeTransport> t(new RbdBridgeTransport(options));
   Status st = t->Connect();
-  t->o_.key.clear();  // librados holds it now; nothing else may
+  t->options_.key.clear();  // librados holds it now; nothing else may
   if (st.ok()) st = t->OpenImage();
-  if (st.ok() && !t->o_.read_only) st = t->LockAndRegister();
+  if (st.ok() && !t->options_.read_only) st = t->LockAndRegister();
   if (!st.ok()) {
     t->Close();
     return st;
@@ -63,14 +63,14 @@ StatusOr<std::unique_ptr<RbdBridgeTransport>> RbdBridgeTransport::Open(const Rbd
 void RbdBridgeTransport::ProbeLoop() {
   std::unique_lock<std::mutex> lock(probe_mu_);
   while (!probe_stop_ && !fenced_) {
-    probe_cv_.wait_for(lock, o_.probe_interval, [this] { return probe_stop_; });
+    probe_cv_.wait_for(lock, options_.probe_interval, [this] { return probe_stop_; });
     if (probe_stop_) break;
     lock.unlock();
     uint64_t size = 0;
     time_t mtime = 0;
     int r = rados_stat(io_, header_object_.c_str(), &size, &mtime);
     if (r == -kBlocklisted && !fenced_.exchange(true)) {
-      LogError("rbd client fenced", {{"volume_id", o_.volume_id}, {"image", location()}, {"client", addrs_}});
+      LogError("rbd client fenced", {{"volume_id", options_.volume_id}, {"image", location()}, {"client", addrs_}});
     }
     lock.lock();
   }
@@ -79,30 +79,30 @@ void RbdBridgeTransport::ProbeLoop() {
 RbdBridgeTransport::~RbdBridgeTransport() { Close(); }
 
 Status RbdBridgeTransport::Connect() {
-  const std::string where = "volume \"" + o_.volume_id + "\": ";
-  const std::string who = "client." + o_.user;
+  const std::string where = "volume \"" + options_.volume_id + "\": ";
+  const std::string who = "client." + options_.user;
   rados_t cluster = nullptr;
   int r = rados_create2(&cluster, "ceph", who.c_str(), 0);
   if (r < 0) return Internal(where + "cannot create a rados handle for " + who + ": " + ErrnoText(r));
   cluster_ = cluster;
-  if (o_.monitors.empty()) {
-    r = rados_conf_read_file(cluster, o_.ceph_conf.c_str());
+  if (options_.monitors.empty()) {
+    r = rados_conf_read_file(cluster, options_.ceph_conf.c_str());
     if (r < 0) {
-      return FailedPrecondition(where + "publish_context names no ceph monitors and the node's " + o_.ceph_conf +
+      return FailedPrecondition(where + "publish_context names no ceph monitors and the node's " + options_.ceph_conf +
                                 " cannot be read: " + ErrnoText(r));
     }
   } else {
-    r = rados_conf_set(cluster, "mon_host", o_.monitors.c_str());
-    if (r < 0) return InvalidArgument(where + "ceph monitors \"" + o_.monitors + "\" refused: " + ErrnoText(r));
+    r = rados_conf_set(cluster, "mon_host", options_.monitors.c_str());
+    if (r < 0) return InvalidArgument(where + "ceph monitors \"" + options_.monitors + "\" refused: " + ErrnoText(r));
   }
-  if (!o_.key.empty()) {
+  if (!options_.key.empty()) {
     // Not the value in the message: librados may have quoted it.
-    r = rados_conf_set(cluster, "key", o_.key.c_str());
+    r = rados_conf_set(cluster, "key", options_.key.c_str());
     if (r < 0) return InvalidArgument(where + "the cephx key of " + who + " was refused by librados");
   }
   // No call of ours may hang on a sick cluster longer than the I/O timeout:
   // the FUSE request behind it would hang the loop device and its users.
-  const std::string timeout = std::to_string(std::max<int64_t>(1, o_.io_timeout.count()));
+  const std::string timeout = std::to_string(std::max<int64_t>(1, options_.io_timeout.count()));
   for (const char* option : {"rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"}) {
     r = rados_conf_set(cluster, option, timeout.c_str());
     if (r < 0) return Internal(where + "cannot set " + option + ": " + ErrnoText(r));
@@ -113,12 +113,13 @@ Status RbdBridgeTransport::Connect() {
                             "): check the node-stage secret userKey/userID");
   }
   if (r < 0) {
-    std::string mons = o_.monitors.empty() ? "the monitors of " + o_.ceph_conf : "monitors " + o_.monitors;
+    std::string mons =
+        options_.monitors.empty() ? "the monitors of " + options_.ceph_conf : "monitors " + options_.monitors;
     return Unavailable(where + "cannot reach the ceph cluster at " + mons + " as " + who + ": " + ErrnoText(r));
   }
   rados_ioctx_t io = nullptr;
-  r = rados_ioctx_create(cluster, o_.pool.c_str(), &io);
-  if (r == -ENOENT) return NotFound(where + "rbd pool " + o_.pool + " does not exist");
+  r = rados_ioctx_create(cluster, options_.pool.c_str(), &io);
+  if (r == -ENOENT) return NotFound(where + "rbd pool " + options_.pool + " does not exist");
   if (r < 0) return IoError(r, "open pool");
   io_ = io;
   char* addrs = nullptr;
@@ -129,20 +130,20 @@ Status RbdBridgeTransport::Connect() {
 }
 
 Status RbdBridgeTransport::OpenImage() {
-  const std::string where = "volume \"" + o_.volume_id + "\": ";
+  const std::string where = "volume \"" + options_.volume_id + "\": ";
   rbd_image_t image = nullptr;
-  int r = o_.read_only ? rbd_open_read_only(io_, o_.image.c_str(), &image, nullptr)
-                       : rbd_open(io_, o_.image.c_str(), &image, nullptr);
+  int r = options_.read_only ? rbd_open_read_only(io_, options_.image.c_str(), &image, nullptr)
+                             : rbd_open(io_, options_.image.c_str(), &image, nullptr);
   if (r == -ENOENT) return NotFound(where + "rbd image " + location() + " does not exist");
   if (r < 0) return IoError(r, "open rbd image");
   image_ = image;
   char id[128] = {};
   r = rbd_get_id(image, id, sizeof id);
   if (r < 0) return IoError(r, "read the id of rbd image");
-  if (o_.image_id != id) {
+  if (options_.image_id != id) {
     // A re-created image of the same name is another volume: never expose it.
     return FailedPrecondition(where + "rbd image " + location() + " has id " + id + " but publish_context expects " +
-                              o_.image_id + " (another image of the same name); refusing to use it");
+                              options_.image_id + " (another image of the same name); refusing to use it");
   }
   header_object_ = std::string("rbd_header.") + id;
   uint64_t size = 0;
@@ -153,7 +154,7 @@ Status RbdBridgeTransport::OpenImage() {
 }
 
 Status RbdBridgeTransport::LockAndRegister() {
-  const std::string where = "volume \"" + o_.volume_id + "\": ";
+  const std::string where = "volume \"" + options_.volume_id + "\": ";
   // Taken explicitly, the lock is not handed over when another client asks
   // for it: a second writer (another node, a stale attachment) is refused
   // instead of the two taking turns.
@@ -176,19 +177,20 @@ Status RbdBridgeTransport::LockAndRegister() {
                               " has no exclusive-lock feature, so two writers could not be kept apart");
   }
   if (r < 0) return IoError(r, "take the exclusive lock of rbd image");
-  if (o_.node_id.empty() || addrs_.empty()) {
-    LogWarn("rbd attachment not registered for fencing (no node id or client address)", {{"volume_id", o_.volume_id}});
+  if (options_.node_id.empty() || addrs_.empty()) {
+    LogWarn("rbd attachment not registered for fencing (no node id or client address)",
+            {{"volume_id", options_.volume_id}});
     return OkStatus();
   }
-  r = rbd_metadata_set(image_, RbdClientMetadataKey(o_.node_id).c_str(), addrs_.c_str());
+  r = rbd_metadata_set(image_, RbdClientMetadataKey(options_.node_id).c_str(), addrs_.c_str());
   if (r < 0) return IoError(r, "record this client in the metadata of rbd image");
   registered_ = true;
-  LogInfo("rbd image locked", {{"volume_id", o_.volume_id}, {"image", location()}, {"client", addrs_}});
+  LogInfo("rbd image locked", {{"volume_id", options_.volume_id}, {"image", location()}, {"client", addrs_}});
   return OkStatus();
 }
 
 Status RbdBridgeTransport::IoError(int r, const char* what) {
-  const std::string where = "volume \"" + o_.volume_id + "\": " + what + " " + location() + ": ";
+  const std::string where = "volume \"" + options_.volume_id + "\": " + what + " " + location() + ": ";
   if (r == -kBlocklisted) {
     fenced_ = true;
     return Unavailable(where + kRbdFencedMessage);
@@ -214,7 +216,7 @@ Status RbdBridgeTransport::Read(uint64_t offset, size_t length, char* out) {
 Status RbdBridgeTransport::Write(uint64_t offset, size_t length, const char* in) {
   ssize_t n = rbd_write2(image_, offset, length, in, 0);
   if (n < 0) return IoError(static_cast<int>(n), "write");
-  if (static_cast<size_t>(n) != length) return Unavailable("volume \"" + o_.volume_id + "\": short write");
+  if (static_cast<size_t>(n) != length) return Unavailable("volume \"" + options_.volume_id + "\": short write");
   return OkStatus();
 }
 
@@ -296,7 +298,7 @@ StatusOr<LunIdentity> RbdBridgeTransport::ReadIdentity() {
 
 Status RbdBridgeTransport::Health() const {
   if (fenced_)
-    return Unavailable("volume \"" + o_.volume_id + "\": rbd image " + location() + ": " + kRbdFencedMessage);
+    return Unavailable("volume \"" + options_.volume_id + "\": rbd image " + location() + ": " + kRbdFencedMessage);
   return OkStatus();
 }
 
@@ -312,16 +314,16 @@ void RbdBridgeTransport::Close() {
     if (registered_ && !fenced_) {
       // Detached cleanly: nothing to fence any more. A fenced client cannot
       // write; the controller's RevokeAccess removes the key then.
-      int r = rbd_metadata_remove(image_, RbdClientMetadataKey(o_.node_id).c_str());
+      int r = rbd_metadata_remove(image_, RbdClientMetadataKey(options_.node_id).c_str());
       if (r < 0 && r != -ENOENT) {
         LogWarn("cannot remove this client from the rbd image's metadata",
-                {{"volume_id", o_.volume_id}, {"error", ErrnoText(r)}});
+                {{"volume_id", options_.volume_id}, {"error", ErrnoText(r)}});
       }
     }
     registered_ = false;
     // Closing releases the exclusive lock.
     int r = rbd_close(image_);
-    if (r < 0) LogWarn("closing the rbd image failed", {{"volume_id", o_.volume_id}, {"error", ErrnoText(r)}});
+    if (r < 0) LogWarn("closing the rbd image failed", {{"volume_id", options_.volume_id}, {"error", ErrnoText(r)}});
     image_ = nullptr;
   }
   if (io_ != nullptr) {

@@ -61,7 +61,7 @@ class RbdBridgeTransport final : public BridgeTransport {
   RbdBridgeTransport& operator=(const RbdBridgeTransport&) = delete;
 
   std::string name() const override { return "rbd"; }
-  std::string location() const override { return o_.pool + "/" + o_.image; }
+  std::string location() const override { return options_.pool + "/" + options_.image; }
   uint32_t block_size() const override { return 512; }
   uint64_t size_bytes() const override { return size_.load(); }
   Status Read(uint64_t offset, size_t length, char* out) override;
@@ -82,7 +82,7 @@ class RbdBridgeTransport final : public BridgeTransport {
   const std::string& client_addresses() const { return addrs_; }
 
  private:
-  explicit RbdBridgeTransport(RbdTransportOptions o) : o_(std::move(o)) {}
+  explicit RbdBridgeTransport(RbdTransportOptions o) : options_(std::move(o)) {}
   Status Connect();
   Status OpenImage();
   Status LockAndRegister();
@@ -98,7 +98,7 @@ class RbdBridgeTransport final : public BridgeTransport {
   void StartAio(Aio* aio, int (*start)(Aio*, void* completion));
   static void OnAioComplete(void* completion, void* arg);
 
-  RbdTransportOptions o_;
+  RbdTransportOptions options_;
   void* cluster_ = nullptr;  // rados_t
   void* io_ = nullptr;       // rados_ioctx_t
   void* image_ = nullptr;    // rbd_image_t
