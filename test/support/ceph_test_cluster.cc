@@ -79,18 +79,20 @@ void CephSuiteTest::SetUp() {
       << "hack/ceph-cluster.sh printed no CEPH_CONF or RBD_POOL";
 }
 
-LeakScope CephSuiteTest::PoolLeakScope() {
+LeakScope RbdPoolLeakScope(const std::map<std::string, std::string>& env) {
   LeakScope scope;
   scope.rbd_command = {"rbd",
                        "-c",
-                       env_.at("CEPH_CONF"),
+                       env.at("CEPH_CONF"),
                        "--id",
-                       env_.at("BLOCKCSI_CEPH_USER"),
+                       env.at("BLOCKCSI_CEPH_USER"),
                        "--keyring",
-                       env_.at("BLOCKCSI_CEPH_KEYRING")};
-  scope.rbd_pool = env_.at("RBD_POOL");
+                       env.at("BLOCKCSI_CEPH_KEYRING")};
+  scope.rbd_pool = env.at("RBD_POOL");
   return scope;
 }
+
+LeakScope CephSuiteTest::PoolLeakScope() { return RbdPoolLeakScope(env_); }
 
 std::string CephTestCluster::SkipReason() {
   if (!IsRoot()) return "needs root (runs Ceph daemons)";

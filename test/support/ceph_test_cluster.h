@@ -76,6 +76,10 @@ class CephSuiteTest : public ::testing::Test {
   static inline std::map<std::string, std::string> env_;
 };
 
+// The whole RBD pool of the cluster `env` describes (CephTestCluster::env()),
+// read as the CSI user, in the leak checker's terms.
+LeakScope RbdPoolLeakScope(const std::map<std::string, std::string>& env);
+
 // The KEY=VALUE lines of hack/ceph-cluster.sh's output (progress ignored).
 std::map<std::string, std::string> ParseCephClusterEnv(const std::string& text);
 // The key of a keyring file ("key = AQ..."): the secret tests look for.

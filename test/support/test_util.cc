@@ -125,6 +125,23 @@ int RunProgram(const std::vector<std::string>& argv, std::string* output, std::c
   return result->exit_code;
 }
 
+std::vector<std::string> NeededLibraries(const std::string& program, std::string* error) {
+  std::string out;
+  if (RunProgram({"readelf", "-d", program}, &out) != 0) {
+    *error = "readelf -d " + program + ": " + out;
+    return {};
+  }
+  std::vector<std::string> needed;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("(NEEDED)") == std::string::npos) continue;
+    size_t open = line.find('['), close = line.rfind(']');
+    if (open != std::string::npos && close > open) needed.push_back(line.substr(open + 1, close - open - 1));
+  }
+  if (needed.empty()) *error = program + " names no shared library (not a dynamic program?)";
+  return needed;
+}
+
 bool HaveProgram(const std::string& program) {
   std::string path = "/usr/sbin:/sbin";
   if (const char* env = std::getenv("PATH"); env != nullptr) path = std::string(env) + ":" + path;

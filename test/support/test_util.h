@@ -75,5 +75,8 @@ bool IsRoot();
 // Whether `program` is an executable on $PATH (or /sbin, /usr/sbin): a
 // missing program is a missing capability of the machine, a failing one is not.
 bool HaveProgram(const std::string& program);
+// The shared libraries `program` names (the NEEDED entries of `readelf -d`),
+// or the reason readelf gave when it failed (empty list).
+std::vector<std::string> NeededLibraries(const std::string& program, std::string* error);
 
 }  // namespace blockcsi::testing

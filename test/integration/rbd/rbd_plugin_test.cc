@@ -166,13 +166,7 @@ class RbdPluginTest : public testing::CephSuiteTest {
     }
     if (!scopes.empty()) {
       for (const auto& v : volumes_) scopes[0].rbd_images.push_back(PoolImage(Image(v)));
-      scopes[0].rbd_command = {"rbd",
-                               "-c",
-                               env_.at("CEPH_CONF"),
-                               "--id",
-                               env_.at("BLOCKCSI_CEPH_USER"),
-                               "--keyring",
-                               env_.at("BLOCKCSI_CEPH_KEYRING")};
+      scopes[0].rbd_command = PoolLeakScope().rbd_command;
     }
     return scopes;
   }

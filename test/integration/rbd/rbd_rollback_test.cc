@@ -133,15 +133,7 @@ class RbdCreateRollbackTest : public ::testing::TestWithParam<Case> {
 
   // The whole pool, and the metadata of the clone's source image.
   testing::LeakScope Scope() const {
-    testing::LeakScope scope;
-    scope.rbd_command = {"rbd",
-                         "-c",
-                         env_.at("CEPH_CONF"),
-                         "--id",
-                         env_.at("BLOCKCSI_CEPH_USER"),
-                         "--keyring",
-                         env_.at("BLOCKCSI_CEPH_KEYRING")};
-    scope.rbd_pool = env_.at("RBD_POOL");
+    testing::LeakScope scope = testing::RbdPoolLeakScope(env_);
     if (!source_id_.empty()) {
       scope.rbd_metadata_images.push_back(env_.at("RBD_POOL") + "/" + source_id_.substr(source_id_.rfind('.') + 1));
     }

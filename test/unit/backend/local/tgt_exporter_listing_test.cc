@@ -15,57 +15,23 @@
 #include "backend/local/tgt_exporter.h"
 #include "support/fake_executor.h"
 #include "support/test_util.h"
+#include "support/tgt_captured.h"
 
 namespace blockcsi {
 namespace {
 
 using testing::FakeExecutor;
+using namespace tgt_captured;  // the captured listings and their exports
 
 constexpr int kPort = 3262;
-constexpr char kN1[] = "iqn.2026-11.io.blockcsi:node:n1";
-constexpr char kN2[] = "iqn.2026-11.io.blockcsi:node:n2";
-constexpr char kVol2[] = "vol-1111111111111111";
-constexpr char kIqn2[] = "iqn.2026-11.io.blockcsi:vol-1111111111111111";
 constexpr char kNewVol[] = "vol-2222222222222222";
 constexpr char kNewIqn[] = "iqn.2026-11.io.blockcsi:vol-2222222222222222";
 
-std::string Captured(const std::string& name) {
-  return testing::ReadFileOrEmpty(testing::TestDataPath("tgtadm/" + name));
-}
+std::string Without(const std::string& text, const std::string& from) { return Edited(text, from, ""); }
 
-// `text` without its first occurrence of `from`.
-std::string Without(std::string text, const std::string& from) {
-  auto at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << "captured output lacks: " << from;
-  if (at != std::string::npos) text.erase(at, from.size());
-  return text;
-}
-
-std::vector<std::string> Tgtadm(std::vector<std::string> args) {
-  std::vector<std::string> argv = {"/usr/sbin/tgtadm", "-C", std::to_string(kPort), "--lld", "iscsi"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
-}
+std::vector<std::string> Tgtadm(std::vector<std::string> args) { return TgtadmArgv(kPort, std::move(args)); }
 
 const std::vector<std::string> kShowTargets = Tgtadm({"--op", "show", "--mode", "target"});
-
-DesiredAcl Allow(const std::string& initiator) {
-  DesiredAcl acl;
-  acl.initiator_iqn = initiator;
-  return acl;
-}
-
-// Target 2 of the captured listing, exactly as tgtd shows it.
-DesiredExport Volume2() {
-  DesiredExport d;
-  d.iqn = kIqn2;
-  d.volume_id = kVol2;
-  d.image_path = "/tmp/bk/b.img";
-  d.size_bytes = 34'000'000;
-  d.serial = "bcsi1111111111111111";
-  d.acls = {Allow(kN1), Allow(kN2)};
-  return d;
-}
 
 // A volume tgtd does not have yet, with no grant (as CreateVolume makes it).
 DesiredExport NewVolume() {

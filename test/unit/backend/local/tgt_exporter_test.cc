@@ -13,60 +13,20 @@
 
 #include "support/fake_executor.h"
 #include "support/test_util.h"
+#include "support/tgt_captured.h"
 
 namespace blockcsi {
 namespace {
 
 using testing::FakeExecutor;
+using namespace tgt_captured;  // the captured listings and their exports
 
 constexpr int kPort = 3261;
-constexpr char kN1[] = "iqn.2026-11.io.blockcsi:node:n1";
-constexpr char kN2[] = "iqn.2026-11.io.blockcsi:node:n2";
-// Target 2 of the captured listings, as its record describes it.
-constexpr char kVol2[] = "vol-1111111111111111";
-constexpr char kIqn2[] = "iqn.2026-11.io.blockcsi:vol-1111111111111111";
 
-std::string Captured(const std::string& name) {
-  return testing::ReadFileOrEmpty(testing::TestDataPath("tgtadm/" + name));
-}
-
-// `text` with the first occurrence of `from` replaced: a listing after a
-// change, derived from the captured one.
-std::string Edited(std::string text, const std::string& from, const std::string& to) {
-  auto at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << "captured output lacks: " << from;
-  if (at != std::string::npos) text.replace(at, from.size(), to);
-  return text;
-}
-
-std::vector<std::string> Tgtadm(std::vector<std::string> args) {
-  std::vector<std::string> argv = {"/usr/sbin/tgtadm", "-C", std::to_string(kPort), "--lld", "iscsi"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
-}
+std::vector<std::string> Tgtadm(std::vector<std::string> args) { return TgtadmArgv(kPort, std::move(args)); }
 
 const std::vector<std::string> kShowTargets = Tgtadm({"--op", "show", "--mode", "target"});
 const std::vector<std::string> kShowAccounts = Tgtadm({"--op", "show", "--mode", "account"});
-
-// Target 2 as recorded: LUN 1 on b.img (34 MB as tgtd rounds), both nodes.
-DesiredAcl Allow(const std::string& initiator, const std::string& chap_username = "") {
-  DesiredAcl acl;
-  acl.initiator_iqn = initiator;
-  acl.chap = !chap_username.empty();
-  acl.chap_username = chap_username;
-  return acl;
-}
-
-DesiredExport Volume2() {
-  DesiredExport d;
-  d.iqn = kIqn2;
-  d.volume_id = kVol2;
-  d.image_path = "/tmp/bk/b.img";
-  d.size_bytes = 34'000'000;
-  d.serial = "bcsi1111111111111111";
-  d.acls = {Allow(kN1), Allow(kN2)};
-  return d;
-}
 
 class TgtExporterTest : public ::testing::Test {
  protected:

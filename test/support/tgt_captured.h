@@ -1,0 +1,61 @@
+// The captured tgtadm listings (test/testdata/tgtadm) and the exports they
+// hold, shared by the TgtExporter unit tests: target 2 is recorded as
+// vol-1111111111111111 on /tmp/bk/b.img, granted to nodes n1 and n2.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/local/tgt_exporter.h"
+#include "support/test_util.h"
+
+namespace blockcsi::tgt_captured {
+
+inline constexpr char kN1[] = "iqn.2026-11.io.blockcsi:node:n1";
+inline constexpr char kN2[] = "iqn.2026-11.io.blockcsi:node:n2";
+inline constexpr char kVol2[] = "vol-1111111111111111";
+inline constexpr char kIqn2[] = "iqn.2026-11.io.blockcsi:vol-1111111111111111";
+
+inline std::string Captured(const std::string& name) {
+  return testing::ReadFileOrEmpty(testing::TestDataPath("tgtadm/" + name));
+}
+
+// `text` with the first occurrence of `from` replaced: a listing after a
+// change, derived from the captured one.
+inline std::string Edited(std::string text, const std::string& from, const std::string& to) {
+  auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "captured output lacks: " << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// The argv the exporter runs for `args` against tgtd's control port `port`.
+inline std::vector<std::string> TgtadmArgv(int port, std::vector<std::string> args) {
+  std::vector<std::string> argv = {"/usr/sbin/tgtadm", "-C", std::to_string(port), "--lld", "iscsi"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+inline DesiredAcl Allow(const std::string& initiator, const std::string& chap_username = "") {
+  DesiredAcl acl;
+  acl.initiator_iqn = initiator;
+  acl.chap = !chap_username.empty();
+  acl.chap_username = chap_username;
+  return acl;
+}
+
+// Target 2 as recorded: LUN 1 on b.img (34 MB as tgtd rounds), both nodes.
+inline DesiredExport Volume2() {
+  DesiredExport d;
+  d.iqn = kIqn2;
+  d.volume_id = kVol2;
+  d.image_path = "/tmp/bk/b.img";
+  d.size_bytes = 34'000'000;
+  d.serial = "bcsi1111111111111111";
+  d.acls = {Allow(kN1), Allow(kN2)};
+  return d;
+}
+
+}  // namespace blockcsi::tgt_captured
