@@ -47,6 +47,7 @@ std::string Value(blkid_probe pr, const char* name) {
 // one read about 1.5 MiB from the end (a raid metadata format).
 void PrefetchProbedAreas(int fd, uint64_t size) {
   constexpr uint64_t kMiB = 1 << 20;
+  constexpr uint64_t kKiB = 1024;
   constexpr uint64_t kPage = 4096;
   auto want = [fd, size](uint64_t offset, uint64_t length) {
     if (offset >= size) return;
@@ -56,7 +57,7 @@ void PrefetchProbedAreas(int fd, uint64_t size) {
   want(0, kMiB / 2 + kPage);
   for (uint64_t at : {kMiB, 2 * kMiB, 4 * kMiB}) want(at, kPage);
   if (size > kMiB / 2) want(size - kMiB / 2, kMiB / 2);
-  if (size > 2 * kMiB) want(size - 3 * kMiB / 2 - 32 * 1024, 64 * 1024);
+  if (size > 2 * kMiB) want(size - 3 * kMiB / 2 - 32 * kKiB, 64 * kKiB);
 }
 
 class BlkidProbe final : public BlockProbe {
