@@ -22,6 +22,7 @@
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "bench/bench_report.h"
+#include "bench/process_rss.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/host.h"
@@ -33,18 +34,6 @@ namespace blockcsi::bench {
 namespace {
 
 constexpr uint64_t kMiB = 1024 * 1024;
-
-// kB fields of smaps_rollup, by name.
-std::map<std::string, double> Rollup(int pid) {
-  std::map<std::string, double> out;
-  std::istringstream lines(testing::ReadFileOrEmpty("/proc/" + std::to_string(pid) + "/smaps_rollup"));
-  for (std::string line; std::getline(lines, line);) {
-    size_t colon = line.find(':');
-    if (colon == std::string::npos || line.find(" kB") == std::string::npos) continue;
-    out[line.substr(0, colon)] = std::strtod(line.c_str() + colon + 1, nullptr);
-  }
-  return out;
-}
 
 bool Run(const std::string& cmd) { return std::system(cmd.c_str()) == 0; }
 
@@ -123,10 +112,10 @@ int Main(int argc, char** argv) {
   std::vector<double> rss, pss, priv;
   if (ok) {
     for (int pid : pids) {
-      auto r = Rollup(pid);
-      rss.push_back(r["Rss"] / 1024);
-      pss.push_back(r["Pss"] / 1024);
-      priv.push_back((r["Private_Clean"] + r["Private_Dirty"]) / 1024);
+      auto r = ProcMibFields(pid, "smaps_rollup");
+      rss.push_back(r["Rss"]);
+      pss.push_back(r["Pss"]);
+      priv.push_back(r["Private_Clean"] + r["Private_Dirty"]);
     }
     std::printf("%d volumes staged (ext4, 4 MiB written in 1 MiB O_DIRECT requests + fsync), %d session(s) each\n",
                 volumes, sessions);

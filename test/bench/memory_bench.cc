@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "bench/bench_report.h"
+#include "bench/process_rss.h"
 #include "common/logging.h"
 #include "support/plugin_under_test.h"
 
@@ -40,27 +41,7 @@ using Node = csi::v1::Node::Stub;
 
 constexpr char kNode[] = "mem-node";
 
-struct Memory {
-  double rss = 0, pss = 0, priv = 0;  // MiB
-};
-
-// The `key:` figure (kB) of a /proc file, in MiB.
-double ProcField(const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  std::string line;
-  double total = 0;
-  while (std::getline(in, line)) {
-    if (line.rfind(key, 0) == 0) total += std::strtod(line.c_str() + key.size(), nullptr) / 1024.0;
-  }
-  return total;
-}
-
-Memory Measure(pid_t pid) {
-  std::string proc = "/proc/" + std::to_string(pid);
-  std::string rollup = testing::ReadFileOrEmpty(proc + "/smaps_rollup");
-  return {ProcField(testing::ReadFileOrEmpty(proc + "/status"), "VmRSS:"), ProcField(rollup, "Pss:"),
-          ProcField(rollup, "Private_Clean:") + ProcField(rollup, "Private_Dirty:")};
-}
+using Memory = ProcessMemory;
 
 // The CSI calls of one volume, against a controller and (when set) a node.
 class Driver {
@@ -178,7 +159,7 @@ struct Sample {
 Sample Exercise(pid_t pid, Driver& driver, const std::string& prefix, int staged) {
   Sample s;
   std::this_thread::sleep_for(2s);
-  s.idle = Measure(pid);
+  s.idle = MeasureProcessMemory(pid);
   std::string id;
   std::map<std::string, std::string> ctx;
   if (driver.CreateAndPublish(prefix + "-life", &id, &ctx) && driver.Stage(id, ctx)) {
@@ -186,7 +167,7 @@ Sample Exercise(pid_t pid, Driver& driver, const std::string& prefix, int staged
   }
   if (!id.empty()) driver.Teardown(id);
   std::this_thread::sleep_for(1s);
-  s.lifecycle = Measure(pid);
+  s.lifecycle = MeasureProcessMemory(pid);
   std::vector<std::string> ids(staged);
   std::vector<std::map<std::string, std::string>> ctxs(staged);
   for (int i = 0; i < staged; ++i) driver.CreateAndPublish(prefix + "-s" + std::to_string(i), &ids[i], &ctxs[i]);
@@ -196,7 +177,7 @@ Sample Exercise(pid_t pid, Driver& driver, const std::string& prefix, int staged
   }
   for (auto& t : threads) t.join();
   std::this_thread::sleep_for(1s);
-  s.staged = Measure(pid);
+  s.staged = MeasureProcessMemory(pid);
   for (const auto& v : ids) {
     if (!v.empty()) driver.Teardown(v);
   }

@@ -1,5 +1,6 @@
-// The resident memory of the plugin and of its bridges, from /proc, for the
-// lifecycle bench's storm figures. Reads only; thread-safe.
+// The memory of benchmarked processes, from /proc: VmRSS (status) and the
+// smaps_rollup figures, for lifecycle_bench, memory_bench and
+// bridge_memory_bench. Reads only; thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -15,15 +17,31 @@
 
 namespace blockcsi::bench {
 
-// Resident set of a process in MiB (VmRSS), 0 when it is gone.
-inline double RssMib(pid_t pid) {
-  std::istringstream status(testing::ReadFileOrEmpty("/proc/" + std::to_string(pid) + "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
+// The "Name:   123 kB" fields of a /proc file (status, smaps_rollup) in MiB,
+// by name; empty when the process is gone.
+inline std::map<std::string, double> ProcMibFields(pid_t pid, const std::string& file) {
+  std::map<std::string, double> fields;
+  std::istringstream lines(testing::ReadFileOrEmpty("/proc/" + std::to_string(pid) + "/" + file));
+  for (std::string line; std::getline(lines, line);) {
+    size_t colon = line.find(':');
+    if (colon == std::string::npos || !line.ends_with(" kB")) continue;
+    fields[line.substr(0, colon)] = std::strtod(line.c_str() + colon + 1, nullptr) / 1024.0;
   }
-  return 0;
+  return fields;
 }
+
+struct ProcessMemory {
+  double rss = 0, pss = 0, priv = 0;  // MiB; priv = Private_Clean + Private_Dirty
+};
+
+// RSS from status (what `ps` shows), PSS and private pages from smaps_rollup.
+inline ProcessMemory MeasureProcessMemory(pid_t pid) {
+  auto rollup = ProcMibFields(pid, "smaps_rollup");
+  return {ProcMibFields(pid, "status")["VmRSS"], rollup["Pss"], rollup["Private_Clean"] + rollup["Private_Dirty"]};
+}
+
+// Resident set of a process in MiB (VmRSS), 0 when it is gone.
+inline double RssMib(pid_t pid) { return ProcMibFields(pid, "status")["VmRSS"]; }
 
 // Summed RSS of the processes other than `except` whose command line names
 // a path under `dir`: the plugin's bridges.
