@@ -43,6 +43,7 @@
 #include "support/http_probe.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
+#include "support/rbd_backend_env.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -85,12 +86,7 @@ class RbdPluginTest : public testing::CephSuiteTest {
     ASSERT_FALSE(key_.empty()) << "no key in " << env_["BLOCKCSI_CEPH_KEYRING"];
     // In-process backend with the same user: only to remove, after a failed
     // test, what the plugin could not (the plugin is stopped by then).
-    RbdBackendOptions o;
-    o.ceph_conf = env_["CEPH_CONF"];
-    o.ceph_user = env_["BLOCKCSI_CEPH_USER"];
-    o.keyring = env_["BLOCKCSI_CEPH_KEYRING"];
-    o.pool = env_["RBD_POOL"];
-    auto backend = MakeRbdBackend(o);
+    auto backend = MakeRbdBackend(testing::RbdBackendOptionsFor(env_));
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
     node_a_ = std::make_unique<PluginUnderTest>(dir_.Join("node-a"), nullptr);
