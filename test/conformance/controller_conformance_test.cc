@@ -21,6 +21,7 @@
 #include "attach/publish_context.h"
 #include "csi.grpc.pb.h"
 #include "integration/controller/tgt_acls.h"
+#include "support/csi_requests.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
@@ -28,6 +29,8 @@
 
 namespace blockcsi {
 namespace {
+
+using ::blockcsi::testing::PublishRequest;
 
 using namespace std::chrono_literals;
 using Mode = csi::v1::VolumeCapability::AccessMode;
@@ -156,16 +159,6 @@ class ControllerConformanceTest : public ::testing::Test {
     r.set_volume_id(id);
     csi::v1::DeleteVolumeResponse resp;
     return Call(&csi::v1::Controller::Stub::DeleteVolume, r, &resp);
-  }
-  csi::v1::ControllerPublishVolumeRequest PublishRequest(
-      const std::string& id, const std::string& node, const csi::v1::VolumeCapability& cap = testing::MountCapability(),
-      bool readonly = false) {
-    csi::v1::ControllerPublishVolumeRequest r;
-    r.set_volume_id(id);
-    r.set_node_id(node);
-    *r.mutable_volume_capability() = cap;
-    r.set_readonly(readonly);
-    return r;
   }
   grpc::Status Publish(const csi::v1::ControllerPublishVolumeRequest& r,
                        csi::v1::ControllerPublishVolumeResponse* resp = nullptr) {
