@@ -42,6 +42,7 @@
 #include "support/ceph_test_cluster.h"
 #include "support/http_probe.h"
 #include "support/leak_check.h"
+#include "support/node_clean.h"
 #include "support/plugin_under_test.h"
 #include "support/rbd_backend_env.h"
 #include "support/test_util.h"
@@ -122,10 +123,7 @@ class RbdPluginTest : public testing::CephSuiteTest {
     }
     if (node_b_) node_b_->Stop();
     if (node_a_) node_a_->Stop();
-    testing::CleanUpUnder(dir_.path());
-    EXPECT_TRUE(testing::MountsUnder(dir_.path()).empty()) << "mounts left";
-    EXPECT_TRUE(testing::LoopDevicesUnder(dir_.path()).empty()) << "loop devices left";
-    EXPECT_TRUE(testing::ProcessesNaming(dir_.path()).empty()) << "processes left";
+    testing::CleanUpAndExpectNothingUnder(dir_.path());
     if (backend_) {
       for (auto it = volumes_.rbegin(); it != volumes_.rend(); ++it) {
         auto record = backend_->GetVolume(it->id);
