@@ -531,16 +531,9 @@ TEST_F(ControllerConformanceTest, ListVolumesPagesWithPublishedNodes) {
   std::string published = *made.begin();
   ASSERT_TRUE(Publish(published, "n4").ok());
   std::set<std::string> seen;
-  std::string token;
-  int pages = 0;
-  do {
-    csi::v1::ListVolumesRequest r;
-    r.set_max_entries(2);
-    r.set_starting_token(token);
-    csi::v1::ListVolumesResponse resp;
-    grpc::Status st = Call(&csi::v1::Controller::Stub::ListVolumes, r, &resp);
-    ASSERT_TRUE(st.ok()) << Describe(st);
-    EXPECT_LE(resp.entries_size(), 2);
+  auto pages = testing::ListVolumePages(
+      [this](const auto& r, auto* resp) { return Call(&csi::v1::Controller::Stub::ListVolumes, r, resp); }, 2, 10);
+  for (const auto& resp : pages) {
     for (const auto& e : resp.entries()) {
       seen.insert(e.volume().volume_id());
       EXPECT_TRUE(e.status().has_volume_condition());
@@ -549,11 +542,9 @@ TEST_F(ControllerConformanceTest, ListVolumesPagesWithPublishedNodes) {
         EXPECT_EQ(e.status().published_node_ids(0), "n4");
       }
     }
-    token = resp.next_token();
-    ++pages;
-  } while (!token.empty() && pages < 10);
+  }
   EXPECT_EQ(seen, made);
-  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(pages.size(), 3u);
   csi::v1::ListVolumesRequest bad;
   bad.set_starting_token("no-such-token");
   csi::v1::ListVolumesResponse resp;
