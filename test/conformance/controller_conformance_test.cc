@@ -601,10 +601,8 @@ TEST_F(ControllerConformanceTest, ControllerGetVolumeReportsNodesAndCondition) {
 
 TEST_F(ControllerConformanceTest, ExpandVolume) {
   std::string id = MakeVolume("grow");
-  csi::v1::ControllerExpandVolumeRequest r;
-  r.set_volume_id(id);
-  r.mutable_capacity_range()->set_required_bytes(32 * kMiB);
-  *r.mutable_volume_capability() = testing::MountCapability();
+  const auto cap = testing::MountCapability();
+  auto r = testing::ExpandRequest(id, 32 * kMiB, &cap);
   csi::v1::ControllerExpandVolumeResponse resp;
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, r, &resp).ok()) << PluginLog();
   EXPECT_GE(resp.capacity_bytes(), 32 * kMiB);

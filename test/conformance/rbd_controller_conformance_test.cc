@@ -419,10 +419,8 @@ TEST_F(RbdControllerConformanceTest, SnapshotsRestoreCloneAndExpand) {
   EXPECT_EQ(cloned.volume().capacity_bytes(), 32 * kMiB);
 
   // Expand: grows, idempotent, never shrinks.
-  csi::v1::ControllerExpandVolumeRequest expand;
-  expand.set_volume_id(id);
-  expand.mutable_capacity_range()->set_required_bytes(48 * kMiB);
-  *expand.mutable_volume_capability() = testing::MountCapability("ext4");
+  const auto ext4 = testing::MountCapability("ext4");
+  auto expand = testing::ExpandRequest(id, 48 * kMiB, &ext4);
   csi::v1::ControllerExpandVolumeResponse expanded;
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, expand, &expanded).ok()) << PluginLog();
   EXPECT_EQ(expanded.capacity_bytes(), 48 * kMiB);

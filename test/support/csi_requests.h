@@ -24,6 +24,17 @@ inline csi::v1::ControllerPublishVolumeRequest PublishRequest(const std::string&
   return r;
 }
 
+// ControllerExpandVolume of `id` to `bytes`, with the volume's capability
+// when `cap` is given.
+inline csi::v1::ControllerExpandVolumeRequest ExpandRequest(const std::string& id, int64_t bytes,
+                                                            const csi::v1::VolumeCapability* cap = nullptr) {
+  csi::v1::ControllerExpandVolumeRequest r;
+  r.set_volume_id(id);
+  r.mutable_capacity_range()->set_required_bytes(bytes);
+  if (cap != nullptr) *r.mutable_volume_capability() = *cap;
+  return r;
+}
+
 // ListVolumes page after page, `max_entries` each, through `list` (the
 // fixture's call: (request, response*) -> grpc::Status) until a page has no
 // next_token or `max_pages` pages were read. A failed call or a page larger

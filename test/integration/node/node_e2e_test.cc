@@ -25,6 +25,7 @@
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "csi.grpc.pb.h"
+#include "support/csi_requests.h"
 #include "support/leak_check.h"
 #include "support/plugin_suite.h"
 #include "support/test_util.h"
@@ -206,9 +207,7 @@ TEST_F(PluginE2ETest, XfsOnlineGrowIsVisibleInStats) {
   auto before = Stats(v, Target(v.id));
   ASSERT_GE(before.usage_size(), 1);
 
-  csi::v1::ControllerExpandVolumeRequest cexp;
-  cexp.set_volume_id(v.id);
-  cexp.mutable_capacity_range()->set_required_bytes(1LL << 30);
+  auto cexp = testing::ExpandRequest(v.id, 1LL << 30);
   csi::v1::ControllerExpandVolumeResponse cresp;
   grpc::Status st = WithContext([&](auto* c) { return Controller().ControllerExpandVolume(c, cexp, &cresp); });
   ASSERT_TRUE(st.ok()) << st.error_message();

@@ -40,6 +40,7 @@
 #include "csi.grpc.pb.h"
 #include "support/block_io.h"
 #include "support/ceph_test_cluster.h"
+#include "support/csi_requests.h"
 #include "support/http_probe.h"
 #include "support/leak_check.h"
 #include "support/node_clean.h"
@@ -536,10 +537,8 @@ TEST_F(RbdPluginTest, XfsOnlineGrowIsVisibleInStats) {
   ASSERT_GE(before.usage_size(), 1);
 
   constexpr int64_t kNewSize = 512 * kMiB;
-  csi::v1::ControllerExpandVolumeRequest cexp;
-  cexp.set_volume_id(v.id);
-  cexp.mutable_capacity_range()->set_required_bytes(kNewSize);
-  *cexp.mutable_volume_capability() = testing::CapabilityFor("xfs");
+  const auto xfs = testing::CapabilityFor("xfs");
+  auto cexp = testing::ExpandRequest(v.id, kNewSize, &xfs);
   csi::v1::ControllerExpandVolumeResponse cresp;
   ASSERT_GRPC_OK(WithContext([&](auto* c) { return a.controller().ControllerExpandVolume(c, cexp, &cresp); }));
   EXPECT_GE(cresp.capacity_bytes(), kNewSize);

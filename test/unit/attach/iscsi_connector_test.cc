@@ -124,6 +124,16 @@ class IscsiConnectorTest : public ::testing::Test {
   void ExpectIfaceOk() {
     executor_->ExpectOk({"iscsiadm", "-m", "iface", "-I", "blockcsi", "-o", "show"}, Data("iface_show_blockcsi.txt"));
   }
+  // A static volume (LUN 1 of kTarget at kP1) that logs in as `initiator_name`.
+  static StatusOr<AttachSpec> StaticSpec(const std::string& initiator_name) {
+    return ParseAttachSpec("vol-1",
+                           {{publish_context::kPortals, kP1},
+                            {publish_context::kTargetIqn, kTarget},
+                            {publish_context::kLun, "1"},
+                            {publish_context::kStatic, "true"},
+                            {publish_context::kInitiatorName, initiator_name}},
+                           {}, kInitiator);
+  }
   // Portal `n` (1: kP1, 2: kP2) gets a new node record and logs in, after
   // which the "kernel" shows the session `sysfs` (testdata/sysfs).
   void ExpectRecordAndLogin(int n, const std::string& sysfs) {
@@ -328,13 +338,7 @@ TEST_F(IscsiConnectorTest, StaticVolumeLogsInAsItsInitiatorNameThroughAnIfaceOfI
   const std::string legacy = "iqn.1994-05.com.example:legacy";
   const std::string iface = "blockcsi-40f33eb6b30053a4";  // FNV-1a 64 of the name
   auto attacher = MakeAttacher();
-  auto spec = ParseAttachSpec("vol-1",
-                              {{publish_context::kPortals, kP1},
-                               {publish_context::kTargetIqn, kTarget},
-                               {publish_context::kLun, "1"},
-                               {publish_context::kStatic, "true"},
-                               {publish_context::kInitiatorName, legacy}},
-                              {}, kInitiator);
+  auto spec = StaticSpec(legacy);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   executor_->ExpectFail({"iscsiadm", "-m", "iface", "-I", iface, "-o", "show"}, 6,
                         Data("iface_show_missing_legacy.stderr"));
@@ -364,13 +368,7 @@ TEST_F(IscsiConnectorTest, StaticVolumeWhoseSessionCarriesAnotherNameIsRefused) 
   const std::string legacy = "iqn.1994-05.com.example:legacy";
   const std::string iface = "blockcsi-40f33eb6b30053a4";
   auto attacher = MakeAttacher();
-  auto spec = ParseAttachSpec("vol-1",
-                              {{publish_context::kPortals, kP1},
-                               {publish_context::kTargetIqn, kTarget},
-                               {publish_context::kLun, "1"},
-                               {publish_context::kStatic, "true"},
-                               {publish_context::kInitiatorName, legacy}},
-                              {}, kInitiator);
+  auto spec = StaticSpec(legacy);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   executor_->ExpectOk({"iscsiadm", "-m", "iface", "-I", iface, "-o", "show"}, Data("iface_show_legacy.txt"));
   ExpectNodeRecord(kP1, Data("node_new_portal1.txt"), false, iface);
