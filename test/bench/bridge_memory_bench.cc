@@ -21,6 +21,7 @@
 #include "attach/attacher_factory.h"
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
+#include "bench/bench_args.h"
 #include "bench/bench_report.h"
 #include "bench/process_rss.h"
 #include "common/atomic_file.h"
@@ -55,12 +56,11 @@ bool WriteFile(const std::string& path) {
 int Main(int argc, char** argv) {
   int volumes = 64, sessions = 1;
   std::string bridge_dir = testing::BinDir();
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i];
-    if (flag == "--volumes") volumes = std::atoi(argv[i + 1]);
-    if (flag == "--sessions") sessions = std::atoi(argv[i + 1]);
-    if (flag == "--bridge-dir") bridge_dir = argv[i + 1];
-  }
+  CLI::App app{"bridge_memory_bench: each userspace bridge's memory with N volumes staged", "bridge_memory_bench"};
+  app.add_option("--volumes", volumes, "volumes staged")->capture_default_str();
+  app.add_option("--sessions", sessions, "iSCSI sessions per bridge")->capture_default_str();
+  app.add_option("--bridge-dir", bridge_dir, "where blockcsi-bridge is")->capture_default_str();
+  if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;
   InitLogging("bridge_memory_bench", LogFormat::kText, LogLevel::kWarn);
   std::string error;
   auto tgtd = testing::TgtdHarness::Start(&error);

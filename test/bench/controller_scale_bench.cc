@@ -23,6 +23,7 @@
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
 #include "backend/local/tgtd_socket.h"
+#include "bench/bench_args.h"
 #include "bench/bench_report.h"
 #include "common/executor.h"
 #include "common/logging.h"
@@ -54,23 +55,14 @@ class CountingExecutor final : public Executor {
 int Main(int argc, char** argv) {
   int volumes = 1000, page = 100, samples = 20;
   std::string control = "socket";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i];
-    if (flag == "--tgt-control" && (std::string(argv[i + 1]) == "socket" || std::string(argv[i + 1]) == "tgtadm")) {
-      control = argv[i + 1];
-    } else if (flag == "--volumes") {
-      volumes = std::atoi(argv[i + 1]);
-    } else if (flag == "--page") {
-      page = std::atoi(argv[i + 1]);
-    } else if (flag == "--samples") {
-      samples = std::atoi(argv[i + 1]);
-    } else {
-      std::fprintf(stderr,
-                   "usage: controller_scale_bench [--volumes N] [--page P] [--samples S] [--tgt-control "
-                   "socket|tgtadm]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"controller_scale_bench: the controller as the pool grows to N volumes", "controller_scale_bench"};
+  app.add_option("--volumes", volumes, "volumes in the full pool")->capture_default_str();
+  app.add_option("--page", page, "ListVolumes page size")->capture_default_str();
+  app.add_option("--samples", samples, "CreateVolume calls timed per size")->capture_default_str();
+  app.add_option("--tgt-control", control, "how tgtd is driven")
+      ->check(CLI::IsMember({"socket", "tgtadm"}))
+      ->capture_default_str();
+  if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;
   InitLogging("controller_scale_bench", LogFormat::kText, LogLevel::kWarn);
   std::string error;
   auto tgtd = testing::TgtdHarness::Start(&error);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <random>
 
+#include "bench/bench_args.h"
 #include "bench/bench_lun.h"
 #include "bench/bench_report.h"
 #include "bench/fio_job.h"
@@ -71,21 +72,12 @@ bool Fio(const std::string& device, const std::string& rw, const std::string& bs
 int Main(int argc, char** argv) {
   uint64_t mib = 256;
   int ops = 2000, rounds = 3, fio_seconds = 10;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i];
-    if (flag == "--size-mib") {
-      mib = std::strtoull(argv[i + 1], nullptr, 10);
-    } else if (flag == "--ops") {
-      ops = std::atoi(argv[i + 1]);
-    } else if (flag == "--rounds") {
-      rounds = std::atoi(argv[i + 1]);
-    } else if (flag == "--fio-seconds") {
-      fio_seconds = std::atoi(argv[i + 1]);
-    } else {
-      std::fprintf(stderr, "usage: datapath_bench [--size-mib M] [--ops N] [--rounds R] [--fio-seconds S]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"datapath_bench: 4 KiB random I/O, loop device against raw libiscsi", "datapath_bench"};
+  app.add_option("--size-mib", mib, "LUN size")->capture_default_str();
+  app.add_option("--ops", ops, "operations per side per round")->capture_default_str();
+  app.add_option("--rounds", rounds, "measured rounds")->capture_default_str();
+  app.add_option("--fio-seconds", fio_seconds, "each fio job's run time")->capture_default_str();
+  if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;
   InitLogging("datapath_bench", LogFormat::kText, LogLevel::kWarn);
   if (!testing::IsRoot() || ::access("/dev/fuse", R_OK | W_OK) != 0) {
     std::fprintf(stderr, "datapath_bench: needs root and /dev/fuse\n");

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/bench_lun.h"
 #include "bench/bench_report.h"
 #include "bench/fio_job.h"
@@ -48,38 +49,19 @@ struct Options {
   std::string image_dir;  // where the LUN's backing file goes ("" = a temp dir)
 };
 
-std::vector<int> ParseList(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (int v = std::atoi(item.c_str()); v > 0) out.push_back(v);
-  }
-  return out;
-}
-
-bool ParseOptions(int argc, char** argv, Options* o) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--size-mib") {
-      o->size_mib = std::strtoull(value.c_str(), nullptr, 10);
-    } else if (flag == "--rounds") {
-      o->rounds = std::atoi(value.c_str());
-    } else if (flag == "--seconds") {
-      o->seconds = std::atoi(value.c_str());
-    } else if (flag == "--depths") {
-      o->depths = ParseList(value);
-    } else if (flag == "--seq-depths") {
-      o->seq_depths = ParseList(value);
-    } else if (flag == "--image-dir") {
-      o->image_dir = value;
-    } else if (flag == "--seed") {
-      o->seed = static_cast<unsigned>(std::strtoul(value.c_str(), nullptr, 10));
-    } else {
-      return false;
-    }
-  }
-  return argc % 2 == 1 && o->size_mib >= 8 && o->rounds >= 1 && o->seconds >= 1 && !o->depths.empty();
+// nullopt: go on; else the exit code (help or usage error printed).
+std::optional<int> ParseOptions(int argc, char** argv, Options* o) {
+  CLI::App app{"datapath_qd_bench: the userspace data path at queue depth N against raw libiscsi", "datapath_qd_bench"};
+  app.add_option("--size-mib", o->size_mib, "LUN size")
+      ->check(CLI::Range(uint64_t{8}, uint64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--rounds", o->rounds, "measured rounds")->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--seconds", o->seconds, "each run's time")->check(CLI::Range(1, 3600))->capture_default_str();
+  AddCountList(app, "--depths", &o->depths, "4 KiB random jobs' queue depths");
+  AddCountList(app, "--seq-depths", &o->seq_depths, "1 MiB sequential jobs' queue depths");
+  app.add_option("--seed", o->seed, "random offsets' seed")->capture_default_str();
+  app.add_option("--image-dir", o->image_dir, "the LUN's backing file's directory (default: a temp dir)");
+  return ParseFlags(app, argc, argv);
 }
 
 struct Job {
@@ -182,12 +164,7 @@ void Print(const std::vector<Job>& jobs, const std::vector<Samples>& samples, co
 
 int Main(int argc, char** argv) {
   Options o;
-  if (!ParseOptions(argc, argv, &o)) {
-    std::fprintf(stderr,
-                 "usage: datapath_qd_bench [--size-mib M] [--rounds R] [--seconds S] [--depths 1,4,16,32]"
-                 " [--seq-depths 1] [--seed N] [--image-dir DIR]\n");
-    return 2;
-  }
+  if (auto exit_code = ParseOptions(argc, argv, &o)) return *exit_code;
   InitLogging("datapath_qd_bench", LogFormat::kText, LogLevel::kWarn);
   if (!testing::IsRoot() || ::access("/dev/fuse", R_OK | W_OK) != 0 || ::access("/usr/bin/fio", X_OK) != 0) {
     std::fprintf(stderr, "datapath_qd_bench: needs root, /dev/fuse and fio (hack/install-deps.sh)\n");

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/bench_report.h"
 
 namespace blockcsi::bench {
@@ -46,36 +47,26 @@ struct Options {
   uint64_t seed = 7;
 };
 
-bool ParseOptions(int argc, char** argv, Options* o) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--portal") {
-      o->portal = value;
-    } else if (flag == "--target") {
-      o->target = value;
-    } else if (flag == "--initiator") {
-      o->initiator = value;
-    } else if (flag == "--lun") {
-      o->lun = std::atoi(value.c_str());
-    } else if (flag == "--rw") {
-      o->rw = value;
-    } else if (flag == "--bs") {
-      o->bs = static_cast<uint32_t>(std::strtoul(value.c_str(), nullptr, 10));
-    } else if (flag == "--qd") {
-      o->qd = std::atoi(value.c_str());
-    } else if (flag == "--seconds") {
-      o->seconds = std::strtod(value.c_str(), nullptr);
-    } else if (flag == "--ops") {
-      o->ops = std::atol(value.c_str());
-    } else if (flag == "--seed") {
-      o->seed = std::strtoull(value.c_str(), nullptr, 10);
-    } else {
-      return false;
-    }
-  }
-  bool rw_ok = o->rw == "randread" || o->rw == "randwrite" || o->rw == "read" || o->rw == "write";
-  return argc % 2 == 1 && !o->portal.empty() && !o->target.empty() && !o->initiator.empty() && rw_ok && o->qd >= 1 &&
-         o->bs >= 512 && (o->seconds > 0 || o->ops > 0);
+// nullopt: go on; else the exit code (help or usage error printed).
+std::optional<int> ParseOptions(int argc, char** argv, Options* o) {
+  CLI::App app{"iscsi_qd_bench: raw libiscsi at a given queue depth", "iscsi_qd_bench"};
+  app.add_option("--portal", o->portal, "HOST:PORT")->required();
+  app.add_option("--target", o->target, "target IQN")->required();
+  app.add_option("--initiator", o->initiator, "initiator IQN")->required();
+  app.add_option("--lun", o->lun, "LUN")->capture_default_str();
+  app.add_option("--rw", o->rw, "pattern")
+      ->check(CLI::IsMember({"randread", "randwrite", "read", "write"}))
+      ->capture_default_str();
+  app.add_option("--bs", o->bs, "bytes per command")
+      ->check(CLI::Range(uint32_t{512}, uint32_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--qd", o->qd, "commands in flight")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--seconds", o->seconds, "run time (when --ops is 0)")->capture_default_str();
+  app.add_option("--ops", o->ops, "a fixed command count instead of a time")->capture_default_str();
+  app.add_option("--seed", o->seed, "random offsets' seed")->capture_default_str();
+  if (auto exit_code = ParseFlags(app, argc, argv)) return exit_code;
+  if (o->seconds <= 0 && o->ops <= 0) return UsageError(app, "wants --seconds > 0 or --ops > 0");
+  return std::nullopt;
 }
 
 // One command slot: its buffer, its task while in flight, when it was queued.
@@ -239,13 +230,7 @@ iscsi_context* Login(const Options& o, uint32_t* block_size, uint64_t* lun_bytes
 
 int Main(int argc, char** argv) {
   Options o;
-  if (!ParseOptions(argc, argv, &o)) {
-    std::fprintf(stderr,
-                 "usage: iscsi_qd_bench --portal HOST:PORT --target IQN --initiator IQN [--lun N]\n"
-                 "       --rw randread|randwrite|read|write [--bs BYTES] [--qd N] [--seconds S | --ops N]"
-                 " [--seed N]\n");
-    return 2;
-  }
+  if (auto exit_code = ParseOptions(argc, argv, &o)) return *exit_code;
   uint32_t block_size = 0;
   uint64_t lun_bytes = 0;
   iscsi_context* ctx = Login(o, &block_size, &lun_bytes);

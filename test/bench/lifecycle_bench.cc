@@ -44,6 +44,7 @@
 
 #include "attach/initiator.h"
 #include "backend/local/tgtd_socket.h"
+#include "bench/bench_args.h"
 #include "bench/bench_report.h"
 #include "bench/process_rss.h"
 #include "bench/span_breakdown.h"
@@ -453,30 +454,13 @@ int Main(int argc, char** argv) {
   uint64_t size_mib = 64;
   std::vector<int> storms = {32, 64};
   int storm_rounds = 3;
-  for (int i = 1; i < argc; i += 2) {
-    std::string flag = argv[i];
-    if (i + 1 >= argc) flag = "--help";  // a flag without its value (or --help itself)
-    if (flag == "--runs") {
-      runs = std::atoi(argv[i + 1]);
-    } else if (flag == "--storm-rounds") {
-      storm_rounds = std::atoi(argv[i + 1]);
-    } else if (flag == "--spans") {
-      span_runs = std::atoi(argv[i + 1]);
-    } else if (flag == "--size-mib") {
-      size_mib = std::strtoull(argv[i + 1], nullptr, 10);
-    } else if (flag == "--storm") {
-      storms.clear();
-      std::istringstream list(argv[i + 1]);
-      std::string n;
-      while (std::getline(list, n, ',')) {
-        if (!n.empty()) storms.push_back(std::atoi(n.c_str()));
-      }
-    } else {
-      std::fprintf(stderr,
-                   "usage: lifecycle_bench [--runs N] [--storm 32,64] [--storm-rounds R] [--size-mib M] [--spans N]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"lifecycle_bench: the plugin's CSI steps against bare commands, and an attach storm", "lifecycle_bench"};
+  app.add_option("--runs", runs, "measured lifecycles")->capture_default_str();
+  AddCountList(app, "--storm", &storms, "volumes staged at once, one storm per value");
+  app.add_option("--storm-rounds", storm_rounds, "measured rounds per storm")->capture_default_str();
+  app.add_option("--size-mib", size_mib, "volume size")->capture_default_str();
+  app.add_option("--spans", span_runs, "lifecycles for the per-step span breakdown")->capture_default_str();
+  if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;
   InitLogging("lifecycle_bench", LogFormat::kText, LogLevel::kWarn);
   if (!testing::IsRoot() || ::access("/dev/fuse", R_OK | W_OK) != 0) {
     std::fprintf(stderr, "lifecycle_bench: needs root and /dev/fuse\n");

@@ -27,6 +27,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/bench_args.h"
 #include "bench/bench_report.h"
 #include "bench/process_rss.h"
 #include "common/logging.h"
@@ -279,21 +280,19 @@ int Main(int argc, char** argv) {
   std::string hostpath = testing::BuildDir() + "/peers/hostpathplugin";
   int staged = 64;
   uint64_t size_mib = 64;
+  std::vector<std::string> labelled;
+  CLI::App app{"memory_bench: the plugin's memory beside the CSI reference driver", "memory_bench"};
+  app.add_option("--hostpath", hostpath, "the hostpathplugin program")->capture_default_str();
+  app.add_option("--staged", staged, "volumes staged in the last state")->capture_default_str();
+  app.add_option("--size-mib", size_mib, "volume size")->capture_default_str();
+  app.add_option("--binary", labelled, "LABEL=PATH: one more blockcsi to measure (repeatable)")
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.find('=') == std::string::npos ? std::string("wants LABEL=PATH") : ""; },
+          "LABEL=PATH"));
+  if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;
   std::vector<std::pair<std::string, std::string>> binaries;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--hostpath") {
-      hostpath = value;
-    } else if (flag == "--staged") {
-      staged = std::atoi(value.c_str());
-    } else if (flag == "--size-mib") {
-      size_mib = std::strtoull(value.c_str(), nullptr, 10);
-    } else if (flag == "--binary" && value.find('=') != std::string::npos) {
-      binaries.emplace_back(value.substr(0, value.find('=')), value.substr(value.find('=') + 1));
-    } else {
-      std::fprintf(stderr, "usage: memory_bench [--hostpath PATH] [--staged N] [--size-mib M] [--binary L=PATH]...\n");
-      return 2;
-    }
+  for (const auto& value : labelled) {
+    binaries.emplace_back(value.substr(0, value.find('=')), value.substr(value.find('=') + 1));
   }
   // This build first; --binary adds others (e.g. a build from before a change).
   binaries.insert(binaries.begin(), {"blockcsi", testing::BinDir() + "/blockcsi"});

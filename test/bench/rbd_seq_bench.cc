@@ -30,6 +30,7 @@
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "backend/rbd/rbd_backend.h"
+#include "bench/bench_args.h"
 #include "bench/bench_report.h"
 #include "bench/fio_job.h"
 #include "common/executor.h"
@@ -47,25 +48,17 @@ struct Options {
   std::vector<int> depths = {1, 16};
 };
 
-bool ParseOptions(int argc, char** argv, Options* o) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--size-mib") {
-      o->size_mib = std::strtoull(value.c_str(), nullptr, 10);
-    } else if (flag == "--rounds") {
-      o->rounds = std::atoi(value.c_str());
-    } else if (flag == "--depths") {
-      o->depths.clear();
-      std::stringstream in(value);
-      std::string item;
-      while (std::getline(in, item, ',')) {
-        if (int v = std::atoi(item.c_str()); v > 0) o->depths.push_back(v);
-      }
-    } else {
-      return false;
-    }
-  }
-  return argc % 2 == 1 && o->size_mib >= 16 && o->size_mib % 4 == 0 && o->rounds >= 1 && !o->depths.empty();
+// nullopt: go on; else the exit code (help or usage error printed).
+std::optional<int> ParseOptions(int argc, char** argv, Options* o) {
+  CLI::App app{"rbd_seq_bench: 4 MiB sequential writes, the RBD bridge against rbd bench", "rbd_seq_bench"};
+  app.add_option("--size-mib", o->size_mib, "image size (a multiple of 4, at least 16)")
+      ->check(CLI::Range(uint64_t{16}, uint64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--rounds", o->rounds, "measured rounds")->check(CLI::Range(1, 1000))->capture_default_str();
+  AddCountList(app, "--depths", &o->depths, "writes in flight, one figure per value");
+  if (auto exit_code = ParseFlags(app, argc, argv)) return exit_code;
+  if (o->size_mib % 4 != 0) return UsageError(app, "--size-mib wants a multiple of 4 (4 MiB writes)");
+  return std::nullopt;
 }
 
 int Skip(const std::string& why) {
@@ -218,10 +211,7 @@ class RbdBench {
 
 int Main(int argc, char** argv) {
   Options o;
-  if (!ParseOptions(argc, argv, &o)) {
-    std::fprintf(stderr, "usage: rbd_seq_bench [--size-mib M (multiple of 4)] [--rounds R] [--depths 1,16]\n");
-    return 2;
-  }
+  if (auto exit_code = ParseOptions(argc, argv, &o)) return *exit_code;
   InitLogging("rbd_seq_bench", LogFormat::kText, LogLevel::kWarn);
   if (auto why = testing::CephTestCluster::SkipReason(); !why.empty()) return Skip(why);
   if (::access("/dev/fuse", R_OK | W_OK) != 0) return Skip("needs /dev/fuse");

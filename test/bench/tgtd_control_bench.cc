@@ -11,6 +11,7 @@
 
 #include "backend/local/tgt_exporter.h"
 #include "backend/local/tgtd_socket.h"
+#include "bench/bench_args.h"
 #include "bench/bench_report.h"
 #include "common/executor.h"
 #include "support/tgtd_harness.h"
@@ -20,20 +21,11 @@ namespace {
 
 int Main(int argc, char** argv) {
   int rounds = 200, warmup = 10, targets = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i];
-    int value = std::atoi(argv[i + 1]);
-    if (flag == "--rounds") {
-      rounds = value;
-    } else if (flag == "--warmup") {
-      warmup = value;
-    } else if (flag == "--targets") {
-      targets = value;
-    } else {
-      std::fprintf(stderr, "usage: tgtd_control_bench [--rounds N] [--warmup W] [--targets T]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"tgtd_control_bench: one tgtd call over its socket against an exec of tgtadm", "tgtd_control_bench"};
+  app.add_option("--rounds", rounds, "measured rounds")->capture_default_str();
+  app.add_option("--warmup", warmup, "rounds dropped first")->capture_default_str();
+  app.add_option("--targets", targets, "targets tgtd holds")->capture_default_str();
+  if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;
   std::string error;
   auto tgtd = testing::TgtdHarness::Start(&error);
   if (!tgtd) {

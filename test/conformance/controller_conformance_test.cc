@@ -21,6 +21,7 @@
 #include "attach/publish_context.h"
 #include "csi.grpc.pb.h"
 #include "integration/controller/tgt_acls.h"
+#include "support/csi_requests.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
@@ -28,6 +29,8 @@
 
 namespace blockcsi {
 namespace {
+
+using ::blockcsi::testing::PublishRequest;
 
 using namespace std::chrono_literals;
 using Mode = csi::v1::VolumeCapability::AccessMode;
@@ -156,16 +159,6 @@ class ControllerConformanceTest : public ::testing::Test {
     r.set_volume_id(id);
     csi::v1::DeleteVolumeResponse resp;
     return Call(&csi::v1::Controller::Stub::DeleteVolume, r, &resp);
-  }
-  csi::v1::ControllerPublishVolumeRequest PublishRequest(
-      const std::string& id, const std::string& node, const csi::v1::VolumeCapability& cap = testing::MountCapability(),
-      bool readonly = false) {
-    csi::v1::ControllerPublishVolumeRequest r;
-    r.set_volume_id(id);
-    r.set_node_id(node);
-    *r.mutable_volume_capability() = cap;
-    r.set_readonly(readonly);
-    return r;
   }
   grpc::Status Publish(const csi::v1::ControllerPublishVolumeRequest& r,
                        csi::v1::ControllerPublishVolumeResponse* resp = nullptr) {
@@ -538,16 +531,9 @@ TEST_F(ControllerConformanceTest, ListVolumesPagesWithPublishedNodes) {
   std::string published = *made.begin();
   ASSERT_TRUE(Publish(published, "n4").ok());
   std::set<std::string> seen;
-  std::string token;
-  int pages = 0;
-  do {
-    csi::v1::ListVolumesRequest r;
-    r.set_max_entries(2);
-    r.set_starting_token(token);
-    csi::v1::ListVolumesResponse resp;
-    grpc::Status st = Call(&csi::v1::Controller::Stub::ListVolumes, r, &resp);
-    ASSERT_TRUE(st.ok()) << Describe(st);
-    EXPECT_LE(resp.entries_size(), 2);
+  auto pages = testing::ListVolumePages(
+      [this](const auto& r, auto* resp) { return Call(&csi::v1::Controller::Stub::ListVolumes, r, resp); }, 2, 10);
+  for (const auto& resp : pages) {
     for (const auto& e : resp.entries()) {
       seen.insert(e.volume().volume_id());
       EXPECT_TRUE(e.status().has_volume_condition());
@@ -556,11 +542,9 @@ TEST_F(ControllerConformanceTest, ListVolumesPagesWithPublishedNodes) {
         EXPECT_EQ(e.status().published_node_ids(0), "n4");
       }
     }
-    token = resp.next_token();
-    ++pages;
-  } while (!token.empty() && pages < 10);
+  }
   EXPECT_EQ(seen, made);
-  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(pages.size(), 3u);
   csi::v1::ListVolumesRequest bad;
   bad.set_starting_token("no-such-token");
   csi::v1::ListVolumesResponse resp;
@@ -617,10 +601,8 @@ TEST_F(ControllerConformanceTest, ControllerGetVolumeReportsNodesAndCondition) {
 
 TEST_F(ControllerConformanceTest, ExpandVolume) {
   std::string id = MakeVolume("grow");
-  csi::v1::ControllerExpandVolumeRequest r;
-  r.set_volume_id(id);
-  r.mutable_capacity_range()->set_required_bytes(32 * kMiB);
-  *r.mutable_volume_capability() = testing::MountCapability();
+  const auto cap = testing::MountCapability();
+  auto r = testing::ExpandRequest(id, 32 * kMiB, &cap);
   csi::v1::ControllerExpandVolumeResponse resp;
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, r, &resp).ok()) << PluginLog();
   EXPECT_GE(resp.capacity_bytes(), 32 * kMiB);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "csi.grpc.pb.h"
+#include "support/csi_requests.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
@@ -312,11 +313,8 @@ class NodeConformanceTest : public ::testing::Test {
   }
 
   grpc::Status ControllerExpand(const Volume& v, int64_t bytes, csi::v1::ControllerExpandVolumeResponse* resp) {
-    csi::v1::ControllerExpandVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.mutable_capacity_range()->set_required_bytes(bytes);
-    *req.mutable_volume_capability() = CapabilityFor(v.fs);
-    return Controller().ControllerExpandVolume(Deadline().get(), req, resp);
+    const auto cap = CapabilityFor(v.fs);
+    return Controller().ControllerExpandVolume(Deadline().get(), testing::ExpandRequest(v.id, bytes, &cap), resp);
   }
 
   grpc::Status NodeExpand(const Volume& v, const std::string& path, int64_t bytes,

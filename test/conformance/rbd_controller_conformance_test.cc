@@ -34,6 +34,7 @@
 #include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"
 #include "support/csi_capabilities.h"
+#include "support/csi_requests.h"
 #include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -418,10 +419,8 @@ TEST_F(RbdControllerConformanceTest, SnapshotsRestoreCloneAndExpand) {
   EXPECT_EQ(cloned.volume().capacity_bytes(), 32 * kMiB);
 
   // Expand: grows, idempotent, never shrinks.
-  csi::v1::ControllerExpandVolumeRequest expand;
-  expand.set_volume_id(id);
-  expand.mutable_capacity_range()->set_required_bytes(48 * kMiB);
-  *expand.mutable_volume_capability() = testing::MountCapability("ext4");
+  const auto ext4 = testing::MountCapability("ext4");
+  auto expand = testing::ExpandRequest(id, 48 * kMiB, &ext4);
   csi::v1::ControllerExpandVolumeResponse expanded;
   ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ControllerExpandVolume, expand, &expanded).ok()) << PluginLog();
   EXPECT_EQ(expanded.capacity_bytes(), 48 * kMiB);
@@ -483,19 +482,12 @@ TEST_F(RbdControllerConformanceTest, ListVolumesPagesAndGetCapacityReportsThePoo
   std::set<std::string> mine;
   for (int i = 0; i < 3; ++i) mine.insert(MakeVolume(Unique("v" + std::to_string(i))));
   std::set<std::string> seen;
-  std::string token;
-  int pages = 0;
-  do {
-    csi::v1::ListVolumesRequest r;
-    r.set_max_entries(2);
-    r.set_starting_token(token);
-    csi::v1::ListVolumesResponse resp;
-    ASSERT_TRUE(Call(&csi::v1::Controller::Stub::ListVolumes, r, &resp).ok());
-    EXPECT_LE(resp.entries_size(), 2);
+  auto pages = testing::ListVolumePages(
+      [this](const auto& r, auto* resp) { return Call(&csi::v1::Controller::Stub::ListVolumes, r, resp); }, 2, 1000);
+  ASSERT_LT(pages.size(), 1000u) << "no last page";
+  for (const auto& resp : pages) {
     for (const auto& e : resp.entries()) EXPECT_TRUE(seen.insert(e.volume().volume_id()).second) << "listed twice";
-    token = resp.next_token();
-    ASSERT_LT(++pages, 1000);
-  } while (!token.empty());
+  }
   for (const auto& id : mine) EXPECT_TRUE(seen.contains(id)) << id;
   csi::v1::ListVolumesRequest bad;
   bad.set_starting_token("no-such-token");

@@ -38,6 +38,7 @@
 #include "e2e/netns_topology.h"
 #include "support/block_io.h"
 #include "support/leak_check.h"
+#include "support/node_clean.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -283,12 +284,9 @@ class TwoNodeE2eTest : public ::testing::Test {
     StopAgent();
     tgtd_.reset();
     std::cout << "[e2e] tear-down: agent, tgtd stopped after " << Seconds(Clock::now() - started) << " s\n";
-    testing::CleanUpUnder(root_.path());
     // Every process ran inside a namespace: none may be left before the
     // namespaces go (a live process would keep its namespace alive).
-    EXPECT_TRUE(testing::ProcessesNaming(root_.path()).empty()) << "processes left under " << root_.path();
-    EXPECT_TRUE(testing::MountsUnder(root_.path()).empty()) << "mounts left under " << root_.path();
-    EXPECT_TRUE(testing::LoopDevicesUnder(root_.path()).empty()) << "loop devices left under " << root_.path();
+    testing::CleanUpAndExpectNothingUnder(root_.path());
     net_.reset();
     if (!prefix_.empty()) {
       EXPECT_TRUE(NetnsTopology::ListedNamespaces(prefix_).empty()) << "network namespaces left: " << prefix_ << "-*";

@@ -35,6 +35,7 @@
 #include "common/topology.h"
 #include "e2e/co_simulator.h"
 #include "e2e/netns_topology.h"
+#include "support/node_clean.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -199,10 +200,7 @@ class ZonesE2eTest : public ::testing::Test {
     if (zone_b_mounted_) {
       EXPECT_EQ(RunProgram({"umount", zone_b_fs()}), 0) << "zone b's tmpfs stays mounted";
     }
-    testing::CleanUpUnder(root_.path());
-    EXPECT_TRUE(testing::ProcessesNaming(root_.path()).empty()) << "processes left under " << root_.path();
-    EXPECT_TRUE(testing::MountsUnder(root_.path()).empty()) << "mounts left under " << root_.path();
-    EXPECT_TRUE(testing::LoopDevicesUnder(root_.path()).empty()) << "loop devices left under " << root_.path();
+    testing::CleanUpAndExpectNothingUnder(root_.path());
     net_.reset();
     if (!prefix_.empty()) {
       EXPECT_TRUE(NetnsTopology::ListedNamespaces(prefix_).empty()) << "network namespaces left: " << prefix_ << "-*";

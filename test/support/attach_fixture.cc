@@ -130,6 +130,21 @@ StatusOr<std::unique_ptr<VolumeAttacher>> AttachIntegrationTest::NewAttacher(int
   return MakeVolumeAttacher(o);
 }
 
+StatusOr<AttachRecord> AttachIntegrationTest::AttachEdited(const TestTarget& t, const ContextEdit& edit,
+                                                           const std::map<std::string, std::string>& secrets) {
+  auto attacher = NewAttacher();
+  if (!attacher.ok()) {
+    ADD_FAILURE() << "no attacher: " << attacher.status().ToString();
+    return attacher.status();
+  }
+  attacher_ = std::move(*attacher);
+  auto context = ContextFor(t);
+  edit(context);
+  auto spec = ParseAttachSpec("vol-a", context, secrets, InitiatorIqnForNode(kNodeId));
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  return attacher_->Attach(spec.ok() ? *spec : AttachSpec{});
+}
+
 std::vector<int> AttachIntegrationTest::BridgePids() const {
   std::vector<int> out;
   auto fs = RealHost();

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,9 @@ struct TestTarget {
   uint64_t size_bytes = 0;
 };
 
+// A change to a publish_context (AttachIntegrationTest::AttachEdited).
+using ContextEdit = std::function<void(std::map<std::string, std::string>&)>;
+
 class AttachIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override;
@@ -46,6 +50,12 @@ class AttachIntegrationTest : public ::testing::Test {
   std::map<std::string, std::string> ContextFor(const TestTarget& t) const;
   // `bridge_dir` holds the bridge programs; default: this build's bin/.
   StatusOr<std::unique_ptr<VolumeAttacher>> NewAttacher(int bridge_sessions = 1, const std::string& bridge_dir = "");
+  // `t` attached as "vol-a" by a new attacher (kept in attacher_ for the
+  // test's later calls) with its publish_context first changed by `edit`:
+  // the shape of every test that one kind of context is refused or served.
+  // An attacher that cannot be made fails the test.
+  StatusOr<AttachRecord> AttachEdited(const TestTarget& t, const ContextEdit& edit,
+                                      const std::map<std::string, std::string>& secrets = {});
 
   // What is left on the host for this test's state dir.
   std::vector<int> BridgePids() const;
@@ -62,7 +72,8 @@ class AttachIntegrationTest : public ::testing::Test {
   std::unique_ptr<TempDir> tmp_;
   std::string state_dir_;
   int next_tid_ = 1;
-  LeakSnapshot baseline_;  // at SetUp
+  LeakSnapshot baseline_;                     // at SetUp
+  std::unique_ptr<VolumeAttacher> attacher_;  // AttachEdited's
 };
 
 }  // namespace blockcsi::testing

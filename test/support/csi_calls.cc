@@ -11,7 +11,7 @@ grpc::Status CsiCalls::Create(PluginUnderTest& plugin, const std::string& name, 
   csi::v1::CreateVolumeRequest req;
   req.set_name(name);
   req.mutable_capacity_range()->set_required_bytes(bytes);
-  *req.add_volume_capabilities() = MountCapability(fs_type_);
+  *req.add_volume_capabilities() = CapabilityFor(fs_type_);
   req.mutable_secrets()->insert(secrets_.begin(), secrets_.end());
   csi::v1::CreateVolumeResponse resp;
   grpc::Status st = plugin.controller().CreateVolume(Deadline().get(), req, &resp);
@@ -24,7 +24,7 @@ grpc::Status CsiCalls::ControllerPublish(PluginUnderTest& plugin, CsiVolume* v) 
   csi::v1::ControllerPublishVolumeRequest req;
   req.set_volume_id(v->id);
   req.set_node_id(node_id_);
-  *req.mutable_volume_capability() = MountCapability(fs_type_);
+  *req.mutable_volume_capability() = CapabilityFor(fs_type_);
   csi::v1::ControllerPublishVolumeResponse resp;
   grpc::Status st = plugin.controller().ControllerPublishVolume(Deadline().get(), req, &resp);
   v->publish_context = {resp.publish_context().begin(), resp.publish_context().end()};
@@ -35,7 +35,7 @@ grpc::Status CsiCalls::Stage(PluginUnderTest& plugin, const CsiVolume& v) const 
   csi::v1::NodeStageVolumeRequest req;
   req.set_volume_id(v.id);
   req.set_staging_target_path(plugin.staging_path(v.id));
-  *req.mutable_volume_capability() = MountCapability(fs_type_);
+  *req.mutable_volume_capability() = CapabilityFor(fs_type_);
   req.mutable_publish_context()->insert(v.publish_context.begin(), v.publish_context.end());
   req.mutable_volume_context()->insert(v.context.begin(), v.context.end());
   req.mutable_secrets()->insert(secrets_.begin(), secrets_.end());
@@ -44,12 +44,13 @@ grpc::Status CsiCalls::Stage(PluginUnderTest& plugin, const CsiVolume& v) const 
   return plugin.node().NodeStageVolume(Deadline().get(), req, &resp);
 }
 
-grpc::Status CsiCalls::Publish(PluginUnderTest& plugin, const CsiVolume& v) const {
+grpc::Status CsiCalls::Publish(PluginUnderTest& plugin, const CsiVolume& v, bool readonly) const {
   csi::v1::NodePublishVolumeRequest req;
   req.set_volume_id(v.id);
+  req.set_readonly(readonly);
   req.set_staging_target_path(plugin.staging_path(v.id));
   req.set_target_path(plugin.target_path(v.id));
-  *req.mutable_volume_capability() = MountCapability(fs_type_);
+  *req.mutable_volume_capability() = CapabilityFor(fs_type_);
   req.mutable_publish_context()->insert(v.publish_context.begin(), v.publish_context.end());
   req.mutable_volume_context()->insert(v.context.begin(), v.context.end());
   std::filesystem::create_directories(std::filesystem::path(plugin.target_path(v.id)).parent_path());

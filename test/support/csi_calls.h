@@ -22,14 +22,14 @@ struct CsiVolume {
 
 class CsiCalls {
  public:
-  // A filesystem volume of `fs_type`, published to `node_id`; `secrets` go
+  // A filesystem volume of `fs_type` ("block": a raw block volume), published to `node_id`; `secrets` go
   // with CreateVolume, NodeStageVolume and DeleteVolume (none by default).
   explicit CsiCalls(std::string node_id, std::string fs_type = "ext4", std::map<std::string, std::string> secrets = {});
 
   grpc::Status Create(PluginUnderTest& plugin, const std::string& name, int64_t bytes, CsiVolume* v) const;
   grpc::Status ControllerPublish(PluginUnderTest& plugin, CsiVolume* v) const;
   grpc::Status Stage(PluginUnderTest& plugin, const CsiVolume& v) const;
-  grpc::Status Publish(PluginUnderTest& plugin, const CsiVolume& v) const;
+  grpc::Status Publish(PluginUnderTest& plugin, const CsiVolume& v, bool readonly = false) const;
   grpc::Status Unpublish(PluginUnderTest& plugin, const CsiVolume& v) const;
   grpc::Status Unstage(PluginUnderTest& plugin, const CsiVolume& v) const;
   grpc::Status ControllerUnpublish(PluginUnderTest& plugin, const CsiVolume& v) const;

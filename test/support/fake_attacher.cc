@@ -258,6 +258,15 @@ void FakeWorldExecutor::Script(const std::string& program, CommandResult result)
   script_[program] = std::move(result);
 }
 
+void FakeWorldExecutor::Script(const std::string& program, int exit_code, std::string stdout_text,
+                               std::string stderr_text) {
+  CommandResult result;
+  result.exit_code = exit_code;
+  result.stdout_text = std::move(stdout_text);
+  result.stderr_text = std::move(stderr_text);
+  Script(program, std::move(result));
+}
+
 StatusOr<CommandResult> FakeWorldExecutor::Run(const Command& command) {
   std::vector<std::string> argv = command.Argv();
   std::function<void(const std::vector<std::string>&)> hook;

@@ -111,6 +111,8 @@ class FakeWorldExecutor final : public Executor {
  public:
   explicit FakeWorldExecutor(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
   void Script(const std::string& program, CommandResult result);
+  // The same, the result given by its parts (what a test scripts most).
+  void Script(const std::string& program, int exit_code, std::string stdout_text, std::string stderr_text = "");
   // Runs before each command, outside the fake's lock (a test can block here).
   void BeforeRun(std::function<void(const std::vector<std::string>&)> hook);
   StatusOr<CommandResult> Run(const Command& command) override;

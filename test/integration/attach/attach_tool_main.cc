@@ -1,11 +1,12 @@
 // attach_tool: a stand-in for the node plugin in the attach integration
-// tests. `attach_tool bridge ...` is the bridge mode (what `blockcsi bridge`
-// runs); `attach_tool attach ...` attaches one volume through the real
+// tests (its bridges are this build's blockcsi-bridge, found in build/bin).
+// `attach_tool attach ...` attaches one volume through the real
 // VolumeAttacher and then holds (like a plugin with a staged volume) or
 // crashes on purpose at a named step, so tests can kill -9 "the plugin".
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <map>
 #include <string>
@@ -19,9 +20,11 @@
 
 namespace {
 
-int Attach(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  for (int i = 2; i + 1 < argc; i += 2) flags[argv[i]] = argv[i + 1];
+// The attach verb's flags; every one takes a value ("--hold true").
+const char* const kAttachFlags[] = {"--state-dir", "--node-id", "--volume", "--portals", "--target",
+                                    "--lun",       "--serial",  "--wwn",    "--hold",    "--crash-at"};
+
+int Attach(std::map<std::string, std::string> flags) {
   blockcsi::AttacherOptions options;
   options.connector = "userspace";
   options.state_dir = flags["--state-dir"];
@@ -71,11 +74,16 @@ int Attach(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string_view(argv[1]) == "attach") {
-    blockcsi::InitLogging("attach_tool", blockcsi::LogFormat::kText, blockcsi::LogLevel::kInfo);
-    return Attach(argc, argv);
+  CLI::App app{"attach_tool: a stand-in node plugin for the attach integration tests", "attach_tool"};
+  app.require_subcommand(1);
+  CLI::App* attach = app.add_subcommand("attach", "attach one volume, then exit, hold or crash at --crash-at");
+  std::map<std::string, std::string> flags;
+  for (const char* flag : kAttachFlags) attach->add_option(flag, flags[flag]);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  std::cerr << "usage: attach_tool bridge ... | attach --state-dir D --node-id N --volume V --portals P "
-               "--target T --lun L --serial S [--hold true] [--crash-at STEP]\n";
-  return 2;
+  blockcsi::InitLogging("attach_tool", blockcsi::LogFormat::kText, blockcsi::LogLevel::kInfo);
+  return Attach(std::move(flags));
 }

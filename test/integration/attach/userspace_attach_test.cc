@@ -34,6 +34,12 @@ AttachSpec SpecFor(const std::map<std::string, std::string>& context,
   return spec.ok() ? *spec : AttachSpec{};
 }
 
+// ContextEdits for AttachEdited.
+void RequireChap(std::map<std::string, std::string>& context) { context[publish_context::kChapRequired] = "true"; }
+ContextEdit Set(const std::string& key, const std::string& value) {
+  return [key, value](std::map<std::string, std::string>& context) { context[key] = value; };
+}
+
 TEST_F(AttachIntegrationTest, AttachWriteReadBackDetach) {
   TestTarget t = MakeTarget("one", 64 * kMiB);
   auto attacher = NewAttacher();
@@ -90,12 +96,8 @@ TEST_F(AttachIntegrationTest, WrongChapIsAClearErrorAndLeavesNothing) {
   AddChap(t, "alice", "right-secret-123");
   std::string logs;
   SetLogCaptureForTest(&logs);
-  auto attacher = NewAttacher();
-  ASSERT_TRUE(attacher.ok());
-  auto context = ContextFor(t);
-  context[publish_context::kChapRequired] = "true";
-  auto record = (*attacher)->Attach(
-      SpecFor(context, {{secret_keys::kChapUsername, "alice"}, {secret_keys::kChapPassword, "wrong-secret-456"}}));
+  auto record = AttachEdited(t, RequireChap,
+                             {{secret_keys::kChapUsername, "alice"}, {secret_keys::kChapPassword, "wrong-secret-456"}});
   SetLogCaptureForTest(nullptr);
   ASSERT_FALSE(record.ok());
   EXPECT_EQ(record.status().code(), StatusCode::kPermissionDenied) << record.status().ToString();
@@ -110,10 +112,6 @@ TEST_F(AttachIntegrationTest, RightChapAttachesAndTheSecretIsNowhere) {
   AddChap(t, "bob", "bobs-secret-789");
   std::string logs;
   SetLogCaptureForTest(&logs);
-  auto attacher = NewAttacher();
-  ASSERT_TRUE(attacher.ok());
-  auto context = ContextFor(t);
-  context[publish_context::kChapRequired] = "true";
   // The bridge inherits stderr (its log): point this process's stderr at a
   // file while the bridge starts, so that what the bridge ever prints is read.
   const std::string bridge_stderr = tmp_->Join("bridge-stderr.log");
@@ -124,8 +122,8 @@ TEST_F(AttachIntegrationTest, RightChapAttachesAndTheSecretIsNowhere) {
   ASSERT_GE(log_fd, 0);
   ::dup2(log_fd, STDERR_FILENO);
   ::close(log_fd);
-  auto record = (*attacher)->Attach(
-      SpecFor(context, {{secret_keys::kChapUsername, "bob"}, {secret_keys::kChapPassword, "bobs-secret-789"}}));
+  auto record = AttachEdited(t, RequireChap,
+                             {{secret_keys::kChapUsername, "bob"}, {secret_keys::kChapPassword, "bobs-secret-789"}});
   std::fflush(stderr);
   ::dup2(saved_stderr, STDERR_FILENO);
   ::close(saved_stderr);
@@ -150,7 +148,7 @@ TEST_F(AttachIntegrationTest, RightChapAttachesAndTheSecretIsNowhere) {
     std::string text = reply.ok() ? reply->dump() : reply.status().ToString();
     EXPECT_EQ(text.find("bobs-secret"), std::string::npos) << request.dump() << " -> " << text;
   }
-  ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
+  ASSERT_TRUE(attacher_->Detach("vol-a").ok());
   SetLogCaptureForTest(nullptr);
   EXPECT_EQ(logs.find("bobs-secret"), std::string::npos);
   std::string bridge_log = ReadFileOrEmpty(bridge_stderr);
@@ -174,11 +172,7 @@ TEST_F(AttachIntegrationTest, WrongLunIdentityIsRefusedAndDetached) {
   TestTarget t = MakeTarget("ident", 16 * kMiB);
   std::string logs;
   SetLogCaptureForTest(&logs);
-  auto attacher = NewAttacher();
-  ASSERT_TRUE(attacher.ok());
-  auto context = ContextFor(t);
-  context[publish_context::kSerial] = "bcsn-someone-else";
-  auto record = (*attacher)->Attach(SpecFor(context));
+  auto record = AttachEdited(t, Set(publish_context::kSerial, "bcsn-someone-else"));
   SetLogCaptureForTest(nullptr);
   ASSERT_FALSE(record.ok());
   EXPECT_EQ(record.status().code(), StatusCode::kFailedPrecondition) << record.status().ToString();
@@ -189,11 +183,7 @@ TEST_F(AttachIntegrationTest, WrongLunIdentityIsRefusedAndDetached) {
 
 TEST_F(AttachIntegrationTest, WrongWwnIsRefused) {
   TestTarget t = MakeTarget("wwn", 16 * kMiB);
-  auto attacher = NewAttacher();
-  ASSERT_TRUE(attacher.ok());
-  auto context = ContextFor(t);
-  context[publish_context::kWwn] = "6000000000000000000000000000beef";
-  auto record = (*attacher)->Attach(SpecFor(context));
+  auto record = AttachEdited(t, Set(publish_context::kWwn, "6000000000000000000000000000beef"));
   ASSERT_FALSE(record.ok());
   EXPECT_EQ(record.status().code(), StatusCode::kFailedPrecondition) << record.status().ToString();
   EXPECT_NE(record.status().message().find(t.wwn), std::string::npos) << record.status().message();
@@ -202,13 +192,9 @@ TEST_F(AttachIntegrationTest, WrongWwnIsRefused) {
 
 TEST_F(AttachIntegrationTest, UnreachablePortalIsUnavailable) {
   TestTarget t = MakeTarget("down", 16 * kMiB);
-  auto attacher = NewAttacher();
-  ASSERT_TRUE(attacher.ok());
-  auto context = ContextFor(t);
   ReservedPort dead(ReservedPort::Use::kDead);  // refuses connections while the test runs
   ASSERT_NE(dead.port(), 0);
-  context[publish_context::kPortals] = "127.0.0.1:" + std::to_string(dead.port());
-  auto record = (*attacher)->Attach(SpecFor(context));
+  auto record = AttachEdited(t, Set(publish_context::kPortals, "127.0.0.1:" + std::to_string(dead.port())));
   ASSERT_FALSE(record.ok());
   EXPECT_EQ(record.status().code(), StatusCode::kUnavailable) << record.status().ToString();
   ExpectNothingLeft();
@@ -216,16 +202,13 @@ TEST_F(AttachIntegrationTest, UnreachablePortalIsUnavailable) {
 
 TEST_F(AttachIntegrationTest, DeadFirstPortalDoesNotBlockTheNextOne) {
   TestTarget t = MakeTarget("twoportals", 16 * kMiB);
-  auto attacher = NewAttacher();
-  ASSERT_TRUE(attacher.ok());
-  auto context = ContextFor(t);
   ReservedPort dead(ReservedPort::Use::kDead);  // refuses connections while the test runs
   ASSERT_NE(dead.port(), 0);
-  context[publish_context::kPortals] = "127.0.0.1:" + std::to_string(dead.port()) + "," + tgtd_->portal();
-  auto record = (*attacher)->Attach(SpecFor(context));
+  auto record = AttachEdited(
+      t, Set(publish_context::kPortals, "127.0.0.1:" + std::to_string(dead.port()) + "," + tgtd_->portal()));
   ASSERT_TRUE(record.ok()) << record.status().ToString();
   EXPECT_EQ(record->connector_state.at("portal"), tgtd_->portal());
-  ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
+  ASSERT_TRUE(attacher_->Detach("vol-a").ok());
   ExpectNothingLeft();
 }
 
@@ -439,21 +422,20 @@ TEST_F(AttachIntegrationTest, MutualChapAttaches) {
   tgtd_->Tgtadm({"--op", "bind", "--mode", "account", "--tid", std::to_string(t.tid), "--user", "array", "--outgoing"},
                 &code);
   ASSERT_EQ(code, 0);
-  auto attacher = NewAttacher();
-  ASSERT_TRUE(attacher.ok());
-  auto context = ContextFor(t);
-  context[publish_context::kChapRequired] = "true";
-  auto record = (*attacher)->Attach(SpecFor(context, {{secret_keys::kChapUsername, "carol"},
-                                                      {secret_keys::kChapPassword, "carols-secret-1"},
-                                                      {secret_keys::kChapMutualUsername, "array"},
-                                                      {secret_keys::kChapMutualPassword, "arrays-secret-2"}}));
+  auto record = AttachEdited(t, RequireChap,
+                             {{secret_keys::kChapUsername, "carol"},
+                              {secret_keys::kChapPassword, "carols-secret-1"},
+                              {secret_keys::kChapMutualUsername, "array"},
+                              {secret_keys::kChapMutualPassword, "arrays-secret-2"}});
   ASSERT_TRUE(record.ok()) << record.status().ToString();
-  ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
+  ASSERT_TRUE(attacher_->Detach("vol-a").ok());
   // The target proving the wrong secret back is refused too.
-  record = (*attacher)->Attach(SpecFor(context, {{secret_keys::kChapUsername, "carol"},
-                                                 {secret_keys::kChapPassword, "carols-secret-1"},
-                                                 {secret_keys::kChapMutualUsername, "array"},
-                                                 {secret_keys::kChapMutualPassword, "not-the-arrays-3"}}));
+  auto context = ContextFor(t);
+  RequireChap(context);
+  record = attacher_->Attach(SpecFor(context, {{secret_keys::kChapUsername, "carol"},
+                                               {secret_keys::kChapPassword, "carols-secret-1"},
+                                               {secret_keys::kChapMutualUsername, "array"},
+                                               {secret_keys::kChapMutualPassword, "not-the-arrays-3"}}));
   EXPECT_EQ(record.status().code(), StatusCode::kPermissionDenied) << record.status().ToString();
   EXPECT_EQ(record.status().message().find("not-the-arrays"), std::string::npos);
   ExpectNothingLeft();
@@ -466,16 +448,12 @@ TEST_F(AttachIntegrationTest, ReadOnlyAttachmentRefusesWrites) {
     std::ofstream f(t.backing_file, std::ios::in | std::ios::out | std::ios::binary);
     f.write(data.data(), static_cast<std::streamsize>(data.size()));
   }
-  auto attacher = NewAttacher();
-  ASSERT_TRUE(attacher.ok());
-  auto context = ContextFor(t);
-  context[publish_context::kReadOnly] = "true";
-  auto record = (*attacher)->Attach(SpecFor(context));
+  auto record = AttachEdited(t, Set(publish_context::kReadOnly, "true"));
   ASSERT_TRUE(record.ok()) << record.status().ToString();
   EXPECT_EQ(ReadDirect(record->device_path, 0, 4096), data);
   EXPECT_NE(WriteDirect(record->device_path, 0, Pattern(4096, 'x')), 0);
   EXPECT_EQ(ReadFileAt(t.backing_file, 0, 4096), data);
-  ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
+  ASSERT_TRUE(attacher_->Detach("vol-a").ok());
   ExpectNothingLeft();
 }
 

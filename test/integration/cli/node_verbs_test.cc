@@ -16,20 +16,15 @@
 #include "common/executor.h"
 #include "csi.grpc.pb.h"
 #include "support/leak_check.h"
-#include "support/plugin_under_test.h"
+#include "support/plugin_suite.h"
 #include "support/test_util.h"
-#include "support/tgtd_harness.h"
 
 namespace blockcsi {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct Volume {
-  std::string id;
-  std::map<std::string, std::string> context;
-  std::map<std::string, std::string> publish_context;
-};
+using Volume = testing::CsiVolume;
 
 struct CliResult {
   int code = -1;
@@ -37,56 +32,14 @@ struct CliResult {
   std::string err;
 };
 
-class BlockctlNodeTest : public ::testing::Test {
+// The plugin as node "n1" (support/plugin_suite.h: tgtd, plugin, leak check).
+class BlockctlNodeTest : public testing::PluginSuiteTest {
  protected:
-  void SetUp() override {
-    if (!testing::IsRoot()) GTEST_SKIP() << "needs root: tgtd, FUSE, loop devices and mount";
-    if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "needs /dev/fuse";
-    std::string error;
-    tgtd_ = testing::TgtdHarness::Start(&error);
-    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
-    plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
-    ASSERT_TRUE(StartPlugin(""));
-    baseline_ = testing::TakeLeakSnapshot(Scope());
-  }
-
-  // What the plugin can leave, in the one leak checker's terms: processes,
-  // mounts and loop devices under dir_, attach records, pool files, tgtd's
-  // targets, ACLs and sessions. The test's own daemons are not leaks.
-  testing::LeakScope Scope() { return plugin_->LeakScopeFor(); }
-
-  void TearDown() override {
-    if (!testing::IsRoot()) return;
-    // Before anything is cleaned: a test that passed must have left nothing.
-    if (plugin_ && tgtd_ && !HasFailure()) {
-      auto left = testing::NewItemsAfterSettling(baseline_, Scope());
-      EXPECT_TRUE(left.empty()) << "left behind by the test (before the fixture cleans):\n"
-                                << testing::DescribeItems(left);
-    }
-    if (plugin_) plugin_->Stop();
-    // Whatever is left under our directory: mounts, loop devices, bridges.
-    testing::CleanUpUnder(dir_.path());
-  }
+  BlockctlNodeTest() : PluginSuiteTest("n1") {}
 
   std::vector<std::string> MountsUnderDir() { return testing::MountsUnder(dir_.path()); }
   std::vector<std::string> LoopsUnderDir() { return testing::LoopDevicesUnder(dir_.path()); }
   std::vector<pid_t> ProcessesUnderDir() { return testing::ProcessesNaming(dir_.path()); }
-
-  bool StartPlugin(const std::string& fault_point) {
-    testing::PluginOptions options;
-    options.node_id = "n1";
-    options.fault_point = fault_point;
-    std::string error;
-    if (!plugin_->Start(options, &error)) {
-      ADD_FAILURE() << "plugin did not start: " << error;
-      return false;
-    }
-    return true;
-  }
-
-  void StopPlugin() { plugin_->Stop(); }
-
-  bool PluginKilledItself() { return plugin_->WaitKilledByFaultPoint(); }
 
   CliResult Blockctl(std::vector<std::string> args) {
     args.insert(args.begin(), {"--state-dir", StateDir(), "--endpoint", "unix://" + plugin_->socket()});
@@ -96,95 +49,14 @@ class BlockctlNodeTest : public ::testing::Test {
   }
 
   std::string StateDir() { return plugin_->state_dir(); }
-  std::string Staging(const std::string& id) { return plugin_->staging_path(id); }
-  std::string Target(const std::string& id) { return plugin_->target_path(id); }
   std::string LogTail() { return plugin_->LogTail(); }
 
-  static csi::v1::VolumeCapability Capability(const std::string& fs) { return testing::MountCapability(fs); }
-
-  template <typename Call>
-  static grpc::Status WithContext(Call call) {
-    return call(testing::Deadline().get());
-  }
-
-  Volume Create(const std::string& name) {
-    csi::v1::CreateVolumeRequest req;
-    req.set_name(name);
-    req.mutable_capacity_range()->set_required_bytes(64LL << 20);
-    *req.add_volume_capabilities() = Capability("ext4");
-    csi::v1::CreateVolumeResponse resp;
-    grpc::Status st = WithContext([&](auto* c) { return plugin_->controller().CreateVolume(c, req, &resp); });
-    EXPECT_TRUE(st.ok()) << "CreateVolume " << name << ": " << st.error_message() << "\n" << LogTail();
-    Volume v;
-    v.id = resp.volume().volume_id();
-    v.context = {resp.volume().volume_context().begin(), resp.volume().volume_context().end()};
-    csi::v1::ControllerPublishVolumeRequest pub;
-    pub.set_volume_id(v.id);
-    pub.set_node_id("n1");
-    *pub.mutable_volume_capability() = Capability("ext4");
-    csi::v1::ControllerPublishVolumeResponse presp;
-    st = WithContext([&](auto* c) { return plugin_->controller().ControllerPublishVolume(c, pub, &presp); });
-    EXPECT_TRUE(st.ok()) << "ControllerPublishVolume " << name << ": " << st.error_message();
-    v.publish_context = {presp.publish_context().begin(), presp.publish_context().end()};
-    return v;
-  }
-
-  void Delete(const Volume& v) {
-    csi::v1::ControllerUnpublishVolumeRequest unpub;
-    unpub.set_volume_id(v.id);
-    unpub.set_node_id("n1");
-    csi::v1::ControllerUnpublishVolumeResponse uresp;
-    EXPECT_TRUE(
-        WithContext([&](auto* c) { return plugin_->controller().ControllerUnpublishVolume(c, unpub, &uresp); }).ok());
-    csi::v1::DeleteVolumeRequest del;
-    del.set_volume_id(v.id);
-    csi::v1::DeleteVolumeResponse dresp;
-    EXPECT_TRUE(WithContext([&](auto* c) { return plugin_->controller().DeleteVolume(c, del, &dresp); }).ok());
-  }
-
-  grpc::Status Stage(const Volume& v) {
-    csi::v1::NodeStageVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(Staging(v.id));
-    *req.mutable_volume_capability() = Capability("ext4");
-    for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
-    for (const auto& [k, val] : v.context) (*req.mutable_volume_context())[k] = val;
-    std::filesystem::create_directories(Staging(v.id));
-    csi::v1::NodeStageVolumeResponse resp;
-    return WithContext([&](auto* c) { return plugin_->node().NodeStageVolume(c, req, &resp); });
-  }
-
-  grpc::Status Publish(const Volume& v) {
-    csi::v1::NodePublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(Staging(v.id));
-    req.set_target_path(Target(v.id));
-    *req.mutable_volume_capability() = Capability("ext4");
-    for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
-    csi::v1::NodePublishVolumeResponse resp;
-    return WithContext([&](auto* c) { return plugin_->node().NodePublishVolume(c, req, &resp); });
-  }
-
-  grpc::Status Unpublish(const Volume& v) {
-    csi::v1::NodeUnpublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_target_path(Target(v.id));
-    csi::v1::NodeUnpublishVolumeResponse resp;
-    return WithContext([&](auto* c) { return plugin_->node().NodeUnpublishVolume(c, req, &resp); });
-  }
-
-  grpc::Status Unstage(const Volume& v) {
-    csi::v1::NodeUnstageVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(Staging(v.id));
-    csi::v1::NodeUnstageVolumeResponse resp;
-    return WithContext([&](auto* c) { return plugin_->node().NodeUnstageVolume(c, req, &resp); });
-  }
-
-  testing::TempDir dir_;
-  std::unique_ptr<testing::TgtdHarness> tgtd_;
-  std::unique_ptr<testing::PluginUnderTest> plugin_;
-  testing::LeakSnapshot baseline_;  // at SetUp
+  Volume Create(const std::string& name) { return CreatePublished(name, 64LL << 20); }
+  void Delete(const Volume& v) { UnpublishAndDelete(v); }
+  grpc::Status Stage(const Volume& v) { return calls_.Stage(*plugin_, v); }
+  grpc::Status Publish(const Volume& v) { return calls_.Publish(*plugin_, v); }
+  grpc::Status Unpublish(const Volume& v) { return calls_.Unpublish(*plugin_, v); }
+  grpc::Status Unstage(const Volume& v) { return calls_.Unstage(*plugin_, v); }
 };
 
 TEST_F(BlockctlNodeTest, VolumesAndStatusShowAStagedAndPublishedVolume) {

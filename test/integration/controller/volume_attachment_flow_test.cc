@@ -48,22 +48,17 @@ class Attacher {
     r.set_volume_id(volume);
     r.set_node_id(node);
     *r.mutable_volume_capability() = cap;
-    grpc::Status st;
-    for (int attempt = 0; attempt < 500; ++attempt) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + 30s);
-      csi::v1::ControllerPublishVolumeResponse resp;
-      st = stub_->ControllerPublishVolume(&ctx, r, &resp);
+    csi::v1::ControllerPublishVolumeResponse resp;
+    grpc::Status st = RetryTransient(500, [&](grpc::ClientContext* ctx) {
+      grpc::Status s = stub_->ControllerPublishVolume(ctx, r, &resp);
       ++publish_attempts_;
-      if (st.ok()) {
-        attachments_[{volume, node}] = true;
-        metadata_[{volume, node}] = {resp.publish_context().begin(), resp.publish_context().end()};
-        return st;
-      }
-      if (st.error_code() == grpc::StatusCode::ABORTED) ++aborted_retries_;
-      if (st.error_code() == grpc::StatusCode::UNAVAILABLE) ++unavailable_retries_;
-      if (st.error_code() != grpc::StatusCode::ABORTED && st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-      std::this_thread::sleep_for(20ms);
+      if (s.error_code() == grpc::StatusCode::ABORTED) ++aborted_retries_;
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE) ++unavailable_retries_;
+      return s;
+    });
+    if (st.ok()) {
+      attachments_[{volume, node}] = true;
+      metadata_[{volume, node}] = {resp.publish_context().begin(), resp.publish_context().end()};
     }
     return st;
   }
@@ -74,19 +69,13 @@ class Attacher {
     csi::v1::ControllerUnpublishVolumeRequest r;
     r.set_volume_id(volume);
     r.set_node_id(node);
-    grpc::Status st;
-    for (int attempt = 0; attempt < 50; ++attempt) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    grpc::Status st = RetryTransient(50, [&](grpc::ClientContext* ctx) {
       csi::v1::ControllerUnpublishVolumeResponse resp;
-      st = stub_->ControllerUnpublishVolume(&ctx, r, &resp);
-      if (st.ok()) {
-        attachments_.erase({volume, node});
-        metadata_.erase({volume, node});
-        return st;
-      }
-      if (st.error_code() != grpc::StatusCode::ABORTED && st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-      std::this_thread::sleep_for(20ms);
+      return stub_->ControllerUnpublishVolume(ctx, r, &resp);
+    });
+    if (st.ok()) {
+      attachments_.erase({volume, node});
+      metadata_.erase({volume, node});
     }
     return st;
   }
@@ -107,6 +96,22 @@ class Attacher {
   int publish_attempts() const { return publish_attempts_; }
 
  private:
+  // The workqueue's retries: `call` (a fresh 30 s deadline each time) again
+  // 20 ms later while it answers ABORTED or UNAVAILABLE, at most `attempts`
+  // times; the last answer.
+  template <typename Call>
+  static grpc::Status RetryTransient(int attempts, Call call) {
+    grpc::Status st;
+    for (int attempt = 0; attempt < attempts; ++attempt) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+      st = call(&ctx);
+      if (st.error_code() != grpc::StatusCode::ABORTED && st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    return st;
+  }
+
   csi::v1::Controller::Stub* stub_;
   std::map<std::pair<std::string, std::string>, bool> attachments_;
   std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> metadata_;

@@ -28,7 +28,7 @@
 #include "support/csi_calls.h"
 #include "support/http_probe.h"
 #include "support/leak_check.h"
-#include "support/plugin_under_test.h"
+#include "support/plugin_suite.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -54,23 +54,24 @@ int RunWithInput(const std::string& command, std::string* output) {
   return ::pclose(pipe);
 }
 
-class MetricsE2ETest : public ::testing::Test {
+// The plugin as node "e2e-node" with a secret on every call that takes one
+// (support/plugin_suite.h: tgtd, plugin, leak check), started by each test.
+class MetricsE2ETest : public testing::PluginSuiteTest {
  protected:
+  static constexpr char kSecret[] = "s3cret-metrics-canary-7f3a";
+  MetricsE2ETest() : PluginSuiteTest("e2e-node", {{"token", kSecret}}) {}
+
   void SetUp() override {
-    if (!testing::IsRoot()) GTEST_SKIP() << "needs root: tgtd, FUSE, loop devices and mount";
-    if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "needs /dev/fuse";
-    std::string error;
-    tgtd_ = testing::TgtdHarness::Start(&error);
-    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
-    plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.Join("plugin"), tgtd_.get());
+    SetUpTgtdAndPlugin(dir_.Join("plugin"));
+    if (IsSkipped() || HasFatalFailure()) return;
     baseline_ = testing::TakeLeakSnapshot(Scope());
   }
 
   // What the plugin can leave, in the one leak checker's terms: processes,
   // mounts and loop devices under dir_, attach records, pool files, tgtd's
   // targets, ACLs and sessions. The test's own daemons are not leaks.
-  testing::LeakScope Scope() {
-    testing::LeakScope scope = plugin_->LeakScopeFor();
+  testing::LeakScope Scope(const std::string& volume_id = "") override {
+    testing::LeakScope scope = plugin_->LeakScopeFor(volume_id);
     scope.dir = dir_.path();  // the agent's and Prometheus' files too
     for (auto* p : {agent_.get(), prometheus_.get()}) {
       if (p != nullptr) scope.ignore_pids.push_back(p->pid());
@@ -78,18 +79,9 @@ class MetricsE2ETest : public ::testing::Test {
     return scope;
   }
 
-  void TearDown() override {
-    if (!plugin_) return;
-    // Before anything is cleaned: a test that passed must have left nothing.
-    if (!HasFailure()) {
-      auto left = testing::NewItemsAfterSettling(baseline_, Scope());
-      EXPECT_TRUE(left.empty()) << "left behind by the test (before the fixture cleans):\n"
-                                << testing::DescribeItems(left);
-    }
-    plugin_->Stop();
+  void StopHelpers() override {
     StopProcess(agent_);
     StopProcess(prometheus_);
-    testing::CleanUpUnder(dir_.path());
   }
 
   static void StopProcess(std::unique_ptr<testing::ChildProcess>& process) {
@@ -104,12 +96,7 @@ class MetricsE2ETest : public ::testing::Test {
     metrics_port_ = metrics_reserved_->port();
     options.extra_args.insert(options.extra_args.end(),
                               {"--metrics-address", "127.0.0.1:" + std::to_string(metrics_port_)});
-    std::string error;
-    if (!plugin_->Start(options, &error)) {
-      ADD_FAILURE() << "plugin did not start: " << error;
-      return false;
-    }
-    return true;
+    return PluginSuiteTest::StartPlugin(options);
   }
 
   std::string Scrape() { return testing::HttpGetBody(metrics_port_, "/metrics"); }
@@ -118,29 +105,14 @@ class MetricsE2ETest : public ::testing::Test {
 
   using Volume = testing::CsiVolume;
 
-  Volume CreateAndPublish(const std::string& name) {
-    Volume v;
-    EXPECT_TRUE(Ok(calls_.Create(*plugin_, name, 64LL << 20, &v)));
-    EXPECT_TRUE(Ok(calls_.ControllerPublish(*plugin_, &v)));
-    return v;
-  }
+  Volume CreateAndPublish(const std::string& name) { return CreatePublished(name, 64LL << 20); }
   grpc::Status Stage(const Volume& v) { return calls_.Stage(*plugin_, v); }
   grpc::Status Publish(const Volume& v) { return calls_.Publish(*plugin_, v); }
   grpc::Status Unpublish(const Volume& v) { return calls_.Unpublish(*plugin_, v); }
   grpc::Status Unstage(const Volume& v) { return calls_.Unstage(*plugin_, v); }
-  void UnpublishAndDelete(const Volume& v) {
-    EXPECT_TRUE(Ok(calls_.ControllerUnpublish(*plugin_, v)));
-    EXPECT_TRUE(Ok(calls_.Delete(*plugin_, v)));
-  }
 
-  static constexpr char kSecret[] = "s3cret-metrics-canary-7f3a";
-  const testing::CsiCalls calls_{"e2e-node", "ext4", {{"token", kSecret}}};
-  testing::TempDir dir_;
-  std::unique_ptr<testing::TgtdHarness> tgtd_;
-  std::unique_ptr<testing::PluginUnderTest> plugin_;
   std::unique_ptr<testing::ChildProcess> agent_;
   std::unique_ptr<testing::ChildProcess> prometheus_;
-  testing::LeakSnapshot baseline_;  // at SetUp
   int metrics_port_ = 0;
   // Held until the test ends, so that no concurrent test is handed the port
   // between our pick and the server's bind (the same for the ports below).

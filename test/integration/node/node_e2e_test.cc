@@ -25,10 +25,10 @@
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "csi.grpc.pb.h"
+#include "support/csi_requests.h"
 #include "support/leak_check.h"
-#include "support/plugin_under_test.h"
+#include "support/plugin_suite.h"
 #include "support/test_util.h"
-#include "support/tgtd_harness.h"
 
 namespace blockcsi {
 namespace {
@@ -36,156 +36,38 @@ namespace {
 using namespace std::chrono_literals;
 using AccessMode = csi::v1::VolumeCapability::AccessMode;
 
-struct Volume {
-  std::string id;
-  std::map<std::string, std::string> context;
-  std::map<std::string, std::string> publish_context;
-};
+using Volume = testing::CsiVolume;
 
-// A failed RPC shows its code, its message and the end of the plugin's log.
-
-class PluginE2ETest : public ::testing::Test {
+// The plugin as node "e2e-node" (support/plugin_suite.h: tgtd, plugin, leak
+// check). A failed RPC shows its code, its message and the end of the
+// plugin's log.
+class PluginE2ETest : public testing::PluginSuiteTest {
  protected:
-  void SetUp() override {
-    if (!testing::IsRoot()) GTEST_SKIP() << "needs root: tgtd, FUSE, loop devices and mount";
-    if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "needs /dev/fuse";
-    std::string error;
-    tgtd_ = testing::TgtdHarness::Start(&error);
-    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
-    plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
-    ASSERT_TRUE(StartPlugin(""));
-    baseline_ = testing::TakeLeakSnapshot(Scope());
-  }
+  PluginE2ETest() : PluginSuiteTest("e2e-node") {}
 
-  // Everything a plugin under test can leave: processes, mounts and loop
-  // devices under dir_, attach records, pool files, tgtd's targets, ACLs
-  // and sessions. The plugin itself (its pid changes on a restart) is not a leak.
-  testing::LeakScope Scope(const std::string& volume_id = "") { return plugin_->LeakScopeFor(volume_id); }
-
-  void ExpectNothingLeftSince(const testing::LeakSnapshot& before, const std::string& after,
-                              const std::string& volume_id = "") {
-    EXPECT_TRUE(testing::NothingLeftSince(before, Scope(volume_id), after));
-  }
-
-  void TearDown() override {
-    if (!testing::IsRoot()) return;
-    // Before anything is cleaned: a test that passed must have left nothing.
-    if (plugin_ && tgtd_ && !HasFailure()) ExpectNothingLeftSince(baseline_, "the test (before the fixture cleans)");
-    if (plugin_) plugin_->Stop();
-    // Everything the plugin left under our directory: mounts (publishes,
-    // staging, FUSE bridge files), loop devices on bridge files, bridges.
-    testing::CleanUpUnder(dir_.path());
-  }
-
-  // Starts the plugin; with `fault_point` set it will kill itself there.
-  bool StartPlugin(const std::string& fault_point) {
-    testing::PluginOptions options;
-    options.node_id = "e2e-node";
-    options.fault_point = fault_point;
-    std::string error;
-    if (!plugin_->Start(options, &error)) {
-      ADD_FAILURE() << "plugin did not start: " << error;
-      return false;
-    }
-    return true;
-  }
-
-  void StopPlugin() { plugin_->Stop(); }
-
-  // Waits for the plugin to die by its own fault point; true when it did.
-  bool PluginKilledItself() { return plugin_->WaitKilledByFaultPoint(); }
-
-  std::string GrpcLogTail() { return plugin_->LogTail(); }
   std::string Log() { return testing::ReadFileOrEmpty(plugin_->log_path()); }
 
   csi::v1::Controller::Stub& Controller() { return plugin_->controller(); }
   csi::v1::Node::Stub& Node() { return plugin_->node(); }
-  std::string Staging(const std::string& id) { return plugin_->staging_path(id); }
-  std::string Target(const std::string& id) { return plugin_->target_path(id); }
   std::string Image(const std::string& id) { return plugin_->pool_dir() + "/images/" + id + ".img"; }
-
-  static csi::v1::VolumeCapability Capability(const std::string& fs) { return testing::CapabilityFor(fs); }
 
   template <typename Call>
   static grpc::Status WithContext(Call call) {
     return call(testing::Deadline().get());
   }
 
+  // `fs`: a filesystem type, or "block" for a raw block volume.
+  testing::CsiCalls CallsFor(const std::string& fs) const { return testing::CsiCalls(node_id_, fs); }
   Volume Create(const std::string& name, const std::string& fs, int64_t bytes = 512LL << 20) {
-    csi::v1::CreateVolumeRequest req;
-    req.set_name(name);
-    req.mutable_capacity_range()->set_required_bytes(bytes);
-    *req.add_volume_capabilities() = Capability(fs);
-    csi::v1::CreateVolumeResponse resp;
-    grpc::Status st = WithContext([&](auto* c) { return Controller().CreateVolume(c, req, &resp); });
-    EXPECT_TRUE(st.ok()) << "CreateVolume " << name << ": " << st.error_message();
-    Volume v;
-    v.id = resp.volume().volume_id();
-    v.context = {resp.volume().volume_context().begin(), resp.volume().volume_context().end()};
-    csi::v1::ControllerPublishVolumeRequest pub;
-    pub.set_volume_id(v.id);
-    pub.set_node_id("e2e-node");
-    *pub.mutable_volume_capability() = Capability(fs);
-    csi::v1::ControllerPublishVolumeResponse presp;
-    st = WithContext([&](auto* c) { return Controller().ControllerPublishVolume(c, pub, &presp); });
-    EXPECT_TRUE(st.ok()) << "ControllerPublishVolume " << name << ": " << st.error_message();
-    v.publish_context = {presp.publish_context().begin(), presp.publish_context().end()};
-    return v;
+    return CreatePublished(name, bytes, CallsFor(fs));
   }
-
-  void Delete(const Volume& v) {
-    csi::v1::ControllerUnpublishVolumeRequest unpub;
-    unpub.set_volume_id(v.id);
-    unpub.set_node_id("e2e-node");
-    csi::v1::ControllerUnpublishVolumeResponse uresp;
-    grpc::Status st = WithContext([&](auto* c) { return Controller().ControllerUnpublishVolume(c, unpub, &uresp); });
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    csi::v1::DeleteVolumeRequest del;
-    del.set_volume_id(v.id);
-    csi::v1::DeleteVolumeResponse dresp;
-    st = WithContext([&](auto* c) { return Controller().DeleteVolume(c, del, &dresp); });
-    EXPECT_TRUE(st.ok()) << st.error_message();
-  }
-
-  grpc::Status Stage(const Volume& v, const std::string& fs) {
-    csi::v1::NodeStageVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(Staging(v.id));
-    *req.mutable_volume_capability() = Capability(fs);
-    for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
-    for (const auto& [k, val] : v.context) (*req.mutable_volume_context())[k] = val;
-    std::filesystem::create_directories(Staging(v.id));
-    csi::v1::NodeStageVolumeResponse resp;
-    return WithContext([&](auto* c) { return Node().NodeStageVolume(c, req, &resp); });
-  }
-
+  void Delete(const Volume& v) { UnpublishAndDelete(v); }
+  grpc::Status Stage(const Volume& v, const std::string& fs) { return CallsFor(fs).Stage(*plugin_, v); }
   grpc::Status Publish(const Volume& v, const std::string& fs, bool readonly = false) {
-    csi::v1::NodePublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(Staging(v.id));
-    req.set_target_path(Target(v.id));
-    req.set_readonly(readonly);
-    *req.mutable_volume_capability() = Capability(fs);
-    for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
-    csi::v1::NodePublishVolumeResponse resp;
-    return WithContext([&](auto* c) { return Node().NodePublishVolume(c, req, &resp); });
+    return CallsFor(fs).Publish(*plugin_, v, readonly);
   }
-
-  grpc::Status Unpublish(const Volume& v) {
-    csi::v1::NodeUnpublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_target_path(Target(v.id));
-    csi::v1::NodeUnpublishVolumeResponse resp;
-    return WithContext([&](auto* c) { return Node().NodeUnpublishVolume(c, req, &resp); });
-  }
-
-  grpc::Status Unstage(const Volume& v) {
-    csi::v1::NodeUnstageVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(Staging(v.id));
-    csi::v1::NodeUnstageVolumeResponse resp;
-    return WithContext([&](auto* c) { return Node().NodeUnstageVolume(c, req, &resp); });
-  }
+  grpc::Status Unpublish(const Volume& v) { return calls_.Unpublish(*plugin_, v); }
+  grpc::Status Unstage(const Volume& v) { return calls_.Unstage(*plugin_, v); }
 
   csi::v1::NodeGetVolumeStatsResponse Stats(const Volume& v, const std::string& path) {
     csi::v1::NodeGetVolumeStatsRequest req;
@@ -245,11 +127,6 @@ class PluginE2ETest : public ::testing::Test {
     auto r = RunChecked(*MakeProcessExecutor(), cmd);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
-
-  testing::TempDir dir_;
-  std::unique_ptr<testing::TgtdHarness> tgtd_;
-  testing::LeakSnapshot baseline_;
-  std::unique_ptr<testing::PluginUnderTest> plugin_;
 };
 
 class PluginLifecycleTest : public PluginE2ETest, public ::testing::WithParamInterface<std::string> {};
@@ -330,9 +207,7 @@ TEST_F(PluginE2ETest, XfsOnlineGrowIsVisibleInStats) {
   auto before = Stats(v, Target(v.id));
   ASSERT_GE(before.usage_size(), 1);
 
-  csi::v1::ControllerExpandVolumeRequest cexp;
-  cexp.set_volume_id(v.id);
-  cexp.mutable_capacity_range()->set_required_bytes(1LL << 30);
+  auto cexp = testing::ExpandRequest(v.id, 1LL << 30);
   csi::v1::ControllerExpandVolumeResponse cresp;
   grpc::Status st = WithContext([&](auto* c) { return Controller().ControllerExpandVolume(c, cexp, &cresp); });
   ASSERT_TRUE(st.ok()) << st.error_message();

@@ -36,9 +36,8 @@
 #include "csi.grpc.pb.h"
 #include "support/block_io.h"
 #include "support/leak_check.h"
-#include "support/plugin_under_test.h"
+#include "support/plugin_suite.h"
 #include "support/test_util.h"
-#include "support/tgtd_harness.h"
 
 namespace blockcsi {
 namespace {
@@ -50,11 +49,7 @@ constexpr char kCgroupRoot[] = "/sys/fs/cgroup/unified";
 constexpr auto kWithoutPlugin = 10s;
 constexpr size_t kFileBytes = 256 * 1024;
 
-struct Volume {
-  std::string id;
-  std::map<std::string, std::string> context;
-  std::map<std::string, std::string> publish_context;
-};
+using Volume = testing::CsiVolume;
 
 // Deterministic contents per file name, so a restaged volume is checked
 // against what was written without keeping every byte.
@@ -106,36 +101,24 @@ bool Running(pid_t pid) {
   return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
 
-class PluginRestartTest : public ::testing::Test {
+// The plugin as node "e2e-node" (support/plugin_suite.h: tgtd, plugin, leak
+// check), started by each test in a cgroup of its own.
+class PluginRestartTest : public testing::PluginSuiteTest {
  protected:
-  std::string GrpcLogTail() { return plugin_->LogTail(); }
+  PluginRestartTest() : PluginSuiteTest("e2e-node") {}
 
   void SetUp() override {
     if (std::string why = MissingCapability(); !why.empty()) GTEST_SKIP() << why;
-    std::string error;
-    tgtd_ = testing::TgtdHarness::Start(&error);
-    ASSERT_TRUE(tgtd_) << "cannot start tgtd: " << error;
-    plugin_ = std::make_unique<testing::PluginUnderTest>(dir_.path(), tgtd_.get());
+    SetUpTgtdAndPlugin(dir_.path());
+    if (IsSkipped() || HasFatalFailure()) return;
     prefix_ = std::string(kCgroupRoot) + "/blockcsi-test-" + std::to_string(::getpid()) + "-";
     bridge_cgroup_ = prefix_ + "bridges";
     baseline_ = testing::TakeLeakSnapshot(Scope());
   }
 
-  // What the plugin and its bridges can leave, in the one leak checker's
-  // terms (processes, mounts, loops, records, pool files, tgtd's targets,
-  // ACLs and sessions); the running plugin itself is not a leak.
-  testing::LeakScope Scope(const std::string& volume_id = "") { return plugin_->LeakScopeFor(volume_id); }
-  void ExpectNothingLeftSince(const testing::LeakSnapshot& before, const std::string& after,
-                              const std::string& volume_id = "") {
-    EXPECT_TRUE(testing::NothingLeftSince(before, Scope(volume_id), after));
-  }
-
   void TearDown() override {
     if (!plugin_) return;
-    // Before anything is cleaned: a test that passed must have left nothing.
-    if (!HasFailure()) ExpectNothingLeftSince(baseline_, "the test (before the fixture cleans)");
-    plugin_->Stop();
-    testing::CleanUpUnder(dir_.path());
+    PluginSuiteTest::TearDown();
     // Only what this test made: its cgroups (empty by now unless a check
     // above failed; their processes are this test's own).
     for (const auto& cg : made_cgroups_) {
@@ -159,12 +142,7 @@ class PluginRestartTest : public ::testing::Test {
     options.cgroup = cgroup;
     options.binary = binary;
     if (with_bridge_cgroup) options.extra_args = {"--bridge-cgroup", bridge_cgroup_};
-    std::string error;
-    if (!plugin_->Start(options, &error)) {
-      ADD_FAILURE() << "plugin did not start: " << error;
-      return false;
-    }
-    return true;
+    return PluginSuiteTest::StartPlugin(options);
   }
 
   // What a container runtime does to the plugin's container.
@@ -175,78 +153,21 @@ class PluginRestartTest : public ::testing::Test {
     ASSERT_TRUE(kill) << "cannot write " << cgroup << "/cgroup.kill";
   }
 
-  template <typename Call>
-  static grpc::Status WithContext(Call call) {
-    return call(testing::Deadline().get());
-  }
-
-  Volume Create(const std::string& name) {
-    csi::v1::CreateVolumeRequest req;
-    req.set_name(name);
-    req.mutable_capacity_range()->set_required_bytes(128LL << 20);
-    *req.add_volume_capabilities() = testing::MountCapability("ext4");
-    csi::v1::CreateVolumeResponse resp;
-    EXPECT_GRPC_OK(WithContext([&](auto* c) { return plugin_->controller().CreateVolume(c, req, &resp); }));
-    Volume v;
-    v.id = resp.volume().volume_id();
-    v.context = {resp.volume().volume_context().begin(), resp.volume().volume_context().end()};
-    csi::v1::ControllerPublishVolumeRequest pub;
-    pub.set_volume_id(v.id);
-    pub.set_node_id("e2e-node");
-    *pub.mutable_volume_capability() = testing::MountCapability("ext4");
-    csi::v1::ControllerPublishVolumeResponse presp;
-    EXPECT_GRPC_OK(WithContext([&](auto* c) { return plugin_->controller().ControllerPublishVolume(c, pub, &presp); }));
-    v.publish_context = {presp.publish_context().begin(), presp.publish_context().end()};
-    return v;
-  }
+  Volume Create(const std::string& name) { return CreatePublished(name, 128LL << 20); }
 
   grpc::Status Delete(const Volume& v) {
-    csi::v1::ControllerUnpublishVolumeRequest unpub;
-    unpub.set_volume_id(v.id);
-    unpub.set_node_id("e2e-node");
-    csi::v1::ControllerUnpublishVolumeResponse uresp;
-    grpc::Status st =
-        WithContext([&](auto* c) { return plugin_->controller().ControllerUnpublishVolume(c, unpub, &uresp); });
-    if (!st.ok()) return st;
-    csi::v1::DeleteVolumeRequest del;
-    del.set_volume_id(v.id);
-    csi::v1::DeleteVolumeResponse dresp;
-    return WithContext([&](auto* c) { return plugin_->controller().DeleteVolume(c, del, &dresp); });
+    grpc::Status st = calls_.ControllerUnpublish(*plugin_, v);
+    return st.ok() ? calls_.Delete(*plugin_, v) : st;
   }
 
   grpc::Status StageAndPublish(const Volume& v) {
-    csi::v1::NodeStageVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_staging_target_path(plugin_->staging_path(v.id));
-    *req.mutable_volume_capability() = testing::MountCapability("ext4");
-    for (const auto& [k, val] : v.publish_context) (*req.mutable_publish_context())[k] = val;
-    for (const auto& [k, val] : v.context) (*req.mutable_volume_context())[k] = val;
-    std::filesystem::create_directories(plugin_->staging_path(v.id));
-    csi::v1::NodeStageVolumeResponse resp;
-    grpc::Status st = WithContext([&](auto* c) { return plugin_->node().NodeStageVolume(c, req, &resp); });
-    if (!st.ok()) return st;
-    csi::v1::NodePublishVolumeRequest pub;
-    pub.set_volume_id(v.id);
-    pub.set_staging_target_path(plugin_->staging_path(v.id));
-    pub.set_target_path(plugin_->target_path(v.id));
-    *pub.mutable_volume_capability() = testing::MountCapability("ext4");
-    for (const auto& [k, val] : v.publish_context) (*pub.mutable_publish_context())[k] = val;
-    csi::v1::NodePublishVolumeResponse presp;
-    return WithContext([&](auto* c) { return plugin_->node().NodePublishVolume(c, pub, &presp); });
+    grpc::Status st = calls_.Stage(*plugin_, v);
+    return st.ok() ? calls_.Publish(*plugin_, v) : st;
   }
 
   grpc::Status UnpublishAndUnstage(const Volume& v) {
-    csi::v1::NodeUnpublishVolumeRequest req;
-    req.set_volume_id(v.id);
-    req.set_target_path(plugin_->target_path(v.id));
-    csi::v1::NodeUnpublishVolumeResponse resp;
-    grpc::Status st = WithContext([&](auto* c) { return plugin_->node().NodeUnpublishVolume(c, req, &resp); });
-    if (!st.ok()) return st;
-    csi::v1::NodeUnstageVolumeRequest un;
-    un.set_volume_id(v.id);
-    un.set_staging_target_path(plugin_->staging_path(v.id));
-    csi::v1::NodeUnstageVolumeResponse uresp;
-    return WithContext([&](auto* c) { return plugin_->node().NodeUnstageVolume(c, un, &uresp); });
+    grpc::Status st = calls_.Unpublish(*plugin_, v);
+    return st.ok() ? calls_.Unstage(*plugin_, v) : st;
   }
 
   // Writes file `name` on `v` and reads it back past the page cache;
@@ -325,13 +246,9 @@ class PluginRestartTest : public ::testing::Test {
 
   void Scenario(bool new_version);
 
-  testing::TempDir dir_;
-  std::unique_ptr<testing::TgtdHarness> tgtd_;
-  std::unique_ptr<testing::PluginUnderTest> plugin_;
   std::string prefix_;
   std::string bridge_cgroup_;
   std::vector<std::string> made_cgroups_;
-  testing::LeakSnapshot baseline_;  // at SetUp
   std::map<std::string, std::vector<std::string>> written_;
 };
 

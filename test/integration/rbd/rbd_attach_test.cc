@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -40,6 +41,7 @@
 #include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"
 #include "support/leak_check.h"
+#include "support/rbd_backend_env.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -75,12 +77,7 @@ class RbdAttachTest : public testing::CephSuiteTest {
     if (IsSkipped() || HasFatalFailure()) return;
     binary_ = BinDir() + "/blockcsi-bridge";
     ASSERT_TRUE(std::filesystem::exists(binary_)) << binary_ << " not built";
-    RbdBackendOptions o;
-    o.ceph_conf = env_["CEPH_CONF"];
-    o.ceph_user = env_["BLOCKCSI_CEPH_USER"];
-    o.keyring = env_["BLOCKCSI_CEPH_KEYRING"];
-    o.pool = env_["RBD_POOL"];
-    auto backend = MakeRbdBackend(o);
+    auto backend = MakeRbdBackend(testing::RbdBackendOptionsFor(env_));
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
     key_ = testing::KeyFromKeyring(env_["BLOCKCSI_CEPH_KEYRING"]);
@@ -247,6 +244,27 @@ class RbdAttachTest : public testing::CephSuiteTest {
     return context.at(publish_context::kRbdImage);
   }
 
+  // What most tests open with: a volume created, published to a new node
+  // and attached there.
+  struct Attached {
+    std::optional<VolumeRecord> volume;
+    std::map<std::string, std::string> context;  // the publish_context
+    std::optional<AttachRecord> record;
+    Node* node = nullptr;
+  };
+  // Fatal failures end the caller: wrap in ASSERT_NO_FATAL_FAILURE.
+  void CreateAndAttach(uint64_t size, const std::string& node_id, Attached* out) {
+    auto volume = Create("vol", size);
+    ASSERT_TRUE(volume.ok()) << volume.status().ToString();
+    out->volume = *volume;
+    out->context = Publish(volume->id, node_id);
+    out->node = &NewNode(node_id);
+    ASSERT_TRUE(out->node->attacher);
+    auto record = out->node->attacher->Attach(SpecFor(volume->id, out->context, node_id));
+    ASSERT_TRUE(record.ok()) << record.status().ToString();
+    out->record = *record;
+  }
+
   std::string binary_;
   std::shared_ptr<VolumeBackend> backend_;
   std::unique_ptr<testing::CephClient> admin_;
@@ -256,14 +274,11 @@ class RbdAttachTest : public testing::CephSuiteTest {
 };
 
 TEST_F(RbdAttachTest, AttachWriteReadDetachReattachKeepsTheBytes) {
-  auto volume = Create("vol", 64 * kMiB);
-  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
-  auto context = Publish(volume->id, "node-a");
-  Node& node = NewNode("node-a");
-  ASSERT_TRUE(node.attacher);
+  Attached attached;
+  ASSERT_NO_FATAL_FAILURE(CreateAndAttach(64 * kMiB, "node-a", &attached));
+  auto& [volume, context, record, node_ptr] = attached;
+  Node& node = *node_ptr;
 
-  auto record = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
-  ASSERT_TRUE(record.ok()) << record.status().ToString();
   EXPECT_EQ(record->state, "attached");
   EXPECT_EQ(record->transport, "rbd");
   EXPECT_EQ(record->connector, "userspace");
@@ -369,13 +384,10 @@ TEST_F(RbdAttachTest, KeyIsNeverInArgvRecordRepliesOrLogs) {
 }
 
 TEST_F(RbdAttachTest, ResizeThenRescanGrowsTheLoopDevice) {
-  auto volume = Create("vol", 32 * kMiB);
-  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
-  auto context = Publish(volume->id, "node-a");
-  Node& node = NewNode("node-a");
-  ASSERT_TRUE(node.attacher);
-  auto record = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
-  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  Attached attached;
+  ASSERT_NO_FATAL_FAILURE(CreateAndAttach(32 * kMiB, "node-a", &attached));
+  auto& [volume, context, record, node_ptr] = attached;
+  Node& node = *node_ptr;
   EXPECT_EQ(DeviceSize(record->device_path), 32 * kMiB);
   // Past the old end: nothing there yet.
   EXPECT_NE(WriteDirect(record->device_path, 40 * kMiB, Pattern(4096, 'z')), 0);
@@ -396,13 +408,10 @@ TEST_F(RbdAttachTest, ResizeThenRescanGrowsTheLoopDevice) {
 }
 
 TEST_F(RbdAttachTest, FencedNodeGetsIoErrorsAndAnotherNodeTakesOver) {
-  auto volume = Create("vol", 32 * kMiB);
-  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
-  auto context_a = Publish(volume->id, "node-a");
-  Node& a = NewNode("node-a");
-  ASSERT_TRUE(a.attacher);
-  auto record_a = a.attacher->Attach(SpecFor(volume->id, context_a, "node-a"));
-  ASSERT_TRUE(record_a.ok()) << record_a.status().ToString();
+  Attached attached;
+  ASSERT_NO_FATAL_FAILURE(CreateAndAttach(32 * kMiB, "node-a", &attached));
+  auto& [volume, context_a, record_a, a_ptr] = attached;
+  Node& a = *a_ptr;
   std::string before = Pattern(kMiB, 'f');
   ASSERT_EQ(WriteDirect(record_a->device_path, 2 * kMiB, before), 0);
 
@@ -440,13 +449,10 @@ TEST_F(RbdAttachTest, FencedNodeGetsIoErrorsAndAnotherNodeTakesOver) {
 }
 
 TEST_F(RbdAttachTest, IdleFencedAttachmentIsReportedAndReplacedOnReattach) {
-  auto volume = Create("vol", 16 * kMiB);
-  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
-  auto context = Publish(volume->id, "node-a");
-  Node& node = NewNode("node-a");
-  ASSERT_TRUE(node.attacher);
-  auto first = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  Attached attached;
+  ASSERT_NO_FATAL_FAILURE(CreateAndAttach(16 * kMiB, "node-a", &attached));
+  auto& [volume, context, first, node_ptr] = attached;
+  Node& node = *node_ptr;
   std::string data = Pattern(64 * 1024, 'i');
   ASSERT_EQ(WriteDirect(first->device_path, 0, data), 0);
 
@@ -506,13 +512,10 @@ TEST_F(RbdAttachTest, SecondWriterIsRefusedWhileTheFirstHoldsTheLock) {
 }
 
 TEST_F(RbdAttachTest, ReadOnlyAttachmentReadsButNeverWritesOrLocks) {
-  auto volume = Create("vol", 16 * kMiB);
-  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
-  auto context = Publish(volume->id, "node-a");
-  Node& writer = NewNode("node-a");
-  ASSERT_TRUE(writer.attacher);
-  auto record = writer.attacher->Attach(SpecFor(volume->id, context, "node-a"));
-  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  Attached attached;
+  ASSERT_NO_FATAL_FAILURE(CreateAndAttach(16 * kMiB, "node-a", &attached));
+  auto& [volume, context, record, writer_ptr] = attached;
+  Node& writer = *writer_ptr;
   std::string data = Pattern(64 * 1024, 'r');
   ASSERT_EQ(WriteDirect(record->device_path, kMiB, data), 0);
   ASSERT_TRUE(writer.attacher->Detach(volume->id).ok());
@@ -644,13 +647,10 @@ TEST_F(RbdAttachTest, BridgeWithoutMonitorsUsesTheNodesCephConf) {
 // --gtest_filter='*Report*'.
 TEST_F(RbdAttachTest, DISABLED_ThroughputReport) {
   constexpr uint64_t kTotal = 64 * kMiB;
-  auto volume = Create("bench", 2 * kTotal);
-  ASSERT_TRUE(volume.ok()) << volume.status().ToString();
-  auto context = Publish(volume->id, "node-a");
-  Node& node = NewNode("node-a");
-  ASSERT_TRUE(node.attacher);
-  auto record = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
-  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  Attached attached;
+  ASSERT_NO_FATAL_FAILURE(CreateAndAttach(2 * kTotal, "node-a", &attached));
+  auto& [volume, context, record, node_ptr] = attached;
+  Node& node = *node_ptr;
 
   auto mib_per_s = [&](const std::vector<std::string>& argv, std::string* out) {
     auto start = std::chrono::steady_clock::now();

@@ -34,6 +34,7 @@
 #include "common/logging.h"
 #include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"
+#include "support/rbd_backend_env.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -53,10 +54,7 @@ class RbdBackendTest : public testing::CephSuiteTest {
   void SetUp() override {
     CephSuiteTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    options_.ceph_conf = env_["CEPH_CONF"];
-    options_.ceph_user = env_["BLOCKCSI_CEPH_USER"];
-    options_.keyring = env_["BLOCKCSI_CEPH_KEYRING"];
-    options_.pool = env_["RBD_POOL"];
+    options_ = testing::RbdBackendOptionsFor(env_);
     options_.topology = {{"topology.blockcsi.io/ceph", "test"}};
     auto backend = MakeRbdBackend(options_);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();

@@ -40,9 +40,12 @@
 #include "csi.grpc.pb.h"
 #include "support/block_io.h"
 #include "support/ceph_test_cluster.h"
+#include "support/csi_requests.h"
 #include "support/http_probe.h"
 #include "support/leak_check.h"
+#include "support/node_clean.h"
 #include "support/plugin_under_test.h"
+#include "support/rbd_backend_env.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 
@@ -85,12 +88,7 @@ class RbdPluginTest : public testing::CephSuiteTest {
     ASSERT_FALSE(key_.empty()) << "no key in " << env_["BLOCKCSI_CEPH_KEYRING"];
     // In-process backend with the same user: only to remove, after a failed
     // test, what the plugin could not (the plugin is stopped by then).
-    RbdBackendOptions o;
-    o.ceph_conf = env_["CEPH_CONF"];
-    o.ceph_user = env_["BLOCKCSI_CEPH_USER"];
-    o.keyring = env_["BLOCKCSI_CEPH_KEYRING"];
-    o.pool = env_["RBD_POOL"];
-    auto backend = MakeRbdBackend(o);
+    auto backend = MakeRbdBackend(testing::RbdBackendOptionsFor(env_));
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
     node_a_ = std::make_unique<PluginUnderTest>(dir_.Join("node-a"), nullptr);
@@ -126,10 +124,7 @@ class RbdPluginTest : public testing::CephSuiteTest {
     }
     if (node_b_) node_b_->Stop();
     if (node_a_) node_a_->Stop();
-    testing::CleanUpUnder(dir_.path());
-    EXPECT_TRUE(testing::MountsUnder(dir_.path()).empty()) << "mounts left";
-    EXPECT_TRUE(testing::LoopDevicesUnder(dir_.path()).empty()) << "loop devices left";
-    EXPECT_TRUE(testing::ProcessesNaming(dir_.path()).empty()) << "processes left";
+    testing::CleanUpAndExpectNothingUnder(dir_.path());
     if (backend_) {
       for (auto it = volumes_.rbegin(); it != volumes_.rend(); ++it) {
         auto record = backend_->GetVolume(it->id);
@@ -542,10 +537,8 @@ TEST_F(RbdPluginTest, XfsOnlineGrowIsVisibleInStats) {
   ASSERT_GE(before.usage_size(), 1);
 
   constexpr int64_t kNewSize = 512 * kMiB;
-  csi::v1::ControllerExpandVolumeRequest cexp;
-  cexp.set_volume_id(v.id);
-  cexp.mutable_capacity_range()->set_required_bytes(kNewSize);
-  *cexp.mutable_volume_capability() = testing::CapabilityFor("xfs");
+  const auto xfs = testing::CapabilityFor("xfs");
+  auto cexp = testing::ExpandRequest(v.id, kNewSize, &xfs);
   csi::v1::ControllerExpandVolumeResponse cresp;
   ASSERT_GRPC_OK(WithContext([&](auto* c) { return a.controller().ControllerExpandVolume(c, cexp, &cresp); }));
   EXPECT_GE(cresp.capacity_bytes(), kNewSize);

@@ -22,6 +22,7 @@
 #include "support/ceph_test_cluster.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
+#include "support/rbd_backend_env.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -68,12 +69,7 @@ class RbdCreateRollbackTest : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
     ASSERT_TRUE(setup_error_.empty()) << setup_error_;
-    RbdBackendOptions o;
-    o.ceph_conf = env_.at("CEPH_CONF");
-    o.ceph_user = env_.at("BLOCKCSI_CEPH_USER");
-    o.keyring = env_.at("BLOCKCSI_CEPH_KEYRING");
-    o.pool = env_.at("RBD_POOL");
-    auto backend = MakeRbdBackend(o);
+    auto backend = MakeRbdBackend(testing::RbdBackendOptionsFor(env_));
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
     // The source of a clone is made in-process (no fault armed here), with

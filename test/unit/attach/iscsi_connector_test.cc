@@ -124,6 +124,24 @@ class IscsiConnectorTest : public ::testing::Test {
   void ExpectIfaceOk() {
     executor_->ExpectOk({"iscsiadm", "-m", "iface", "-I", "blockcsi", "-o", "show"}, Data("iface_show_blockcsi.txt"));
   }
+  // A static volume (LUN 1 of kTarget at kP1) that logs in as `initiator_name`.
+  static StatusOr<AttachSpec> StaticSpec(const std::string& initiator_name) {
+    return ParseAttachSpec("vol-1",
+                           {{publish_context::kPortals, kP1},
+                            {publish_context::kTargetIqn, kTarget},
+                            {publish_context::kLun, "1"},
+                            {publish_context::kStatic, "true"},
+                            {publish_context::kInitiatorName, initiator_name}},
+                           {}, kInitiator);
+  }
+  // Portal `n` (1: kP1, 2: kP2) gets a new node record and logs in, after
+  // which the "kernel" shows the session `sysfs` (testdata/sysfs).
+  void ExpectRecordAndLogin(int n, const std::string& sysfs) {
+    const std::string portal = n == 1 ? kP1 : kP2;
+    ExpectNodeRecord(portal, Data("node_new_portal" + std::to_string(n) + ".txt"));
+    executor_->ExpectOk(Node(portal, {"--login"}), Data("login_portal" + std::to_string(n) + ".txt"))
+        .Then(Installs(sysfs));
+  }
   // Where `iscsiadm -o new` (no tpgt) puts the record: <nodes>/<iqn>/<ip>,<port>.
   std::string RecordFile(const std::string& portal) {
     std::string flat = portal;
@@ -170,8 +188,7 @@ class IscsiConnectorTest : public ::testing::Test {
 TEST_F(IscsiConnectorTest, LogsInScansTheLunAndResolvesTheDiskThroughSysfs) {
   auto attacher = MakeAttacher();
   ExpectIfaceOk();
-  ExpectNodeRecord(kP1, Data("node_new_portal1.txt"));
-  executor_->ExpectOk(Node(kP1, {"--login"}), Data("login_portal1.txt")).Then(Installs("session1_lun1"));
+  ExpectRecordAndLogin(1, "session1_lun1");
   auto record = attacher->Attach(Spec(kP1));
   ASSERT_TRUE(record.ok()) << record.status().ToString();
   EXPECT_EQ(record->device_path, "/dev/sdc");
@@ -321,13 +338,7 @@ TEST_F(IscsiConnectorTest, StaticVolumeLogsInAsItsInitiatorNameThroughAnIfaceOfI
   const std::string legacy = "iqn.1994-05.com.example:legacy";
   const std::string iface = "blockcsi-40f33eb6b30053a4";  // FNV-1a 64 of the name
   auto attacher = MakeAttacher();
-  auto spec = ParseAttachSpec("vol-1",
-                              {{publish_context::kPortals, kP1},
-                               {publish_context::kTargetIqn, kTarget},
-                               {publish_context::kLun, "1"},
-                               {publish_context::kStatic, "true"},
-                               {publish_context::kInitiatorName, legacy}},
-                              {}, kInitiator);
+  auto spec = StaticSpec(legacy);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   executor_->ExpectFail({"iscsiadm", "-m", "iface", "-I", iface, "-o", "show"}, 6,
                         Data("iface_show_missing_legacy.stderr"));
@@ -357,13 +368,7 @@ TEST_F(IscsiConnectorTest, StaticVolumeWhoseSessionCarriesAnotherNameIsRefused) 
   const std::string legacy = "iqn.1994-05.com.example:legacy";
   const std::string iface = "blockcsi-40f33eb6b30053a4";
   auto attacher = MakeAttacher();
-  auto spec = ParseAttachSpec("vol-1",
-                              {{publish_context::kPortals, kP1},
-                               {publish_context::kTargetIqn, kTarget},
-                               {publish_context::kLun, "1"},
-                               {publish_context::kStatic, "true"},
-                               {publish_context::kInitiatorName, legacy}},
-                              {}, kInitiator);
+  auto spec = StaticSpec(legacy);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   executor_->ExpectOk({"iscsiadm", "-m", "iface", "-I", iface, "-o", "show"}, Data("iface_show_legacy.txt"));
   ExpectNodeRecord(kP1, Data("node_new_portal1.txt"), false, iface);
@@ -435,10 +440,8 @@ TEST_F(IscsiConnectorTest, DeviceThatAppearsLateIsFound) {
 TEST_F(IscsiConnectorTest, MultipathUsesTheDmDeviceWhenAllPathsAgree) {
   auto attacher = MakeAttacher();
   ExpectIfaceOk();
-  ExpectNodeRecord(kP1, Data("node_new_portal1.txt"));
-  executor_->ExpectOk(Node(kP1, {"--login"}), Data("login_portal1.txt")).Then(Installs("session1_lun1"));
-  ExpectNodeRecord(kP2, Data("node_new_portal2.txt"));
-  executor_->ExpectOk(Node(kP2, {"--login"}), Data("login_portal2.txt")).Then(Installs("session2_lun1"));
+  ExpectRecordAndLogin(1, "session1_lun1");
+  ExpectRecordAndLogin(2, "session2_lun1");
   // multipathd assembles the map a moment after both paths exist.
   clock_->on_sleep_ = [this](int) {
     if (std::filesystem::exists(Sys("/block/sdc")) && std::filesystem::exists(Sys("/block/sdd")) &&
@@ -464,10 +467,8 @@ TEST_F(IscsiConnectorTest, MultipathUsesTheDmDeviceWhenAllPathsAgree) {
 TEST_F(IscsiConnectorTest, PathsThatDisagreeAreRefusedAndCleanedUp) {
   auto attacher = MakeAttacher();
   ExpectIfaceOk();
-  ExpectNodeRecord(kP1, Data("node_new_portal1.txt"));
-  executor_->ExpectOk(Node(kP1, {"--login"}), Data("login_portal1.txt")).Then(Installs("session1_lun1"));
-  ExpectNodeRecord(kP2, Data("node_new_portal2.txt"));
-  executor_->ExpectOk(Node(kP2, {"--login"}), Data("login_portal2.txt")).Then(Installs("session2_lun1_other_lun"));
+  ExpectRecordAndLogin(1, "session1_lun1");
+  ExpectRecordAndLogin(2, "session2_lun1_other_lun");
   executor_->ExpectOk({"blockdev", "--flushbufs", "/dev/sdc"});
   ExpectLogoutAndDelete(kP1, Data("logout_portal1.txt"));
   ExpectLogoutAndDelete(kP2, Data("logout_portal2.txt"));

@@ -71,6 +71,21 @@ NodeSnapshot Healthy() {
   return s;
 }
 
+// `s` classifies as exactly one finding, of `verdict`, whose detail holds
+// `detail_part`.
+::testing::AssertionResult OneFinding(const NodeSnapshot& s, const std::string& verdict,
+                                      const std::string& detail_part = "") {
+  auto findings = Classify(s);
+  if (findings.size() != 1) return ::testing::AssertionFailure() << findings.size() << " findings, not 1";
+  if (findings[0].verdict != verdict) {
+    return ::testing::AssertionFailure() << "verdict " << findings[0].verdict << ", not " << verdict;
+  }
+  if (findings[0].detail.find(detail_part) == std::string::npos) {
+    return ::testing::AssertionFailure() << "detail without \"" << detail_part << "\": " << findings[0].detail;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 const Finding* FindingFor(const std::vector<Finding>& findings, const std::string& subject) {
   for (const auto& f : findings) {
     if (f.subject == subject) return &f;
@@ -133,10 +148,7 @@ TEST(NodeStateTest, DeadBridgeAndNoDeviceIsAStaleRecordCleanedByDetach) {
   s.loops.clear();
   s.device_numbers.clear();
   s.mounts.clear();
-  auto findings = Classify(s);
-  ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].verdict, kVerdictStaleRecord);
-  EXPECT_NE(findings[0].detail.find("/dev/loop3 is gone"), std::string::npos) << findings[0].detail;
+  ASSERT_TRUE(OneFinding(s, kVerdictStaleRecord, "/dev/loop3 is gone"));
   CleanupPlan plan = PlanCleanup(s);
   ASSERT_EQ(plan.steps.size(), 1u);
   EXPECT_EQ(plan.steps[0].kind, CleanupStep::Kind::kDetachRecord);
@@ -150,10 +162,7 @@ TEST(NodeStateTest, AttachedButNeverStagedIsStale) {
   NodeSnapshot s = Healthy();
   s.records[0].annotations.clear();
   s.mounts.clear();
-  auto findings = Classify(s);
-  ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].verdict, kVerdictStaleRecord);
-  EXPECT_NE(findings[0].detail.find("never staged"), std::string::npos) << findings[0].detail;
+  ASSERT_TRUE(OneFinding(s, kVerdictStaleRecord, "never staged"));
   CleanupPlan plan = PlanCleanup(s);
   ASSERT_EQ(plan.steps.size(), 1u);
   EXPECT_NE(plan.steps[0].description.find("stop bridge pid 4242"), std::string::npos) << plan.steps[0].description;
@@ -259,9 +268,7 @@ TEST(NodeStateTest, OrphanLoopWithoutBridgeIsDetached) {
   s.state_dir = kState;
   s.loops = {{"/dev/loop9", "7:9", std::string(kState) + "/bridges/gone/fuse/lun (deleted)"}};
   s.device_numbers = {{"/dev/loop9", "7:9"}};
-  auto findings = Classify(s);
-  ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].verdict, kVerdictOrphanLoop);
+  ASSERT_TRUE(OneFinding(s, kVerdictOrphanLoop));
   CleanupPlan plan = PlanCleanup(s);
   ASSERT_EQ(plan.steps.size(), 1u);
   EXPECT_EQ(plan.steps[0].description, "losetup -d /dev/loop9");
@@ -276,9 +283,7 @@ TEST(NodeStateTest, FuseMountOfAVanishedBridgeIsAnOrphanMount) {
   NodeSnapshot s;
   s.state_dir = kState;
   s.mounts = {Mount(std::string(kState) + "/bridges/gone/fuse", "0:55", "fuse.blockcsi-bridge")};
-  auto findings = Classify(s);
-  ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].verdict, kVerdictOrphanMount);
+  ASSERT_TRUE(OneFinding(s, kVerdictOrphanMount));
   EXPECT_EQ(PlanCleanup(s).steps.size(), 1u);
 }
 

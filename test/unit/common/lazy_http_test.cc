@@ -13,21 +13,15 @@
 
 #include "common/executor.h"
 #include "support/http_probe.h"
+#include "support/linkage.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
 namespace {
 
 TEST(LazyHttpTest, PluginProgramDoesNotLinkHttplib) {
-  std::string program = testing::BinDir() + "/blockcsi";
   if (!testing::HaveProgram("readelf")) GTEST_SKIP() << "readelf (binutils) is not installed";
-  std::string error;
-  std::vector<std::string> needed = testing::NeededLibraries(program, &error);
-  ASSERT_FALSE(needed.empty()) << error;
-  for (const std::string& library : needed) {
-    EXPECT_EQ(library.find("httplib"), std::string::npos) << program << " links " << library;
-    EXPECT_EQ(library.find("blockcsi_http"), std::string::npos) << program << " links " << library;
-  }
+  EXPECT_TRUE(testing::LinksNoneOf(testing::BinDir() + "/blockcsi", {"httplib", "blockcsi_http"}));
 }
 
 TEST(LazyHttpTest, ServesTheRenderedTextUntilDestroyed) {

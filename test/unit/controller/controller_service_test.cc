@@ -15,10 +15,13 @@
 #include "attach/publish_context.h"
 #include "common/logging.h"
 #include "support/csi_capabilities.h"
+#include "support/csi_requests.h"
 #include "support/fake_backend.h"
 
 namespace blockcsi {
 namespace {
+
+using ::blockcsi::testing::PublishRequest;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -65,16 +68,6 @@ class ControllerServiceTest : public ::testing::Test {
     r.set_volume_id(id);
     csi::v1::DeleteVolumeResponse resp;
     return service_->DeleteVolume(&ctx, &r, &resp);
-  }
-  csi::v1::ControllerPublishVolumeRequest PublishRequest(
-      const std::string& id, const std::string& node, const csi::v1::VolumeCapability& cap = testing::MountCapability(),
-      bool readonly = false) {
-    csi::v1::ControllerPublishVolumeRequest r;
-    r.set_volume_id(id);
-    r.set_node_id(node);
-    *r.mutable_volume_capability() = cap;
-    r.set_readonly(readonly);
-    return r;
   }
   grpc::Status Publish(const csi::v1::ControllerPublishVolumeRequest& r,
                        csi::v1::ControllerPublishVolumeResponse* out = nullptr) {

@@ -316,15 +316,11 @@ TEST_F(NodeServiceTest, StageRefusesToFormatBlankReadOnlyAttachment) {
 TEST_F(NodeServiceTest, StageRunsE2fsckWhenJournalNeedsRecovery) {
   std::string dev = Device("vol1", "/dev/fake1");
   world_->SetSignature(dev, "ext4", "filesystem");
-  CommandResult dump;
-  dump.exit_code = 0;
-  dump.stdout_text = "Filesystem state:         clean\nFilesystem features:      has_journal needs_recovery extent\n";
-  executor_->Script("dumpe2fs", dump);
+  executor_->Script("dumpe2fs", 0,
+                    "Filesystem state:         clean\nFilesystem features:      has_journal needs_recovery extent\n");
   // What e2fsck -p says after replaying a journal: 1, errors corrected.
-  CommandResult fsck;
-  fsck.exit_code = 1;
-  fsck.stdout_text = "/dev/fake1: recovering journal\n/dev/fake1: clean, 11/65536 files, 12955/262144 blocks\n";
-  executor_->Script("e2fsck", fsck);
+  executor_->Script("e2fsck", 1,
+                    "/dev/fake1: recovering journal\n/dev/fake1: clean, 11/65536 files, 12955/262144 blocks\n");
   ASSERT_TRUE(node_->Stage(StageRequest("vol1")).ok());
   EXPECT_EQ(Commands(), (std::vector<std::string>{"dumpe2fs -h /dev/fake1", "e2fsck -p /dev/fake1"}));
 }
@@ -332,14 +328,8 @@ TEST_F(NodeServiceTest, StageRunsE2fsckWhenJournalNeedsRecovery) {
 TEST_F(NodeServiceTest, StageStopsWhenE2fsckCannotRepair) {
   std::string dev = Device("vol1", "/dev/fake1");
   world_->SetSignature(dev, "ext4", "filesystem");
-  CommandResult dump;
-  dump.exit_code = 0;
-  dump.stdout_text = "Filesystem state:         not clean with errors\n";
-  executor_->Script("dumpe2fs", dump);
-  CommandResult fsck;
-  fsck.exit_code = 4;
-  fsck.stderr_text = "UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY.";
-  executor_->Script("e2fsck", fsck);
+  executor_->Script("dumpe2fs", 0, "Filesystem state:         not clean with errors\n");
+  executor_->Script("e2fsck", 4, "", "UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY.");
   Status st = node_->Stage(StageRequest("vol1"));
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("e2fsck"), std::string::npos);
@@ -351,12 +341,9 @@ TEST_F(NodeServiceTest, StageStopsWhenE2fsckCannotRepair) {
 
 TEST_F(NodeServiceTest, StageFinalFailureAfterAttachDetachesAndSaysWhyInOneLine) {
   Device("vol1", "/dev/fake1");
-  CommandResult mkfs;
-  mkfs.exit_code = 1;
-  mkfs.stderr_text =
-      "mke2fs 1.47.0 (5-Feb-2023)\nmkfs.ext4: inode_size (256) * inodes_count (100000000) too big for a\n"
-      "\tfilesystem with 65536 blocks\nUsage: mkfs.ext4 [-c|-l filename]\n\t[-b block-size]\n";
-  executor_->Script("mkfs.ext4", mkfs);
+  executor_->Script("mkfs.ext4", 1, "",
+                    "mke2fs 1.47.0 (5-Feb-2023)\nmkfs.ext4: inode_size (256) * inodes_count (100000000) too big for a\n"
+                    "\tfilesystem with 65536 blocks\nUsage: mkfs.ext4 [-c|-l filename]\n\t[-b block-size]\n");
   Status st = node_->Stage(StageRequest("vol1"));
   EXPECT_EQ(st.code(), StatusCode::kInternal) << st.ToString();
   EXPECT_NE(st.message().find("vol1"), std::string::npos) << st.message();
@@ -385,10 +372,7 @@ TEST_F(NodeServiceTest, StageFinalFailureKeepsAnAttachmentThatIsInUse) {
   world_->files.insert(kTarget);
   ASSERT_TRUE(node_->Publish(PublishRequest("vol1", /*block=*/true)).ok());
   ASSERT_TRUE(attacher_->Annotate("vol1", kStagedAnnotation, "").ok());
-  CommandResult mkfs;
-  mkfs.exit_code = 1;
-  mkfs.stderr_text = "mkfs.ext4: no\n";
-  executor_->Script("mkfs.ext4", mkfs);
+  executor_->Script("mkfs.ext4", 1, "", "mkfs.ext4: no\n");
   Status st = node_->Stage(StageRequest("vol1"));
   EXPECT_FALSE(st.ok());
   EXPECT_TRUE(attacher_->Get("vol1").ok()) << st.ToString();
@@ -680,10 +664,7 @@ TEST_F(NodeServiceTest, ExpandExt4WithoutCapSysResourceSaysSo) {
 TEST_F(NodeServiceTest, ExpandExt4KernelRefusalIsExplained) {
   Device("vol1", "/dev/fake1");
   ASSERT_TRUE(node_->Stage(StageRequest("vol1")).ok());
-  CommandResult refused;
-  refused.exit_code = 1;
-  refused.stderr_text = "resize2fs: Permission denied to resize filesystem";
-  executor_->Script("resize2fs", refused);
+  executor_->Script("resize2fs", 1, "", "resize2fs: Permission denied to resize filesystem");
   csi::v1::NodeExpandVolumeResponse resp;
   Status st = node_->Expand(ExpandRequest("vol1", kStaging), &resp);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
