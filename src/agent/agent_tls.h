@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "common/host.h"
 #include "common/status.h"
 
 namespace blockcsi {
@@ -18,7 +19,8 @@ namespace blockcsi {
 // FAILED_PRECONDITION when the key file gives group or others any access;
 // INVALID_ARGUMENT naming the file when one is not the PEM it should be, or
 // the key does not belong to the certificate; NOT_FOUND when one is missing.
-Status CheckTlsFiles(const std::string& cert_path, const std::string& key_path, const std::string& ca_path);
+Status CheckTlsFiles(const Host& host, const std::string& cert_path, const std::string& key_path,
+                     const std::string& ca_path);
 
 // Admits a call when its client certificate's common name or one of its
 // subject alternative names is in `allowed`; PERMISSION_DENIED otherwise.

@@ -1,12 +1,11 @@
 #include "attach/attach_record_store.h"
 
-#include <algorithm>
 #include <cctype>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
 #include "common/fault_points.h"
+#include "common/host.h"
 #include "common/logging.h"
 #include "common/span.h"
 
@@ -81,11 +80,10 @@ Status AttachRecordStore::Init() {
   // left "<record>.tmp-<n>": never a record (List skips it), and no one else
   // would ever remove it. Init runs at the start of the one plugin that owns
   // this directory, before any Put, so every temp file here is such a leftover.
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-    std::string name = entry.path().filename().string();
+  auto names = RealHost()->ListDir(dir_);
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>{}) {
     if (name.find(".json.tmp-") == std::string::npos) continue;
-    if (Status st = RemoveFileDurably(entry.path().string()); !st.ok()) {
+    if (Status st = RemoveFileDurably(dir_ + "/" + name); !st.ok()) {
       LogWarn("cannot remove an interrupted attach record write", {{"file", name}, {"error", st.ToString()}});
     } else {
       LogInfo("removed an interrupted attach record write", {{"file", name}});
@@ -125,16 +123,14 @@ StatusOr<AttachRecord> AttachRecordStore::Get(const std::string& volume_id) cons
 
 StatusOr<std::vector<AttachRecord>> AttachRecordStore::List() const {
   std::vector<AttachRecord> out;
-  std::error_code ec;
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-    std::string name = entry.path().filename().string();
+  auto listed = RealHost()->ListDir(dir_);  // sorted
+  if (!listed.ok() && listed.status().code() != StatusCode::kNotFound) return listed.status();
+  std::vector<std::string> paths;
+  for (const std::string& name : listed.ok() ? *listed : std::vector<std::string>{}) {
     // Temp files of an interrupted atomic write are not records.
-    if (name.size() > 5 && name.ends_with(".json") && name[0] != '.') names.push_back(entry.path().string());
+    if (name.size() > 5 && name.ends_with(".json") && name[0] != '.') paths.push_back(dir_ + "/" + name);
   }
-  if (ec && ec != std::errc::no_such_file_or_directory) return ErrnoToStatus(ec.value(), "list " + dir_);
-  std::sort(names.begin(), names.end());
-  for (const auto& path : names) {
+  for (const auto& path : paths) {
     auto text = ReadFileToString(path);
     if (!text.ok()) {
       LogWarn("cannot read attach record", {{"path", path}, {"error", text.status().ToString()}});

@@ -1,19 +1,12 @@
 #include "attach/krbd_connector.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <filesystem>
 #include <functional>
 #include <optional>
 #include <set>
 
 #include "attach/attach_record_store.h"
-#include "common/atomic_file.h"
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -140,47 +133,39 @@ std::string KeyFilePath(const std::string& state_dir, const std::string& volume_
 }
 
 // The cephx key in a file that only root can read, for exactly as long as
-// the object lives (every return path of the map, including errors).
+// the object lives (every return path of the map, including errors). The key
+// goes to a 0600 temp file that is renamed into place (Host::ReplaceFile): a
+// symlink someone planted at the path is replaced, never followed, and a
+// crash leaves "<name>.key" or "<name>.key.tmp-<n>", which the next
+// Reconcile removes. The key is only ever in the file, never in an error.
 class KeyFile {
  public:
   KeyFile(const KeyFile&) = delete;
   KeyFile& operator=(const KeyFile&) = delete;
   ~KeyFile() {
-    if (!path_.empty()) ::unlink(path_.c_str());
+    if (Status st = host_.RemovePath(path_); !st.ok()) {
+      LogWarn("cannot remove the cephx key file; Reconcile removes it", {{"file", path_}, {"error", st.ToString()}});
+    }
   }
 
-  static StatusOr<std::unique_ptr<KeyFile>> Create(const std::string& path, const std::string& key,
+  static StatusOr<std::unique_ptr<KeyFile>> Create(const Host& host, const std::string& path, const std::string& key,
                                                    const std::string& volume_id) {
-    std::string dir = std::filesystem::path(path).parent_path().string();
-    BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(dir, 0700));
-    ::unlink(path.c_str());  // a crash's leftover; O_EXCL below must create afresh
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return ErrnoToStatus(errno, Quoted(volume_id) + ": create the cephx key file " + path);
-    std::unique_ptr<KeyFile> file(new KeyFile(path));  // removes it on every error below
-    if (::fchmod(fd, 0600) != 0) {                     // whatever the umask
-      int err = errno;
-      ::close(fd);
-      return ErrnoToStatus(err, Quoted(volume_id) + ": chmod the cephx key file " + path);
+    std::string dir = path.substr(0, path.rfind('/'));
+    if (Status st = host.MakeDirectory(dir, 0700); !st.ok()) {
+      return Status(st.code(), Quoted(volume_id) + ": the cephx key directory: " + st.message());
     }
-    size_t done = 0;
-    while (done < key.size()) {
-      ssize_t n = ::write(fd, key.data() + done, key.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        int err = errno;
-        ::close(fd);
-        return ErrnoToStatus(err, Quoted(volume_id) + ": write the cephx key file " + path);
-      }
-      done += static_cast<size_t>(n);
+    std::unique_ptr<KeyFile> file(new KeyFile(host, path));  // removes it on every error below
+    if (Status st = host.ReplaceFile(path, key); !st.ok()) {
+      return Status(st.code(), Quoted(volume_id) + ": write the cephx key file: " + st.message());
     }
-    if (::close(fd) != 0) return ErrnoToStatus(errno, Quoted(volume_id) + ": close the cephx key file " + path);
     return file;
   }
 
   const std::string& path() const { return path_; }
 
  private:
-  explicit KeyFile(std::string path) : path_(std::move(path)) {}
+  KeyFile(const Host& host, std::string path) : host_(host), path_(std::move(path)) {}
+  const Host& host_;
   std::string path_;
 };
 
@@ -432,8 +417,8 @@ class KrbdConnector final : public Connector {
     }
     std::unique_ptr<KeyFile> key;
     if (!spec.rbd.key.empty()) {
-      BLOCKCSI_ASSIGN_OR_RETURN(
-          key, KeyFile::Create(KeyFilePath(options_.state_dir, spec.volume_id), spec.rbd.key, spec.volume_id));
+      BLOCKCSI_ASSIGN_OR_RETURN(key, KeyFile::Create(StateHost(), KeyFilePath(options_.state_dir, spec.volume_id),
+                                                     spec.rbd.key, spec.volume_id));
       map.Arg("--keyfile").Arg(key->path());
     }
     if (!options_.ceph_conf.empty()) map.Arg("-c").Arg(options_.ceph_conf);
@@ -500,23 +485,33 @@ class KrbdConnector final : public Connector {
     std::string path =
         it != record.connector_state.end() ? it->second : KeyFilePath(options_.state_dir, record.volume_id);
     // Only ever a file in our own key directory.
-    if (std::filesystem::path(path).parent_path() != std::filesystem::path(options_.state_dir + "/krbd")) return;
-    // The state dir is this machine's, whatever root host_fs's view has.
-    if (RealHost()->Kind(path) == PathKind::kFile && RealHost()->RemovePath(path).ok()) {
-      LogWarn("removed a cephx key file left by an interrupted map", {{"volume_id", record.volume_id}});
+    const std::string dir = options_.state_dir + "/krbd";
+    if (!path.starts_with(dir + "/") || path.find('/', dir.size() + 1) != std::string::npos) return;
+    const std::string name = path.substr(dir.size() + 1);
+    auto names = StateHost().ListDir(dir);
+    for (const std::string& entry : names.ok() ? *names : std::vector<std::string>{}) {
+      // The key file, or the temp file of a write a crash interrupted.
+      if (entry != name && !entry.starts_with(name + ".tmp-")) continue;
+      if (StateHost().Kind(dir + "/" + entry) == PathKind::kFile && StateHost().RemovePath(dir + "/" + entry).ok()) {
+        LogWarn("removed a cephx key file left by an interrupted map", {{"volume_id", record.volume_id}});
+      }
     }
   }
 
   void RemoveAllKeyLeftovers() const {
     const std::string dir = options_.state_dir + "/krbd";
-    auto names = RealHost()->ListDir(dir);
+    auto names = StateHost().ListDir(dir);
     for (const std::string& name : names.ok() ? *names : std::vector<std::string>{}) {
-      if (!name.ends_with(".key")) continue;
-      if (RealHost()->RemovePath(dir + "/" + name).ok()) {
+      if (!name.ends_with(".key") && name.find(".key.tmp-") == std::string::npos) continue;
+      if (StateHost().RemovePath(dir + "/" + name).ok()) {
         LogWarn("removed a cephx key file left by an interrupted map", {{"file", dir + "/" + name}});
       }
     }
   }
+
+  // The state dir is this machine's, whatever root host_fs's view of /sys
+  // and /dev has.
+  static const Host& StateHost() { return *RealHost(); }
 
   KrbdConnectorOptions options_;
 };

@@ -1,7 +1,6 @@
 #include "attach/process_exit.h"
 
 #include <poll.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,12 +9,12 @@
 
 namespace blockcsi {
 
-ProcessExitWatch ProcessExitWatch::Open(pid_t pid) {
+ProcessExitWatch ProcessExitWatch::Open(const Host& host, pid_t pid) {
   ProcessExitWatch watch;
   if (pid <= 0) return watch;
-  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) return watch;
-  watch.fd_ = fd;
+  auto fd = host.WatchExit(pid);
+  if (!fd.ok()) return watch;
+  watch.fd_ = *fd;
   watch.pid_ = pid;
   return watch;
 }

@@ -1,12 +1,14 @@
 // ProcessExitWatch: waits for another process to end as an event, not by
-// polling /proc. A pidfd (pidfd_open, Linux 5.3) becomes readable when its
-// process exits, whoever its parent is: the bridges are reparented to init,
-// so waitpid cannot see them. Not thread-safe: one owner; movable.
+// polling /proc: it owns the fd Host::WatchExit gives (a pidfd on the real
+// host), which becomes readable when the process exits, whoever its parent
+// is. Not thread-safe: one owner; movable.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+
+#include "common/host.h"
 
 namespace blockcsi {
 
@@ -15,7 +17,7 @@ class ProcessExitWatch {
   ProcessExitWatch() = default;
   // Holds `pid` from now on; empty when it is gone already or the kernel
   // has no pidfds (callers then fall back to looking for the process).
-  static ProcessExitWatch Open(pid_t pid);
+  static ProcessExitWatch Open(const Host& host, pid_t pid);
   ~ProcessExitWatch();
   ProcessExitWatch(ProcessExitWatch&& other) noexcept;
   ProcessExitWatch& operator=(ProcessExitWatch&& other) noexcept;

@@ -359,7 +359,7 @@ class UserspaceConnector final : public Connector {
     uint64_t start = 0;
     if (!ParseInt(value(kBridgePidKey), &pid) || !ParseU64(value(kBridgeStartTimeKey), &start)) return {};
     // Held first, checked second: a pid reused in between fails the check.
-    ProcessExitWatch watch = ProcessExitWatch::Open(pid);
+    ProcessExitWatch watch = ProcessExitWatch::Open(*options_.host_fs, pid);
     if (!watch.held() || !ProcessIsAlive(*options_.host_fs, pid, start)) return {};
     return watch;
   }

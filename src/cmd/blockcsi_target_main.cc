@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -25,6 +24,7 @@
 #include "common/atomic_file.h"
 #include "common/duration.h"
 #include "common/endpoint.h"
+#include "common/host.h"
 #include "common/logging.h"
 #include "common/metrics_server.h"
 #include "common/rpc_logging.h"
@@ -167,7 +167,7 @@ void RaiseFileLimit() {
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const AgentConfig& c, bool tls) {
   if (!tls) return grpc::InsecureServerCredentials();
   // Before anything else starts: a broken or exposed key fails here, by name.
-  BLOCKCSI_RETURN_IF_ERROR(CheckTlsFiles(c.tls_cert, c.tls_key, c.tls_ca));
+  BLOCKCSI_RETURN_IF_ERROR(CheckTlsFiles(*RealHost(), c.tls_cert, c.tls_key, c.tls_ca));
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   BLOCKCSI_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFileToString(c.tls_ca));
   BLOCKCSI_ASSIGN_OR_RETURN(std::string cert, ReadFileToString(c.tls_cert));
@@ -205,7 +205,7 @@ int ServeUntilSignalled(const AgentConfig& c, const AgentSettings& settings,
   std::vector<int> ports(c.listen.size(), 0);
   for (size_t i = 0; i < c.listen.size(); ++i) builder.AddListeningPort(c.listen[i], tcp_credentials, &ports[i]);
   if (!c.socket.empty()) {
-    if (Status st = PrepareUnixSocket(c.socket); !st.ok()) return Fail(st.message(), 1);
+    if (Status st = PrepareUnixSocket(*RealHost(), c.socket); !st.ok()) return Fail(st.message(), 1);
     builder.AddListeningPort("unix:" + c.socket, grpc::InsecureServerCredentials());
   }
   builder.RegisterService(service);
@@ -217,8 +217,10 @@ int ServeUntilSignalled(const AgentConfig& c, const AgentSettings& settings,
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ::umask(old_umask);
   if (!server) return Fail("cannot listen on the given addresses", 1);
-  if (!c.socket.empty() && ::chmod(c.socket.c_str(), settings.socket_mode) != 0) {
-    return Fail("cannot set mode of " + c.socket + ": " + std::strerror(errno), 1);
+  if (!c.socket.empty()) {
+    if (Status st = RealHost()->SetPermissions(c.socket, settings.socket_mode); !st.ok()) {
+      return Fail("cannot set mode of " + c.socket + ": " + st.message(), 1);
+    }
   }
   for (size_t i = 0; i < c.listen.size(); ++i) {
     if (ports[i] == 0) return Fail("cannot listen on " + c.listen[i], 1);
@@ -235,7 +237,11 @@ int ServeUntilSignalled(const AgentConfig& c, const AgentSettings& settings,
   LogInfo("shutting down", {{"signal", strsignal(signal_number)}});
   server->Shutdown(std::chrono::system_clock::now() + settings.shutdown_grace);
   server->Wait();
-  if (!c.socket.empty()) ::unlink(c.socket.c_str());
+  if (!c.socket.empty()) {
+    if (Status st = RealHost()->RemovePath(c.socket); !st.ok()) {
+      LogWarn("cannot remove the socket", {{"error", st.ToString()}});
+    }
+  }
   LogInfo("stopped");
   return 0;
 }

@@ -5,9 +5,9 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include "common/endpoint.h"
+#include "common/host.h"
 #include "common/logging.h"
 #include "common/rpc_logging.h"
 
@@ -41,7 +41,7 @@ void BlockTerminationSignals() {
 Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Service*>& services,
                         std::chrono::milliseconds grace) {
   BLOCKCSI_ASSIGN_OR_RETURN(std::string socket_path, ParseUnixEndpoint(endpoint));
-  BLOCKCSI_RETURN_IF_ERROR(PrepareUnixSocket(socket_path));
+  BLOCKCSI_RETURN_IF_ERROR(PrepareUnixSocket(*RealHost(), socket_path));
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
@@ -66,7 +66,9 @@ Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Ser
   // Shutdown stops new calls at once and cancels what still runs at the deadline.
   server->Shutdown(std::chrono::system_clock::now() + grace);
   server->Wait();
-  ::unlink(socket_path.c_str());
+  if (Status st = RealHost()->RemovePath(socket_path); !st.ok()) {
+    LogWarn("cannot remove the socket", {{"error", st.ToString()}});
+  }
   LogInfo("stopped");
   return OkStatus();
 }

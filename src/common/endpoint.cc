@@ -1,15 +1,11 @@
 #include "common/endpoint.h"
 
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-
-#include "common/atomic_file.h"
 
 namespace blockcsi {
 
@@ -31,22 +27,25 @@ StatusOr<std::string> ParseUnixEndpoint(std::string_view endpoint) {
   return std::string(rest);
 }
 
-Status PrepareUnixSocket(const std::string& socket_path) {
-  std::string dir = std::filesystem::path(socket_path).parent_path().string();
-  if (!dir.empty()) BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(dir, 0755));
-  struct stat st {};
-  if (::lstat(socket_path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return OkStatus();
-    return ErrnoToStatus(errno, "stat " + socket_path);
+Status PrepareUnixSocket(const Host& host, const std::string& socket_path) {
+  size_t slash = socket_path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    BLOCKCSI_RETURN_IF_ERROR(host.MakeDirectory(socket_path.substr(0, slash), 0755));
   }
-  if (!S_ISSOCK(st.st_mode)) {
+  PathKind kind = host.Kind(socket_path);
+  if (kind == PathKind::kMissing) return OkStatus();
+  if (kind != PathKind::kSocket) {
     return FailedPrecondition(socket_path + " exists and is not a socket; refusing to replace it");
   }
+  // A socket file outlives its server: only one that nobody answers on is
+  // stale. The probe is a connect, not a file operation, so it dials the
+  // path the seam maps to.
+  const std::string real = host.Resolve(socket_path);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return ErrnoToStatus(errno, "socket");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
+  std::strncpy(addr.sun_path, real.c_str(), sizeof addr.sun_path - 1);
   int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   int err = errno;
   ::close(fd);
@@ -55,7 +54,9 @@ Status PrepareUnixSocket(const std::string& socket_path) {
                               "; refusing to start a second one on the same endpoint");
   }
   if (err != ECONNREFUSED && err != ENOENT) return ErrnoToStatus(err, "probe " + socket_path);
-  if (::unlink(socket_path.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus(errno, "remove stale " + socket_path);
+  if (Status st = host.RemovePath(socket_path); !st.ok()) {
+    return Status(st.code(), "remove stale " + socket_path + ": " + st.message());
+  }
   return OkStatus();
 }
 

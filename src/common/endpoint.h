@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/host.h"
 #include "common/status.h"
 
 namespace blockcsi {
@@ -14,6 +15,7 @@ StatusOr<std::string> ParseUnixEndpoint(std::string_view endpoint);
 // Makes `socket_path` ready to listen on: creates its directory; removes a
 // stale socket file left by a dead server; refuses (FAILED_PRECONDITION)
 // when a live server still answers on it, or when the path is not a socket.
-Status PrepareUnixSocket(const std::string& socket_path);
+// The file operations go through `host`.
+Status PrepareUnixSocket(const Host& host, const std::string& socket_path);
 
 }  // namespace blockcsi

@@ -1,11 +1,8 @@
 #include "common/fs_minimums.h"
 
-#include <stdlib.h>
-
 #include <cctype>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
+#include <random>
 
 #include "common/logging.h"
 
@@ -25,22 +22,28 @@ uint64_t NumberAfter(std::string_view text, std::string_view marker) {
   return any ? value : 0;
 }
 
-// A directory only this probe uses, removed with what mkfs left in it.
+// A directory only this probe uses, removed with what mkfs left in it. Its
+// name is random (64 bits): nobody can make it in advance in a shared parent
+// such as /tmp, so one that is already there is never used.
 class ScratchDir {
  public:
-  explicit ScratchDir(const std::string& parent) {
-    std::string pattern = parent + "/blockcsi-fsmin-XXXXXX";
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  ScratchDir(const Host& host, const std::string& parent) : host_(host) {
+    std::random_device random;
+    std::string path = parent + "/blockcsi-fsmin-" + std::to_string(random()) + std::to_string(random());
+    if (host_.Kind(path) == PathKind::kMissing && host_.MakeDirectory(path, 0700).ok()) path_ = path;
   }
   ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+    if (path_.empty()) return;
+    if (Status st = host_.RemoveTree(path_); !st.ok()) {
+      LogWarn("cannot remove the mkfs probe's scratch directory", {{"error", st.ToString()}});
+    }
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
   const std::string& path() const { return path_; }
 
  private:
+  const Host& host_;
   std::string path_;
 };
 
@@ -56,8 +59,9 @@ uint64_t ParseBtrfsMinimum(std::string_view text) {
   return NumberAfter(text, "minimum size for each btrfs device is ");
 }
 
-FilesystemMinimums::FilesystemMinimums(std::shared_ptr<Executor> executor, std::string scratch_parent)
-    : executor_(std::move(executor)), scratch_parent_(std::move(scratch_parent)) {}
+FilesystemMinimums::FilesystemMinimums(std::shared_ptr<Executor> executor, std::string scratch_parent,
+                                       std::shared_ptr<const Host> host)
+    : executor_(std::move(executor)), scratch_parent_(std::move(scratch_parent)), host_(std::move(host)) {}
 
 uint64_t FilesystemMinimums::MinimumBytes(const std::string& fs_type) {
   if (fs_type != "xfs" && fs_type != "btrfs") return 0;
@@ -76,21 +80,20 @@ uint64_t FilesystemMinimums::MinimumBytes(const std::string& fs_type) {
 }
 
 uint64_t FilesystemMinimums::Probe(const std::string& fs_type) {
-  ScratchDir scratch(scratch_parent_);
+  ScratchDir scratch(*host_, scratch_parent_);
   if (scratch.path().empty()) return 0;
   const std::string image = scratch.path() + "/probe.img";
+  const std::string image_for_mkfs = host_->Resolve(image);
   Command cmd("mkfs." + fs_type);
   if (fs_type == "xfs") {
     // -N: print what would be made, write nothing; a 16 MiB data section
     // is below any xfs minimum, so mkfs answers with the minimum.
-    cmd.Arg("-N").Arg("-d").Arg("file=1,name=" + image + ",size=16m");
+    cmd.Arg("-N").Arg("-d").Arg("file=1,name=" + image_for_mkfs + ",size=16m");
   } else {
-    // mkfs.btrfs checks the size before writing anything.
-    std::error_code ec;
-    { std::ofstream touch(image); }
-    std::filesystem::resize_file(image, uint64_t{1} << 20, ec);
-    if (ec) return 0;
-    cmd.Arg(image);
+    // mkfs.btrfs checks the size before writing anything; 1 MiB is below
+    // any btrfs minimum.
+    if (!host_->OverwriteFile(image, std::string(size_t{1} << 20, '\0')).ok()) return 0;
+    cmd.Arg(image_for_mkfs);
   }
   cmd.Timeout(std::chrono::seconds(20));
   auto r = executor_->Run(cmd);

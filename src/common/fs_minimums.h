@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "common/executor.h"
+#include "common/host.h"
 
 namespace blockcsi {
 
@@ -32,8 +33,10 @@ uint64_t ParseBtrfsMinimum(std::string_view mkfs_output);
 
 class FilesystemMinimums {
  public:
-  // `scratch_parent`: where the probe's private directory is made.
-  explicit FilesystemMinimums(std::shared_ptr<Executor> executor, std::string scratch_parent = "/tmp");
+  // `scratch_parent`: where the probe's private directory is made, through
+  // `host`.
+  explicit FilesystemMinimums(std::shared_ptr<Executor> executor, std::string scratch_parent = "/tmp",
+                              std::shared_ptr<const Host> host = RealHost());
   FilesystemMinimums(const FilesystemMinimums&) = delete;
   FilesystemMinimums& operator=(const FilesystemMinimums&) = delete;
 
@@ -46,6 +49,7 @@ class FilesystemMinimums {
 
   const std::shared_ptr<Executor> executor_;
   const std::string scratch_parent_;
+  const std::shared_ptr<const Host> host_;
   std::mutex mu_;
   std::map<std::string, uint64_t> known_;  // guarded by mu_
 };

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,12 +110,26 @@ StatusOr<std::chrono::system_clock::time_point> RootedHost::ModificationTime(con
       std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
 }
 
+StatusOr<mode_t> RootedHost::Permissions(const std::string& path) const {
+  std::string real = Resolve(path);
+  struct stat st {};
+  if (::stat(real.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + real);
+  return static_cast<mode_t>(st.st_mode & 07777);
+}
+
+Status RootedHost::SetPermissions(const std::string& path, mode_t mode) const {
+  std::string real = Resolve(path);
+  if (::chmod(real.c_str(), mode) != 0) return ErrnoToStatus(errno, "chmod " + real);
+  return OkStatus();
+}
+
 PathKind RootedHost::Kind(const std::string& path) const {
   struct stat st {};
   if (::stat(Resolve(path).c_str(), &st) != 0) return PathKind::kMissing;
   if (S_ISDIR(st.st_mode)) return PathKind::kDirectory;
   if (S_ISBLK(st.st_mode)) return PathKind::kBlockDevice;
   if (S_ISREG(st.st_mode)) return PathKind::kFile;
+  if (S_ISSOCK(st.st_mode)) return PathKind::kSocket;
   return PathKind::kOther;
 }
 
@@ -245,6 +260,16 @@ StatusOr<DetachedProcess> RootedHost::SpawnDetached(const std::vector<std::strin
 void RootedHost::Kill(pid_t pid) const { ::kill(pid, SIGKILL); }
 
 void RootedHost::Reap(pid_t pid) const { ::waitpid(pid, nullptr, WNOHANG); }
+
+// Processes are the machine's whatever the root (like Kill and Reap).
+StatusOr<int> RootedHost::WatchExit(pid_t pid) const {
+  if (pid <= 0) return InvalidArgument("watch the exit of pid " + std::to_string(pid));
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd >= 0) return fd;
+  if (errno == ESRCH) return NotFound("process " + std::to_string(pid) + " is gone");
+  if (errno == ENOSYS) return Unimplemented("this kernel has no pidfd_open (Linux 5.3)");
+  return ErrnoToStatus(errno, "pidfd_open " + std::to_string(pid));
+}
 
 std::unique_ptr<Host> MakeRootedHost(std::string root) { return std::make_unique<RootedHost>(std::move(root)); }
 

@@ -32,7 +32,7 @@ struct FsUsage {
   bool read_only = false;
 };
 
-enum class PathKind { kMissing, kDirectory, kBlockDevice, kFile, kOther };
+enum class PathKind { kMissing, kDirectory, kBlockDevice, kFile, kSocket, kOther };
 
 // A process started by SpawnDetached: its pid (already reparented to init)
 // and the caller's ends of its stdin (a socket, so that writing to a process
@@ -68,6 +68,11 @@ class Host {
   virtual StatusOr<std::chrono::system_clock::time_point> ModificationTime(const std::string& path) const = 0;
   // The real path the seam maps `path` to (for handing to other programs).
   virtual std::string Resolve(const std::string& path) const = 0;
+  // The permission bits (07777) of `path`, symlinks followed: a private key
+  // that group or others can read is refused before it is used.
+  virtual StatusOr<mode_t> Permissions(const std::string& path) const = 0;
+  // chmod: a socket that gRPC made gets the mode the operator asked for.
+  virtual Status SetPermissions(const std::string& path, mode_t mode) const = 0;
 
   // ---- paths (target paths, configfs directories, bridge directories)
   virtual PathKind Kind(const std::string& path) const = 0;
@@ -107,6 +112,13 @@ class Host {
   // Collects `pid` if it is an exited child of ours (a plugin that is PID 1
   // inherits orphaned bridges); a no-op otherwise.
   virtual void Reap(pid_t pid) const = 0;
+  // An fd that becomes readable (POLLIN) once process `pid` has exited,
+  // whoever its parent is (the bridges are reparented to init, so waitpid
+  // cannot see them): its exit is an event to wait for, never a poll of
+  // /proc. It names that one process, so a pid reused later is not mistaken
+  // for it. The caller closes it. NOT_FOUND when `pid` is gone already;
+  // UNIMPLEMENTED when the kernel has no pidfds (before 5.3).
+  virtual StatusOr<int> WatchExit(pid_t pid) const = 0;
 };
 
 // The real host under `root` ("" or "/": the machine itself). Not final:
@@ -124,6 +136,8 @@ class RootedHost : public Host {
   bool Exists(const std::string& path) const override;
   StatusOr<std::chrono::system_clock::time_point> ModificationTime(const std::string& path) const override;
   std::string Resolve(const std::string& path) const override { return root_ + path; }
+  StatusOr<mode_t> Permissions(const std::string& path) const override;
+  Status SetPermissions(const std::string& path, mode_t mode) const override;
 
   PathKind Kind(const std::string& path) const override;
   Status MakeDirectory(const std::string& path, mode_t mode) const override;
@@ -141,6 +155,7 @@ class RootedHost : public Host {
   StatusOr<DetachedProcess> SpawnDetached(const std::vector<std::string>& argv) const override;
   void Kill(pid_t pid) const override;
   void Reap(pid_t pid) const override;
+  StatusOr<int> WatchExit(pid_t pid) const override;
 
  private:
   std::string root_;

@@ -4,11 +4,10 @@
 
 #include <yaml-cpp/yaml.h>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "common/atomic_file.h"
+#include "common/host.h"
 #include "common/lazy_http.h"
 #include "common/strings.h"
 
@@ -61,7 +60,8 @@ Status SplitServer(const std::string& server, std::string* host, int* port) {
 
 class HttpsKubeApiClient final : public KubeApiClient {
  public:
-  explicit HttpsKubeApiClient(KubeApiAccess access) : access_(std::move(access)) {}
+  HttpsKubeApiClient(KubeApiAccess access, std::shared_ptr<const Host> files)
+      : access_(std::move(access)), files_(std::move(files)) {}
 
   StatusOr<KubeApiResponse> Get(const std::string& path) override {
     std::string host;
@@ -69,7 +69,7 @@ class HttpsKubeApiClient final : public KubeApiClient {
     BLOCKCSI_RETURN_IF_ERROR(SplitServer(access_.server, &host, &port));
     std::string token = access_.token;
     if (!access_.token_file.empty()) {
-      auto read = ReadFileToString(access_.token_file);
+      auto read = files_->ReadFile(access_.token_file);
       if (!read.ok()) return Unavailable("cannot read the API token file " + Quoted(access_.token_file));
       token = std::string(TrimWhitespace(*read));
     }
@@ -82,13 +82,14 @@ class HttpsKubeApiClient final : public KubeApiClient {
 
  private:
   KubeApiAccess access_;
+  std::shared_ptr<const Host> files_;
 };
 
 }  // namespace
 
-StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path) {
+StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path, const Host& files) {
   const std::string what = "kubeconfig " + Quoted(path);
-  auto text = ReadFileToString(path);
+  auto text = files.ReadFile(path);
   if (!text.ok()) return InvalidArgument(what + ": cannot be read: " + text.status().message());
   // The few keys a controller's kubeconfig has (YAML, or JSON, which YAML
   // reads too): each cluster's server and CA, each user's token. A key given
@@ -131,13 +132,14 @@ StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path) {
   int port = 0;
   if (Status st = SplitServer(access.server, &host, &port); !st.ok())
     return InvalidArgument(what + ": " + st.message());
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  auto relative = [&](const std::string& p) { return std::filesystem::path(p).is_absolute() ? p : (dir / p).string(); };
+  // Relative paths in a kubeconfig are relative to its own directory.
+  const std::string dir = path.substr(0, path.rfind('/') + 1);  // "" or ending in '/'
+  auto relative = [&](const std::string& p) { return p.starts_with('/') ? p : dir + p; };
   if (!values["certificate-authority-data"].empty()) {
     BLOCKCSI_ASSIGN_OR_RETURN(
         access.ca_pem, Base64Decode(values["certificate-authority-data"], what + ": certificate-authority-data"));
   } else if (!values["certificate-authority"].empty()) {
-    auto ca = ReadFileToString(relative(values["certificate-authority"]));
+    auto ca = files.ReadFile(relative(values["certificate-authority"]));
     if (!ca.ok()) return InvalidArgument(what + ": certificate-authority cannot be read: " + ca.status().message());
     access.ca_pem = *ca;
   }
@@ -149,25 +151,24 @@ StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path) {
   return access;
 }
 
-StatusOr<KubeApiAccess> KubeAccessInCluster(const std::string& sa_dir) {
+StatusOr<KubeApiAccess> KubeAccessInCluster(const std::string& sa_dir, const Host& files) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
   if (host == nullptr || *host == '\0') return NotFound("not in a pod: KUBERNETES_SERVICE_HOST is not set");
-  std::error_code ec;
-  if (!std::filesystem::exists(sa_dir + "/token", ec)) return NotFound("no service account token in " + sa_dir);
+  if (!files.Exists(sa_dir + "/token")) return NotFound("no service account token in " + sa_dir);
   KubeApiAccess access;
   std::string h = host;
   if (h.find(':') != std::string::npos) h = "[" + h + "]";
   access.server = "https://" + h + ":" + std::string(port != nullptr && *port != '\0' ? port : "443");
   access.token_file = sa_dir + "/token";
-  auto ca = ReadFileToString(sa_dir + "/ca.crt");
+  auto ca = files.ReadFile(sa_dir + "/ca.crt");
   if (!ca.ok()) return InvalidArgument("service account CA " + Quoted(sa_dir + "/ca.crt") + " cannot be read");
   access.ca_pem = *ca;
   return access;
 }
 
-std::unique_ptr<KubeApiClient> MakeKubeApiClient(KubeApiAccess access) {
-  return std::make_unique<HttpsKubeApiClient>(std::move(access));
+std::unique_ptr<KubeApiClient> MakeKubeApiClient(KubeApiAccess access, std::shared_ptr<const Host> files) {
+  return std::make_unique<HttpsKubeApiClient>(std::move(access), std::move(files));
 }
 
 KubeNodeDirectory::KubeNodeDirectory(std::unique_ptr<KubeApiClient> client, std::string driver_name)

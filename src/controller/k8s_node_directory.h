@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "common/host.h"
 #include "common/status.h"
 
 namespace blockcsi {
@@ -29,13 +30,14 @@ struct KubeApiAccess {
 // kubeconfig is): server, certificate-authority(-data), token or tokenFile.
 // Block or flow YAML, or JSON. INVALID_ARGUMENT naming the file when it
 // cannot be read, has none of these, or names several clusters or users.
-StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path);
+// Both readers read through `files` (tests pass a rooted host).
+StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path, const Host& files = *RealHost());
 // From the pod's service account: KUBERNETES_SERVICE_HOST/_PORT and the
 // files under `sa_dir` (/var/run/secrets/kubernetes.io/serviceaccount).
 // NOT_FOUND when not in a pod (no env or no token file).
-StatusOr<KubeApiAccess> KubeAccessInCluster(const std::string& sa_dir);
+StatusOr<KubeApiAccess> KubeAccessInCluster(const std::string& sa_dir, const Host& files = *RealHost());
 
-// The one OS effect: a GET of an API path. A fake in unit tests.
+// The network effect: a GET of an API path. A fake in unit tests.
 struct KubeApiResponse {
   int http_status = 0;
   std::string body;
@@ -46,7 +48,8 @@ class KubeApiClient {
   // UNAVAILABLE when no HTTP answer came (connect, TLS, timeout).
   virtual StatusOr<KubeApiResponse> Get(const std::string& path) = 0;
 };
-std::unique_ptr<KubeApiClient> MakeKubeApiClient(KubeApiAccess access);
+// `files` reads the token file at each request.
+std::unique_ptr<KubeApiClient> MakeKubeApiClient(KubeApiAccess access, std::shared_ptr<const Host> files = RealHost());
 
 class KubeNodeDirectory {
  public:

@@ -445,6 +445,38 @@ TEST_F(KrbdConnectorTest, ReconcileRefreshesMovedDevicesReportsOrphansAndRemoves
   EXPECT_TRUE(executor_->RedactedLog().empty());
 }
 
+// A plugin killed while it wrote a key file leaves "<volume>.key.tmp-<n>"
+// (the write is temp + rename): holding the key, so removed like the file.
+TEST_F(KrbdConnectorTest, ReconcileRemovesTheTempFileOfAnInterruptedKeyWrite) {
+  ASSERT_TRUE(MakeDirectories(state_ + "/krbd").ok());
+  ASSERT_TRUE(WriteFileAtomically(state_ + "/krbd/vol-9.key.tmp-123", kKey).ok());
+  ASSERT_TRUE(WriteFileAtomically(state_ + "/krbd/unrelated", "kept").ok());
+  auto attacher = MakeAttacher();
+  EXPECT_FALSE(std::filesystem::exists(state_ + "/krbd/vol-9.key.tmp-123"));
+  EXPECT_TRUE(std::filesystem::exists(state_ + "/krbd/unrelated")) << "only key files are ours to remove";
+}
+
+// Someone who could write into the key directory planted a symlink where
+// the key file goes: the key is written beside it and renamed over it,
+// never through it.
+TEST_F(KrbdConnectorTest, AKeyFileIsNeverWrittenThroughASymlink) {
+  auto attacher = MakeAttacher();
+  const std::string elsewhere = dir_.Join("elsewhere");
+  ASSERT_TRUE(WriteFileAtomically(elsewhere, "untouched").ok());
+  ASSERT_TRUE(MakeDirectories(state_ + "/krbd").ok());
+  ASSERT_EQ(::symlink(elsewhere.c_str(), KeyFile().c_str()), 0);
+  bool checked = false;
+  executor_->ExpectOk(MapArgv(), Data("map_rbd0.stdout")).Then([&] {
+    KeyFileIsPrivate (&checked)();
+    Install("rbd0");
+  });
+  ASSERT_TRUE(attacher->Attach(Spec()).ok());
+  EXPECT_TRUE(checked);
+  EXPECT_EQ(testing::ReadFileOrEmpty(elsewhere), "untouched");
+  EXPECT_FALSE(std::filesystem::exists(KeyFile()));
+  EXPECT_FALSE(std::filesystem::is_symlink(KeyFile()));
+}
+
 TEST_F(KrbdConnectorTest, SysfsParserReadsTheKernelsAttributes) {
   Install("rbd0");
   auto fs = MakeRootedHost(root_);

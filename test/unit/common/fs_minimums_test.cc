@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "common/atomic_file.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -54,6 +55,34 @@ TEST(FsMinimumsTest, AskedOfThisHostsMkfs) {
     EXPECT_EQ(minimums.MinimumBytes("btrfs"), 114294784u);
   }
   EXPECT_TRUE(std::filesystem::is_empty(scratch.path())) << "the probe left files behind";
+}
+
+// The scratch directory and the btrfs probe's image go through the host:
+// under a rooted host, mkfs is handed the real path of a 1 MiB image in a
+// private directory, and nothing is left once it answered.
+TEST(FsMinimumsTest, TheProbeWorksThroughTheHostAndLeavesNothing) {
+  class RecordingMkfs final : public Executor {
+   public:
+    StatusOr<CommandResult> Run(const Command& command) override {
+      image = command.args().back().value;
+      std::error_code ec;
+      image_bytes = std::filesystem::file_size(image, ec);
+      CommandResult r;
+      r.exit_code = 1;
+      r.stderr_text = "ERROR: minimum size for each btrfs device is 114294784\n";
+      return r;
+    }
+    std::string image;
+    uintmax_t image_bytes = 0;
+  };
+  testing::TempDir root;
+  ASSERT_TRUE(MakeDirectories(root.Join("scratch")).ok());
+  auto mkfs = std::make_shared<RecordingMkfs>();
+  FilesystemMinimums minimums(mkfs, "/scratch", MakeRootedHost(root.path()));
+  EXPECT_EQ(minimums.MinimumBytes("btrfs"), 114294784u);
+  EXPECT_TRUE(mkfs->image.starts_with(root.Join("scratch/blockcsi-fsmin-"))) << mkfs->image;
+  EXPECT_EQ(mkfs->image_bytes, uintmax_t{1} << 20);
+  EXPECT_TRUE(std::filesystem::is_empty(root.Join("scratch"))) << "the probe left files behind";
 }
 
 }  // namespace

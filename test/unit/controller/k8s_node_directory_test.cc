@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include "support/test_util.h"
@@ -171,6 +172,38 @@ TEST_F(KubeconfigTest, RefusedKubeconfigsNameTheFileAndNeverTheToken) {
     EXPECT_THAT(access.status().message(), Not(HasSubstr("s3cret")));
   }
   EXPECT_EQ(KubeAccessFromKubeconfig(dir_.Join("absent")).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The service account's files are read through the host seam: a rooted
+// host finds them under its root, at the paths a pod has them.
+TEST_F(KubeconfigTest, InClusterAccessReadsTheServiceAccountThroughTheHost) {
+  const char* sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+  auto host = MakeRootedHost(dir_.path());
+  ASSERT_TRUE(host->MakeDirectory(sa, 0755).ok());
+  ::setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
+  ::setenv("KUBERNETES_SERVICE_PORT", "6443", 1);
+  EXPECT_EQ(KubeAccessInCluster(sa, *host).status().code(), StatusCode::kNotFound) << "no token yet";
+  ASSERT_TRUE(host->OverwriteFile(std::string(sa) + "/token", "s3cret-token\n").ok());
+  ASSERT_TRUE(host->OverwriteFile(std::string(sa) + "/ca.crt", "-----BEGIN CERTIFICATE-----\n").ok());
+  auto access = KubeAccessInCluster(sa, *host);
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  ::unsetenv("KUBERNETES_SERVICE_PORT");
+  ASSERT_TRUE(access.ok()) << access.status().ToString();
+  EXPECT_EQ(access->server, "https://[fd00::1]:6443");
+  EXPECT_EQ(access->token_file, std::string(sa) + "/token") << "the token is read at each request, not kept";
+  EXPECT_THAT(access->ca_pem, HasSubstr("BEGIN CERTIFICATE"));
+
+  // A kubeconfig under the root, its CA relative to its own directory.
+  ASSERT_TRUE(host->MakeDirectory("/etc", 0755).ok());
+  ASSERT_TRUE(host->OverwriteFile("/etc/kc",
+                                  "clusters:\n- cluster: {server: https://h:1, certificate-authority: "
+                                  "ca.pem}\nusers:\n- user: {tokenFile: t}\n")
+                  .ok());
+  ASSERT_TRUE(host->OverwriteFile("/etc/ca.pem", "CA").ok());
+  auto config = KubeAccessFromKubeconfig("/etc/kc", *host);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->ca_pem, "CA");
+  EXPECT_EQ(config->token_file, "/etc/t");
 }
 
 }  // namespace

@@ -1,0 +1,102 @@
+// The host seam's own calls that callers rely on for safety: a private
+// key's mode read back, a socket told apart from a file, and a process's
+// exit delivered as an event on an fd.
+#include "common/host.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <cstring>
+#include <string>
+
+#include "common/atomic_file.h"
+#include "support/test_util.h"
+
+namespace blockcsi {
+namespace {
+
+bool Readable(int fd, int timeout_ms) {
+  pollfd pfd{fd, POLLIN, 0};
+  return ::poll(&pfd, 1, timeout_ms) > 0;
+}
+
+TEST(HostTest, PermissionsAreReadAndSetUnderTheRoot) {
+  testing::TempDir dir;
+  auto host = MakeRootedHost(dir.path());
+  ASSERT_TRUE(host->MakeDirectory("/etc/blockcsi", 0755).ok());
+  ASSERT_TRUE(host->OverwriteFile("/etc/blockcsi/tls.key", "k").ok());
+  ASSERT_EQ(::chmod(dir.Join("etc/blockcsi/tls.key").c_str(), 0644), 0);
+  auto mode = host->Permissions("/etc/blockcsi/tls.key");
+  ASSERT_TRUE(mode.ok()) << mode.status().ToString();
+  EXPECT_EQ(*mode, 0644u);
+
+  ASSERT_TRUE(host->SetPermissions("/etc/blockcsi/tls.key", 0600).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.Join("etc/blockcsi/tls.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << "chmod must reach the file under the root";
+
+  EXPECT_EQ(host->Permissions("/etc/blockcsi/absent").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(host->SetPermissions("/etc/blockcsi/absent", 0600).code(), StatusCode::kNotFound);
+}
+
+TEST(HostTest, KindTellsASocketFromAFile) {
+  testing::TempDir dir;
+  auto host = MakeRootedHost(dir.path());
+  const std::string socket_path = dir.Join("s.sock");
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  EXPECT_EQ(host->Kind("/s.sock"), PathKind::kSocket);
+  ::close(fd);
+  ASSERT_TRUE(host->OverwriteFile("/f", "x").ok());
+  EXPECT_EQ(host->Kind("/f"), PathKind::kFile);
+  EXPECT_EQ(host->Kind("/none"), PathKind::kMissing);
+}
+
+TEST(HostTest, WatchExitBecomesReadableWhenTheProcessExits) {
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(go[1]);  // else its own write end keeps the pipe open
+    char c = 0;
+    // Exits once the test lets it (or once the test process is gone).
+    (void)!::read(go[0], &c, 1);
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  // A rooted host watches the machine's processes: they have no root.
+  auto host = MakeRootedHost("/nonexistent-root");
+  auto fd = host->WatchExit(child);
+  if (!fd.ok() && fd.status().code() == StatusCode::kUnimplemented) {
+    ::close(go[1]);
+    ::waitpid(child, nullptr, 0);
+    GTEST_SKIP() << "this kernel has no pidfd_open: " << fd.status().message();
+  }
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  EXPECT_FALSE(Readable(*fd, 0)) << "the process still runs";
+  ::close(go[1]);  // the child reads EOF and exits
+  bool exited = Readable(*fd, 60'000);
+  EXPECT_TRUE(exited) << "its exit is an event on the fd";
+  if (!exited) ::kill(child, SIGKILL);  // never leave the child behind
+  ::close(*fd);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+
+  // Reaped: the pid names no process any more.
+  EXPECT_EQ(host->WatchExit(child).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(host->WatchExit(0).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace blockcsi
