@@ -69,6 +69,7 @@ StatusOr<std::vector<std::string>> ListNames(const std::string& dir) {
 // undoes has no record, which the next Open() removes ("image without a
 // record"), as after a crash between the two steps.
 Status RemoveOrphanImage(const std::string& path) {
+  Span span("unlink", path);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus(errno, "remove " + path);
   return OkStatus();
 }
