@@ -53,6 +53,7 @@ Command TgtExporter::Tgtadm() const {
 
 Status TgtExporter::Run(const Command& command, const std::string& what, const std::string& tolerated) {
   auto ran = executor_->Run(command);
+  listing_.read_back_of.clear();  // tgtd may have changed: no longer a read-back of the last ACL change
   // Any refusal, even one tolerated as "already so", means tgtd was not
   // what the kept listing said: the next call reads it again.
   if (!ran.ok() || !ran->ok()) listing_.valid = false;
@@ -124,6 +125,7 @@ Status CheckAccountsListed(const std::vector<TgtTarget>& live, const std::vector
 std::vector<Status> TgtExporter::VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live) {
   auto shown = ReadLiveLocked();
   if (!shown.ok()) return std::vector<Status>(checks.size(), shown.status());
+  for (const auto& c : checks) listing_.read_back_of.insert(c.iqn);
   if (&live != *shown) live = **shown;
   std::vector<Status> out;
   for (const auto& c : checks) {
@@ -483,8 +485,20 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
                                                    std::chrono::milliseconds(8),  std::chrono::milliseconds(16),
                                                    std::chrono::milliseconds(32), std::chrono::milliseconds(64)};
   for (auto pause : kPauses) {
-    // Always a fresh read: sessions come and go without us.
-    BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * live, ReadLiveLocked());
+    // A fresh read (sessions come and go without us), except in the first
+    // round right after the revoke's ACL change on this target: its
+    // read-back, with no request sent to tgtd since and the initiator not
+    // in the ACL it shows, was taken after the ACL was gone, so it lists
+    // every session that can still exist, as a read now would (one tgtd
+    // request less per ControllerUnpublish, issue #18).
+    std::vector<TgtTarget>* live = nullptr;
+    if (pause == kPauses[0] && listing_.read_back_of.count(iqn) && ListingCurrentLocked()) {
+      TgtTarget* kept = FindLocked(listing_.targets, iqn);
+      if (kept != nullptr && !Contains(kept->acls, initiator_iqn)) live = &listing_.targets;
+    }
+    if (live == nullptr) {
+      BLOCKCSI_ASSIGN_OR_RETURN(live, ReadLiveLocked());
+    }
     TgtTarget* target = FindLocked(*live, iqn);
     if (target == nullptr) return OkStatus();
     bool any = false;

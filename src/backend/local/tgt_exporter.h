@@ -71,6 +71,9 @@ class TgtExporter final : public Exporter {
   // Reads tgtd's targets into listing_ (fresh, whatever it held) and
   // returns them. Needs mu_.
   StatusOr<std::vector<TgtTarget>*> ReadLiveLocked();
+  // Whether tgtd is still the one listing_ was read from, not longer ago
+  // than listing_max_age_. Needs mu_.
+  bool ListingCurrentLocked();
   // listing_, when it may stand in for a fresh read to apply all of
   // `desired`; else nullptr. Needs mu_.
   std::vector<TgtTarget>* CachedLocked(const std::vector<const DesiredExport*>& desired);
@@ -130,7 +133,8 @@ class TgtExporter final : public Exporter {
   std::mutex mu_;
   // tgtd's targets as last read, kept in step with every change made here,
   // so that a call at 1,000 targets need not read (and parse) all of them
-  // again (issue #18). Sessions in it are as last read: never used from it.
+  // again (issue #18). Sessions in it are as last read: used only by
+  // CloseSessions, and only from a read-back of an ACL change (see there).
   struct Listing {
     std::vector<TgtTarget> targets;
     std::unordered_map<std::string, size_t> by_iqn;  // index into targets
@@ -141,6 +145,10 @@ class TgtExporter final : public Exporter {
     ino_t socket_ino = 0;
     timespec socket_ctime{};
     std::chrono::steady_clock::time_point read_at;
+    // The targets whose ACL change this listing was read back for
+    // (VerifyAclsLocked), while no request has been sent to tgtd since;
+    // emptied by any other read and by every command (Run).
+    std::set<std::string> read_back_of;
   };
   Listing listing_;  // guarded by mu_
   // The password each tgtd account was last created with by this process;

@@ -16,6 +16,7 @@ StatusOr<std::vector<TgtTarget>*> TgtExporter::ReadLiveLocked() {
   struct stat socket {};
   const bool identified = ::stat(socket_path_.c_str(), &socket) == 0;
   listing_.valid = false;
+  listing_.read_back_of.clear();
   auto shown = ShowTargets();
   if (!shown.ok()) return shown.status();
   listing_.targets = std::move(shown).value();
@@ -70,14 +71,17 @@ TgtTarget* TgtExporter::FindLocked(std::vector<TgtTarget>& live, const std::stri
   return it == listing_.by_iqn.end() ? nullptr : &live[it->second];
 }
 
-std::vector<TgtTarget>* TgtExporter::CachedLocked(const std::vector<const DesiredExport*>& desired) {
-  if (!listing_.valid || std::chrono::steady_clock::now() - listing_.read_at > listing_max_age_) return nullptr;
+bool TgtExporter::ListingCurrentLocked() {
+  if (!listing_.valid || std::chrono::steady_clock::now() - listing_.read_at > listing_max_age_) return false;
   struct stat socket {};
-  if (::stat(socket_path_.c_str(), &socket) != 0 || socket.st_dev != listing_.socket_dev ||
-      socket.st_ino != listing_.socket_ino || socket.st_ctim.tv_sec != listing_.socket_ctime.tv_sec ||
-      socket.st_ctim.tv_nsec != listing_.socket_ctime.tv_nsec) {
-    return nullptr;  // tgtd restarted (or went away): it holds nothing of the kept listing
-  }
+  // A tgtd that restarted (or went away) holds nothing of the kept listing.
+  return ::stat(socket_path_.c_str(), &socket) == 0 && socket.st_dev == listing_.socket_dev &&
+         socket.st_ino == listing_.socket_ino && socket.st_ctim.tv_sec == listing_.socket_ctime.tv_sec &&
+         socket.st_ctim.tv_nsec == listing_.socket_ctime.tv_nsec;
+}
+
+std::vector<TgtTarget>* TgtExporter::CachedLocked(const std::vector<const DesiredExport*>& desired) {
+  if (!ListingCurrentLocked()) return nullptr;
   for (const DesiredExport* d : desired) {
     if (!NeedsNoFreshRead(*d, FindLocked(listing_.targets, d->iqn))) return nullptr;
   }
