@@ -34,6 +34,15 @@ struct FsUsage {
 
 enum class PathKind { kMissing, kDirectory, kBlockDevice, kFile, kOther };
 
+// Which file a path names: a file made anew under the same name (a
+// restarted daemon's socket) differs in its inode or, if the inode number is
+// reused, in its change time.
+struct FileIdentity {
+  uint64_t device = 0, inode = 0;
+  int64_t change_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
 // A process started by SpawnDetached: its pid (already reparented to init)
 // and the caller's ends of its stdin (a socket, so that writing to a process
 // that died is EPIPE, never SIGPIPE) and stdout (a pipe). The caller closes
@@ -68,6 +77,7 @@ class Host {
   virtual StatusOr<std::chrono::system_clock::time_point> ModificationTime(const std::string& path) const = 0;
   // The real path the seam maps `path` to (for handing to other programs).
   virtual std::string Resolve(const std::string& path) const = 0;
+  virtual StatusOr<FileIdentity> Identity(const std::string& path) const = 0;
 
   // ---- paths (target paths, configfs directories, bridge directories)
   virtual PathKind Kind(const std::string& path) const = 0;
@@ -124,6 +134,7 @@ class RootedHost : public Host {
   bool Exists(const std::string& path) const override;
   StatusOr<std::chrono::system_clock::time_point> ModificationTime(const std::string& path) const override;
   std::string Resolve(const std::string& path) const override { return root_ + path; }
+  StatusOr<FileIdentity> Identity(const std::string& path) const override;
 
   PathKind Kind(const std::string& path) const override;
   Status MakeDirectory(const std::string& path, mode_t mode) const override;

@@ -1,7 +1,5 @@
 #include "backend/local/tgt_exporter.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <set>
 
@@ -31,13 +29,14 @@ bool Contains(const std::vector<std::string>& v, const std::string& x) {
 
 TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm,
                          std::chrono::milliseconds timeout, const std::string& socket_dir,
-                         std::chrono::milliseconds listing_max_age)
+                         std::chrono::milliseconds listing_max_age, std::shared_ptr<Host> host)
     : executor_(std::move(executor)),
       control_port_(control_port),
       tgtadm_(std::move(tgtadm)),
       timeout_(timeout),
       socket_path_(socket_dir + "/socket." + std::to_string(control_port)),
-      listing_max_age_(listing_max_age) {}
+      listing_max_age_(listing_max_age),
+      host_(std::move(host)) {}
 
 std::string TgtExporter::ScsiIdFor(const std::string& volume_id) { return "b10cc5a1" + HexOf(volume_id); }
 

@@ -1,8 +1,6 @@
 // TgtExporter's kept listing of tgtd's targets (issue #18): when a call may
 // use it instead of reading tgtd again, and the two entry points that
 // decide, Apply and ApplyEach. Reading and changing tgtd: tgt_exporter.cc.
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <set>
 
@@ -13,8 +11,7 @@ namespace blockcsi {
 StatusOr<std::vector<TgtTarget>*> TgtExporter::ReadLiveLocked() {
   // The socket's identity is taken before the read: a tgtd that restarts
   // during it is seen as a new one by the next call.
-  struct stat socket {};
-  const bool identified = ::stat(socket_path_.c_str(), &socket) == 0;
+  auto socket = host_->Identity(socket_path_);
   listing_.valid = false;
   listing_.read_back_of.clear();
   auto shown = ShowTargets();
@@ -22,10 +19,8 @@ StatusOr<std::vector<TgtTarget>*> TgtExporter::ReadLiveLocked() {
   listing_.targets = std::move(shown).value();
   ReindexLocked();
   // Without a socket to identify tgtd by (another layout), nothing is kept.
-  listing_.valid = identified;
-  listing_.socket_dev = socket.st_dev;
-  listing_.socket_ino = socket.st_ino;
-  listing_.socket_ctime = socket.st_ctim;
+  listing_.valid = socket.ok();
+  listing_.socket = socket.ok() ? *socket : FileIdentity{};
   listing_.read_at = std::chrono::steady_clock::now();
   return &listing_.targets;
 }
@@ -73,11 +68,9 @@ TgtTarget* TgtExporter::FindLocked(std::vector<TgtTarget>& live, const std::stri
 
 bool TgtExporter::ListingCurrentLocked() {
   if (!listing_.valid || std::chrono::steady_clock::now() - listing_.read_at > listing_max_age_) return false;
-  struct stat socket {};
   // A tgtd that restarted (or went away) holds nothing of the kept listing.
-  return ::stat(socket_path_.c_str(), &socket) == 0 && socket.st_dev == listing_.socket_dev &&
-         socket.st_ino == listing_.socket_ino && socket.st_ctim.tv_sec == listing_.socket_ctime.tv_sec &&
-         socket.st_ctim.tv_nsec == listing_.socket_ctime.tv_nsec;
+  auto socket = host_->Identity(socket_path_);
+  return socket.ok() && *socket == listing_.socket;
 }
 
 std::vector<TgtTarget>* TgtExporter::CachedLocked(const std::vector<const DesiredExport*>& desired) {
