@@ -123,6 +123,13 @@ Status RootedHost::SetPermissions(const std::string& path, mode_t mode) const {
   return OkStatus();
 }
 
+StatusOr<FileIdentity> RootedHost::Identity(const std::string& path) const {
+  std::string real = Resolve(path);
+  struct stat st {};
+  if (::stat(real.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + real);
+  return FileIdentity{st.st_dev, st.st_ino, int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec};
+}
+
 PathKind RootedHost::Kind(const std::string& path) const {
   struct stat st {};
   if (::stat(Resolve(path).c_str(), &st) != 0) return PathKind::kMissing;

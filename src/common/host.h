@@ -34,6 +34,15 @@ struct FsUsage {
 
 enum class PathKind { kMissing, kDirectory, kBlockDevice, kFile, kSocket, kOther };
 
+// Which file a path names: a file made anew under the same name (a
+// restarted daemon's socket) differs in its inode or, if the inode number is
+// reused, in its change time.
+struct FileIdentity {
+  uint64_t device = 0, inode = 0;
+  int64_t change_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
 // A process started by SpawnDetached: its pid (already reparented to init)
 // and the caller's ends of its stdin (a socket, so that writing to a process
 // that died is EPIPE, never SIGPIPE) and stdout (a pipe). The caller closes
@@ -73,6 +82,7 @@ class Host {
   virtual StatusOr<mode_t> Permissions(const std::string& path) const = 0;
   // chmod: a socket that gRPC made gets the mode the operator asked for.
   virtual Status SetPermissions(const std::string& path, mode_t mode) const = 0;
+  virtual StatusOr<FileIdentity> Identity(const std::string& path) const = 0;
 
   // ---- paths (target paths, configfs directories, bridge directories)
   virtual PathKind Kind(const std::string& path) const = 0;
@@ -138,6 +148,7 @@ class RootedHost : public Host {
   std::string Resolve(const std::string& path) const override { return root_ + path; }
   StatusOr<mode_t> Permissions(const std::string& path) const override;
   Status SetPermissions(const std::string& path, mode_t mode) const override;
+  StatusOr<FileIdentity> Identity(const std::string& path) const override;
 
   PathKind Kind(const std::string& path) const override;
   Status MakeDirectory(const std::string& path, mode_t mode) const override;

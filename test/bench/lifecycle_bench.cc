@@ -49,6 +49,7 @@
 #include "bench/process_rss.h"
 #include "bench/span_breakdown.h"
 #include "bridge/libiscsi_session.h"
+#include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/logging.h"
 #include "common/mounter.h"
@@ -180,6 +181,26 @@ class LifecycleBench {
     return ::unlink(b.image.c_str()) == 0 && ok;
   }
 
+  // The durability floor of a controller step (issue #18): the fsyncs the
+  // plugin must pay to keep its records crash-safe, done the same way on the
+  // same file system as its state (a small record written with
+  // WriteFileAtomically: temp, fsync, rename, fsync of the directory, two
+  // fsyncs; an odd one is that record's durable removal, one fsync of the
+  // directory). A bare tgtd request cannot be matched by a step that must
+  // make a record durable first; bare + these fsyncs can.
+  double DurabilityFsyncs(int fsyncs) {
+    const std::string dir = dir_ + "/floor";
+    std::filesystem::create_directories(dir);
+    const std::string record = dir + "/vol-floor.json";
+    auto t0 = Clock::now();
+    Status st = OkStatus();
+    for (; fsyncs >= 2 && st.ok(); fsyncs -= 2) st = WriteFileAtomically(record, std::string(400, 'r') + "\n");
+    if (fsyncs == 1 && st.ok()) st = RemoveFileDurably(record);
+    double ms = Ms(Clock::now() - t0);
+    if (!st.ok()) std::fprintf(stderr, "lifecycle_bench: durability floor: %s\n", st.ToString().c_str());
+    return ms;
+  }
+
   // Per-step latency, `runs` full lifecycles each way, interleaved so that
   // load from elsewhere on the host falls on both sides.
   int Steps(int runs) {
@@ -195,7 +216,14 @@ class LifecycleBench {
                                   "tgtd unbind",
                                   "tgtd delete + unlink"};
     std::vector<std::vector<double>> plugin(8), bare(8);
-    std::vector<double> no_op;  // one no-op CSI call per round, plugin side
+    // The fsyncs each step's crash points need (the plugin's fsync spans per
+    // call, bench/span_breakdown.h; -1: not a controller step): CreateVolume
+    // the image's name (images/ directory) and the record (file and
+    // volumes/), ControllerPublish and ControllerUnpublish the record's
+    // rewrite, DeleteVolume the record's removal (volumes/).
+    static const int kFloorFsyncs[] = {3, 2, -1, -1, -1, -1, 2, 1};
+    std::vector<std::vector<double>> floor_fsyncs(8);  // ms per round, bare side
+    std::vector<double> no_op;                         // one no-op CSI call per round, plugin side
     int errors = 0;
     // Round 0 is a warm-up (page cache, tgtd, first exec of each program)
     // and is discarded; the side that goes first alternates per round, so
@@ -238,6 +266,9 @@ class LifecycleBench {
           auto t0 = Clock::now();
           if (!cmds[s]()) ++errors;
           if (i > 0) bare[s].push_back(Ms(Clock::now() - t0));
+          if (kFloorFsyncs[s] < 0) continue;
+          double fsync_ms = DurabilityFsyncs(kFloorFsyncs[s]);  // timed apart: the bare row stays bare
+          if (i > 0) floor_fsyncs[s].push_back(fsync_ms);
         }
       };
       if (i % 2 == 0) {
@@ -269,6 +300,17 @@ class LifecycleBench {
     }
     ReportSamples("NodePublishVolume vs the CSI floor", plugin[3], bind_floor, "ms", "mount --bind + a no-op CSI call");
     ReportSamples("NodeUnpublishVolume vs the CSI floor", plugin[4], umount_floor, "ms", "umount + a no-op CSI call");
+    // Each controller step against its durability floor: the bare step plus
+    // the fsyncs of its crash points in the same round (DurabilityFsyncs).
+    for (size_t s = 0; s < 8; ++s) {
+      if (kFloorFsyncs[s] < 0) continue;
+      std::vector<double> floor;
+      for (size_t r = 0; r < bare[s].size() && r < floor_fsyncs[s].size(); ++r) {
+        floor.push_back(bare[s][r] + floor_fsyncs[s][r]);
+      }
+      ReportSamples(std::string(kSteps[s]) + " vs its durability floor", plugin[s], floor, "ms",
+                    std::string(kBare[s]) + " + " + std::to_string(kFloorFsyncs[s]) + " record fsyncs");
+    }
     ReportCount("Lifecycle errors", errors);
     return errors;
   }

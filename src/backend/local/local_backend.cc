@@ -1,8 +1,5 @@
 #include "backend/local/local_backend.h"
 
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-
 #include <algorithm>
 #include <chrono>
 
@@ -459,8 +456,8 @@ std::vector<StatusOr<VolumeHealth>> LocalBackend::CheckVolumes(const std::vector
       out[i] = NotFound("volume " + id + " not found");
       continue;
     }
-    struct stat st {};
-    if (::stat(pool_->ImagePath(id).c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < record->size_bytes) {
+    auto image_size = pool_->ImageSize(id);
+    if (!image_size.ok() || *image_size < record->size_bytes) {
       out[i] = VolumeHealth{true, "image of volume " + id + " is missing or short"};
       continue;
     }

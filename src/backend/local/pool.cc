@@ -1,13 +1,6 @@
 #include "backend/local/pool.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/file.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
+#include <sys/types.h>
 
 #include <cctype>
 #include <cerrno>
@@ -19,59 +12,12 @@
 #include <vector>
 
 #include "backend/volume_id.h"
-#include "common/atomic_file.h"
 #include "common/logging.h"
-#include "common/span.h"
-#include "common/unique_fd.h"
 
 namespace blockcsi {
 namespace {
 
 using nlohmann::json;
-
-// fsync, timed as a span of the call (common/span.h).
-int TimedFsync(int fd, const std::string& what) {
-  Span span("fsync", what);
-  return ::fsync(fd);
-}
-
-// Sets the size of an existing image file and fsyncs it.
-Status SizeImageDurably(const std::string& path, uint64_t size_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoToStatus(errno, "open " + path);
-  if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) return ErrnoToStatus(errno, "size " + path);
-  if (TimedFsync(fd.get(), path) != 0) return ErrnoToStatus(errno, "fsync " + path);
-  return OkStatus();
-}
-
-Status FsyncDir(const std::string& dir) {
-  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoToStatus(errno, "open directory " + dir);
-  if (TimedFsync(fd.get(), dir) != 0) return ErrnoToStatus(errno, "fsync directory " + dir);
-  return OkStatus();
-}
-
-StatusOr<std::vector<std::string>> ListNames(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return ErrnoToStatus(errno, "open directory " + dir);
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  return names;
-}
-
-// Unlinks the image of an object whose record is already durably gone,
-// without an fsync of images/ (one of DeleteVolume's two, issue #18): the
-// record's removal is the commit point, and an image whose unlink a crash
-// undoes has no record, which the next Open() removes ("image without a
-// record"), as after a crash between the two steps.
-Status RemoveOrphanImage(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus(errno, "remove " + path);
-  return OkStatus();
-}
 
 std::string SourceKindName(ContentSource::Kind kind) {
   switch (kind) {
@@ -85,97 +31,32 @@ std::string SourceKindName(ContentSource::Kind kind) {
   return "";
 }
 
-// Writes `count` bytes of `from` at `offset` into `to`, in chunks.
-Status CopyRange(int from, int to, off_t offset, off_t count, const std::string& what) {
-  std::vector<char> buffer(1 << 20);
-  while (count > 0) {
-    size_t want = static_cast<size_t>(std::min<off_t>(count, static_cast<off_t>(buffer.size())));
-    ssize_t n = ::pread(from, buffer.data(), want, offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "read " + what);
-    }
-    if (n == 0) break;  // the source shrank under us: the rest stays a hole
-    for (ssize_t done = 0; done < n;) {
-      ssize_t w = ::pwrite(to, buffer.data() + done, static_cast<size_t>(n - done), offset + done);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoToStatus(errno, "write copy of " + what);
-      }
-      done += w;
-    }
-    offset += n;
-    count -= n;
-  }
-  return OkStatus();
-}
-
 }  // namespace
 
-Status CloneOrSparseCopy(const std::string& from, const std::string& to, uint64_t size_bytes, CopyMethod* method) {
-  UniqueFd src(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
-  if (src.get() < 0) return ErrnoToStatus(errno, "open " + from);
-  struct stat st {};
-  if (::fstat(src.get(), &st) != 0) return ErrnoToStatus(errno, "stat " + from);
-  if (static_cast<uint64_t>(st.st_size) > size_bytes) {
-    return OutOfRange("copy of " + from + " would shrink it from " + std::to_string(st.st_size) + " to " +
-                      std::to_string(size_bytes) + " bytes");
-  }
-  UniqueFd dst(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (dst.get() < 0) return ErrnoToStatus(errno, "create " + to);
-  CopyMethod used = CopyMethod::kReflink;
-  if (::ioctl(dst.get(), FICLONE, src.get()) != 0) {
-    // EOPNOTSUPP/EINVAL/EXDEV/ENOTTY: this filesystem cannot share extents.
-    used = CopyMethod::kSparseCopy;
-    off_t end = st.st_size;
-    off_t pos = 0;
-    while (pos < end) {
-      off_t data = ::lseek(src.get(), pos, SEEK_DATA);
-      if (data < 0) {
-        if (errno == ENXIO) break;  // only a hole remains
-        return ErrnoToStatus(errno, "seek data in " + from);
-      }
-      off_t hole = ::lseek(src.get(), data, SEEK_HOLE);
-      if (hole < 0) return ErrnoToStatus(errno, "seek hole in " + from);
-      BLOCKCSI_RETURN_IF_ERROR(CopyRange(src.get(), dst.get(), data, hole - data, from));
-      pos = hole;
-    }
-  }
-  if (::ftruncate(dst.get(), static_cast<off_t>(size_bytes)) != 0) return ErrnoToStatus(errno, "size " + to);
-  if (TimedFsync(dst.get(), to) != 0) return ErrnoToStatus(errno, "fsync " + to);
-  if (method != nullptr) *method = used;
-  return OkStatus();
-}
+Pool::Pool(std::string dir, PoolOptions options, std::unique_ptr<HeldLock> lock)
+    : dir_(std::move(dir)), options_(std::move(options)), files_(*options_.files), lock_(std::move(lock)) {}
 
-Pool::Pool(std::string dir, PoolOptions options, int lock_fd)
-    : dir_(std::move(dir)), options_(std::move(options)), lock_fd_(lock_fd) {}
-
-Pool::~Pool() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
-}
+Pool::~Pool() = default;  // releases the pool's lock
 
 StatusOr<std::unique_ptr<Pool>> Pool::Open(const std::string& dir, PoolOptions options) {
   if (dir.empty() || dir.front() != '/') return InvalidArgument("pool directory \"" + dir + "\" must be absolute");
+  if (options.files == nullptr) options.files = MakeImageFiles();
   for (const char* sub : {"", "/volumes", "/snapshots", "/images", "/tmp"}) {
-    BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(dir + sub, 0700));
+    BLOCKCSI_RETURN_IF_ERROR(options.files->MakeDirectory(dir + sub));
   }
   std::string lock_path = dir + "/.lock";
-  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoToStatus(errno, "open " + lock_path);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int err = errno;
-    ::close(fd);
-    if (err == EWOULDBLOCK) {
-      return FailedPrecondition("pool " + dir + " is in use by another process (lock " + lock_path + ")");
-    }
-    return ErrnoToStatus(err, "lock " + lock_path);
+  auto lock = options.files->Lock(lock_path);
+  if (lock.status().code() == StatusCode::kFailedPrecondition) {
+    return FailedPrecondition("pool " + dir + " is in use by another process (lock " + lock_path + ")");
   }
-  std::unique_ptr<Pool> pool(new Pool(dir, std::move(options), fd));
+  BLOCKCSI_RETURN_IF_ERROR(lock.status());
+  std::unique_ptr<Pool> pool(new Pool(dir, std::move(options), std::move(lock).value()));
   BLOCKCSI_RETURN_IF_ERROR(pool->Load());
   return pool;
 }
 
 std::string Pool::ImagePath(std::string_view id) const { return dir_ + "/images/" + std::string(id) + ".img"; }
+StatusOr<uint64_t> Pool::ImageSize(std::string_view id) const { return files_.Size(ImagePath(id)); }
 std::string Pool::VolumeRecordPath(std::string_view id) const { return dir_ + "/volumes/" + std::string(id) + ".json"; }
 std::string Pool::SnapshotRecordPath(std::string_view id) const {
   return dir_ + "/snapshots/" + std::string(id) + ".json";
@@ -185,68 +66,67 @@ Status Pool::Fault(std::string_view point) const { return FaultPoint(point, opti
 
 Status Pool::Load() {
   // tmp/ holds only images of operations that never committed.
-  BLOCKCSI_ASSIGN_OR_RETURN(auto tmp_names, ListNames(dir_ + "/tmp"));
+  BLOCKCSI_ASSIGN_OR_RETURN(auto tmp_names, files_.List(dir_ + "/tmp"));
   for (const auto& name : tmp_names) {
     LogWarn("pool recovery: removing unfinished image", {{"file", name}});
-    BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(dir_ + "/tmp/" + name));
+    BLOCKCSI_RETURN_IF_ERROR(files_.RemoveDurably(dir_ + "/tmp/" + name));
   }
   std::map<std::string, VolumeRecord> volumes;
   std::map<std::string, SnapshotRecord> snapshots;
-  BLOCKCSI_ASSIGN_OR_RETURN(auto volume_names, ListNames(dir_ + "/volumes"));
+  BLOCKCSI_ASSIGN_OR_RETURN(auto volume_names, files_.List(dir_ + "/volumes"));
   for (const auto& name : volume_names) {
     std::string path = dir_ + "/volumes/" + name;
     if (!name.ends_with(".json") || !IsVolumeId(name.substr(0, name.size() - 5))) {
       // WriteFileAtomically's temp files, from a crash mid-write.
       LogWarn("pool recovery: removing stray file", {{"file", path}});
-      BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(path));
+      BLOCKCSI_RETURN_IF_ERROR(files_.RemoveDurably(path));
       continue;
     }
-    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, files_.ReadRecord(path));
     auto record = VolumeFromJson(text);
     if (!record.ok()) return Internal("pool record " + path + " is unreadable: " + record.status().message());
     volumes[record->id] = *record;
   }
-  BLOCKCSI_ASSIGN_OR_RETURN(auto snapshot_names, ListNames(dir_ + "/snapshots"));
+  BLOCKCSI_ASSIGN_OR_RETURN(auto snapshot_names, files_.List(dir_ + "/snapshots"));
   for (const auto& name : snapshot_names) {
     std::string path = dir_ + "/snapshots/" + name;
     if (!name.ends_with(".json") || !IsSnapshotId(name.substr(0, name.size() - 5))) {
       LogWarn("pool recovery: removing stray file", {{"file", path}});
-      BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(path));
+      BLOCKCSI_RETURN_IF_ERROR(files_.RemoveDurably(path));
       continue;
     }
-    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, files_.ReadRecord(path));
     auto record = SnapshotFromJson(text);
     if (!record.ok()) return Internal("pool record " + path + " is unreadable: " + record.status().message());
     snapshots[record->id] = *record;
   }
   // Images without a record: a create that crashed before its commit, or a
   // delete that crashed after it.
-  BLOCKCSI_ASSIGN_OR_RETURN(auto image_names, ListNames(dir_ + "/images"));
+  BLOCKCSI_ASSIGN_OR_RETURN(auto image_names, files_.List(dir_ + "/images"));
   for (const auto& name : image_names) {
     std::string id = name.ends_with(".img") ? name.substr(0, name.size() - 4) : "";
     if (volumes.count(id) || snapshots.count(id)) continue;
     LogWarn("pool recovery: removing image without a record", {{"file", name}});
-    BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(dir_ + "/images/" + name));
+    BLOCKCSI_RETURN_IF_ERROR(files_.RemoveDurably(dir_ + "/images/" + name));
   }
   // An expand grows the image before the record: roll such a volume forward.
   for (auto& [id, record] : volumes) {
-    struct stat st {};
-    if (::stat(ImagePath(id).c_str(), &st) != 0) {
-      LogError("pool: volume has no image", {{"volume", id}});
+    auto size = files_.Size(ImagePath(id));
+    if (!size.ok()) {
+      LogError("pool: volume has no image", {{"volume", id}, {"error", size.status().ToString()}});
       continue;
     }
-    if (static_cast<uint64_t>(st.st_size) > record.size_bytes) {
-      LogWarn("pool recovery: completing an interrupted expand",
-              {{"volume", id}, {"size", std::to_string(st.st_size)}});
-      record.size_bytes = static_cast<uint64_t>(st.st_size);
-      BLOCKCSI_RETURN_IF_ERROR(WriteFileAtomically(VolumeRecordPath(id), VolumeToJson(record)));
-    } else if (static_cast<uint64_t>(st.st_size) < record.size_bytes &&
-               record.source.kind == ContentSource::Kind::kNone) {
+    if (*size > record.size_bytes) {
+      LogWarn("pool recovery: completing an interrupted expand", {{"volume", id}, {"size", std::to_string(*size)}});
+      record.size_bytes = *size;
+      BLOCKCSI_RETURN_IF_ERROR(files_.WriteRecord(VolumeRecordPath(id), VolumeToJson(record)));
+    } else if (*size < record.size_bytes && record.source.kind == ContentSource::Kind::kNone) {
       // An empty volume's image whose size a crash lost (PlaceImage does
-      // not fsync it): sized back up, sparse, it is the volume it was.
+      // not fsync it): sized back up, sparse, it is the volume it was. The
+      // size is made durable (Resize fsyncs) so the repair is done once.
       LogWarn("pool recovery: sizing the image of a new empty volume back up",
-              {{"volume", id}, {"size", std::to_string(st.st_size)}});
-      BLOCKCSI_RETURN_IF_ERROR(SizeImageDurably(ImagePath(id), record.size_bytes));
+              {{"volume", id}, {"size", std::to_string(*size)}});
+      BLOCKCSI_RETURN_IF_ERROR(files_.Resize(ImagePath(id), record.size_bytes));
     }
   }
   std::lock_guard lock(mu_);
@@ -310,9 +190,6 @@ Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint6
                         const std::string& source_image, CopyMethod* method) {
   std::string staged = dir_ + "/tmp/" + id + ".img";
   if (source_image.empty()) {
-    UniqueFd fd(::open(staged.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (fd.get() < 0) return ErrnoToStatus(errno, "create " + staged);
-    Status sized = OkStatus();
     // No fsync of the empty image (one of CreateVolume's four, issue #18):
     // it has no data, and its size protects nothing a crash could lose. A
     // crash can leave it shorter than its record only if no flush ever
@@ -320,29 +197,28 @@ Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint6
     // with the data), so nothing acknowledged was written, and Load()
     // sizes such an image back up to its record, which gives the same
     // all-zero volume. Its name is still durable before the record
-    // (FsyncDir below): a record whose image is gone is not repaired.
-    if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
-      sized = ErrnoToStatus(errno, "size image of volume " + id);
-    }
-    if (!sized.ok()) {
-      ::unlink(staged.c_str());  // a failed create leaves nothing in tmp/
-      return sized;
-    }
+    // (SyncDirectory below): a record whose image is gone is not repaired.
+    BLOCKCSI_RETURN_IF_ERROR(files_.Create(staged, size_bytes));  // a failure leaves nothing in tmp/
     if (method != nullptr) *method = CopyMethod::kNone;
   } else {
-    ::unlink(staged.c_str());  // a leftover of a failed attempt at the same id
-    Status st = CloneOrSparseCopy(source_image, staged, size_bytes, method);
+    BLOCKCSI_RETURN_IF_ERROR(files_.Remove(staged));  // a leftover of a failed attempt at the same id
+    // The copy is fsynced by Clone: its data must be durable before its
+    // record commits it (a snapshot cannot be made again after a crash).
+    Status st = files_.Clone(source_image, staged, size_bytes, method);
     if (!st.ok()) {
-      ::unlink(staged.c_str());
+      (void)files_.Remove(staged);  // best effort; the next Open() empties tmp/ anyway
       return st;
     }
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller." + std::string(operation) + ".image-staged"));
   std::string final_path = ImagePath(id);
-  if (::rename(staged.c_str(), final_path.c_str()) != 0) return ErrnoToStatus(errno, "place image " + final_path);
-  // Only the new name must be durable before the record is written; a
-  // stale tmp/ entry after a crash is removed by the next Open().
-  BLOCKCSI_RETURN_IF_ERROR(FsyncDir(dir_ + "/images"));
+  BLOCKCSI_RETURN_IF_ERROR(files_.Rename(staged, final_path).WithContext("place image"));
+  // Crash point: the record is written next. Without this fsync of images/
+  // a crash after the record could keep the record and lose the rename (the
+  // image back in tmp/, which Open() empties): a volume or snapshot whose
+  // image is gone. Only the new name must be durable; a stale tmp/ entry
+  // after a crash is removed by the next Open().
+  BLOCKCSI_RETURN_IF_ERROR(files_.SyncDirectory(dir_ + "/images"));
   return Fault("controller." + std::string(operation) + ".image-placed");
 }
 
@@ -354,10 +230,14 @@ Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_
   }
   BLOCKCSI_RETURN_IF_ERROR(CheckRoom(record.size_bytes, "volume " + record.id));
   BLOCKCSI_RETURN_IF_ERROR(PlaceImage("create", record.id, record.size_bytes, source_image, method));
-  // The commit point: from here on the volume exists.
-  if (Status written = WriteFileAtomically(VolumeRecordPath(record.id), VolumeToJson(record)); !written.ok()) {
+  // The commit point: from here on the volume exists. Its two fsyncs (the
+  // record file, then volumes/) are the crash points of CreateVolume's
+  // answer: a volume the CO was told exists must still exist after a crash
+  // (else its PV names a volume the pool no longer has), and never as a
+  // torn record that Open() would refuse.
+  if (Status written = files_.WriteRecord(VolumeRecordPath(record.id), VolumeToJson(record)); !written.ok()) {
     // A failed create leaves nothing behind (a crash here is cleaned by Open).
-    ::unlink(ImagePath(record.id).c_str());
+    (void)files_.Remove(ImagePath(record.id));
     return written;
   }
   std::lock_guard lock(mu_);
@@ -367,7 +247,14 @@ Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_
 
 Status Pool::UpdateVolume(const VolumeRecord& record) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(record.id));
-  BLOCKCSI_RETURN_IF_ERROR(WriteFileAtomically(VolumeRecordPath(record.id), VolumeToJson(record)));
+  // Both fsyncs (the record file, then volumes/) are crash points of a
+  // grant and of a revoke. A grant is recorded durably before its ACL is
+  // applied: reconcile rebuilds ACLs from records, so a grant a crash lost
+  // would take a published node's access away. A revoke is recorded
+  // durably before the call answers: a grant a crash brought back would
+  // let the revoked node in again once reconcile restores its ACL
+  // (fencing, issue #21). The same holds for an expand's new size.
+  BLOCKCSI_RETURN_IF_ERROR(files_.WriteRecord(VolumeRecordPath(record.id), VolumeToJson(record)));
   std::lock_guard lock(mu_);
   IndexVolumeLocked(record);
   return OkStatus();
@@ -376,28 +263,32 @@ Status Pool::UpdateVolume(const VolumeRecord& record) {
 Status Pool::GrowImage(const std::string& id, uint64_t size_bytes) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(id));
   std::string path = ImagePath(id);
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoToStatus(errno, "open image of volume " + id);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, "stat image of volume " + id);
-  if (static_cast<uint64_t>(st.st_size) >= size_bytes) return OkStatus();
-  BLOCKCSI_RETURN_IF_ERROR(CheckRoom(size_bytes - static_cast<uint64_t>(st.st_size), "growth of volume " + id));
-  if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) {
-    return ErrnoToStatus(errno, "grow image of volume " + id);
-  }
-  if (TimedFsync(fd.get(), id) != 0) return ErrnoToStatus(errno, "fsync image of volume " + id);
-  return OkStatus();
+  auto size = files_.Size(path);
+  if (!size.ok()) return size.status().WithContext("image of volume " + id);
+  if (*size >= size_bytes) return OkStatus();
+  BLOCKCSI_RETURN_IF_ERROR(CheckRoom(size_bytes - *size, "growth of volume " + id));
+  // Resize fsyncs: the grown size is durable before the record says so, so
+  // a record never claims more than its image has after a crash (Load()
+  // rolls an image bigger than its record forward, never the reverse).
+  return files_.Resize(path, size_bytes).WithContext("grow image of volume " + id);
 }
 
 Status Pool::DeleteVolume(const std::string& id) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(id));
-  BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(VolumeRecordPath(id)));
+  // The commit point, durable (fsync of volumes/) before the image goes: a
+  // crash can then leave an image without a record (which Open() removes),
+  // never a record without its image, and a volume the CO was told is
+  // deleted never comes back.
+  BLOCKCSI_RETURN_IF_ERROR(files_.RemoveDurably(VolumeRecordPath(id)));
   {
     std::lock_guard lock(mu_);
     UnindexVolumeLocked(id);
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete.record-removed"));
-  return RemoveOrphanImage(ImagePath(id));
+  // No fsync of images/ (one of DeleteVolume's two, issue #18): an image
+  // whose unlink a crash undoes has no record, which the next Open()
+  // removes, as after a crash between the two steps.
+  return files_.Remove(ImagePath(id));
 }
 
 std::optional<SnapshotRecord> Pool::GetSnapshot(const std::string& id) const {
@@ -431,7 +322,9 @@ Status Pool::CreateSnapshot(const SnapshotRecord& record, CopyMethod* method) {
   }
   BLOCKCSI_RETURN_IF_ERROR(
       PlaceImage("snapshot", record.id, record.size_bytes, ImagePath(record.source_volume_id), method));
-  BLOCKCSI_RETURN_IF_ERROR(WriteFileAtomically(SnapshotRecordPath(record.id), SnapshotToJson(record)));
+  // Commit point of the snapshot (record file and snapshots/ fsynced): a
+  // snapshot the CO was told exists survives a crash, as a volume does.
+  BLOCKCSI_RETURN_IF_ERROR(files_.WriteRecord(SnapshotRecordPath(record.id), SnapshotToJson(record)));
   std::lock_guard lock(mu_);
   snapshots_[record.id] = record;
   return OkStatus();
@@ -439,13 +332,15 @@ Status Pool::CreateSnapshot(const SnapshotRecord& record, CopyMethod* method) {
 
 Status Pool::DeleteSnapshot(const std::string& id) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateSnapshotId(id));
-  BLOCKCSI_RETURN_IF_ERROR(RemoveFileDurably(SnapshotRecordPath(id)));
+  // As DeleteVolume: the record's removal durable first, the image after
+  // without an fsync (an orphan image is removed by Open()).
+  BLOCKCSI_RETURN_IF_ERROR(files_.RemoveDurably(SnapshotRecordPath(id)));
   {
     std::lock_guard lock(mu_);
     snapshots_.erase(id);
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete-snapshot.record-removed"));
-  return RemoveOrphanImage(ImagePath(id));
+  return files_.Remove(ImagePath(id));
 }
 
 StatusOr<double> ParseOvercommitRatio(std::string_view text) {
@@ -475,16 +370,14 @@ uint64_t Scaled(uint64_t bytes, double ratio) {
 }  // namespace
 
 StatusOr<uint64_t> Pool::AvailableBytes() const {
-  struct statvfs vfs {};
-  if (::statvfs(dir_.c_str(), &vfs) != 0) return ErrnoToStatus(errno, "statvfs pool " + dir_);
-  return Scaled(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize, options_.overcommit_ratio);
+  BLOCKCSI_ASSIGN_OR_RETURN(PoolSpace space, files_.Space(dir_));
+  return Scaled(space.available_bytes, options_.overcommit_ratio);
 }
 
 Status Pool::CheckRoom(uint64_t bytes, const std::string& what) const {
-  struct statvfs vfs {};
-  if (::statvfs(dir_.c_str(), &vfs) != 0) return ErrnoToStatus(errno, "statvfs pool " + dir_);
-  const uint64_t total = Scaled(static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize, options_.overcommit_ratio);
-  const uint64_t free = Scaled(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize, options_.overcommit_ratio);
+  BLOCKCSI_ASSIGN_OR_RETURN(PoolSpace space, files_.Space(dir_));
+  const uint64_t total = Scaled(space.total_bytes, options_.overcommit_ratio);
+  const uint64_t free = Scaled(space.available_bytes, options_.overcommit_ratio);
   char ratio[32];
   std::snprintf(ratio, sizeof ratio, "%g", options_.overcommit_ratio);
   if (bytes > static_cast<uint64_t>(std::numeric_limits<off_t>::max()) || bytes > total) {
@@ -498,12 +391,7 @@ Status Pool::CheckRoom(uint64_t bytes, const std::string& what) const {
   return OkStatus();
 }
 
-Status Pool::Healthy() const {
-  if (::access((dir_ + "/volumes").c_str(), R_OK | W_OK | X_OK) != 0) {
-    return ErrnoToStatus(errno, "access pool " + dir_);
-  }
-  return OkStatus();
-}
+Status Pool::Healthy() const { return files_.CheckAccess(dir_ + "/volumes"); }
 
 std::string Pool::VolumeToJson(const VolumeRecord& r) {
   json grants = json::array();

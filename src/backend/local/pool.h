@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/local/image_files.h"
 #include "common/fault_points.h"
 #include "common/status.h"
 
@@ -52,13 +53,13 @@ struct PoolOptions {
   // system times this ratio is OUT_OF_RANGE (no delete would make room).
   // 1.0: no volume bigger than the free space; 3.0: up to three times it.
   double overcommit_ratio = 1.0;
+  // Where the pool's files live; null: the machine's (MakeImageFiles).
+  // Tests pass one that controls free space or records the durable steps.
+  std::shared_ptr<ImageFiles> files;
 };
 
 // Parses an overcommit ratio flag: a finite number in (0, 1000].
 StatusOr<double> ParseOvercommitRatio(std::string_view text);
-
-// How an image was copied: for logs and tests.
-enum class CopyMethod { kNone, kReflink, kSparseCopy };
 
 class Pool {
  public:
@@ -72,6 +73,8 @@ class Pool {
 
   const std::string& dir() const { return dir_; }
   std::string ImagePath(std::string_view id) const;
+  // The size of the image file of a volume or snapshot; NOT_FOUND without one.
+  StatusOr<uint64_t> ImageSize(std::string_view id) const;
 
   // ---- volumes ----
   std::optional<VolumeRecord> GetVolume(const std::string& id) const;
@@ -116,7 +119,7 @@ class Pool {
   static StatusOr<SnapshotRecord> SnapshotFromJson(std::string_view text);
 
  private:
-  Pool(std::string dir, PoolOptions options, int lock_fd);
+  Pool(std::string dir, PoolOptions options, std::unique_ptr<HeldLock> lock);
   Status Load();
   Status Fault(std::string_view point) const;
   // Builds tmp/<id>.img, fsyncs it and renames it to images/<id>.img.
@@ -132,7 +135,8 @@ class Pool {
 
   const std::string dir_;
   const PoolOptions options_;
-  const int lock_fd_;
+  ImageFiles& files_;                     // *options_.files
+  const std::unique_ptr<HeldLock> lock_;  // the pool's lock, held while this object lives
   mutable std::mutex mu_;
   std::map<std::string, VolumeRecord> volumes_;  // guarded by mu_, by id
   // (name, id) of every volume: FindVolumeByName without a scan of the pool
@@ -140,10 +144,5 @@ class Pool {
   std::set<std::pair<std::string, std::string>> volume_names_;
   std::map<std::string, SnapshotRecord> snapshots_;  // guarded by mu_, by id
 };
-
-// Copies `from` to a new file `to` (which must not exist): FICLONE when the
-// filesystem can, else only the data extents (holes stay holes). Then sizes
-// `to` to `size_bytes` (>= the source's size) and fsyncs it.
-Status CloneOrSparseCopy(const std::string& from, const std::string& to, uint64_t size_bytes, CopyMethod* method);
 
 }  // namespace blockcsi

@@ -1,7 +1,5 @@
 #include "backend/local/tgt_exporter.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <set>
 
@@ -31,13 +29,14 @@ bool Contains(const std::vector<std::string>& v, const std::string& x) {
 
 TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm,
                          std::chrono::milliseconds timeout, const std::string& socket_dir,
-                         std::chrono::milliseconds listing_max_age)
+                         std::chrono::milliseconds listing_max_age, std::shared_ptr<Host> host)
     : executor_(std::move(executor)),
       control_port_(control_port),
       tgtadm_(std::move(tgtadm)),
       timeout_(timeout),
       socket_path_(socket_dir + "/socket." + std::to_string(control_port)),
-      listing_max_age_(listing_max_age) {}
+      listing_max_age_(listing_max_age),
+      host_(std::move(host)) {}
 
 std::string TgtExporter::ScsiIdFor(const std::string& volume_id) { return "b10cc5a1" + HexOf(volume_id); }
 
@@ -53,6 +52,7 @@ Command TgtExporter::Tgtadm() const {
 
 Status TgtExporter::Run(const Command& command, const std::string& what, const std::string& tolerated) {
   auto ran = executor_->Run(command);
+  listing_.read_back_of.clear();  // tgtd may have changed: no longer a read-back of the last ACL change
   // Any refusal, even one tolerated as "already so", means tgtd was not
   // what the kept listing said: the next call reads it again.
   if (!ran.ok() || !ran->ok()) listing_.valid = false;
@@ -124,6 +124,7 @@ Status CheckAccountsListed(const std::vector<TgtTarget>& live, const std::vector
 std::vector<Status> TgtExporter::VerifyAclsLocked(const std::vector<AclCheck>& checks, std::vector<TgtTarget>& live) {
   auto shown = ReadLiveLocked();
   if (!shown.ok()) return std::vector<Status>(checks.size(), shown.status());
+  for (const auto& c : checks) listing_.read_back_of.insert(c.iqn);
   if (&live != *shown) live = **shown;
   std::vector<Status> out;
   for (const auto& c : checks) {
@@ -483,8 +484,20 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
                                                    std::chrono::milliseconds(8),  std::chrono::milliseconds(16),
                                                    std::chrono::milliseconds(32), std::chrono::milliseconds(64)};
   for (auto pause : kPauses) {
-    // Always a fresh read: sessions come and go without us.
-    BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * live, ReadLiveLocked());
+    // A fresh read (sessions come and go without us), except in the first
+    // round right after the revoke's ACL change on this target: its
+    // read-back, with no request sent to tgtd since and the initiator not
+    // in the ACL it shows, was taken after the ACL was gone, so it lists
+    // every session that can still exist, as a read now would (one tgtd
+    // request less per ControllerUnpublish, issue #18).
+    std::vector<TgtTarget>* live = nullptr;
+    if (pause == kPauses[0] && listing_.read_back_of.count(iqn) && ListingCurrentLocked()) {
+      TgtTarget* kept = FindLocked(listing_.targets, iqn);
+      if (kept != nullptr && !Contains(kept->acls, initiator_iqn)) live = &listing_.targets;
+    }
+    if (live == nullptr) {
+      BLOCKCSI_ASSIGN_OR_RETURN(live, ReadLiveLocked());
+    }
     TgtTarget* target = FindLocked(*live, iqn);
     if (target == nullptr) return OkStatus();
     bool any = false;

@@ -15,9 +15,6 @@
 // anyway, and target ids are allocated from what `show` returns).
 #pragma once
 
-#include <sys/types.h>
-#include <time.h>
-
 #include <chrono>
 #include <map>
 #include <memory>
@@ -30,6 +27,7 @@
 #include "backend/local/exporter.h"
 #include "backend/local/tgtadm_parser.h"
 #include "common/executor.h"
+#include "common/host.h"
 
 namespace blockcsi {
 
@@ -43,7 +41,8 @@ class TgtExporter final : public Exporter {
   TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm = kDefaultTgtadm,
               std::chrono::milliseconds timeout = std::chrono::seconds(20),
               const std::string& socket_dir = kDefaultSocketDir,
-              std::chrono::milliseconds listing_max_age = std::chrono::seconds(10));
+              std::chrono::milliseconds listing_max_age = std::chrono::seconds(10),
+              std::shared_ptr<Host> host = RealHost());
   static constexpr char kDefaultTgtadm[] = "/usr/sbin/tgtadm";
   static constexpr char kDefaultSocketDir[] = "/var/run/tgtd";
 
@@ -71,6 +70,9 @@ class TgtExporter final : public Exporter {
   // Reads tgtd's targets into listing_ (fresh, whatever it held) and
   // returns them. Needs mu_.
   StatusOr<std::vector<TgtTarget>*> ReadLiveLocked();
+  // Whether tgtd is still the one listing_ was read from, not longer ago
+  // than listing_max_age_. Needs mu_.
+  bool ListingCurrentLocked();
   // listing_, when it may stand in for a fresh read to apply all of
   // `desired`; else nullptr. Needs mu_.
   std::vector<TgtTarget>* CachedLocked(const std::vector<const DesiredExport*>& desired);
@@ -127,20 +129,24 @@ class TgtExporter final : public Exporter {
   const std::chrono::milliseconds timeout_;
   const std::string socket_path_;
   const std::chrono::milliseconds listing_max_age_;
+  const std::shared_ptr<Host> host_;  // the socket's identity
   std::mutex mu_;
   // tgtd's targets as last read, kept in step with every change made here,
   // so that a call at 1,000 targets need not read (and parse) all of them
-  // again (issue #18). Sessions in it are as last read: never used from it.
+  // again (issue #18). Sessions in it are as last read: used only by
+  // CloseSessions, and only from a read-back of an ACL change (see there).
   struct Listing {
     std::vector<TgtTarget> targets;
     std::unordered_map<std::string, size_t> by_iqn;  // index into targets
     bool valid = false;                              // false after a failed command or read: re-read
     // The socket file's identity when it was read: its inode number may be
     // reused by a restarted tgtd's new socket, its change time (ns) is not.
-    dev_t socket_dev = 0;
-    ino_t socket_ino = 0;
-    timespec socket_ctime{};
+    FileIdentity socket;
     std::chrono::steady_clock::time_point read_at;
+    // The targets whose ACL change this listing was read back for
+    // (VerifyAclsLocked), while no request has been sent to tgtd since;
+    // emptied by any other read and by every command (Run).
+    std::set<std::string> read_back_of;
   };
   Listing listing_;  // guarded by mu_
   // The password each tgtd account was last created with by this process;

@@ -1,8 +1,6 @@
 // TgtExporter's kept listing of tgtd's targets (issue #18): when a call may
 // use it instead of reading tgtd again, and the two entry points that
 // decide, Apply and ApplyEach. Reading and changing tgtd: tgt_exporter.cc.
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <set>
 
@@ -13,18 +11,16 @@ namespace blockcsi {
 StatusOr<std::vector<TgtTarget>*> TgtExporter::ReadLiveLocked() {
   // The socket's identity is taken before the read: a tgtd that restarts
   // during it is seen as a new one by the next call.
-  struct stat socket {};
-  const bool identified = ::stat(socket_path_.c_str(), &socket) == 0;
+  auto socket = host_->Identity(socket_path_);
   listing_.valid = false;
+  listing_.read_back_of.clear();
   auto shown = ShowTargets();
   if (!shown.ok()) return shown.status();
   listing_.targets = std::move(shown).value();
   ReindexLocked();
   // Without a socket to identify tgtd by (another layout), nothing is kept.
-  listing_.valid = identified;
-  listing_.socket_dev = socket.st_dev;
-  listing_.socket_ino = socket.st_ino;
-  listing_.socket_ctime = socket.st_ctim;
+  listing_.valid = socket.ok();
+  listing_.socket = socket.ok() ? *socket : FileIdentity{};
   listing_.read_at = std::chrono::steady_clock::now();
   return &listing_.targets;
 }
@@ -70,14 +66,15 @@ TgtTarget* TgtExporter::FindLocked(std::vector<TgtTarget>& live, const std::stri
   return it == listing_.by_iqn.end() ? nullptr : &live[it->second];
 }
 
+bool TgtExporter::ListingCurrentLocked() {
+  if (!listing_.valid || std::chrono::steady_clock::now() - listing_.read_at > listing_max_age_) return false;
+  // A tgtd that restarted (or went away) holds nothing of the kept listing.
+  auto socket = host_->Identity(socket_path_);
+  return socket.ok() && *socket == listing_.socket;
+}
+
 std::vector<TgtTarget>* TgtExporter::CachedLocked(const std::vector<const DesiredExport*>& desired) {
-  if (!listing_.valid || std::chrono::steady_clock::now() - listing_.read_at > listing_max_age_) return nullptr;
-  struct stat socket {};
-  if (::stat(socket_path_.c_str(), &socket) != 0 || socket.st_dev != listing_.socket_dev ||
-      socket.st_ino != listing_.socket_ino || socket.st_ctim.tv_sec != listing_.socket_ctime.tv_sec ||
-      socket.st_ctim.tv_nsec != listing_.socket_ctime.tv_nsec) {
-    return nullptr;  // tgtd restarted (or went away): it holds nothing of the kept listing
-  }
+  if (!ListingCurrentLocked()) return nullptr;
   for (const DesiredExport* d : desired) {
     if (!NeedsNoFreshRead(*d, FindLocked(listing_.targets, d->iqn))) return nullptr;
   }

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -12,6 +11,7 @@
 
 #include "backend/volume_id.h"
 #include "common/atomic_file.h"
+#include "support/recording_image_files.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -261,12 +261,6 @@ TEST(PoolTest, SnapshotCopiesDataKeepsHolesAndIsIndependent) {
   EXPECT_NE(::access(snap_image.c_str(), F_OK), 0);
 }
 
-TEST(PoolTest, CopyRefusesToShrink) {
-  TempDir dir;
-  ASSERT_TRUE(WriteFileAtomically(dir.Join("src"), std::string(4096, 'x')).ok());
-  EXPECT_EQ(CloneOrSparseCopy(dir.Join("src"), dir.Join("dst"), 1024, nullptr).code(), StatusCode::kOutOfRange);
-}
-
 TEST(PoolTest, RejectsIdsThatAreNotOurs) {
   TempDir dir;
   auto pool = Pool::Open(dir.path());
@@ -285,94 +279,134 @@ TEST(PoolTest, AvailableBytesIsPositive) {
   EXPECT_GT(*free, 0u);
 }
 
-struct FsBytes {
-  uint64_t total = 0;
-  uint64_t free = 0;
+// A pool on a file system of `total` bytes with `available` free: its
+// test ImageFiles reports those sizes (the real statvfs path is
+// AvailableBytesIsPositive's).
+struct SizedPool {
+  SizedPool(const TempDir& dir, uint64_t total, uint64_t available, double ratio = 1.0)
+      : files(std::make_shared<testing::RecordingImageFiles>(dir.path())) {
+    files->SetSpace(total, available);
+    PoolOptions options;
+    options.files = files;
+    options.overcommit_ratio = ratio;
+    auto opened = Pool::Open(dir.path(), options);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (opened.ok()) pool = std::move(opened).value();
+  }
+  std::shared_ptr<testing::RecordingImageFiles> files;
+  std::unique_ptr<Pool> pool;
 };
-FsBytes StatFs(const std::string& dir) {
-  struct statvfs vfs {};
-  EXPECT_EQ(::statvfs(dir.c_str(), &vfs), 0);
-  return {static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize, static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize};
-}
 
-uint64_t RoundUpMiB(uint64_t v) { return (v + kMiB - 1) / kMiB * kMiB; }
+constexpr uint64_t kGiB = 1024 * kMiB;
 
 // Issue #21: 2^44 bytes gave INTERNAL "File too large" and left a 0-byte
 // tmp/vol-*.img behind until a restart.
 TEST(PoolTest, SizesThePoolCanNeverHoldAreOutOfRangeAndLeaveNothing) {
   TempDir dir;
-  auto pool = Pool::Open(dir.path());
-  ASSERT_TRUE(pool.ok());
-  FsBytes fs = StatFs(dir.path());
-  for (uint64_t size : {uint64_t{1} << 44, uint64_t{1} << 50, RoundUpMiB(fs.total) + kMiB, uint64_t{1} << 63}) {
-    if (size <= fs.total) continue;  // a pool file system above 16 TiB: that size is not "never"
+  SizedPool sized(dir, 10 * kGiB, 5 * kGiB);
+  ASSERT_NE(sized.pool, nullptr);
+  Pool& pool = *sized.pool;
+  for (uint64_t size : {uint64_t{1} << 44, uint64_t{1} << 50, 10 * kGiB + kMiB, uint64_t{1} << 63}) {
     SCOPED_TRACE(size);
     VolumeRecord r = Record("pvc-huge", size);
-    Status st = (*pool)->CreateVolume(r, "");
+    Status st = pool.CreateVolume(r, "");
     EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.ToString();
     EXPECT_NE(st.message().find(r.id), std::string::npos) << st.message();
     EXPECT_TRUE(Names(dir.Join("tmp")).empty());
     EXPECT_TRUE(Names(dir.Join("images")).empty());
     EXPECT_TRUE(Names(dir.Join("volumes")).empty());
-    EXPECT_FALSE((*pool)->GetVolume(r.id).has_value());
+    EXPECT_FALSE(pool.GetVolume(r.id).has_value());
   }
+  EXPECT_TRUE(sized.files->TakeSteps().empty()) << "refused before touching a file";
   // A grow to such a size is refused the same way, and the image keeps its size.
   VolumeRecord small = Record("pvc-small", 4 * kMiB);
-  ASSERT_TRUE((*pool)->CreateVolume(small, "").ok());
-  EXPECT_EQ((*pool)->GrowImage(small.id, uint64_t{1} << 50).code(), StatusCode::kOutOfRange);
-  struct stat st {};
-  ASSERT_EQ(::stat((*pool)->ImagePath(small.id).c_str(), &st), 0);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB);
+  ASSERT_TRUE(pool.CreateVolume(small, "").ok());
+  EXPECT_EQ(pool.GrowImage(small.id, uint64_t{1} << 50).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(*pool.ImageSize(small.id), 4 * kMiB);
 }
 
 TEST(PoolTest, OvercommitRatioBoundsEachNewVolumeAndEachGrow) {
   TempDir dir;
-  // 256 MiB really allocated on the pool's file system (a tmpfs /tmp may be
-  // nearly empty), so that "more than the free space" and "less than the
-  // whole file system" have room between them.
-  TempDir ballast;
+  // A 4 GiB file system with 1 GiB free: a quarter of the free space is
+  // 256 MiB, a quarter of the whole 1 GiB; 288 MiB lies between.
+  const uint64_t size = 288 * kMiB;
   {
-    int fd = ::open(ballast.Join("ballast").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::posix_fallocate(fd, 0, 256 * kMiB), 0);
-    ::close(fd);
-  }
-  FsBytes fs = StatFs(dir.path());
-  // Over a quarter of the free space (by 32 MiB: other writers on this
-  // machine would have to free 128 MiB meanwhile to make it fit) yet within
-  // a quarter of the file system.
-  const uint64_t size = RoundUpMiB(fs.free / 4) + 32 * kMiB;
-  ASSERT_LT(size, fs.total / 4);
-  {
-    PoolOptions quarter;
-    quarter.overcommit_ratio = 0.25;
-    auto pool = Pool::Open(dir.path(), quarter);
-    ASSERT_TRUE(pool.ok());
-    EXPECT_LE(*(*pool)->AvailableBytes(), fs.free / 4 + 64 * kMiB) << "GetCapacity reports what the policy allows";
+    SizedPool sized(dir, 4 * kGiB, kGiB, 0.25);
+    ASSERT_NE(sized.pool, nullptr);
+    Pool& pool = *sized.pool;
+    EXPECT_EQ(*pool.AvailableBytes(), 256 * kMiB) << "GetCapacity reports what the policy allows";
     VolumeRecord r = Record("pvc-over", size);
-    Status st = (*pool)->CreateVolume(r, "");
+    Status st = pool.CreateVolume(r, "");
     EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
     EXPECT_NE(st.message().find("overcommit ratio 0.25"), std::string::npos) << st.message();
     EXPECT_TRUE(Names(dir.Join("tmp")).empty());
     EXPECT_TRUE(Names(dir.Join("images")).empty());
     // A grow past the policy is refused the same way, and the image keeps its size.
     VolumeRecord small = Record("pvc-small", 8 * kMiB);
-    ASSERT_TRUE((*pool)->CreateVolume(small, "").ok());
-    EXPECT_EQ((*pool)->GrowImage(small.id, 8 * kMiB + size).code(), StatusCode::kResourceExhausted);
-    struct stat st_small {};
-    ASSERT_EQ(::stat((*pool)->ImagePath(small.id).c_str(), &st_small), 0);
-    EXPECT_EQ(static_cast<uint64_t>(st_small.st_size), 8 * kMiB);
+    ASSERT_TRUE(pool.CreateVolume(small, "").ok());
+    EXPECT_EQ(pool.GrowImage(small.id, 8 * kMiB + size).code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(*pool.ImageSize(small.id), 8 * kMiB);
   }
   {
-    PoolOptions thin;
-    thin.overcommit_ratio = 4.5;  // the same size fits a ratio of more than 4
-    auto pool = Pool::Open(dir.path(), thin);
-    ASSERT_TRUE(pool.ok());
+    SizedPool sized(dir, 4 * kGiB, kGiB, 4.5);  // the same size fits a ratio of more than 4
+    ASSERT_NE(sized.pool, nullptr);
     VolumeRecord r = Record("pvc-thin", size);
-    ASSERT_TRUE((*pool)->CreateVolume(r, "").ok());
-    EXPECT_LT(AllocatedBytes((*pool)->ImagePath(r.id)), kMiB) << "thin volumes stay sparse";
-    ASSERT_TRUE((*pool)->DeleteVolume(r.id).ok());
+    ASSERT_TRUE(sized.pool->CreateVolume(r, "").ok());
+    EXPECT_LT(AllocatedBytes(sized.pool->ImagePath(r.id)), kMiB) << "thin volumes stay sparse";
+    ASSERT_TRUE(sized.pool->DeleteVolume(r.id).ok());
   }
+}
+
+// The order of the durable steps is what makes every crash point
+// recoverable (pool.h): an image's name durable before its record, a
+// record's removal durable before its image goes.
+TEST(PoolTest, DurableStepsComeInTheOrderTheCrashPointsNeed) {
+  TempDir dir;
+  SizedPool sized(dir, 10 * kGiB, 5 * kGiB);
+  ASSERT_NE(sized.pool, nullptr);
+  Pool& pool = *sized.pool;
+  VolumeRecord r = Record("pvc-order", 4 * kMiB);
+  const std::string img = r.id + ".img";
+  ASSERT_TRUE(pool.CreateVolume(r, "").ok());
+  EXPECT_EQ(sized.files->TakeSteps(),
+            (std::vector<std::string>{"create tmp/" + img, "rename tmp/" + img + " images/" + img, "sync-dir images",
+                                      "write-record volumes/" + r.id + ".json"}));
+  r.grants.push_back({"iqn.2026-11.io.blockcsi:node:a", "a", false, "cap", false});
+  ASSERT_TRUE(pool.UpdateVolume(r).ok());
+  EXPECT_EQ(sized.files->TakeSteps(), (std::vector<std::string>{"write-record volumes/" + r.id + ".json"}));
+  ASSERT_TRUE(pool.GrowImage(r.id, 8 * kMiB).ok());
+  EXPECT_EQ(sized.files->TakeSteps(), (std::vector<std::string>{"resize images/" + img}));
+  SnapshotRecord snap{NewSnapshotId(), "snap-order", r.id, 8 * kMiB, 0, true};
+  const std::string snap_img = snap.id + ".img";
+  ASSERT_TRUE(pool.CreateSnapshot(snap).ok());
+  EXPECT_EQ(sized.files->TakeSteps(),
+            (std::vector<std::string>{"remove tmp/" + snap_img, "clone tmp/" + snap_img,
+                                      "rename tmp/" + snap_img + " images/" + snap_img, "sync-dir images",
+                                      "write-record snapshots/" + snap.id + ".json"}));
+  ASSERT_TRUE(pool.DeleteVolume(r.id).ok());
+  EXPECT_EQ(sized.files->TakeSteps(),
+            (std::vector<std::string>{"remove-durably volumes/" + r.id + ".json", "remove images/" + img}));
+  ASSERT_TRUE(pool.DeleteSnapshot(snap.id).ok());
+  EXPECT_EQ(sized.files->TakeSteps(),
+            (std::vector<std::string>{"remove-durably snapshots/" + snap.id + ".json", "remove images/" + snap_img}));
+}
+
+// A create whose record cannot be written takes its image back.
+TEST(PoolTest, ACreateWhoseRecordFailsLeavesNoImage) {
+  TempDir dir;
+  SizedPool sized(dir, 10 * kGiB, 5 * kGiB);
+  ASSERT_NE(sized.pool, nullptr);
+  sized.files->FailNext("write-record");
+  VolumeRecord r = Record("pvc-fail", 4 * kMiB);
+  EXPECT_EQ(sized.pool->CreateVolume(r, "").code(), StatusCode::kInternal);
+  EXPECT_TRUE(Names(dir.Join("tmp")).empty());
+  EXPECT_TRUE(Names(dir.Join("images")).empty());
+  EXPECT_TRUE(Names(dir.Join("volumes")).empty());
+  EXPECT_FALSE(sized.pool->GetVolume(r.id).has_value());
+  // A failed empty image leaves nothing in tmp/ either.
+  sized.files->FailNext("create");
+  EXPECT_EQ(sized.pool->CreateVolume(r, "").code(), StatusCode::kInternal);
+  EXPECT_TRUE(Names(dir.Join("tmp")).empty());
 }
 
 TEST(PoolTest, OvercommitRatioFlagParses) {

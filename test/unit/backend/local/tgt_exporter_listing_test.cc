@@ -149,7 +149,7 @@ TEST_F(TgtExporterListingTest, ARefusedCommandMakesTheNextCallReadAgain) {
   ASSERT_TRUE(made.ok()) << made.status().ToString();
 }
 
-TEST_F(TgtExporterListingTest, RemoveAndCloseSessionsAlwaysReadFresh) {
+TEST_F(TgtExporterListingTest, RemoveAndCloseSessionsReadFreshOutsideARevoke) {
   executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
   executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
@@ -157,6 +157,44 @@ TEST_F(TgtExporterListingTest, RemoveAndCloseSessionsAlwaysReadFresh) {
   executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   executor_->ExpectOk(Tgtadm({"--op", "delete", "--mode", "target", "--tid", "2", "--force"}));
   EXPECT_TRUE(exporter_.Remove(kIqn2).ok());
+}
+
+// ControllerUnpublish: the revoke's ACL read-back, taken after the ACL was
+// gone and with nothing sent since, is the first session read.
+TEST_F(TgtExporterListingTest, CloseSessionsRightAfterARevokeUsesItsReadBack) {
+  const std::string listing = Captured("show_target_no_sessions.txt");
+  executor_->ExpectOk(kShowTargets, listing);
+  ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
+  executor_->ExpectOk(kShowTargets, listing);
+  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
+  executor_->ExpectOk(kShowTargets, Without(listing, std::string("        ") + kN2 + "\n"));
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1)};
+  ASSERT_TRUE(exporter_.Apply(d).ok());
+  EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN2).ok());  // no request: the strict executor has none queued
+  // Another initiator (still in the ACL) or a second call is not covered by it.
+  executor_->ExpectOk(kShowTargets, listing);
+  EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN1).ok());
+  executor_->ExpectOk(kShowTargets, listing);
+  EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN2).ok());
+}
+
+// A session the read-back shows is closed, and the next round reads fresh.
+TEST_F(TgtExporterListingTest, ASessionInTheRevokeReadBackIsClosedThenReadAgain) {
+  const std::string listing = Captured("show_target_sessions.txt");
+  executor_->ExpectOk(kShowTargets, listing);
+  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN1}));
+  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
+  const std::string no_acl = Without(listing, std::string("        ") + kN1 + "\n        " + kN2 + "\n");
+  executor_->ExpectOk(kShowTargets, no_acl);
+  DesiredExport d = Volume2();
+  d.acls = {};
+  ASSERT_TRUE(exporter_.Apply(d).ok());
+  executor_->ExpectOk(Tgtadm({"--op", "delete", "--mode", "conn", "--tid", "2", "--sid", "9", "--cid", "0"}));
+  const std::string nexus = std::string("        I_T nexus: 9\n            Initiator: ") + kN1 +
+                            " alias: none\n            Connection: 0\n                IP Address: 127.0.0.1\n";
+  executor_->ExpectOk(kShowTargets, Without(no_acl, nexus));  // the second round: fresh, the session gone
+  EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN1).ok());
 }
 
 TEST_F(TgtExporterListingTest, AListingOlderThanItsMaximumAgeIsReadAgain) {
