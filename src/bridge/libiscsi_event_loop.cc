@@ -37,6 +37,11 @@ constexpr int kOutQueueSlack = 4;
 // change) per I_T nexus; a few retries always get past it.
 constexpr int kUnitAttentionRetries = 5;
 
+// The loop whose thread this is (null on every other thread): Submit from
+// a completion or a watched descriptor's handler skips the lock and the
+// wake-up, and blocking calls there are refused instead of deadlocking.
+thread_local const LibIscsiEventLoop* t_running_loop = nullptr;
+
 // libiscsi's last error as one line: some of its texts end in a newline,
 // and a CSI error message must be a single line.
 std::string IscsiError(iscsi_context* ctx) {
@@ -239,12 +244,22 @@ LibIscsiEventLoop::~LibIscsiEventLoop() {
 std::string LibIscsiEventLoop::Name() const { return options_.target_iqn + " lun " + std::to_string(options_.lun); }
 
 void* LibIscsiEventLoop::ThreadMain(void* self) {
-  static_cast<LibIscsiEventLoop*>(self)->Run();
+  auto* loop = static_cast<LibIscsiEventLoop*>(self);
+  t_running_loop = loop;
+  loop->Run();
   return nullptr;
 }
 
+bool LibIscsiEventLoop::OnLoopThread() const { return t_running_loop == this; }
+
 void LibIscsiEventLoop::Submit(std::unique_ptr<IscsiCommand> command) {
   command->deadline = Clock::now() + options_.command_timeout;
+  if (OnLoopThread()) {
+    // Dispatched before this thread polls again; during Shutdown it is
+    // failed with the rest of the queue.
+    pending_.push_back(std::move(command));
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closing_) {
@@ -272,12 +287,54 @@ void LibIscsiEventLoop::Close() {
   if (thread_started_) pthread_join(thread_, nullptr);
 }
 
+void LibIscsiEventLoop::Watch(int fd, WatchHandler on_ready) {
+  if (OnLoopThread()) {
+    fd_ = fd;
+    on_ready_ = on_ready;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_fd_ = fd;
+  watch_handler_ = std::move(on_ready);
+  watch_seen_ = OnLoopThread() ? watch_version_ + 1 : watch_seen_;
+  ++watch_version_;
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+void LibIscsiEventLoop::Unwatch() {
+  if (OnLoopThread()) {
+    fd_ = -1;
+    on_ready_ = nullptr;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  watch_fd_ = -1;
+  watch_handler_ = nullptr;
+  uint64_t version = ++watch_version_;
+  if (OnLoopThread() || !thread_started_) {
+    watch_seen_ = version;
+    return;
+  }
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+  // The loop takes the change between two polls, never inside the handler.
+  watch_cv_.wait(lock, [&] { return watch_seen_ >= version || loop_ended_; });
+}
+
 bool LibIscsiEventLoop::TakeSubmitted() {
-  uint64_t count = 0;
-  (void)!::read(wake_fd_, &count, sizeof count);
+  if (woken_) {
+    uint64_t count = 0;
+    (void)!::read(wake_fd_, &count, sizeof count);
+    woken_ = false;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& c : submitted_) pending_.push_back(std::move(c));
   submitted_.clear();
+  if (watch_seen_ != watch_version_) {
+    fd_ = watch_fd_;
+    on_ready_ = watch_handler_;
+    watch_seen_ = watch_version_;
+    watch_cv_.notify_all();
+  }
   return !closing_;
 }
 
@@ -291,7 +348,12 @@ void LibIscsiEventLoop::Run() {
     ExpireDeadlines();
     FinishCompleted();
   }
+  fd_ = -1;
+  on_ready_ = nullptr;
   Shutdown();
+  std::lock_guard<std::mutex> lock(mu_);
+  loop_ended_ = true;
+  watch_cv_.notify_all();
 }
 
 void LibIscsiEventLoop::Reconnect() {
@@ -337,17 +399,41 @@ void LibIscsiEventLoop::ServiceOnce() {
     wait = std::min(wait, std::chrono::duration_cast<milliseconds>(c->deadline - now) + milliseconds(1));
   }
   wait = std::max(wait, milliseconds(0));
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {-1, 0, 0}};
+  pollfd fds[3] = {{wake_fd_, POLLIN, 0}, {-1, 0, 0}, {fd_, POLLIN, 0}};
   int events = ctx_ != nullptr ? iscsi_which_events(ctx_) : 0;
   if (ctx_ != nullptr && events != 0) {
     fds[1] = {iscsi_get_fd(ctx_), static_cast<short>(events), 0};
   } else if (ctx_ != nullptr) {
     wait = std::min(wait, milliseconds(100));  // libiscsi asks for a pause (a reconnect in progress)
   }
-  int ready = ::poll(fds, 2, static_cast<int>(wait.count()));
+  int ready = ::poll(fds, 3, static_cast<int>(wait.count()));
   if (ready < 0 && errno != EINTR) LogWarn("iSCSI session poll failed", {{"error", std::strerror(errno)}});
+  woken_ = ready > 0 && fds[0].revents != 0;
+  if (ctx_ != nullptr && iscsi_service(ctx_, ready > 0 ? fds[1].revents : 0) < 0) DropContext(IscsiError(ctx_));
+  if (ready > 0 && fds[2].revents != 0) ServeWatched();
+}
+
+void LibIscsiEventLoop::ServeWatched() {
+  // Replies first: they free the kernel's slots for the next requests.
+  FinishCompleted();
+  if (on_ready_ && !on_ready_()) {
+    fd_ = -1;
+    on_ready_ = nullptr;
+  }
+  // What the handler submitted goes out now, not after another poll.
+  Dispatch();
+  SendQueued();
+}
+
+void LibIscsiEventLoop::SendQueued() {
   if (ctx_ == nullptr) return;
-  if (iscsi_service(ctx_, ready > 0 ? fds[1].revents : 0) < 0) DropContext(IscsiError(ctx_));
+  int events = iscsi_which_events(ctx_);
+  if ((events & POLLOUT) == 0) return;
+  // Only when the socket says so: POLLOUT also means "connect finished"
+  // to libiscsi while a connection is being made.
+  pollfd pfd{iscsi_get_fd(ctx_), static_cast<short>(events), 0};
+  if (::poll(&pfd, 1, 0) <= 0) return;
+  if (iscsi_service(ctx_, pfd.revents) < 0) DropContext(IscsiError(ctx_));
 }
 
 void LibIscsiEventLoop::ExpireDeadlines() {
