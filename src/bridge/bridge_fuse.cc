@@ -36,6 +36,11 @@ constexpr unsigned kFuseWorkers = 1;
 // at its socket again: enough for the loop device's whole queue, few
 // enough that replies are not held back behind a long batch.
 constexpr int kFuseBatch = 32;
+// Large request buffers kept while I/O flows: the loop device splits a
+// 1 MiB request into two of 512 KiB (its 128 segments), so two cover
+// sequential I/O at queue depth 1, four leave room for a deeper queue.
+// Each costs what its largest request touched, only while busy.
+constexpr size_t kKeptBuffers = 4;
 
 Bridge* Self(fuse_req_t req) { return static_cast<Bridge*>(fuse_req_userdata(req)); }
 
@@ -185,8 +190,12 @@ Status Bridge::MountFuse() {
   int fd = fuse_session_fd(fuse_);
   int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0) {
-    if (transport_->Watch(fd, [this] { return ServeFuseRequests(); })) {
+    // Large buffers are kept for reuse while I/O flows and returned
+    // when the volume is idle (BufferPool).
+    if (transport_->Watch(
+            fd, [this] { return ServeFuseRequests(); }, [this] { buffers_.Trim(); })) {
       fuse_watched_ = true;
+      buffers_.set_keep(kKeptBuffers);
       return OkStatus();
     }
     ::fcntl(fd, F_SETFL, flags);

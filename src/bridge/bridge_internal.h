@@ -36,6 +36,7 @@
 #include "bridge/bridge_cgroup.h"
 #include "bridge/bridge_protocol.h"
 #include "bridge/bridge_transport.h"
+#include "bridge/buffer_pool.h"
 #include "bridge/iscsi_bridge_transport.h"
 #include "bridge/libiscsi_session.h"
 #include "bridge/write_order.h"
@@ -159,6 +160,9 @@ class Bridge {
   std::thread fuse_thread_;    // RBD: libfuse's loop
   bool fuse_watched_ = false;  // iSCSI: served by the session's thread
   fuse_buf fuse_in_{};         // its receive buffer
+  // Request buffers; large ones are kept only when the session's thread
+  // serves FUSE (it trims them when idle).
+  BufferPool buffers_{kMaxTransferBytes, 0};
   WriteOrder write_order_;
   bool fuse_mounted_ = false;
   std::string device_;

@@ -89,15 +89,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A request's own buffer: the FUSE receive buffer is the worker's and is
-// reused for the next request as soon as the handler returns.
-struct FreeBuffer {
-  void operator()(char* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<char, FreeBuffer>;
-
-Buffer AllocateBuffer(size_t size) { return Buffer(static_cast<char*>(std::malloc(std::max<size_t>(size, 1)))); }
-
 }  // namespace
 
 void Bridge::NoteWriteError(const Status& st) {
@@ -123,22 +114,22 @@ void Bridge::ServeRead(fuse_req_t req, size_t size, off_t off) {
   uint64_t first = static_cast<uint64_t>(off) / bs * bs;
   uint64_t end = (static_cast<uint64_t>(off) + size + bs - 1) / bs * bs;
   size_t skip = static_cast<size_t>(static_cast<uint64_t>(off) - first);
-  Buffer buf = AllocateBuffer(end - first);
-  if (!buf) {
+  size_t length = static_cast<size_t>(end - first);
+  // The completion owns the buffer and returns it once the reply copied it.
+  char* data = buffers_.Take(length);
+  if (data == nullptr) {
     fuse_reply_err(req, ENOMEM);
     return;
   }
-  // The completion owns the buffer (std::function wants a copyable capture).
-  char* data = buf.release();
-  transport_->ReadAsync(first, end - first, data, [this, req, size, skip, start_time, data](const Status& st) {
-    Buffer owned(data);
+  transport_->ReadAsync(first, length, data, [this, req, size, skip, length, start_time, data](const Status& st) {
     reads_.Record(st.ok() ? size : 0, Clock::now() - start_time, st.ok());
-    if (!st.ok()) {
+    if (st.ok()) {
+      fuse_reply_buf(req, data + skip, size);
+    } else {
       NoteIoError(st);
       fuse_reply_err(req, EIO);
-      return;
     }
-    fuse_reply_buf(req, data + skip, size);
+    buffers_.Give(data, length);
   });
 }
 
@@ -156,17 +147,18 @@ void Bridge::ServeWrite(fuse_req_t req, const char* in, size_t size, off_t off) 
     WriteUnaligned({req, std::string(in, size), static_cast<uint64_t>(off), ticket, start_time});
     return;
   }
-  Buffer buf = AllocateBuffer(size);
-  if (!buf) {
+  // A copy: the FUSE receive buffer is reused for the next request as
+  // soon as this handler returns.
+  char* data = buffers_.Take(size);
+  if (data == nullptr) {
     write_order_.End(ticket);
     fuse_reply_err(req, ENOMEM);
     return;
   }
-  std::memcpy(buf.get(), in, size);
-  char* data = buf.release();
+  std::memcpy(data, in, size);
   transport_->WriteAsync(static_cast<uint64_t>(off), size, data,
                          [this, req, size, start_time, ticket, data](const Status& st) {
-                           Buffer owned(data);
+                           buffers_.Give(data, size);
                            writes_.Record(st.ok() ? size : 0, Clock::now() - start_time, st.ok());
                            if (!st.ok()) NoteWriteError(st);
                            // Replied before the ticket returns: a flush waiting for this write
@@ -208,7 +200,7 @@ void Bridge::StartRmw() {
   uint64_t bs = transport_->block_size();
   uint64_t first = job->offset / bs * bs;
   size_t length = static_cast<size_t>((job->offset + job->data.size() + bs - 1) / bs * bs - first);
-  char* blocks = AllocateBuffer(length).release();
+  auto* blocks = static_cast<char*>(std::malloc(length));
   if (blocks == nullptr) {
     FinishRmw(ResourceExhausted("no memory for a read-modify-write"), nullptr);
     return;

@@ -36,6 +36,9 @@ constexpr int kOutQueueSlack = 4;
 // A target reports UNIT ATTENTION once per event (power on, reset, LUN
 // change) per I_T nexus; a few retries always get past it.
 constexpr int kUnitAttentionRetries = 5;
+// How long the watched descriptor must be quiet, with no command out,
+// before on_idle runs.
+constexpr int kIdleAfterActivityMs = 100;
 
 // The loop whose thread this is (null on every other thread): Submit from
 // a completion or a watched descriptor's handler skips the lock and the
@@ -287,14 +290,16 @@ void LibIscsiEventLoop::Close() {
   if (thread_started_) pthread_join(thread_, nullptr);
 }
 
-void LibIscsiEventLoop::Watch(int fd, WatchHandler on_ready) {
+void LibIscsiEventLoop::Watch(int fd, WatchHandler on_ready, std::function<void()> on_idle) {
   if (OnLoopThread()) {
     fd_ = fd;
     on_ready_ = on_ready;
+    on_idle_ = on_idle;
   }
   std::lock_guard<std::mutex> lock(mu_);
   watch_fd_ = fd;
   watch_handler_ = std::move(on_ready);
+  watch_idle_ = std::move(on_idle);
   watch_seen_ = OnLoopThread() ? watch_version_ + 1 : watch_seen_;
   ++watch_version_;
   uint64_t one = 1;
@@ -305,10 +310,12 @@ void LibIscsiEventLoop::Unwatch() {
   if (OnLoopThread()) {
     fd_ = -1;
     on_ready_ = nullptr;
+    on_idle_ = nullptr;
   }
   std::unique_lock<std::mutex> lock(mu_);
   watch_fd_ = -1;
   watch_handler_ = nullptr;
+  watch_idle_ = nullptr;
   uint64_t version = ++watch_version_;
   if (OnLoopThread() || !thread_started_) {
     watch_seen_ = version;
@@ -332,6 +339,7 @@ bool LibIscsiEventLoop::TakeSubmitted() {
   if (watch_seen_ != watch_version_) {
     fd_ = watch_fd_;
     on_ready_ = watch_handler_;
+    on_idle_ = watch_idle_;
     watch_seen_ = watch_version_;
     watch_cv_.notify_all();
   }
@@ -350,6 +358,7 @@ void LibIscsiEventLoop::Run() {
   }
   fd_ = -1;
   on_ready_ = nullptr;
+  on_idle_ = nullptr;
   Shutdown();
   std::lock_guard<std::mutex> lock(mu_);
   loop_ended_ = true;
@@ -391,7 +400,11 @@ void LibIscsiEventLoop::ServiceOnce() {
   // Wake at least every 250 ms while commands are out (libiscsi scans for
   // timed-out PDUs and drives its reconnect only from iscsi_service), and
   // now and then when idle, for NOP-Ins.
-  milliseconds wait = in_flight_.empty() && pending_.empty() ? milliseconds(1000) : milliseconds(250);
+  bool idle = in_flight_.empty() && pending_.empty();
+  milliseconds wait = idle ? milliseconds(1000) : milliseconds(250);
+  // After activity on the watched descriptor, on_idle comes soon (what it
+  // releases is only worth keeping while requests follow each other).
+  if (idle && watched_active_ && on_idle_) wait = milliseconds(kIdleAfterActivityMs);
   for (const auto& c : in_flight_) {
     wait = std::min(wait, std::chrono::duration_cast<milliseconds>(c->deadline - now) + milliseconds(1));
   }
@@ -411,14 +424,20 @@ void LibIscsiEventLoop::ServiceOnce() {
   woken_ = ready > 0 && fds[0].revents != 0;
   if (ctx_ != nullptr && iscsi_service(ctx_, ready > 0 ? fds[1].revents : 0) < 0) DropContext(IscsiError(ctx_));
   if (ready > 0 && fds[2].revents != 0) ServeWatched();
+  if (ready == 0 && on_idle_ && in_flight_.empty() && pending_.empty()) {
+    watched_active_ = false;
+    on_idle_();
+  }
 }
 
 void LibIscsiEventLoop::ServeWatched() {
   // Replies first: they free the kernel's slots for the next requests.
   FinishCompleted();
+  watched_active_ = true;
   if (on_ready_ && !on_ready_()) {
     fd_ = -1;
     on_ready_ = nullptr;
+    on_idle_ = nullptr;
   }
   // What the handler submitted goes out now, not after another poll.
   Dispatch();

@@ -67,10 +67,12 @@ class LibIscsiEventLoop {
   // Another descriptor this thread serves between its commands (the
   // bridge's /dev/fuse): `on_ready` runs here when `fd` is readable and
   // returns false once the descriptor is done (it is then no longer
-  // polled). One at a time; Unwatch returns once `on_ready` is not running
-  // and never runs again (from any thread, the loop's own included).
+  // polled). `on_idle` runs here when a poll timed out with no command
+  // queued or in flight (about a second after the last one). One at a
+  // time; Unwatch returns once neither is running and never runs again
+  // (from any thread, the loop's own included).
   using WatchHandler = std::function<bool()>;
-  void Watch(int fd, WatchHandler on_ready);
+  void Watch(int fd, WatchHandler on_ready, std::function<void()> on_idle);
   void Unwatch();
   // Fails what was not sent, lets what is in flight finish (within its
   // deadline), logs out and joins the thread. Idempotent.
@@ -113,11 +115,12 @@ class LibIscsiEventLoop {
   bool closing_ = false;                                  // guarded by mu_
   bool closed_ = false;                                   // guarded by mu_: the thread has ended
   std::condition_variable watch_cv_;
-  int watch_fd_ = -1;           // guarded by mu_
-  WatchHandler watch_handler_;  // guarded by mu_
-  uint64_t watch_version_ = 0;  // guarded by mu_: bumped by Watch/Unwatch
-  uint64_t watch_seen_ = 0;     // guarded by mu_: the version the loop took
-  bool loop_ended_ = false;     // guarded by mu_
+  int watch_fd_ = -1;                 // guarded by mu_
+  WatchHandler watch_handler_;        // guarded by mu_
+  std::function<void()> watch_idle_;  // guarded by mu_
+  uint64_t watch_version_ = 0;        // guarded by mu_: bumped by Watch/Unwatch
+  uint64_t watch_seen_ = 0;           // guarded by mu_: the version the loop took
+  bool loop_ended_ = false;           // guarded by mu_
 
   // The loop thread's own, touched by nobody else while it runs.
   ::iscsi_context* ctx_ = nullptr;  // null after a dropped session
@@ -128,6 +131,8 @@ class LibIscsiEventLoop {
   bool woken_ = true;  // the eventfd was readable at the last poll
   int fd_ = -1;        // the watched descriptor, as the loop took it
   WatchHandler on_ready_;
+  std::function<void()> on_idle_;
+  bool watched_active_ = false;  // the descriptor was served since on_idle last ran
 };
 
 }  // namespace blockcsi

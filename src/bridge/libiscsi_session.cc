@@ -82,7 +82,9 @@ void LibIscsiSession::Close() {
   if (loop_) loop_->Close();
 }
 
-void LibIscsiSession::Watch(int fd, std::function<bool()> on_ready) { loop_->Watch(fd, std::move(on_ready)); }
+void LibIscsiSession::Watch(int fd, std::function<bool()> on_ready, std::function<void()> on_idle) {
+  loop_->Watch(fd, std::move(on_ready), std::move(on_idle));
+}
 
 void LibIscsiSession::Unwatch() {
   if (loop_) loop_->Unwatch();

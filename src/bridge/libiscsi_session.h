@@ -83,7 +83,7 @@ class LibIscsiSession {
   // the bridge's /dev/fuse, so that a request is read, sent and replied to
   // on one thread with no hand-over. The blocking calls above fail on that
   // thread (they would wait for themselves).
-  void Watch(int fd, std::function<bool()> on_ready);
+  void Watch(int fd, std::function<bool()> on_ready, std::function<void()> on_idle);
   void Unwatch();
   // Fails what is queued, logs out (best effort) and stops the event loop;
   // the destructor calls it too.
