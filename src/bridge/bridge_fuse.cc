@@ -8,7 +8,10 @@
 #include <fuse_lowlevel.h>
 #include <sys/mount.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "bridge/bridge_internal.h"
@@ -23,11 +26,21 @@ constexpr char kLunName[] = "lun";
 // (libfuse's default of 12 would cap the loop device's queue depth); the
 // iSCSI session bounds what reaches the target.
 constexpr unsigned kMaxBackground = 64;
-// FUSE workers. One worker takes a request off /dev/fuse, hands it to the
-// transport and goes back for the next, so it keeps many in flight; a
-// second bought nothing measurable (docs/performance.md) and each keeps a
-// receive buffer of up to max_write + 4 KiB for its life.
+// FUSE workers, for a transport without an I/O thread to serve /dev/fuse
+// (RBD: librbd runs its own). One worker takes a request off /dev/fuse,
+// hands it to the transport and goes back for the next, so it keeps many in
+// flight; a second bought nothing measurable (docs/performance.md) and each
+// keeps a receive buffer of up to max_write + 4 KiB for its life.
 constexpr unsigned kFuseWorkers = 1;
+// Requests read per wake-up of the iSCSI session's thread before it looks
+// at its socket again: enough for the loop device's whole queue, few
+// enough that replies are not held back behind a long batch.
+constexpr int kFuseBatch = 32;
+// Large request buffers kept while I/O flows: the loop device splits a
+// 1 MiB request into two of 512 KiB (its 128 segments), so two cover
+// sequential I/O at queue depth 1, four leave room for a deeper queue.
+// Each costs what its largest request touched, only while busy.
+constexpr size_t kKeptBuffers = 4;
 
 Bridge* Self(fuse_req_t req) { return static_cast<Bridge*>(fuse_req_userdata(req)); }
 
@@ -170,6 +183,23 @@ Status Bridge::MountFuse() {
     return Internal("bridge: cannot mount FUSE at " + args_.mountpoint + " (is /dev/fuse available?)");
   }
   fuse_mounted_ = true;
+  // iSCSI: the session's event-loop thread reads /dev/fuse too, so a
+  // request is read, sent, and replied to from its completion on one
+  // thread, with no wake-up of a second one in between (issue #17: at
+  // queue depth 1 each hand-over cost more than the target's own latency).
+  int fd = fuse_session_fd(fuse_);
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0) {
+    // Large buffers are kept for reuse while I/O flows and returned
+    // when the volume is idle (BufferPool).
+    if (transport_->Watch(
+            fd, [this] { return ServeFuseRequests(); }, [this] { buffers_.Trim(); })) {
+      fuse_watched_ = true;
+      buffers_.set_keep(kKeptBuffers);
+      return OkStatus();
+    }
+    ::fcntl(fd, F_SETFL, flags);
+  }
   fuse_thread_ = std::thread([this] {
     fuse_loop_config* config = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(config, kFuseWorkers);
@@ -180,7 +210,20 @@ Status Bridge::MountFuse() {
   return OkStatus();
 }
 
-// Unmounts and joins the workers; the session itself goes after the
+bool Bridge::ServeFuseRequests() {
+  for (int i = 0; i < kFuseBatch; ++i) {
+    int n = fuse_session_receive_buf(fuse_, &fuse_in_);
+    if (n == -EAGAIN) return true;
+    if (n == -EINTR) continue;
+    // 0: unmounted (ENODEV) or fuse_session_exit; < 0: what libfuse's own
+    // loop also treats as the end.
+    if (n <= 0 || fuse_session_exited(fuse_) != 0) return false;
+    fuse_session_process_buf(fuse_, &fuse_in_);
+  }
+  return true;
+}
+
+// Unmounts and stops reading /dev/fuse; the session itself goes after the
 // transport closed (its completions still reply to FUSE until then).
 void Bridge::StopFuse() {
   if (fuse_ == nullptr) return;
@@ -201,6 +244,12 @@ void Bridge::StopFuse() {
     fuse_mounted_ = false;
   }
   if (fuse_thread_.joinable()) fuse_thread_.join();
+  if (fuse_watched_) {
+    transport_->Unwatch();
+    fuse_watched_ = false;
+  }
+  std::free(fuse_in_.mem);  // the receive buffer libfuse allocated for ServeFuseRequests
+  fuse_in_.mem = nullptr;
   ::rmdir(args_.mountpoint.c_str());
 }
 

@@ -24,6 +24,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,7 @@
 #include "bridge/bridge_cgroup.h"
 #include "bridge/bridge_protocol.h"
 #include "bridge/bridge_transport.h"
+#include "bridge/buffer_pool.h"
 #include "bridge/iscsi_bridge_transport.h"
 #include "bridge/libiscsi_session.h"
 #include "bridge/write_order.h"
@@ -127,10 +129,22 @@ class Bridge {
   StatusOr<std::unique_ptr<BridgeTransport>> OpenRbd(const std::string& key);
   Status MountFuse();
   void StopFuse();
-  // Unaligned requests (never from the loop device; from cat or dd), served
-  // blocking with a read-modify-write for writes. Return bytes or -errno.
-  int ReadUnaligned(char* buf, size_t size, uint64_t off);
-  int WriteUnaligned(const char* buf, size_t size, uint64_t off);
+  // Reads and dispatches what /dev/fuse holds (on the transport's thread,
+  // see BridgeTransport::Watch); false once the session ended.
+  bool ServeFuseRequests();
+  // Unaligned writes (never from the loop device; from cat or dd): a
+  // read-modify-write of the blocks they touch, one at a time, async like
+  // the rest (the thread that serves FUSE may be the one that completes).
+  struct RmwWrite {
+    fuse_req_t req = nullptr;
+    std::string data;
+    uint64_t offset = 0;
+    uint64_t ticket = 0;
+    std::chrono::steady_clock::time_point start;
+  };
+  void WriteUnaligned(RmwWrite job);
+  void StartRmw();
+  void FinishRmw(const Status& st, char* blocks);
   void NoteWriteError(const Status& st);
   Status SetUpLoop();
   Status ListenControl();
@@ -143,12 +157,18 @@ class Bridge {
   LunIdentity identity_;
   std::atomic<uint64_t> size_{0};
   fuse_session* fuse_ = nullptr;
-  std::thread fuse_thread_;
+  std::thread fuse_thread_;    // RBD: libfuse's loop
+  bool fuse_watched_ = false;  // iSCSI: served by the session's thread
+  fuse_buf fuse_in_{};         // its receive buffer
+  // Request buffers; large ones are kept only when the session's thread
+  // serves FUSE (it trims them when idle).
+  BufferPool buffers_{kMaxTransferBytes, 0};
   WriteOrder write_order_;
   bool fuse_mounted_ = false;
   std::string device_;
   int listen_fd_ = -1;
-  std::mutex rmw_mu_;  // serialises unaligned read-modify-write
+  std::mutex rmw_mu_;
+  std::deque<RmwWrite> rmw_queue_;  // guarded by rmw_mu_; the front one is running
   std::atomic<uint64_t> io_errors_{0};
   // I/O figures for `status` (the plugin's metrics, blockctl io): counted
   // here, where every FUSE read and write passes, with lock-free atomics.

@@ -89,15 +89,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A request's own buffer: the FUSE receive buffer is the worker's and is
-// reused for the next request as soon as the handler returns.
-struct FreeBuffer {
-  void operator()(char* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<char, FreeBuffer>;
-
-Buffer AllocateBuffer(size_t size) { return Buffer(static_cast<char*>(std::malloc(std::max<size_t>(size, 1)))); }
-
 }  // namespace
 
 void Bridge::NoteWriteError(const Status& st) {
@@ -117,29 +108,28 @@ void Bridge::ServeRead(fuse_req_t req, size_t size, off_t off) {
     return;
   }
   size = static_cast<size_t>(std::min<uint64_t>(size, total - static_cast<uint64_t>(off)));
-  Buffer buf = AllocateBuffer(size);
-  if (!buf) {
+  // Whole blocks around the request: the same for the loop device's
+  // aligned requests and for an unaligned reader (cat, dd).
+  uint64_t bs = transport_->block_size();
+  uint64_t first = static_cast<uint64_t>(off) / bs * bs;
+  uint64_t end = (static_cast<uint64_t>(off) + size + bs - 1) / bs * bs;
+  size_t skip = static_cast<size_t>(static_cast<uint64_t>(off) - first);
+  size_t length = static_cast<size_t>(end - first);
+  // The completion owns the buffer and returns it once the reply copied it.
+  char* data = buffers_.Take(length);
+  if (data == nullptr) {
     fuse_reply_err(req, ENOMEM);
     return;
   }
-  uint32_t bs = transport_->block_size();
-  if (static_cast<uint64_t>(off) % bs != 0 || size % bs != 0) {
-    int r = ReadUnaligned(buf.get(), size, static_cast<uint64_t>(off));
-    reads_.Record(r > 0 ? static_cast<size_t>(r) : 0, Clock::now() - start_time, r >= 0);
-    r >= 0 ? fuse_reply_buf(req, buf.get(), static_cast<size_t>(r)) : fuse_reply_err(req, -r);
-    return;
-  }
-  // The completion owns the buffer (std::function wants a copyable capture).
-  char* data = buf.release();
-  transport_->ReadAsync(static_cast<uint64_t>(off), size, data, [this, req, size, start_time, data](const Status& st) {
-    Buffer owned(data);
+  transport_->ReadAsync(first, length, data, [this, req, size, skip, length, start_time, data](const Status& st) {
     reads_.Record(st.ok() ? size : 0, Clock::now() - start_time, st.ok());
-    if (!st.ok()) {
+    if (st.ok()) {
+      fuse_reply_buf(req, data + skip, size);
+    } else {
       NoteIoError(st);
       fuse_reply_err(req, EIO);
-      return;
     }
-    fuse_reply_buf(req, data, size);
+    buffers_.Give(data, length);
   });
 }
 
@@ -154,23 +144,21 @@ void Bridge::ServeWrite(fuse_req_t req, const char* in, size_t size, off_t off) 
   uint32_t bs = transport_->block_size();
   uint64_t ticket = write_order_.Begin();
   if (static_cast<uint64_t>(off) % bs != 0 || size % bs != 0) {
-    int r = WriteUnaligned(in, size, static_cast<uint64_t>(off));
-    writes_.Record(r > 0 ? static_cast<size_t>(r) : 0, Clock::now() - start_time, r >= 0);
-    write_order_.End(ticket);
-    r >= 0 ? fuse_reply_write(req, static_cast<size_t>(r)) : fuse_reply_err(req, -r);
+    WriteUnaligned({req, std::string(in, size), static_cast<uint64_t>(off), ticket, start_time});
     return;
   }
-  Buffer buf = AllocateBuffer(size);
-  if (!buf) {
+  // A copy: the FUSE receive buffer is reused for the next request as
+  // soon as this handler returns.
+  char* data = buffers_.Take(size);
+  if (data == nullptr) {
     write_order_.End(ticket);
     fuse_reply_err(req, ENOMEM);
     return;
   }
-  std::memcpy(buf.get(), in, size);
-  char* data = buf.release();
+  std::memcpy(data, in, size);
   transport_->WriteAsync(static_cast<uint64_t>(off), size, data,
                          [this, req, size, start_time, ticket, data](const Status& st) {
-                           Buffer owned(data);
+                           buffers_.Give(data, size);
                            writes_.Record(st.ok() ? size : 0, Clock::now() - start_time, st.ok());
                            if (!st.ok()) NoteWriteError(st);
                            // Replied before the ticket returns: a flush waiting for this write
@@ -191,38 +179,58 @@ void Bridge::ServeFsync(fuse_req_t req) {
   });
 }
 
-int Bridge::ReadUnaligned(char* buf, size_t size, uint64_t start) {
-  uint32_t bs = transport_->block_size();
-  uint64_t a = start / bs * bs;
-  uint64_t b = (start + size + bs - 1) / bs * bs;
-  std::vector<char> tmp(b - a);
-  Status st = transport_->Read(a, tmp.size(), tmp.data());
-  if (!st.ok()) {
-    NoteIoError(st);
-    return -EIO;
+// Serialised with each other (two could share a block); the loop device
+// never sends these, so they do not race its aligned writes in practice.
+void Bridge::WriteUnaligned(RmwWrite job) {
+  bool idle = false;
+  {
+    std::lock_guard<std::mutex> lock(rmw_mu_);
+    rmw_queue_.push_back(std::move(job));
+    idle = rmw_queue_.size() == 1;
   }
-  std::memcpy(buf, tmp.data() + (start - a), size);
-  return static_cast<int>(size);
+  if (idle) StartRmw();
 }
 
-int Bridge::WriteUnaligned(const char* buf, size_t size, uint64_t start) {
-  // Serialised with each other; the loop device never sends these, so they
-  // do not race its aligned writes in practice.
-  std::lock_guard<std::mutex> lock(rmw_mu_);
-  uint32_t bs = transport_->block_size();
-  uint64_t a = start / bs * bs;
-  uint64_t b = (start + size + bs - 1) / bs * bs;
-  std::vector<char> tmp(b - a);
-  Status st = transport_->Read(a, tmp.size(), tmp.data());
-  if (st.ok()) {
-    std::memcpy(tmp.data() + (start - a), buf, size);
-    st = transport_->Write(a, tmp.size(), tmp.data());
+void Bridge::StartRmw() {
+  const RmwWrite* job = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(rmw_mu_);
+    job = &rmw_queue_.front();  // stays put until FinishRmw pops it
   }
-  if (!st.ok()) {
-    NoteWriteError(st);
-    return -EIO;
+  uint64_t bs = transport_->block_size();
+  uint64_t first = job->offset / bs * bs;
+  size_t length = static_cast<size_t>((job->offset + job->data.size() + bs - 1) / bs * bs - first);
+  auto* blocks = static_cast<char*>(std::malloc(length));
+  if (blocks == nullptr) {
+    FinishRmw(ResourceExhausted("no memory for a read-modify-write"), nullptr);
+    return;
   }
-  return static_cast<int>(size);
+  transport_->ReadAsync(first, length, blocks, [this, job, first, length, blocks](const Status& st) {
+    if (!st.ok()) {
+      FinishRmw(st, blocks);
+      return;
+    }
+    std::memcpy(blocks + (job->offset - first), job->data.data(), job->data.size());
+    transport_->WriteAsync(first, length, blocks,
+                           [this, blocks](const Status& written) { FinishRmw(written, blocks); });
+  });
+}
+
+void Bridge::FinishRmw(const Status& st, char* blocks) {
+  std::free(blocks);
+  RmwWrite job;
+  bool more = false;
+  {
+    std::lock_guard<std::mutex> lock(rmw_mu_);
+    job = std::move(rmw_queue_.front());
+    rmw_queue_.pop_front();
+    more = !rmw_queue_.empty();
+  }
+  writes_.Record(st.ok() ? job.data.size() : 0, Clock::now() - job.start, st.ok());
+  if (!st.ok()) NoteWriteError(st);
+  st.ok() ? fuse_reply_write(job.req, job.data.size()) : fuse_reply_err(job.req, EIO);
+  write_order_.End(job.ticket);
+  if (more) StartRmw();
 }
 
 StatusOr<std::unique_ptr<BridgeTransport>> Bridge::OpenIscsi(const ChapCredentials& chap) {

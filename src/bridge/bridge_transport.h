@@ -51,6 +51,18 @@ class BridgeTransport {
     Done finish = std::move(done);
     finish(Flush());
   }
+  // Lets the thread that runs the completions also serve `fd` (the
+  // bridge's /dev/fuse, non-blocking): `on_ready` runs there when fd is
+  // readable and returns false once it is done; `on_idle` runs there when
+  // nothing was in flight for a while. A request is then read,
+  // sent and replied to on one thread. False: the transport has no such
+  // thread and the bridge reads fd on its own. On that thread the blocking
+  // Read/Write/Flush fail; the async ones are what it may call.
+  virtual bool Watch(int /*fd*/, std::function<bool()> /*on_ready*/, std::function<void()> /*on_idle*/) {
+    return false;
+  }
+  // After Watch: returns once on_ready is not running and never will again.
+  virtual void Unwatch() {}
   // Re-reads the volume's size (after a resize); size_bytes() follows.
   virtual Status RefreshSize() = 0;
   // The identity the shared check (VerifyLunIdentity) compares with the

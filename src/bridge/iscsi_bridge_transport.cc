@@ -119,6 +119,15 @@ void IscsiBridgeTransport::FlushAsync(Done done) { session_->SynchronizeCacheAsy
 // on every session are covered.
 Status IscsiBridgeTransport::Flush() { return session_->SynchronizeCache(); }
 
+bool IscsiBridgeTransport::Watch(int fd, std::function<bool()> on_ready, std::function<void()> on_idle) {
+  session_->Watch(fd, std::move(on_ready), std::move(on_idle));
+  return true;
+}
+
+void IscsiBridgeTransport::Unwatch() {
+  if (session_) session_->Unwatch();
+}
+
 Status IscsiBridgeTransport::RefreshSize() { return session_->RefreshCapacity(); }
 
 StatusOr<LunIdentity> IscsiBridgeTransport::ReadIdentity() {

@@ -35,6 +35,9 @@ class IscsiBridgeTransport final : public BridgeTransport {
   void ReadAsync(uint64_t offset, size_t length, char* out, Done done) override;
   void WriteAsync(uint64_t offset, size_t length, const char* in, Done done) override;
   void FlushAsync(Done done) override;
+  // On the first session's event-loop thread.
+  bool Watch(int fd, std::function<bool()> on_ready, std::function<void()> on_idle) override;
+  void Unwatch() override;
   Status RefreshSize() override;
   StatusOr<LunIdentity> ReadIdentity() override;
   Status Health() const override { return OkStatus(); }

@@ -17,6 +17,7 @@ extern "C" {
 #include <cerrno>
 #include <cstring>
 
+#include "bridge/libiscsi_login.h"
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -36,127 +37,14 @@ constexpr int kOutQueueSlack = 4;
 // A target reports UNIT ATTENTION once per event (power on, reset, LUN
 // change) per I_T nexus; a few retries always get past it.
 constexpr int kUnitAttentionRetries = 5;
+// How long the watched descriptor must be quiet, with no command out,
+// before on_idle runs.
+constexpr int kIdleAfterActivityMs = 100;
 
-// libiscsi's last error as one line: some of its texts end in a newline,
-// and a CSI error message must be a single line.
-std::string IscsiError(iscsi_context* ctx) {
-  std::string text = iscsi_get_error(ctx);
-  for (char& c : text) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  size_t end = text.find_last_not_of(' ');
-  return end == std::string::npos ? std::string() : text.substr(0, end + 1);
-}
-
-StatusCode LoginFailureCode(const std::string& error) {
-  if (error.find("Authentication failure") != std::string::npos) return StatusCode::kPermissionDenied;
-  // Mutual CHAP: the target failed to prove its own secret.
-  if (error.find("Authentication failed") != std::string::npos) return StatusCode::kPermissionDenied;
-  if (error.find("Authorization failure") != std::string::npos) return StatusCode::kPermissionDenied;
-  if (error.find("Target not found") != std::string::npos) return StatusCode::kNotFound;
-  if (error.find("Target removed") != std::string::npos) return StatusCode::kNotFound;
-  // The target answered, but has no such LUN (the login's TEST UNIT READY
-  // got ILLEGAL_REQUEST / LOGICAL UNIT NOT SUPPORTED): a definite answer,
-  // not an outage, so no retry will change it.
-  if (error.find("LOGICAL_UNIT_NOT_SUPPORTED") != std::string::npos) return StatusCode::kNotFound;
-  return StatusCode::kUnavailable;
-}
-
-iscsi_context* NewContext(const LibIscsiOptions& o) {
-  iscsi_context* ctx = iscsi_create_context(o.initiator_iqn.c_str());
-  if (ctx == nullptr) return nullptr;
-  iscsi_set_targetname(ctx, o.target_iqn.c_str());
-  iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL);
-  iscsi_set_header_digest(ctx, ISCSI_HEADER_DIGEST_NONE_CRC32C);
-  iscsi_set_timeout(ctx, static_cast<int>(o.command_timeout.count()));
-  iscsi_set_reconnect_max_retries(ctx, o.reconnect_retries);
-  // A dead peer must show up as an error within the command timeout,
-  // not after the kernel's TCP retransmission minutes.
-  iscsi_set_tcp_user_timeout(ctx, static_cast<int>(o.command_timeout.count() * 1000));
-  if (o.chap.enabled()) {
-    iscsi_set_initiator_username_pwd(ctx, o.chap.username.c_str(), o.chap.password.c_str());
-    if (o.chap.mutual()) {
-      iscsi_set_target_username_pwd(ctx, o.chap.mutual_username.c_str(), o.chap.mutual_password.c_str());
-    }
-  }
-  return ctx;
-}
-
-struct LoginDone {
-  bool done = false;
-  int status = 0;
-};
-
-void OnLoginDone(iscsi_context*, int status, void*, void* private_data) {
-  auto* c = static_cast<LoginDone*>(private_data);
-  c->done = true;
-  c->status = status;
-}
-
-// The login's own wait: libiscsi's *_sync calls have no overall bound, so
-// poll the context's socket until the callback ran or the deadline.
-Status AwaitLogin(iscsi_context* ctx, const LoginDone& c, Clock::time_point deadline) {
-  while (!c.done) {
-    auto now = Clock::now();
-    if (now >= deadline) return DeadlineExceeded("login did not complete within the command timeout");
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - now);
-    // Wake at least every 250 ms: libiscsi drives its timeouts and
-    // reconnects only from iscsi_service.
-    int wait_ms = static_cast<int>(std::min<milliseconds>(left, milliseconds(250)).count()) + 1;
-    pollfd pfd{iscsi_get_fd(ctx), static_cast<short>(iscsi_which_events(ctx)), 0};
-    int ready = 0;
-    if (pfd.events == 0) {
-      // libiscsi asks for a pause (a failed TCP connect); it says >= 100 ms.
-      ::usleep(static_cast<useconds_t>(std::min(wait_ms, 100) * 1000));
-    } else {
-      ready = ::poll(&pfd, 1, wait_ms);
-    }
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "login: poll");
-    }
-    if (iscsi_service(ctx, ready > 0 ? pfd.revents : 0) < 0) return Unavailable("login: " + IscsiError(ctx));
-  }
-  return OkStatus();
-}
-
-// One login within the command timeout; the context is ready for commands
-// on success and destroyed on failure (error text in *error).
-iscsi_context* Login(const LibIscsiOptions& o, const std::string& portal, std::string* error) {
-  iscsi_context* ctx = NewContext(o);
-  if (ctx == nullptr) {
-    *error = "libiscsi: cannot create a context";
-    return nullptr;
-  }
-  LoginDone c;
-  Status st = OkStatus();
-  if (iscsi_full_connect_async(ctx, portal.c_str(), o.lun, OnLoginDone, &c) != 0) {
-    st = Unavailable(IscsiError(ctx));
-  } else {
-    st = AwaitLogin(ctx, c, Clock::now() + o.command_timeout);
-    if (st.ok() && c.status != 0) st = Unavailable(IscsiError(ctx));
-  }
-  if (!st.ok()) {
-    // libiscsi's messages carry status text, never the CHAP secret.
-    *error = st.message();
-    iscsi_destroy_context(ctx);
-    return nullptr;
-  }
-  return ctx;
-}
-
-Status LoginFailure(const LibIscsiOptions& o, const std::vector<std::string>& failures, StatusCode worst) {
-  std::string joined;
-  for (const auto& f : failures) joined += (joined.empty() ? "" : "; ") + f;
-  std::string hint = " (no portal answered: unreachable or connection refused)";
-  if (worst == StatusCode::kPermissionDenied) hint = " (CHAP credentials rejected)";
-  if (worst == StatusCode::kNotFound) {
-    hint = joined.find("LOGICAL_UNIT_NOT_SUPPORTED") != std::string::npos
-               ? " (the target has no LUN " + std::to_string(o.lun) + ")"
-               : " (the target does not exist, or initiator " + o.initiator_iqn + " is not in its ACL)";
-  }
-  return Status(worst, "iSCSI login to " + o.target_iqn + " failed" + hint + ": " + joined);
-}
+// The loop whose thread this is (null on every other thread): Submit from
+// a completion or a watched descriptor's handler skips the lock and the
+// wake-up, and blocking calls there are refused instead of deadlocking.
+thread_local const LibIscsiEventLoop* t_running_loop = nullptr;
 
 const char* CommandName(IscsiCommand::Kind kind) {
   switch (kind) {
@@ -206,7 +94,7 @@ StatusOr<std::unique_ptr<LibIscsiEventLoop>> LibIscsiEventLoop::Start(const LibI
   StatusCode worst = StatusCode::kUnavailable;
   for (const std::string& p : o.portals) {
     std::string error;
-    loop->ctx_ = Login(o, p, &error);
+    loop->ctx_ = LoginToPortal(o, p, &error);
     if (loop->ctx_ != nullptr) {
       loop->portal_ = p;
       break;
@@ -239,12 +127,22 @@ LibIscsiEventLoop::~LibIscsiEventLoop() {
 std::string LibIscsiEventLoop::Name() const { return options_.target_iqn + " lun " + std::to_string(options_.lun); }
 
 void* LibIscsiEventLoop::ThreadMain(void* self) {
-  static_cast<LibIscsiEventLoop*>(self)->Run();
+  auto* loop = static_cast<LibIscsiEventLoop*>(self);
+  t_running_loop = loop;
+  loop->Run();
   return nullptr;
 }
 
+bool LibIscsiEventLoop::OnLoopThread() const { return t_running_loop == this; }
+
 void LibIscsiEventLoop::Submit(std::unique_ptr<IscsiCommand> command) {
   command->deadline = Clock::now() + options_.command_timeout;
+  if (OnLoopThread()) {
+    // Dispatched before this thread polls again; during Shutdown it is
+    // failed with the rest of the queue.
+    pending_.push_back(std::move(command));
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closing_) {
@@ -272,12 +170,59 @@ void LibIscsiEventLoop::Close() {
   if (thread_started_) pthread_join(thread_, nullptr);
 }
 
+void LibIscsiEventLoop::Watch(int fd, WatchHandler on_ready, std::function<void()> on_idle) {
+  if (OnLoopThread()) {
+    fd_ = fd;
+    on_ready_ = on_ready;
+    on_idle_ = on_idle;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_fd_ = fd;
+  watch_handler_ = std::move(on_ready);
+  watch_idle_ = std::move(on_idle);
+  watch_seen_ = OnLoopThread() ? watch_version_ + 1 : watch_seen_;
+  ++watch_version_;
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+void LibIscsiEventLoop::Unwatch() {
+  if (OnLoopThread()) {
+    fd_ = -1;
+    on_ready_ = nullptr;
+    on_idle_ = nullptr;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  watch_fd_ = -1;
+  watch_handler_ = nullptr;
+  watch_idle_ = nullptr;
+  uint64_t version = ++watch_version_;
+  if (OnLoopThread() || !thread_started_) {
+    watch_seen_ = version;
+    return;
+  }
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+  // The loop takes the change between two polls, never inside the handler.
+  watch_cv_.wait(lock, [&] { return watch_seen_ >= version || loop_ended_; });
+}
+
 bool LibIscsiEventLoop::TakeSubmitted() {
-  uint64_t count = 0;
-  (void)!::read(wake_fd_, &count, sizeof count);
+  if (woken_) {
+    uint64_t count = 0;
+    (void)!::read(wake_fd_, &count, sizeof count);
+    woken_ = false;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& c : submitted_) pending_.push_back(std::move(c));
   submitted_.clear();
+  if (watch_seen_ != watch_version_) {
+    fd_ = watch_fd_;
+    on_ready_ = watch_handler_;
+    on_idle_ = watch_idle_;
+    watch_seen_ = watch_version_;
+    watch_cv_.notify_all();
+  }
   return !closing_;
 }
 
@@ -291,12 +236,18 @@ void LibIscsiEventLoop::Run() {
     ExpireDeadlines();
     FinishCompleted();
   }
+  fd_ = -1;
+  on_ready_ = nullptr;
+  on_idle_ = nullptr;
   Shutdown();
+  std::lock_guard<std::mutex> lock(mu_);
+  loop_ended_ = true;
+  watch_cv_.notify_all();
 }
 
 void LibIscsiEventLoop::Reconnect() {
   std::string error;
-  ctx_ = Login(options_, portal_, &error);
+  ctx_ = LoginToPortal(options_, portal_, &error);
   if (ctx_ == nullptr) {
     FailAllPending(Unavailable("iSCSI re-login to " + options_.target_iqn + " at " + portal_ + " failed: " + error));
     return;
@@ -329,7 +280,11 @@ void LibIscsiEventLoop::ServiceOnce() {
   // Wake at least every 250 ms while commands are out (libiscsi scans for
   // timed-out PDUs and drives its reconnect only from iscsi_service), and
   // now and then when idle, for NOP-Ins.
-  milliseconds wait = in_flight_.empty() && pending_.empty() ? milliseconds(1000) : milliseconds(250);
+  bool idle = in_flight_.empty() && pending_.empty();
+  milliseconds wait = idle ? milliseconds(1000) : milliseconds(250);
+  // After activity on the watched descriptor, on_idle comes soon (what it
+  // releases is only worth keeping while requests follow each other).
+  if (idle && watched_active_ && on_idle_) wait = milliseconds(kIdleAfterActivityMs);
   for (const auto& c : in_flight_) {
     wait = std::min(wait, std::chrono::duration_cast<milliseconds>(c->deadline - now) + milliseconds(1));
   }
@@ -337,17 +292,47 @@ void LibIscsiEventLoop::ServiceOnce() {
     wait = std::min(wait, std::chrono::duration_cast<milliseconds>(c->deadline - now) + milliseconds(1));
   }
   wait = std::max(wait, milliseconds(0));
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {-1, 0, 0}};
+  pollfd fds[3] = {{wake_fd_, POLLIN, 0}, {-1, 0, 0}, {fd_, POLLIN, 0}};
   int events = ctx_ != nullptr ? iscsi_which_events(ctx_) : 0;
   if (ctx_ != nullptr && events != 0) {
     fds[1] = {iscsi_get_fd(ctx_), static_cast<short>(events), 0};
   } else if (ctx_ != nullptr) {
     wait = std::min(wait, milliseconds(100));  // libiscsi asks for a pause (a reconnect in progress)
   }
-  int ready = ::poll(fds, 2, static_cast<int>(wait.count()));
+  int ready = ::poll(fds, 3, static_cast<int>(wait.count()));
   if (ready < 0 && errno != EINTR) LogWarn("iSCSI session poll failed", {{"error", std::strerror(errno)}});
+  woken_ = ready > 0 && fds[0].revents != 0;
+  if (ctx_ != nullptr && iscsi_service(ctx_, ready > 0 ? fds[1].revents : 0) < 0) DropContext(IscsiError(ctx_));
+  if (ready > 0 && fds[2].revents != 0) ServeWatched();
+  if (ready == 0 && on_idle_ && in_flight_.empty() && pending_.empty()) {
+    watched_active_ = false;
+    on_idle_();
+  }
+}
+
+void LibIscsiEventLoop::ServeWatched() {
+  // Replies first: they free the kernel's slots for the next requests.
+  FinishCompleted();
+  watched_active_ = true;
+  if (on_ready_ && !on_ready_()) {
+    fd_ = -1;
+    on_ready_ = nullptr;
+    on_idle_ = nullptr;
+  }
+  // What the handler submitted goes out now, not after another poll.
+  Dispatch();
+  SendQueued();
+}
+
+void LibIscsiEventLoop::SendQueued() {
   if (ctx_ == nullptr) return;
-  if (iscsi_service(ctx_, ready > 0 ? fds[1].revents : 0) < 0) DropContext(IscsiError(ctx_));
+  int events = iscsi_which_events(ctx_);
+  if ((events & POLLOUT) == 0) return;
+  // Only when the socket says so: POLLOUT also means "connect finished"
+  // to libiscsi while a connection is being made.
+  pollfd pfd{iscsi_get_fd(ctx_), static_cast<short>(events), 0};
+  if (::poll(&pfd, 1, 0) <= 0) return;
+  if (iscsi_service(ctx_, pfd.revents) < 0) DropContext(IscsiError(ctx_));
 }
 
 void LibIscsiEventLoop::ExpireDeadlines() {

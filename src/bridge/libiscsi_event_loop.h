@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -59,7 +60,20 @@ class LibIscsiEventLoop {
   LibIscsiEventLoop& operator=(const LibIscsiEventLoop&) = delete;
 
   // Queues the command; after Close its completion runs at once, here.
+  // From the loop thread itself (a completion, a watched fd's handler) it
+  // goes straight to the queue: no lock, no wake-up.
   void Submit(std::unique_ptr<IscsiCommand> command);
+  bool OnLoopThread() const;
+  // Another descriptor this thread serves between its commands (the
+  // bridge's /dev/fuse): `on_ready` runs here when `fd` is readable and
+  // returns false once the descriptor is done (it is then no longer
+  // polled). `on_idle` runs here when a poll timed out with no command
+  // queued or in flight (about a second after the last one). One at a
+  // time; Unwatch returns once neither is running and never runs again
+  // (from any thread, the loop's own included).
+  using WatchHandler = std::function<bool()>;
+  void Watch(int fd, WatchHandler on_ready, std::function<void()> on_idle);
+  void Unwatch();
   // Fails what was not sent, lets what is in flight finish (within its
   // deadline), logs out and joins the thread. Idempotent.
   void Close();
@@ -73,6 +87,9 @@ class LibIscsiEventLoop {
   void Run();
   bool TakeSubmitted();  // false once closing
   void Dispatch();
+  // Puts queued PDUs on the wire now rather than after one more poll.
+  void SendQueued();
+  void ServeWatched();
   void Reconnect();
   void ServiceOnce();
   void ExpireDeadlines();
@@ -97,6 +114,13 @@ class LibIscsiEventLoop {
   std::vector<std::unique_ptr<IscsiCommand>> submitted_;  // guarded by mu_
   bool closing_ = false;                                  // guarded by mu_
   bool closed_ = false;                                   // guarded by mu_: the thread has ended
+  std::condition_variable watch_cv_;
+  int watch_fd_ = -1;                 // guarded by mu_
+  WatchHandler watch_handler_;        // guarded by mu_
+  std::function<void()> watch_idle_;  // guarded by mu_
+  uint64_t watch_version_ = 0;        // guarded by mu_: bumped by Watch/Unwatch
+  uint64_t watch_seen_ = 0;           // guarded by mu_: the version the loop took
+  bool loop_ended_ = false;           // guarded by mu_
 
   // The loop thread's own, touched by nobody else while it runs.
   ::iscsi_context* ctx_ = nullptr;  // null after a dropped session
@@ -104,6 +128,11 @@ class LibIscsiEventLoop {
   std::vector<std::unique_ptr<IscsiCommand>> in_flight_;
   std::vector<IscsiCommand*> completed_;  // filled by OnTaskDone
   std::string drop_reason_;
+  bool woken_ = true;  // the eventfd was readable at the last poll
+  int fd_ = -1;        // the watched descriptor, as the loop took it
+  WatchHandler on_ready_;
+  std::function<void()> on_idle_;
+  bool watched_active_ = false;  // the descriptor was served since on_idle last ran
 };
 
 }  // namespace blockcsi

@@ -59,6 +59,13 @@ Status Wait(Waiter* w) {
   return w->status;
 }
 
+// The blocking calls: on the loop's own thread the command could never run.
+Status SubmitAndWait(LibIscsiEventLoop& loop, std::unique_ptr<IscsiCommand> c, Waiter* w) {
+  if (loop.OnLoopThread()) return Internal("blocking iSCSI call on the session's own thread");
+  loop.Submit(std::move(c));
+  return Wait(w);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<LibIscsiSession>> LibIscsiSession::Connect(const LibIscsiOptions& o) {
@@ -75,21 +82,27 @@ void LibIscsiSession::Close() {
   if (loop_) loop_->Close();
 }
 
+void LibIscsiSession::Watch(int fd, std::function<bool()> on_ready, std::function<void()> on_idle) {
+  loop_->Watch(fd, std::move(on_ready), std::move(on_idle));
+}
+
+void LibIscsiSession::Unwatch() {
+  if (loop_) loop_->Unwatch();
+}
+
 uint64_t LibIscsiSession::reconnects() const { return loop_ ? loop_->reconnects() : 0; }
 
 StatusOr<std::string> LibIscsiSession::InquiryVpd(int page) {
   Waiter w;
   auto c = MakeCommand(IscsiCommand::Kind::kInquiry, &w);
   c->page = page;
-  loop_->Submit(std::move(c));
-  BLOCKCSI_RETURN_IF_ERROR(Wait(&w));
+  BLOCKCSI_RETURN_IF_ERROR(SubmitAndWait(*loop_, std::move(c), &w));
   return std::move(w.data);
 }
 
 Status LibIscsiSession::RefreshCapacity() {
   Waiter w;
-  loop_->Submit(MakeCommand(IscsiCommand::Kind::kCapacity, &w));
-  BLOCKCSI_RETURN_IF_ERROR(Wait(&w));
+  BLOCKCSI_RETURN_IF_ERROR(SubmitAndWait(*loop_, MakeCommand(IscsiCommand::Kind::kCapacity, &w), &w));
   block_size_ = w.block_length;
   num_blocks_ = w.blocks;
   return OkStatus();
@@ -102,8 +115,7 @@ Status LibIscsiSession::Read(uint64_t lba, uint32_t blocks, void* buffer) {
   c->blocks = blocks;
   c->block_size = block_size();
   c->iov = {buffer, size_t{blocks} * c->block_size};
-  loop_->Submit(std::move(c));
-  return Wait(&w);
+  return SubmitAndWait(*loop_, std::move(c), &w);
 }
 
 Status LibIscsiSession::Write(uint64_t lba, uint32_t blocks, const void* buffer) {
@@ -113,14 +125,12 @@ Status LibIscsiSession::Write(uint64_t lba, uint32_t blocks, const void* buffer)
   c->blocks = blocks;
   c->block_size = block_size();
   c->iov = {const_cast<void*>(buffer), size_t{blocks} * c->block_size};
-  loop_->Submit(std::move(c));
-  return Wait(&w);
+  return SubmitAndWait(*loop_, std::move(c), &w);
 }
 
 Status LibIscsiSession::SynchronizeCache() {
   Waiter w;
-  loop_->Submit(MakeCommand(IscsiCommand::Kind::kSyncCache, &w));
-  return Wait(&w);
+  return SubmitAndWait(*loop_, MakeCommand(IscsiCommand::Kind::kSyncCache, &w), &w);
 }
 
 void LibIscsiSession::ReadAsync(uint64_t lba, uint32_t blocks, void* buffer, IscsiDone done) {

@@ -79,6 +79,12 @@ class LibIscsiSession {
   void ReadAsync(uint64_t lba, uint32_t blocks, void* buffer, IscsiDone done);
   void WriteAsync(uint64_t lba, uint32_t blocks, const void* buffer, IscsiDone done);
   void SynchronizeCacheAsync(IscsiDone done);
+  // The event-loop thread also serves `fd` (see LibIscsiEventLoop::Watch):
+  // the bridge's /dev/fuse, so that a request is read, sent and replied to
+  // on one thread with no hand-over. The blocking calls above fail on that
+  // thread (they would wait for themselves).
+  void Watch(int fd, std::function<bool()> on_ready, std::function<void()> on_idle);
+  void Unwatch();
   // Fails what is queued, logs out (best effort) and stops the event loop;
   // the destructor calls it too.
   void Close();
