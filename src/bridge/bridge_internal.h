@@ -132,7 +132,8 @@ class Bridge {
   int ReadUnaligned(char* buf, size_t size, uint64_t off);
   int WriteUnaligned(const char* buf, size_t size, uint64_t off);
   void NoteWriteError(const Status& st);
-  Status SetUpLoop();
+  Status SetUpLoop();  // bridge_loop.cc
+  Status DetachLoop();
   Status ListenControl();
   nlohmann::json Handle(const nlohmann::json& request, bool* stop);
   void NoteIoError(const Status& st);
@@ -147,6 +148,8 @@ class Bridge {
   WriteOrder write_order_;
   bool fuse_mounted_ = false;
   std::string device_;
+  int loop_fd_ = -1;     // held open for the bridge's life (bridge_loop.cc)
+  int backing_fd_ = -1;  // the FUSE file the loop device reads
   int listen_fd_ = -1;
   std::mutex rmw_mu_;  // serialises unaligned read-modify-write
   std::atomic<uint64_t> io_errors_{0};
