@@ -148,8 +148,6 @@ class Bridge {
   WriteOrder write_order_;
   bool fuse_mounted_ = false;
   std::string device_;
-  int loop_fd_ = -1;     // held open for the bridge's life (bridge_loop.cc)
-  int backing_fd_ = -1;  // the FUSE file the loop device reads
   int listen_fd_ = -1;
   std::mutex rmw_mu_;  // serialises unaligned read-modify-write
   std::atomic<uint64_t> io_errors_{0};

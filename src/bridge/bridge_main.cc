@@ -129,9 +129,6 @@ Status Bridge::Teardown(bool check_in_use) {
     LogInfo("bridge loop device detached", {{"volume_id", args_.volume_id}, {"device", device_}});
     device_.clear();
   }
-  // A start that failed before its loop device existed may still hold the
-  // FUSE file open, which would keep FUSE from unmounting.
-  BLOCKCSI_RETURN_IF_ERROR(DetachLoop());
   StopFuse();
   if (transport_) {
     // After FUSE stopped: nothing new arrives, and Close lets what is in
