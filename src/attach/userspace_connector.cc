@@ -146,7 +146,15 @@ class UserspaceConnector final : public Connector {
     }
     // One bridge serves a control socket (Connect clears any other before it
     // starts one): once it is seen gone, /proc holds no other to kill.
-    return CleanupBridge(p, record.volume_id, /*look_for_bridges=*/!exited);
+    // A bridge that answered the shutdown and exited detached the one loop
+    // device it made, the record's: that device is checked, not every loop
+    // device of the node (issue #18).
+    std::string loop;
+    if (exited) {
+      auto it = record.connector_state.find("loop_device");
+      if (it != record.connector_state.end()) loop = it->second;
+    }
+    return CleanupBridge(p, record.volume_id, /*look_for_bridges=*/!exited, loop);
   }
 
   StatusOr<LunIdentity> ReadIdentity(const AttachRecord& record) override {
@@ -377,7 +385,17 @@ class UserspaceConnector final : public Connector {
 
   // Removes whatever a bridge left under `p`, whether it exited, crashed or
   // never finished starting; each step tolerates "already gone".
-  Status CleanupBridge(const BridgePaths& p, const std::string& volume_id, bool look_for_bridges = true) {
+  // Loop devices on the bridge's FUSE file: `known` alone when the caller
+  // knows the only one there can be, else every loop device of the node.
+  std::vector<std::string> LoopsOnLun(const BridgePaths& p, const std::string& known) const {
+    if (known.empty() || !known.starts_with("/dev/loop")) return FindLoopDevicesBackedBy(*options_.host_fs, p.lun_file);
+    auto backing = options_.host_fs->LoopBackingFile(known.substr(5));
+    if (backing.ok() && (*backing == p.lun_file || *backing == p.lun_file + " (deleted)")) return {known};
+    return {};
+  }
+
+  Status CleanupBridge(const BridgePaths& p, const std::string& volume_id, bool look_for_bridges = true,
+                       const std::string& known_loop = "") {
     std::vector<int> pids = look_for_bridges ? FindBridgePids(*options_.host_fs, p.control_socket) : std::vector<int>{};
     for (int pid : pids) {
       LogWarn("killing unresponsive bridge", {{"volume_id", volume_id}, {"pid", std::to_string(pid)}});
@@ -390,7 +408,7 @@ class UserspaceConnector final : public Connector {
       Reap(pids);
     }
     auto executor = MakeProcessExecutor();
-    for (const std::string& loop : FindLoopDevicesBackedBy(*options_.host_fs, p.lun_file)) {
+    for (const std::string& loop : LoopsOnLun(p, known_loop)) {
       auto mountinfo = options_.host_fs->ReadFile("/proc/self/mountinfo");
       if (mountinfo.ok()) {
         auto where = MountPointsOfDevice(*options_.host_fs, loop, *mountinfo);

@@ -146,7 +146,8 @@ class Bridge {
   void StartRmw();
   void FinishRmw(const Status& st, char* blocks);
   void NoteWriteError(const Status& st);
-  Status SetUpLoop();
+  Status SetUpLoop();  // bridge_loop.cc
+  Status DetachLoop();
   Status ListenControl();
   nlohmann::json Handle(const nlohmann::json& request, bool* stop);
   void NoteIoError(const Status& st);

@@ -55,20 +55,6 @@ Status Bridge::Start(const BridgeSecrets& secrets) {
   return ListenControl();
 }
 
-Status Bridge::SetUpLoop() {
-  std::string file = args_.mountpoint + "/lun";
-  Command cmd("losetup");
-  cmd.Arg("--find").Arg("--show").Arg("--direct-io=on");
-  cmd.Arg("--sector-size").Arg(std::to_string(transport_->block_size()));
-  if (args_.read_only) cmd.Arg("--read-only");
-  cmd.Arg(file).Timeout(std::chrono::seconds(60));
-  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult r, RunChecked(*executor_, cmd, StatusCode::kInternal));
-  device_ = r.stdout_text.substr(0, r.stdout_text.find('\n'));
-  if (!device_.starts_with("/dev/loop")) return Internal("losetup printed no loop device for " + file);
-  LogInfo("bridge loop device ready", {{"volume_id", args_.volume_id}, {"device", device_}});
-  return OkStatus();
-}
-
 Status Bridge::ListenControl() {
   UnixSocketAddress addr(args_.control_socket);
   BLOCKCSI_RETURN_IF_ERROR(addr.status());
@@ -138,15 +124,8 @@ Status Bridge::Teardown(bool check_in_use) {
         }
       }
     }
-    auto r = executor_->Run(Command("losetup").Arg("-d").Arg(device_).Timeout(std::chrono::seconds(60)));
-    if (!r.ok() || !r->ok()) {
-      // Already detached (by an admin, or a previous attempt) is fine.
-      bool still = !FindLoopDevicesBackedBy(*fs, args_.mountpoint + "/lun").empty();
-      if (still) {
-        return Internal("cannot detach " + device_ + ": " +
-                        (r.ok() ? FirstMeaningfulLine(r->stderr_text) : r.status().message()));
-      }
-    }
+    Status detached = DetachLoop();
+    if (!detached.ok()) return Internal("cannot detach " + device_ + ": " + detached.message());
     LogInfo("bridge loop device detached", {{"volume_id", args_.volume_id}, {"device", device_}});
     device_.clear();
   }
