@@ -23,7 +23,10 @@ bool HasTextRelocations(const dl_phdr_info* info) {
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     if (ph.p_type != PT_DYNAMIC) continue;
-    for (auto* d = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + ph.p_vaddr); d->d_tag != DT_NULL; ++d) {
+    // The loader hands out addresses as integers.
+    const auto* dyn =
+        reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + ph.p_vaddr);  // NOLINT(performance-no-int-to-ptr)
+    for (const auto* d = dyn; d->d_tag != DT_NULL; ++d) {
       if (d->d_tag == DT_TEXTREL || (d->d_tag == DT_FLAGS && (d->d_un.d_val & DF_TEXTREL) != 0)) return true;
     }
   }
@@ -74,7 +77,9 @@ void ReleaseStartupPages() {
   // MADV_DONTNEED on a private file mapping that was never written drops
   // only this process's page-table entries: the next access maps the same
   // file page again. A failure (e.g. locked memory) changes nothing.
-  for (const PageRange& r : ranges) ::madvise(reinterpret_cast<void*>(r.begin), r.end - r.begin, MADV_DONTNEED);
+  for (const PageRange& r : ranges) {
+    ::madvise(reinterpret_cast<void*>(r.begin), r.end - r.begin, MADV_DONTNEED);  // NOLINT(performance-no-int-to-ptr)
+  }
   ::malloc_trim(0);
 }
 
