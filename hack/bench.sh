@@ -424,12 +424,12 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
 
    | Mapping | Before | After |
    |---|---|---|
-   | blockcsi code (r-x) | 7,136 / 8,368 | 3,432 / 7,656 |
-   | blockcsi constants (r--: .rodata, .eh_frame and 628 KiB of RELRO, which the loader writes) | 2,052 / 2,116 | 1,616 / 2,044 |
-   | libstdc++, libgcc_s, libm | 2,332 / 2,332 | 488 / 488 (libm) |
-   | libc, ld.so | 1,540 / 1,708 | 1,260 / 1,708 |
-   | heap, stacks, malloc arenas | 524 / 1,132 | 512 / 1,100 |
-   | libmount, libblkid, libselinux, yaml-cpp, inih | 720 / 1,148 | 152 / 796 |
+   | blockcsi code (r-x) | 7,188 / 8,356 | 2,536 / 4,848 |
+   | blockcsi constants and RELRO (r--; ~630 KiB of RELRO, written by the loader) | 2,048 / 2,048 | 1,780 / 2,036 |
+   | libstdc++, libgcc_s, libm | 2,332 / 2,332 | 388 / 388 (libm) |
+   | libc, ld.so | 1,548 / 1,716 | 1,212 / 1,788 |
+   | heap, stacks, malloc arenas | 556 / 1,128 | 504 / 1,096 |
+   | libmount, libblkid, libselinux, yaml-cpp, inih | 688 / 1,136 | 152 / 800 |
    | with `--metrics-address`: libcrypto, libssl, cpp-httplib (idle) | 4,220 | 0 |
 
    Earlier, every mode mapped librbd, librados and libceph-common at start
@@ -438,23 +438,25 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    linked statically (`src/cmd/lean_link.cmake`). What changed last: (1)
    /metrics is served by a small plain-HTTP/1.1 server of our own
    (`src/common/plain_http_server.h`: one thread, poll), so
-   `--metrics-address` no longer loads cpp-httplib and OpenSSL (idle RSS
-   with metrics 18.2 → 9.3 MiB in `--mode all`); cpp-httplib is loaded only
+   `--metrics-address` no longer loads cpp-httplib and OpenSSL (`--mode
+   all` idle RSS with metrics 18.2 → 7.8 MiB); cpp-httplib is loaded only
    for the Kubernetes API (TLS). (2) Once the plugin serves, the pages of
    code and constants start-up touched are dropped from its page tables
    (`ReleaseStartupPages`, `src/cmd/process_memory.h`: `MADV_DONTNEED` on
    segments that were never written; they stay in the page cache and a
-   later call maps what it runs again). Start-up runs code spread over the
-   whole program and the kernel maps 64 KiB around each page fault, so this
-   is most of the idle saving. (3) libstdc++, libgcc, yaml-cpp and inih are
-   linked statically into blockcsi (−1.1 MiB RSS, PSS +0.1). What remains
-   is the code the CSI calls run (a lifecycle touches 4 MiB more of it), the
-   RELRO pages of a position-independent program (linking with `-no-pie`
-   would save ~0.5 MiB but gives up ASLR for the program), and libc. The
-   plugin idles with 9 threads (11 after calls); heap and stacks are ~1 MiB,
-   so a smaller malloc arena count or trimming after each burst of calls
-   measured no gain (tried: `MALLOC_ARENA_MAX=1`, `malloc_trim` when the
-   last call in flight ends).
+   later call maps what it runs again): start-up runs code spread over the
+   whole program, and the kernel maps 64 KiB around each page fault. (3)
+   The program is linked with lld in the order of
+   `src/cmd/blockcsi.symbol-order`, the functions a callgrind profile of
+   these rows saw run once the plugin served (`hack/profile_symbol_order.sh`
+   regenerates it): a call's code now sits on fewer 64 KiB windows (after
+   a lifecycle 13.5 → 10.8 MiB). (4) libstdc++, libgcc, yaml-cpp and inih
+   are linked statically into blockcsi (−1.1 MiB RSS, PSS +0.1). What
+   remains is the code the calls run, the RELRO pages of a
+   position-independent program (`-no-pie` would save ~0.5 MiB but gives
+   up ASLR for the program) and libc. The plugin idles with 10 threads (12
+   after calls); heap and stacks are ~1 MiB, and one malloc arena or a
+   `malloc_trim` when the last call in flight ends measured no gain.
 
 7. **Userspace bridge memory** (issue #17) — see its section.
 8. **Queue depth** (issue #17) — the userspace data path at 1 to 32 commands
