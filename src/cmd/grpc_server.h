@@ -6,6 +6,7 @@
 #include <grpcpp/server_builder.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,10 @@ void ApplyServerLimits(grpc::ServerBuilder& builder, const ServerLimits& limits)
 // thread inherits the blocked set and only ServeUntilSignal sees them.
 void BlockTerminationSignals();
 
+// Serves `services` on the unix socket `endpoint` until SIGTERM/SIGINT, then
+// shuts down within `grace`. `serving` (when set) runs once the socket
+// listens, on this thread.
 Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Service*>& services,
-                        std::chrono::milliseconds grace);
+                        std::chrono::milliseconds grace, const std::function<void()>& serving = {});
 
 }  // namespace blockcsi

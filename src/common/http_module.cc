@@ -10,7 +10,6 @@
 #include <cstring>
 #include <exception>
 #include <string>
-#include <thread>
 
 namespace {
 
@@ -21,51 +20,7 @@ void SetError(char* error, size_t error_size, const std::string& message) {
 
 }  // namespace
 
-struct BlockcsiHttpServer {
-  httplib::Server server;
-  std::thread thread;
-};
-
 extern "C" {
-
-__attribute__((visibility("default"))) BlockcsiHttpServer* blockcsi_http_serve(const char* host, int port, int threads,
-                                                                               BlockcsiHttpRender render, void* context,
-                                                                               int* bound_port, char* error,
-                                                                               size_t error_size) {
-  try {
-    auto* s = new BlockcsiHttpServer;
-    size_t pool = threads > 0 ? static_cast<size_t>(threads) : 1;
-    s->server.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
-    s->server.set_read_timeout(5, 0);
-    s->server.set_write_timeout(5, 0);
-    s->server.set_keep_alive_max_count(10);
-    s->server.set_payload_max_length(4096);  // GET carries no body; anything bigger is refused
-    s->server.Get("/metrics", [render, context](const httplib::Request&, httplib::Response& res) {
-      char* body = render(context);
-      res.set_content(body != nullptr ? body : "", "text/plain; version=0.0.4; charset=utf-8");
-      std::free(body);
-    });
-    int bound = port == 0 ? s->server.bind_to_any_port(host) : (s->server.bind_to_port(host, port) ? port : -1);
-    if (bound <= 0) {
-      delete s;
-      SetError(error, error_size, "cannot listen on " + std::string(host) + ":" + std::to_string(port));
-      return nullptr;
-    }
-    *bound_port = bound;
-    s->thread = std::thread([s] { s->server.listen_after_bind(); });
-    return s;
-  } catch (const std::exception& e) {
-    SetError(error, error_size, e.what());
-    return nullptr;
-  }
-}
-
-__attribute__((visibility("default"))) void blockcsi_http_stop(BlockcsiHttpServer* server) {
-  if (server == nullptr) return;
-  server->server.stop();
-  if (server->thread.joinable()) server->thread.join();
-  delete server;
-}
 
 __attribute__((visibility("default"))) int blockcsi_https_get(const char* host, int port, const char* ca_pem,
                                                               const char* bearer, const char* path, int* status,

@@ -3,27 +3,14 @@
 // it with dlopen on first use (common/lazy_http.h): Debian's libcpp-httplib
 // initialises OpenSSL from a static constructor, which cost every plugin
 // ~2 MiB of RSS at start even when it serves no /metrics and asks no
-// Kubernetes API (issue #18). Plain C types only, so that no C++ object or
+// Kubernetes API (issue #18). /metrics does not use it: it is served by
+// common/plain_http_server.h, with no OpenSSL behind it. Plain C types only, so that no C++ object or
 // exception crosses between the program and the module.
 #pragma once
 
 #include <stddef.h>
 
 extern "C" {
-
-// Renders the body of one GET /metrics; malloc'd, NUL-terminated (the module
-// frees it). Called on the server's threads.
-typedef char* (*BlockcsiHttpRender)(void* context);
-
-struct BlockcsiHttpServer;
-
-// Serves GET /metrics on host:port (0: the kernel's pick, written to
-// *bound_port) on `threads` threads until blockcsi_http_stop. NULL, with
-// the reason in `error`, when it cannot listen.
-typedef BlockcsiHttpServer* (*BlockcsiHttpServe)(const char* host, int port, int threads, BlockcsiHttpRender render,
-                                                 void* context, int* bound_port, char* error, size_t error_size);
-// Stops the server, waits for its threads and frees it.
-typedef void (*BlockcsiHttpStop)(BlockcsiHttpServer* server);
 
 // One HTTPS GET of `path` on host:port, the server's certificate verified
 // against `ca_pem` (empty: the system's store), with `bearer` (empty: none)

@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <mutex>
 
@@ -13,8 +12,6 @@ namespace blockcsi {
 namespace {
 
 struct HttpModule {
-  BlockcsiHttpServe serve = nullptr;
-  BlockcsiHttpStop stop = nullptr;
   BlockcsiHttpsGet get = nullptr;
   std::string error;  // why it could not be loaded
 };
@@ -34,11 +31,9 @@ const HttpModule& Module() {
         tried += std::string(tried.empty() ? "" : "; ") + ::dlerror();
         continue;
       }
-      module.serve = reinterpret_cast<BlockcsiHttpServe>(::dlsym(handle, "blockcsi_http_serve"));
-      module.stop = reinterpret_cast<BlockcsiHttpStop>(::dlsym(handle, "blockcsi_http_stop"));
       module.get = reinterpret_cast<BlockcsiHttpsGet>(::dlsym(handle, "blockcsi_https_get"));
-      if (module.serve == nullptr || module.stop == nullptr || module.get == nullptr) {
-        tried += "; " + candidate.string() + " lacks the blockcsi_http_* functions";
+      if (module.get == nullptr) {
+        tried += "; " + candidate.string() + " lacks blockcsi_https_get";
         continue;
       }
       return;
@@ -48,39 +43,7 @@ const HttpModule& Module() {
   return module;
 }
 
-class ModuleHttpServer final : public LazyHttpServer {
- public:
-  ModuleHttpServer(BlockcsiHttpStop stop, std::function<std::string()> render)
-      : stop_(stop), render_(std::move(render)) {}
-  ~ModuleHttpServer() override { stop_(server_); }
-
-  // The module's threads call this with the server as context.
-  static char* Render(void* context) {
-    std::string text = static_cast<ModuleHttpServer*>(context)->render_();
-    return ::strdup(text.c_str());
-  }
-
-  int port() const override { return port_; }
-
-  BlockcsiHttpStop stop_;
-  std::function<std::string()> render_;
-  BlockcsiHttpServer* server_ = nullptr;
-  int port_ = 0;
-};
-
 }  // namespace
-
-StatusOr<std::unique_ptr<LazyHttpServer>> ServeMetricsHttp(const std::string& host, int port, int threads,
-                                                           std::function<std::string()> render) {
-  const HttpModule& module = Module();
-  if (module.serve == nullptr) return FailedPrecondition(module.error);
-  auto server = std::make_unique<ModuleHttpServer>(module.stop, std::move(render));
-  char error[256] = "";
-  server->server_ = module.serve(host.c_str(), port, threads, &ModuleHttpServer::Render, server.get(), &server->port_,
-                                 error, sizeof(error));
-  if (server->server_ == nullptr) return Unavailable(std::string("metrics: ") + error);
-  return std::unique_ptr<LazyHttpServer>(std::move(server));
-}
 
 StatusOr<HttpsAnswer> HttpsGet(const std::string& host, int port, const std::string& ca_pem, const std::string& bearer,
                                const std::string& path) {

@@ -2,25 +2,23 @@
 
 #include <cstdlib>
 
-#include "common/lazy_http.h"
 #include "common/logging.h"
+#include "common/plain_http_server.h"
 #include "common/version.h"
 
 namespace blockcsi {
 namespace {
 
-// A scrape is small and cheap; a few threads are plenty, and a flood of
-// connections queues instead of taking the node's CPU from the driver.
-constexpr int kThreads = 2;
+// The Prometheus text exposition format, version 0.0.4.
+constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
-// The HTTP server of common/lazy_http.h behind the MetricsServer interface.
-class HttpMetricsServer final : public MetricsServer {
+class PlainMetricsServer final : public MetricsServer {
  public:
-  explicit HttpMetricsServer(std::unique_ptr<LazyHttpServer> server) : server_(std::move(server)) {}
+  explicit PlainMetricsServer(std::unique_ptr<PlainHttpServer> server) : server_(std::move(server)) {}
   int port() const override { return server_->port(); }
 
  private:
-  std::unique_ptr<LazyHttpServer> server_;
+  std::unique_ptr<PlainHttpServer> server_;
 };
 
 }  // namespace
@@ -46,9 +44,10 @@ StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServer(const std::string& a
   if (host.empty() || port_text.empty() || *end != '\0' || port < 0 || port > 65535) {
     return InvalidArgument("--metrics-address must be HOST:PORT, got " + address);
   }
-  auto http = ServeMetricsHttp(host, static_cast<int>(port), kThreads, [&registry] { return registry.Render(); });
-  if (!http.ok()) return http.status();
-  auto server = std::make_unique<HttpMetricsServer>(std::move(*http));
+  auto http = StartPlainHttpServer(host, static_cast<int>(port),
+                                   {{"/metrics", kContentType, [&registry] { return registry.Render(); }}});
+  if (!http.ok()) return Unavailable("metrics: " + http.status().message());
+  auto server = std::make_unique<PlainMetricsServer>(std::move(*http));
   LogInfo("serving metrics", {{"address", host}, {"port", std::to_string(server->port())}});
   return std::unique_ptr<MetricsServer>(std::move(server));
 }

@@ -1,7 +1,7 @@
-// Serves a MetricsRegistry at GET /metrics (Prometheus text format) over
-// plain HTTP on one address, on threads of its own, until destroyed. The
-// HTTP is cpp-httplib's, loaded on first use (common/lazy_http.h).
-// Anything but GET /metrics gets a 404/405 and nothing else: a bad request
+// Serves a MetricsRegistry at GET (and HEAD) /metrics (Prometheus text
+// format) over plain HTTP on one address, on a thread of its own, until
+// destroyed (common/plain_http_server.h: no TLS library, no thread pool).
+// Anything but GET/HEAD /metrics gets a 4xx and nothing else: a bad request
 // to this port never reaches the driver's state.
 #pragma once
 

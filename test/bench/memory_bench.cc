@@ -9,19 +9,25 @@
 // blockcsi runs as `--mode all`, `--mode controller` (its calls stop at
 // ControllerPublish; "staged" is N volumes published) and `--mode node` (a
 // helper blockcsi --mode controller, not measured, makes and publishes the
-// volumes). hostpathplugin does the same CSI calls in every row.
+// volumes). "all+metrics" and "node+metrics" are those modes as deployed,
+// with --metrics-address, scraped once before each measurement as
+// Prometheus would. hostpathplugin does the same CSI calls in every row.
 // Figures: VmRSS, and PSS and private (clean + dirty) from smaps_rollup, of
 // the plugin process alone (bridges are separate processes, reported by
 // lifecycle_bench). Every row is a ratio to hostpath in the same state.
 // Every program is started with its pages out of the page cache (see
 // DropFromPageCache).
+// --smaps-dir DIR keeps /proc/PID/smaps and the thread count of every
+// blockcsi measurement there (`hack/smaps_by_mapping.py DIR/FILE` sums it).
 //   memory_bench [--hostpath PATH] [--staged N] [--size-mib M] [--binary LABEL=PATH]...
+//                [--modes all,controller,node,all+metrics,node+metrics] [--smaps-dir DIR]
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -31,6 +37,7 @@
 #include "bench/bench_report.h"
 #include "bench/process_rss.h"
 #include "common/logging.h"
+#include "support/http_probe.h"
 #include "support/plugin_under_test.h"
 
 namespace blockcsi::bench {
@@ -155,12 +162,34 @@ struct Sample {
   Memory idle, lifecycle, staged;
 };
 
+// How one subject is measured: a scrape of its /metrics port (0: none)
+// before each figure, and where its smaps go ("" nowhere).
+struct Probe {
+  int metrics_port = 0;
+  std::string smaps_prefix;
+};
+
+Memory Measure(pid_t pid, const Probe& probe, const char* state) {
+  if (probe.metrics_port > 0 && testing::HttpGetBody(probe.metrics_port, "/metrics").empty()) {
+    std::fprintf(stderr, "memory_bench: no /metrics answer on port %d\n", probe.metrics_port);
+  }
+  Memory m = MeasureProcessMemory(pid);
+  if (!probe.smaps_prefix.empty()) {
+    std::string proc = "/proc/" + std::to_string(pid);
+    std::ofstream(probe.smaps_prefix + "-" + state + ".smaps") << testing::ReadFileOrEmpty(proc + "/smaps");
+    std::error_code ec;
+    auto tasks = std::distance(std::filesystem::directory_iterator(proc + "/task", ec), {});
+    std::ofstream(probe.smaps_prefix + "-" + state + ".threads") << tasks << "\n";
+  }
+  return m;
+}
+
 // Idle, one lifecycle, then `staged` volumes at once; everything is torn
 // down again before returning (the caller stops the process).
-Sample Exercise(pid_t pid, Driver& driver, const std::string& prefix, int staged) {
+Sample Exercise(pid_t pid, Driver& driver, const std::string& prefix, int staged, const Probe& probe = {}) {
   Sample s;
   std::this_thread::sleep_for(2s);
-  s.idle = MeasureProcessMemory(pid);
+  s.idle = Measure(pid, probe, "idle");
   std::string id;
   std::map<std::string, std::string> ctx;
   if (driver.CreateAndPublish(prefix + "-life", &id, &ctx) && driver.Stage(id, ctx)) {
@@ -168,7 +197,7 @@ Sample Exercise(pid_t pid, Driver& driver, const std::string& prefix, int staged
   }
   if (!id.empty()) driver.Teardown(id);
   std::this_thread::sleep_for(1s);
-  s.lifecycle = MeasureProcessMemory(pid);
+  s.lifecycle = Measure(pid, probe, "lifecycle");
   std::vector<std::string> ids(staged);
   std::vector<std::map<std::string, std::string>> ctxs(staged);
   for (int i = 0; i < staged; ++i) driver.CreateAndPublish(prefix + "-s" + std::to_string(i), &ids[i], &ctxs[i]);
@@ -178,7 +207,7 @@ Sample Exercise(pid_t pid, Driver& driver, const std::string& prefix, int staged
   }
   for (auto& t : threads) t.join();
   std::this_thread::sleep_for(1s);
-  s.staged = MeasureProcessMemory(pid);
+  s.staged = Measure(pid, probe, "staged");
   for (const auto& v : ids) {
     if (!v.empty()) driver.Teardown(v);
   }
@@ -229,16 +258,25 @@ bool RunHostpath(const std::string& program, const std::string& dir, uint64_t by
   return driver.errors() == 0;
 }
 
-// blockcsi in `mode`; for mode node a helper controller (not measured).
-bool RunBlockcsi(const std::string& binary, const std::string& mode, const std::string& dir,
-                 const testing::TgtdHarness* tgtd, uint64_t bytes, int staged, Sample* out) {
+// blockcsi in `row` (a mode, "+metrics": with --metrics-address); for mode
+// node a helper controller (not measured).
+bool RunBlockcsi(const std::string& binary, const std::string& row, const std::string& dir,
+                 const testing::TgtdHarness* tgtd, uint64_t bytes, int staged, const std::string& smaps_prefix,
+                 Sample* out) {
   testing::PluginUnderTest plugin(dir + "/plugin", tgtd);
   testing::PluginUnderTest helper(dir + "/helper", tgtd);
   DropFromPageCache(binary);
+  std::string mode = row.substr(0, row.find('+'));
   testing::PluginOptions options;
   options.mode = mode;
   options.node_id = kNode;
   options.binary = binary;
+  Probe probe{.metrics_port = 0, .smaps_prefix = smaps_prefix};
+  testing::ReservedPort metrics(testing::ReservedPort::Use::kForServer);
+  if (row.ends_with("+metrics")) {
+    probe.metrics_port = metrics.port();
+    options.extra_args = {"--metrics-address", "127.0.0.1:" + std::to_string(metrics.port())};
+  }
   std::string error;
   if (!plugin.Start(options, &error)) {
     std::fprintf(stderr, "memory_bench: blockcsi --mode %s: %s\n", mode.c_str(), error.c_str());
@@ -256,7 +294,7 @@ bool RunBlockcsi(const std::string& binary, const std::string& mode, const std::
     controller = &helper.controller();
   }
   Driver driver(controller, mode == "controller" ? nullptr : &plugin.node(), plugin.dir(), bytes);
-  *out = Exercise(plugin.pid(), driver, "bc-" + mode, staged);
+  *out = Exercise(plugin.pid(), driver, "bc-" + mode, staged, probe);
   plugin.Stop();
   helper.Stop();
   testing::CleanUpUnder(dir);
@@ -281,6 +319,8 @@ int Main(int argc, char** argv) {
   int staged = 64;
   uint64_t size_mib = 64;
   std::vector<std::string> labelled;
+  std::vector<std::string> rows = {"all", "controller", "node", "all+metrics", "node+metrics"};
+  std::string smaps_dir;
   CLI::App app{"memory_bench: the plugin's memory beside the CSI reference driver", "memory_bench"};
   app.add_option("--hostpath", hostpath, "the hostpathplugin program")->capture_default_str();
   app.add_option("--staged", staged, "volumes staged in the last state")->capture_default_str();
@@ -289,6 +329,11 @@ int Main(int argc, char** argv) {
       ->check(CLI::Validator(
           [](std::string& v) { return v.find('=') == std::string::npos ? std::string("wants LABEL=PATH") : ""; },
           "LABEL=PATH"));
+  app.add_option("--modes", rows, "which rows to measure, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"all", "controller", "node", "all+metrics", "node+metrics"}))
+      ->capture_default_str();
+  app.add_option("--smaps-dir", smaps_dir, "keep each row's /proc/PID/smaps here (for hack/smaps_by_mapping.py)");
   if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;
   std::vector<std::pair<std::string, std::string>> binaries;
   for (const auto& value : labelled) {
@@ -318,13 +363,17 @@ int Main(int argc, char** argv) {
   Sample hp;
   bool ok = RunHostpath(hostpath, tmp.Join("hostpath"), bytes, staged, &hp);
   std::printf("Plugin memory against hostpathplugin (same CSI calls, same run; %d staged)\n", staged);
+  if (!smaps_dir.empty()) std::filesystem::create_directories(smaps_dir);
   for (const auto& [label, binary] : binaries) {
-    for (const char* mode : {"all", "controller", "node"}) {
+    for (const std::string& row : rows) {
       Sample s;
-      ok = RunBlockcsi(binary, mode, tmp.Join(label + "-" + mode), tgtd.get(), bytes, staged, &s) && ok;
-      std::string staged_label =
-          "with " + std::to_string(staged) + (std::string(mode) == "controller" ? " published" : " staged");
-      ReportSample(label + " --mode " + mode, s, hp, staged_label.c_str());
+      std::string name = label + "-" + row;
+      std::string smaps_prefix = smaps_dir.empty() ? "" : smaps_dir + "/" + name;
+      ok = RunBlockcsi(binary, row, tmp.Join(name), tgtd.get(), bytes, staged, smaps_prefix, &s) && ok;
+      std::string staged_label = "with " + std::to_string(staged) + (row == "controller" ? " published" : " staged");
+      std::string who = label + " --mode " + row.substr(0, row.find('+'));
+      if (row.ends_with("+metrics")) who += " --metrics-address";
+      ReportSample(who, s, hp, staged_label.c_str());
     }
   }
   testing::CleanUpUnder(tmp.path());

@@ -1,6 +1,6 @@
-// HTTP through the module loaded on first use (issue #18): the plugin
+// HTTPS through the module loaded on first use (issue #18): the plugin
 // program does not link cpp-httplib (so it neither maps it nor initialises
-// OpenSSL at start), and the module serves and fetches once loaded.
+// OpenSSL at start), and the module fetches once loaded.
 #include "common/lazy_http.h"
 
 #include <arpa/inet.h>
@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "common/executor.h"
-#include "support/http_probe.h"
 #include "support/linkage.h"
 #include "support/test_util.h"
 
@@ -22,28 +21,6 @@ namespace {
 TEST(LazyHttpTest, PluginProgramDoesNotLinkHttplib) {
   if (!testing::HaveProgram("readelf")) GTEST_SKIP() << "readelf (binutils) is not installed";
   EXPECT_TRUE(testing::LinksNoneOf(testing::BinDir() + "/blockcsi", {"httplib", "blockcsi_http"}));
-}
-
-TEST(LazyHttpTest, ServesTheRenderedTextUntilDestroyed) {
-  int renders = 0;
-  auto server = ServeMetricsHttp("127.0.0.1", 0, 1, [&renders] {
-    ++renders;
-    return std::string("blockcsi_test 1\n");
-  });
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  int port = (*server)->port();
-  ASSERT_GT(port, 0);
-  EXPECT_EQ(testing::HttpGetBody(port, "/metrics"), "blockcsi_test 1\n");
-  EXPECT_EQ(renders, 1);
-  server->reset();
-  EXPECT_EQ(testing::HttpGetBody(port, "/metrics"), "");  // nothing listens any more
-}
-
-TEST(LazyHttpTest, AnAddressThatCannotBeBoundIsUnavailable) {
-  // 192.0.2.1 (TEST-NET-1) is no address of this machine.
-  auto server = ServeMetricsHttp("192.0.2.1", 0, 1, [] { return std::string(); });
-  ASSERT_FALSE(server.ok());
-  EXPECT_EQ(server.status().code(), StatusCode::kUnavailable) << server.status().ToString();
 }
 
 TEST(LazyHttpTest, NoAnswerIsUnavailableAndNeverNamesTheToken) {
