@@ -195,7 +195,8 @@ if [ -z "$only" ]; then
       mkdir -p "$bin/peers"
       xz -dc "$peers/hostpathplugin.xz" >"$hostpath.tmp" && chmod +x "$hostpath.tmp" && mv "$hostpath.tmp" "$hostpath"
     fi
-    run M "$bin/bench/memory_bench" --hostpath "$hostpath" "${memory_args[@]}" "${memory_compare[@]}"
+    run M "$bin/bench/memory_bench" --hostpath "$hostpath" --smaps-dir "$workdir/smaps" \
+      "${memory_args[@]}" "${memory_compare[@]}"
   }
   bench_memory
 
@@ -342,6 +343,26 @@ program and one mechanism for Ceph decided it.
 BRIDGE_DOC
 }
 
+# Section 6's per-mapping sums of blockcsi --mode all (KiB), idle and after
+# one lifecycle, from the smaps files memory_bench kept in this run.
+mapping_table() {
+  local idle="$workdir/smaps/blockcsi-all-idle.smaps" used="$workdir/smaps/blockcsi-all-lifecycle.smaps"
+  [ -s "$idle" ] && [ -s "$used" ] || return 0
+  echo
+  echo "Where \`blockcsi --mode all\` keeps its memory (KiB per mapping, idle / after one"
+  echo "lifecycle; \`hack/smaps_by_mapping.py\` on the smaps of this run; mappings under 64 KiB RSS left out):"
+  echo
+  echo "| Mapping | RSS | PSS | Private |"
+  echo "|---|---|---|---|"
+  python3 "$repo/hack/smaps_by_mapping.py" "$idle" "$used" | awk '
+    NR > 1 {
+      n = split($0, halves, "|"); split(halves[1], a, " "); split(halves[2], b, " ")
+      k = length(a); name = a[1]; for (i = 2; i <= k - 3; ++i) name = name " " a[i]
+      if (a[k-2] + b[1] < 64 && name != "total (KiB)") next
+      printf "| %s | %s / %s | %s / %s | %s / %s |\n", name, a[k-2], b[1], a[k-1], b[2], a[k], b[3]
+    }'
+}
+
 table() {
   local title="$1" items="$2"
   echo
@@ -416,47 +437,28 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    own. PSS splits shared pages between the processes mapping them (the
    bridges map the same binary), so it falls as more volumes are staged.
    `--memory-compare LABEL=BINARY` adds another blockcsi build to the table.
-   Where it goes (`/proc/PID/smaps` per mapping: `memory_bench --smaps-dir
-   DIR` keeps one file per row and state, `hack/smaps_by_mapping.py FILE
-   [FILE2]` sums it). `--mode all`, KiB of RSS idle / after one lifecycle,
-   the build before the last issue #18 changes against the build after
-   them, in one run:
-
-   | Mapping | Before | After |
-   |---|---|---|
-   | blockcsi code (r-x) | 7,188 / 8,356 | 2,536 / 4,848 |
-   | blockcsi constants and RELRO (r--; ~630 KiB of RELRO, written by the loader) | 2,048 / 2,048 | 1,780 / 2,036 |
-   | libstdc++, libgcc_s, libm | 2,332 / 2,332 | 388 / 388 (libm) |
-   | libc, ld.so | 1,548 / 1,716 | 1,212 / 1,788 |
-   | heap, stacks, malloc arenas | 556 / 1,128 | 504 / 1,096 |
-   | libmount, libblkid, libselinux, yaml-cpp, inih | 688 / 1,136 | 152 / 800 |
-   | with `--metrics-address`: libcrypto, libssl, cpp-httplib (idle) | 4,220 | 0 |
-
-   Earlier, every mode mapped librbd, librados and libceph-common at start
-   (~12 MiB); only an RBD backend or bridge loads them now, with dlopen
-   (`src/common/ceph_lazy.h`), and gRPC, protobuf, abseil and OpenSSL are
-   linked statically (`src/cmd/lean_link.cmake`). What changed last: (1)
-   /metrics is served by a small plain-HTTP/1.1 server of our own
-   (`src/common/plain_http_server.h`: one thread, poll), so
-   `--metrics-address` no longer loads cpp-httplib and OpenSSL (`--mode
-   all` idle RSS with metrics 18.2 → 7.8 MiB); cpp-httplib is loaded only
-   for the Kubernetes API (TLS). (2) Once the plugin serves, the pages of
-   code and constants start-up touched are dropped from its page tables
-   (`ReleaseStartupPages`, `src/cmd/process_memory.h`: `MADV_DONTNEED` on
-   segments that were never written; they stay in the page cache and a
-   later call maps what it runs again): start-up runs code spread over the
-   whole program, and the kernel maps 64 KiB around each page fault. (3)
-   The program is linked with lld in the order of
+   Where it goes: the table after section 6 sums `/proc/PID/smaps` per
+   mapping for `--mode all` idle and after one lifecycle (`memory_bench
+   --smaps-dir DIR` keeps one file per row and state,
+   `hack/smaps_by_mapping.py FILE [FILE2]` sums it). librbd, librados and
+   libceph-common are loaded with dlopen only by an RBD backend or bridge
+   (`src/common/ceph_lazy.h`); gRPC, protobuf, abseil, OpenSSL, libstdc++,
+   libgcc, yaml-cpp and inih are linked statically
+   (`src/cmd/lean_link.cmake`); /metrics is served by a small plain-HTTP/1.1
+   server of our own (`src/common/plain_http_server.h`: one thread, poll),
+   so `--metrics-address` loads neither cpp-httplib nor OpenSSL (cpp-httplib
+   is loaded only for the Kubernetes API, over TLS). Where lld is
+   installed, the program is linked in the order of
    `src/cmd/blockcsi.symbol-order`, the functions a callgrind profile of
-   these rows saw run once the plugin served (`hack/profile_symbol_order.sh`
-   regenerates it): a call's code now sits on fewer 64 KiB windows (after
-   a lifecycle 13.5 → 10.8 MiB). (4) libstdc++, libgcc, yaml-cpp and inih
-   are linked statically into blockcsi (−1.1 MiB RSS, PSS +0.1). What
+   these rows saw run once the plugin served
+   (`hack/profile_symbol_order.sh` regenerates it), so a call's code sits
+   on fewer of the 64 KiB windows the kernel maps around a page fault. What
    remains is the code the calls run, the RELRO pages of a
    position-independent program (`-no-pie` would save ~0.5 MiB but gives
-   up ASLR for the program) and libc. The plugin idles with 10 threads (12
-   after calls); heap and stacks are ~1 MiB, and one malloc arena or a
-   `malloc_trim` when the last call in flight ends measured no gain.
+   up ASLR) and libc. Start-up's code pages are not dropped from the page
+   tables after start (an `MADV_DONTNEED` on them lowered RSS and PSS, but
+   the pages stay in the page cache charged to the container's cgroup:
+   the figure would fall, the memory would not).
 
 7. **Userspace bridge memory** (issue #17) — see its section.
 8. **Queue depth** (issue #17) — the userspace data path at 1 to 32 commands
@@ -490,6 +492,7 @@ EOF
   table "4. Userspace data path" "4"
   table "5. Controller at scale" "5"
   table "6. Plugin memory against hostpathplugin (issue #18)" "M"
+  mapping_table
   bridge_memory_doc
   echo
   qd_section

@@ -224,7 +224,7 @@ int Main(int argc, char** argv) {
   std::vector<grpc::Service*> services{&identity};
   for (const auto& service : owned_services) services.push_back(service.get());
 
-  if (Status st = ServeUntilSignal(config.endpoint, services, config.shutdown_grace, ReleaseStartupPages); !st.ok()) {
+  if (Status st = ServeUntilSignal(config.endpoint, services, config.shutdown_grace); !st.ok()) {
     LogError("cannot serve", {{"error", st.ToString()}});
     std::cerr << "blockcsi: " << st.message() << "\n";
     return 1;

@@ -39,7 +39,7 @@ void BlockTerminationSignals() {
 }
 
 Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Service*>& services,
-                        std::chrono::milliseconds grace, const std::function<void()>& serving) {
+                        std::chrono::milliseconds grace) {
   BLOCKCSI_ASSIGN_OR_RETURN(std::string socket_path, ParseUnixEndpoint(endpoint));
   BLOCKCSI_RETURN_IF_ERROR(PrepareUnixSocket(*RealHost(), socket_path));
 
@@ -54,7 +54,6 @@ Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Ser
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return Unavailable("cannot listen on " + endpoint);
   LogInfo("serving", {{"endpoint", endpoint}});
-  if (serving) serving();
 
   sigset_t set;
   sigemptyset(&set);

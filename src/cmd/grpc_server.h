@@ -6,7 +6,6 @@
 #include <grpcpp/server_builder.h>
 
 #include <chrono>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,9 +48,8 @@ void ApplyServerLimits(grpc::ServerBuilder& builder, const ServerLimits& limits)
 void BlockTerminationSignals();
 
 // Serves `services` on the unix socket `endpoint` until SIGTERM/SIGINT, then
-// shuts down within `grace`. `serving` (when set) runs once the socket
-// listens, on this thread.
+// shuts down within `grace`.
 Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Service*>& services,
-                        std::chrono::milliseconds grace, const std::function<void()>& serving = {});
+                        std::chrono::milliseconds grace);
 
 }  // namespace blockcsi
