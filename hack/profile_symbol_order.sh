@@ -4,9 +4,9 @@
 # with and without --metrics-address: idle, one lifecycle, a few volumes
 # staged), profiled with callgrind. lld places their code side by side
 # (src/cmd/lean_link.cmake), so a call touches fewer pages of the program.
-# Start-up is left out: its pages are dropped once the plugin serves
-# (ReleaseStartupPages). A stale list only places code less well; it never
-# changes what the program does.
+# Start-up is left out: it runs once, and its code placed apart keeps the
+# code that calls run dense. A stale list only places code less well; it
+# never changes what the program does.
 #   sudo hack/profile_symbol_order.sh [BUILD_DIR]    (needs valgrind, root, tgt, FUSE)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -28,6 +28,13 @@ if ! hack/check_sizes.py; then
   status=1
 fi
 
+# One host seam (issue #16): no file, process or sleep call in src/ outside
+# the seams' own implementation files.
+if ! hack/check_host_seam.py; then
+  echo "verify: a call goes around the host seam (hack/check_host_seam.py)" >&2
+  status=1
+fi
+
 mapfile -t scripts < <(git ls-files --cached --others --exclude-standard -- 'hack/*.sh' '.ci/*' | sort -u)
 existing=()
 for f in "${scripts[@]}"; do [ -f "$f" ] && existing+=("$f"); done

@@ -121,8 +121,7 @@ endfunction()
 # 11.2 MiB, --mode node 12.8 -> 10.8, idle 7.7 -> 6.8. A stale list only
 # places code less well (unknown names are skipped). Without lld (Debian's
 # lld package) the program links with GNU ld as before. lld 14 (Debian 12)
-# has no packed relocations: the larger relocation table is read at start
-# and its pages are dropped with the rest of start-up's (ReleaseStartupPages).
+# has no packed relocations (2. above): its relocation table is larger.
 option(BLOCKCSI_SYMBOL_ORDER "Link the plugin with lld in the order of src/cmd/<program>.symbol-order" ON)
 check_linker_flag(CXX "-fuse-ld=lld" BLOCKCSI_LINKER_HAS_LLD)
 if(BLOCKCSI_LINKER_HAS_LLD)

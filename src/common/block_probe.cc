@@ -2,6 +2,8 @@
 
 #include <blkid/blkid.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -116,5 +118,14 @@ class BlkidProbe final : public BlockProbe {
 }  // namespace
 
 std::unique_ptr<BlockProbe> MakeBlkidProbe() { return std::make_unique<BlkidProbe>(); }
+
+UniqueFd HoldSectorBlockSize(const std::string& device) {
+  UniqueFd fd(::open(device.c_str(), O_RDONLY | O_CLOEXEC));
+  int sector = 0;
+  if (fd.get() >= 0 && ::ioctl(fd.get(), BLKSSZGET, &sector) == 0 && sector > 0) {
+    ::ioctl(fd.get(), BLKBSZSET, &sector);
+  }
+  return fd;
+}
 
 }  // namespace blockcsi

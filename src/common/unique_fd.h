@@ -14,6 +14,9 @@ class UniqueFd {
   }
   UniqueFd(const UniqueFd&) = delete;
   UniqueFd& operator=(const UniqueFd&) = delete;
+  // Movable, so that a function can hand an open descriptor to its caller.
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  UniqueFd& operator=(UniqueFd&&) = delete;
   int get() const { return fd_; }
 
  private:

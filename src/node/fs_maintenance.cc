@@ -1,12 +1,9 @@
 #include "node/fs_maintenance.h"
 
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
-
 #include <chrono>
 #include <sstream>
 
+#include "common/block_probe.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/mkfs_mount_options.h"
@@ -30,22 +27,6 @@ std::string Output(const CommandResult& r) {
 
 namespace {
 
-// Held open while mkfs runs: the device's soft block size at its sector
-// size. A block device's page cache otherwise works in 4 KiB blocks once
-// its size allows, so each 1 KiB write of mkfs.ext4 (superblock copies,
-// group descriptors, bitmaps) first reads the whole 4 KiB block: through a
-// userspace bridge that is one synchronous round trip to the target each,
-// 76 for a 64 MiB ext4 (issue #18). With sector-sized blocks a covered
-// block is never read; the same bytes are written. The kernel keeps the
-// size only while the device is open, hence the descriptor. Best effort: a
-// device it cannot open or set (a test's fake path) only formats slower.
-int OpenWithSectorBlockSize(const std::string& device) {
-  int fd = ::open(device.c_str(), O_RDONLY | O_CLOEXEC);
-  int sector = 0;
-  if (fd >= 0 && ::ioctl(fd, BLKSSZGET, &sector) == 0 && sector > 0) ::ioctl(fd, BLKBSZSET, &sector);
-  return fd;
-}
-
 Status Format(Executor& executor, const std::string& volume_id, const std::string& fs_type, const std::string& device,
               const std::vector<std::string>& extra) {
   std::vector<std::string> argv = MkfsArgv(fs_type, device, extra);
@@ -55,7 +36,10 @@ Status Format(Executor& executor, const std::string& volume_id, const std::strin
   // a slow array without letting a wedged device hang the RPC forever.
   cmd.Timeout(minutes(5));
   LogInfo("formatting", {{"volume_id", volume_id}, {"device", device}, {"fs_type", fs_type}});
-  UniqueFd held(OpenWithSectorBlockSize(device));
+  // mkfs.ext4's 1 KiB writes would each read a whole 4 KiB block first
+  // (block_probe.h, HoldSectorBlockSize): through a userspace bridge, one
+  // round trip to the target each.
+  UniqueFd held = HoldSectorBlockSize(device);
   BLOCKCSI_ASSIGN_OR_RETURN(CommandResult r, executor.Run(cmd));
   if (!r.ok()) return Internal("volume " + volume_id + ": " + DescribeFailure(cmd, r));
   return OkStatus();
