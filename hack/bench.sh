@@ -447,13 +447,12 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    (`src/cmd/lean_link.cmake`); /metrics is served by a small plain-HTTP/1.1
    server of our own (`src/common/plain_http_server.h`: one thread, poll),
    so `--metrics-address` loads neither cpp-httplib nor OpenSSL (cpp-httplib
-   is loaded only for the Kubernetes API, over TLS). Where lld is
-   installed, the program is linked in the order of
-   `src/cmd/blockcsi.symbol-order`, the functions a callgrind profile of
-   these rows saw run once the plugin served
-   (`hack/profile_symbol_order.sh` regenerates it), so a call's code sits
-   on fewer of the 64 KiB windows the kernel maps around a page fault. What
-   remains is the code the calls run, the RELRO pages of a
+   is loaded only for the Kubernetes API, over TLS). Two tries measured
+   no gain and were taken out: linking with lld in a profiled function
+   order (lld 14 packs no relative relocations, and the larger relocation
+   table cost more RSS than the denser code saved, `memory_bench
+   --binary` side by side), and one malloc arena or a `malloc_trim` when
+   the last call ends. What remains is the code the calls run, the RELRO pages of a
    position-independent program (`-no-pie` would save ~0.5 MiB but gives
    up ASLR) and libc. Start-up's code pages are not dropped from the page
    tables after start (an `MADV_DONTNEED` on them lowered RSS and PSS, but

@@ -111,39 +111,10 @@ function(blockcsi_link_cxx_statically program)
   target_link_options(${program} PRIVATE -static-libstdc++ -static-libgcc)
 endfunction()
 
-# 4. The code the plugin runs once it serves, side by side: lld places the
-# functions listed in src/cmd/<program>.symbol-order (a callgrind profile of
-# memory_bench's rows, hack/profile_symbol_order.sh) first, in that order.
-# Why: a CSI call runs code from all over the program (gRPC's transport,
-# protobuf, our services), and the kernel maps the 64 KiB around each page
-# fault; with the call path scattered, one lifecycle mapped 4 MiB more of
-# the program. Measured (one run): --mode all after a lifecycle RSS 13.5 ->
-# 11.2 MiB, --mode node 12.8 -> 10.8, idle 7.7 -> 6.8. A stale list only
-# places code less well (unknown names are skipped). Without lld (Debian's
-# lld package) the program links with GNU ld as before. lld 14 (Debian 12)
-# has no packed relocations (2. above): its relocation table is larger.
-option(BLOCKCSI_SYMBOL_ORDER "Link the plugin with lld in the order of src/cmd/<program>.symbol-order" ON)
-check_linker_flag(CXX "-fuse-ld=lld" BLOCKCSI_LINKER_HAS_LLD)
-if(BLOCKCSI_LINKER_HAS_LLD)
-  set(CMAKE_REQUIRED_LINK_OPTIONS -fuse-ld=lld -Wl,-z,pack-relative-relocs -Wl,--fatal-warnings)
-  check_cxx_source_compiles("int main() { return 0; }" BLOCKCSI_LLD_HAS_RELR)
-  unset(CMAKE_REQUIRED_LINK_OPTIONS)
-endif()
-
-# Links `program` the lean way: in symbol order with lld when it is there,
-# the static archives when they are all there, packed relocations when the
-# linker has them.
+# Links `program` the lean way: the static archives when they are all there,
+# packed relocations when the linker has them.
 function(blockcsi_lean_link program)
-  set(order ${CMAKE_CURRENT_SOURCE_DIR}/${program}.symbol-order)
-  if(BLOCKCSI_SYMBOL_ORDER AND BLOCKCSI_LINKER_HAS_LLD AND EXISTS ${order})
-    target_link_options(${program} PRIVATE -fuse-ld=lld "LINKER:--symbol-ordering-file=${order}"
-      "LINKER:--no-warn-symbol-ordering")
-    set_property(TARGET ${program} APPEND PROPERTY LINK_DEPENDS ${order})
-    if(BLOCKCSI_LLD_HAS_RELR)
-      target_link_options(${program} PRIVATE "-Wl,-z,pack-relative-relocs")
-    endif()
-    message(STATUS "blockcsi: ${program} links with lld in the order of ${program}.symbol-order")
-  elseif(BLOCKCSI_LINKER_HAS_RELR)
+  if(BLOCKCSI_LINKER_HAS_RELR)
     target_link_options(${program} PRIVATE "-Wl,-z,pack-relative-relocs")
   endif()
   blockcsi_link_grpc_statically(${program})
