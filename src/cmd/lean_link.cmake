@@ -75,25 +75,29 @@ unset(CMAKE_REQUIRED_LINK_OPTIONS)
 find_library(BLOCKCSI_ARCHIVE_yaml_cpp NAMES libyaml-cpp.a)
 find_library(BLOCKCSI_ARCHIVE_inih NAMES libinih.a)
 
-# In the libraries a program marked BLOCKCSI_STATIC_CXX links, `from` (a
-# target name) becomes the archive `to`; other programs keep `from`.
-function(blockcsi_swap_for_archive from to)
-  set(static "$<BOOL:$<TARGET_PROPERTY:BLOCKCSI_STATIC_CXX>>")
+# In every static library under src/, the link dependencies that match
+# `regex` become `replacement` (a generator expression that picks per
+# program, by a property the program carries).
+function(blockcsi_rewrite_library_deps regex replacement)
   foreach(dir common bridge attach backend controller agent node)
     get_property(targets DIRECTORY ${PROJECT_SOURCE_DIR}/src/${dir} PROPERTY BUILDSYSTEM_TARGETS)
     foreach(target ${targets})
       get_target_property(type ${target} TYPE)
-      if(NOT type STREQUAL "STATIC_LIBRARY")
-        continue()
-      endif()
       get_target_property(deps ${target} INTERFACE_LINK_LIBRARIES)
-      if(NOT deps OR NOT "${from}" IN_LIST deps)
+      if(NOT type STREQUAL "STATIC_LIBRARY" OR NOT deps)
         continue()
       endif()
-      list(TRANSFORM deps REPLACE "^${from}$" "$<IF:${static},${to},${from}>")
+      list(TRANSFORM deps REPLACE "${regex}" "${replacement}")
       set_property(TARGET ${target} PROPERTY INTERFACE_LINK_LIBRARIES "${deps}")
     endforeach()
   endforeach()
+endfunction()
+
+# In the libraries a program marked BLOCKCSI_STATIC_CXX links, `from` (a
+# target name) becomes the archive `to`; other programs keep `from`.
+function(blockcsi_swap_for_archive from to)
+  set(static "$<BOOL:$<TARGET_PROPERTY:BLOCKCSI_STATIC_CXX>>")
+  blockcsi_rewrite_library_deps("^${from}$" "$<IF:${static},${to},${from}>")
 endfunction()
 
 function(blockcsi_link_cxx_statically program)
@@ -148,21 +152,7 @@ function(blockcsi_link_grpc_statically program)
     # Our libraries that use OpenSSL themselves (SHA-256 of RBD image names,
     # base64 of a kubeconfig's CA) take it from the group in such a program:
     # one OpenSSL, the static one, and libcrypto.so never mapped.
-    foreach(dir common bridge attach backend controller agent node)
-      get_property(targets DIRECTORY ${PROJECT_SOURCE_DIR}/src/${dir} PROPERTY BUILDSYSTEM_TARGETS)
-      foreach(target ${targets})
-        get_target_property(type ${target} TYPE)
-        if(NOT type STREQUAL "STATIC_LIBRARY")
-          continue()
-        endif()
-        get_target_property(deps ${target} INTERFACE_LINK_LIBRARIES)
-        if(NOT deps)
-          continue()
-        endif()
-        list(TRANSFORM deps REPLACE "^(OpenSSL::SSL|OpenSSL::Crypto)$" "$<$<NOT:${static}>:\\1>")
-        set_property(TARGET ${target} PROPERTY INTERFACE_LINK_LIBRARIES "${deps}")
-      endforeach()
-    endforeach()
+    blockcsi_rewrite_library_deps("^(OpenSSL::SSL|OpenSSL::Crypto)$" "$<$<NOT:${static}>:\\1>")
   endif()
   set_target_properties(${program} PROPERTIES BLOCKCSI_STATIC_GRPC ON)
   message(STATUS "blockcsi: ${program} links gRPC, protobuf and abseil statically")
