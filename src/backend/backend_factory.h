@@ -5,43 +5,14 @@
 // Thread-safe (stateless).
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "backend/backend.h"
+#include "backend/backend_options.h"
 #include "common/status.h"
 
 namespace blockcsi {
-
-struct BackendOptions {
-  std::string kind;  // local | remote
-  // local
-  std::string pool_dir;
-  int tgt_control_port = 0;
-  std::vector<std::string> portals;  // "host:port", advertised to nodes
-  std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
-  std::string target = "tgt";                        // tgt | lio (the daemon the local pool exports through)
-  std::string configfs_root = "/sys/kernel/config";  // lio only
-  std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};
-  std::string tgtadm = "/usr/sbin/tgtadm";  // absolute; never looked up in PATH
-  // How tgtd is driven: "socket" (its management socket, tgtd_socket.h: no
-  // tgtadm process, so no CHAP secret in any argv) or "tgtadm" (exec).
-  std::string tgt_control = "socket";
-  // Thin provisioning: a new volume (or a grow) may take at most the pool's
-  // free space times this (pool.h, PoolOptions::overcommit_ratio).
-  double overcommit_ratio = 1.0;
-  // remote
-  std::string target_agent;  // HOST:PORT or unix:///path
-  std::string tls_cert, tls_key, tls_ca;
-  bool insecure = false;
-  // rbd (only when this build has the RBD backend; see rbd_backend.h)
-  std::string ceph_conf;
-  std::string ceph_user;
-  std::string ceph_keyring;
-  std::string rbd_pool;
-};
 
 // INVALID_ARGUMENT naming the flag when the options do not fit the kind;
 // UNAVAILABLE when the pool or the agent cannot be reached.

@@ -1,8 +1,8 @@
 // CallScope: what one CSI call carries that the VolumeBackend interface does
 // not — the request's secrets and (CreateVolume, GetCapacity) its
 // parameters — made visible to backend code that runs on the handler's
-// thread while that call lasts. Set by CallScopingController (one RAII
-// ScopedCall per RPC); read by backends that need it (RbdSecretBackend: the
+// thread while that call lasts. Set by ControllerService (one RAII
+// ScopedCall per RPC, controller/request_scope.h); read by backends that need it (RbdSecretBackend: the
 // cephx credentials; RoutingBackend: GetCapacity's `backend` and segment).
 //
 // Why a per-thread scope rather than a parameter: the gRPC server is

@@ -210,7 +210,7 @@ void Bridge::StartRmw() {
       FinishRmw(st, blocks);
       return;
     }
-    std::memcpy(blocks + (job->offset - first), job->data.data(), job->data.size());
+    std::copy(job->data.begin(), job->data.end(), blocks + (job->offset - first));
     transport_->WriteAsync(first, length, blocks,
                            [this, blocks](const Status& written) { FinishRmw(written, blocks); });
   });

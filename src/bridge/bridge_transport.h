@@ -58,6 +58,8 @@ class BridgeTransport {
   // sent and replied to on one thread. False: the transport has no such
   // thread and the bridge reads fd on its own. On that thread the blocking
   // Read/Write/Flush fail; the async ones are what it may call.
+  // By value: an override keeps both callbacks (the sink idiom); this default keeps none.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
   virtual bool Watch(int /*fd*/, std::function<bool()> /*on_ready*/, std::function<void()> /*on_idle*/) {
     return false;
   }

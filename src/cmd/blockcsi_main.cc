@@ -20,7 +20,6 @@
 #include "common/logging.h"
 #include "common/metrics_server.h"
 #include "common/version.h"
-#include "controller/call_scoping_controller.h"
 #include "controller/controller_service.h"
 #include "controller/k8s_node_directory.h"
 #include "node/node_wiring.h"
@@ -77,29 +76,6 @@ std::function<StatusOr<bool>(const std::string&)> KnownNodes(const PluginConfig&
 
 using FsMinimumBytes = std::function<uint64_t(const std::string& fs_type)>;
 
-BackendOptions ControllerBackendOptions(const PluginConfig& config) {
-  BackendOptions backend_options;
-  backend_options.kind = config.backend;
-  backend_options.pool_dir = config.pool_dir;
-  backend_options.tgt_control_port = config.tgt_control_port;
-  backend_options.tgtadm = config.tgtadm;
-  backend_options.tgt_control = config.tgt_control;
-  backend_options.overcommit_ratio = config.overcommit_ratio;
-  backend_options.portals = config.portals;
-  backend_options.iqn_prefix = config.iqn_prefix;
-  backend_options.reconcile_interval = config.reconcile_interval;
-  backend_options.target_agent = config.target_agent;
-  backend_options.tls_cert = config.tls_cert;
-  backend_options.tls_key = config.tls_key;
-  backend_options.tls_ca = config.tls_ca;
-  backend_options.insecure = config.insecure;
-  backend_options.ceph_conf = config.ceph_conf;
-  backend_options.ceph_user = config.ceph_user;
-  backend_options.ceph_keyring = config.ceph_keyring;
-  backend_options.rbd_pool = config.rbd_pool;
-  return backend_options;
-}
-
 // The Controller service on the configured backend(s); the backend's health
 // joins the readiness `checks`.
 StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& config,
@@ -108,7 +84,7 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& con
   // One backend keeps its own ids; several (--backend-config) sit behind a
   // RoutingBackend whose ids name the backend.
   auto backend = [&]() -> StatusOr<std::shared_ptr<VolumeBackend>> {
-    if (config.backend_config.empty()) return MakeControllerBackend(ControllerBackendOptions(config));
+    if (config.backend_config.empty()) return MakeControllerBackend(config.backend);
     BLOCKCSI_ASSIGN_OR_RETURN(BackendConfig backend_config, LoadBackendConfig(config.backend_config));
     return MakeRoutedBackends(backend_config);
   }();
@@ -124,25 +100,26 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& con
   if (!directory.ok()) return InvalidArgument(directory.status().message());
   controller_options.node_exists = KnownNodes(config, *directory);
   controller_options.fs_minimum_bytes = fs_minimum_bytes;
-  // The scoping layer hands each call's secrets (cephx from CSI secrets)
-  // and parameters to the backend; see backend/call_scope.h.
-  return std::shared_ptr<grpc::Service>(std::make_shared<CallScopingController>(
-      std::make_shared<ControllerService>(volume_backend, std::move(controller_options))));
+  return std::shared_ptr<grpc::Service>(
+      std::make_shared<ControllerService>(volume_backend, std::move(controller_options)));
 }
 
 StatusOr<std::shared_ptr<grpc::Service>> BuildNode(const PluginConfig& config, const FsMinimumBytes& fs_minimum_bytes) {
-  BLOCKCSI_ASSIGN_OR_RETURN(auto node, BuildNodeService({.connector = config.connector,
-                                                         .state_dir = config.state_dir,
-                                                         .node_id = config.node_id,
-                                                         .zone = config.zone,
-                                                         .max_volumes_per_node = config.max_volumes_per_node,
-                                                         .bridge_io_timeout = config.bridge_io_timeout,
-                                                         .bridge_cgroup = config.bridge_cgroup,
-                                                         .ceph_conf = config.ceph_conf,
-                                                         .rbd_map_options = config.rbd_map_options,
-                                                         .iscsi_nodes_dir = config.iscsi_nodes_dir,
-                                                         .rbd_timeout = config.rbd_timeout,
-                                                         .fs_minimum_bytes = fs_minimum_bytes}));
+  NodeWiring wiring;
+  wiring.zone = config.zone;
+  wiring.max_volumes_per_node = config.max_volumes_per_node;
+  wiring.fs_minimum_bytes = fs_minimum_bytes;
+  AttacherOptions& attacher = wiring.attacher;
+  attacher.connector = config.connector;
+  attacher.state_dir = config.state_dir;
+  attacher.node_id = config.node_id;
+  attacher.bridge_io_timeout = config.bridge_io_timeout;
+  attacher.bridge_cgroup = config.bridge_cgroup;
+  attacher.ceph_conf = config.backend.ceph_conf;  // one --ceph-conf for both sides
+  attacher.rbd_map_options = config.rbd_map_options;
+  attacher.iscsi_nodes_dir = config.iscsi_nodes_dir;
+  attacher.rbd_command_timeout = config.rbd_timeout;
+  BLOCKCSI_ASSIGN_OR_RETURN(auto node, BuildNodeService(wiring));
   return std::shared_ptr<grpc::Service>(node);
 }
 

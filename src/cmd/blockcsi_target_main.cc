@@ -5,14 +5,12 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -36,15 +34,9 @@ namespace {
 struct AgentConfig {
   std::vector<std::string> listen;  // HOST:PORT
   std::string socket;               // unix socket path
-  std::string pool_dir;
-  std::string target = "tgt";
-  std::string configfs_root = "/sys/kernel/config";
-  int tgt_control_port = 0;
-  std::string tgtadm = "/usr/sbin/tgtadm";
-  std::string tgt_control = "socket";
-  double overcommit_ratio = 1.0;
-  std::vector<std::string> portals;
-  std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
+  // The local pool and its exports, as the plugin's --backend local takes
+  // them (reconcile_interval set from the text below once parsed).
+  BackendOptions pool;
   std::string reconcile_interval = "30s";
   std::string shutdown_grace = "10s";
   std::string tls_cert, tls_key, tls_ca;
@@ -65,26 +57,26 @@ int Fail(const std::string& message, int code = 2) {
 void AddFlags(CLI::App& app, AgentConfig& c) {
   app.add_option("--listen", c.listen, "TCP address HOST:PORT to serve on (mTLS unless --insecure); repeatable");
   app.add_option("--socket", c.socket, "Unix socket path to serve on (local clients; no TLS)");
-  app.add_option("--pool", c.pool_dir, "Pool directory (images and metadata)")->required();
-  app.add_option("--target", c.target, "Target daemon: tgt or lio")
+  app.add_option("--pool", c.pool.pool_dir, "Pool directory (images and metadata)")->required();
+  app.add_option("--target", c.pool.target, "Target daemon: tgt or lio")
       ->check(CLI::IsMember({"tgt", "lio"}))
       ->capture_default_str();
-  app.add_option("--configfs-root", c.configfs_root, "configfs mount for --target lio")->capture_default_str();
-  app.add_option("--tgt-control-port", c.tgt_control_port, "tgtd control port (tgtadm -C)")
+  app.add_option("--configfs-root", c.pool.configfs_root, "configfs mount for --target lio")->capture_default_str();
+  app.add_option("--tgt-control-port", c.pool.tgt_control_port, "tgtd control port (tgtadm -C)")
       ->check(CLI::Range(0, 65535));
-  app.add_option("--tgtadm", c.tgtadm, "tgtadm program, by absolute path (PATH is never searched)")
+  app.add_option("--tgtadm", c.pool.tgtadm, "tgtadm program, by absolute path (PATH is never searched)")
       ->capture_default_str();
-  app.add_option("--tgt-control", c.tgt_control,
+  app.add_option("--tgt-control", c.pool.tgt_control,
                  "How tgtd is driven: socket (its management socket; no CHAP secret in any argv) or tgtadm")
       ->check(CLI::IsMember({"socket", "tgtadm"}))
       ->capture_default_str();
-  app.add_option("--overcommit-ratio", c.overcommit_ratio,
+  app.add_option("--overcommit-ratio", c.pool.overcommit_ratio,
                  "Thin provisioning: a new volume (or a grow) may take up to the pool's free space times this; "
                  "more is RESOURCE_EXHAUSTED (more than the whole pool file system times this: OUT_OF_RANGE)")
       ->check(CLI::Range(0.001, 1000.0))
       ->capture_default_str();
-  app.add_option("--portal", c.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")->required();
-  app.add_option("--iqn-prefix", c.iqn_prefix, "IQN prefix of our targets")->capture_default_str();
+  app.add_option("--portal", c.pool.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")->required();
+  app.add_option("--iqn-prefix", c.pool.iqn_prefix, "IQN prefix of our targets")->capture_default_str();
   app.add_option("--reconcile-interval", c.reconcile_interval, "How often the daemon is reconciled (e.g. 30s)")
       ->capture_default_str();
   app.add_option("--shutdown-grace", c.shutdown_grace, "How long in-flight calls may run after SIGTERM")
@@ -181,22 +173,6 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const AgentCon
   return credentials;
 }
 
-BackendOptions LocalBackendOptions(const AgentConfig& c, std::chrono::milliseconds reconcile_interval) {
-  BackendOptions options;
-  options.kind = "local";
-  options.pool_dir = c.pool_dir;
-  options.target = c.target;
-  options.configfs_root = c.configfs_root;
-  options.tgt_control_port = c.tgt_control_port;
-  options.tgtadm = c.tgtadm;
-  options.tgt_control = c.tgt_control;
-  options.overcommit_ratio = c.overcommit_ratio;
-  options.portals = c.portals;
-  options.iqn_prefix = c.iqn_prefix;
-  options.reconcile_interval = reconcile_interval;
-  return options;
-}
-
 // Serves `service` on every --listen address and the --socket until SIGTERM
 // or SIGINT, then lets in-flight calls finish for the grace period.
 int ServeUntilSignalled(const AgentConfig& c, const AgentSettings& settings,
@@ -228,13 +204,7 @@ int ServeUntilSignalled(const AgentConfig& c, const AgentSettings& settings,
   }
   if (!c.socket.empty()) LogInfo("serving", {{"socket", c.socket}});
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int signal_number = 0;
-  sigwait(&set, &signal_number);
-  LogInfo("shutting down", {{"signal", strsignal(signal_number)}});
+  LogInfo("shutting down", {{"signal", WaitForTerminationSignal()}});
   server->Shutdown(std::chrono::system_clock::now() + settings.shutdown_grace);
   server->Wait();
   if (!c.socket.empty()) {
@@ -284,11 +254,13 @@ int Main(int argc, char** argv) {
   }
 
   LogInfo("starting", {{"version", BuildVersion()},
-                       {"pool", c.pool_dir},
-                       {"target", c.target},
+                       {"pool", c.pool.pool_dir},
+                       {"target", c.pool.target},
                        {"reconcile_interval", FormatDuration(settings->reconcile_interval)},
                        {"tls", settings->tls ? "mtls" : "off"}});
-  auto backend = MakeBackend(LocalBackendOptions(c, settings->reconcile_interval));
+  BackendOptions pool = c.pool;
+  pool.reconcile_interval = settings->reconcile_interval;
+  auto backend = MakeBackend(pool);
   if (!backend.ok()) {
     LogError("cannot open the backend", {{"error", backend.status().ToString()}});
     return Fail(backend.status().message(), 1);

@@ -38,6 +38,16 @@ void BlockTerminationSignals() {
   signal(SIGPIPE, SIG_IGN);
 }
 
+const char* WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int signal_number = 0;
+  sigwait(&set, &signal_number);
+  return strsignal(signal_number);
+}
+
 Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Service*>& services,
                         std::chrono::milliseconds grace) {
   BLOCKCSI_ASSIGN_OR_RETURN(std::string socket_path, ParseUnixEndpoint(endpoint));
@@ -55,13 +65,8 @@ Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Ser
   if (!server) return Unavailable("cannot listen on " + endpoint);
   LogInfo("serving", {{"endpoint", endpoint}});
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int signal_number = 0;
-  sigwait(&set, &signal_number);
-  LogInfo("shutting down", {{"signal", strsignal(signal_number)}, {"grace", std::to_string(grace.count()) + "ms"}});
+  const char* signal_name = WaitForTerminationSignal();
+  LogInfo("shutting down", {{"signal", signal_name}, {"grace", std::to_string(grace.count()) + "ms"}});
 
   // Shutdown stops new calls at once and cancels what still runs at the deadline.
   server->Shutdown(std::chrono::system_clock::now() + grace);

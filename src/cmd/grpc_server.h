@@ -47,6 +47,10 @@ void ApplyServerLimits(grpc::ServerBuilder& builder, const ServerLimits& limits)
 // thread inherits the blocked set and only ServeUntilSignal sees them.
 void BlockTerminationSignals();
 
+// Blocks until SIGTERM or SIGINT arrives (BlockTerminationSignals first) and
+// returns the signal's name for the log.
+const char* WaitForTerminationSignal();
+
 // Serves `services` on the unix socket `endpoint` until SIGTERM/SIGINT, then
 // shuts down within `grace`.
 Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Service*>& services,

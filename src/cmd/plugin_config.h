@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend_options.h"
+
 namespace blockcsi {
 
 enum class PluginMode { kController, kNode, kAll };
@@ -44,7 +46,6 @@ struct PluginConfig {
   std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
 
   // Controller side.
-  std::string backend = "local";  // local | remote | rbd
   // Node ids ControllerPublishVolume may grant to besides, in --mode all,
   // the plugin's own --node-id (--known-node-ids). A controller alone
   // without it takes any well-formed id at its word.
@@ -53,23 +54,11 @@ struct PluginConfig {
   // account when in a pod. With either, a node id is known when its CSINode
   // lists this driver (controller/k8s_node_directory.h).
   std::string kubeconfig;
-  std::string pool_dir;
-  int tgt_control_port = 0;
-  std::string tgtadm = "/usr/sbin/tgtadm";
-  std::string tgt_control = "socket";  // --backend local: socket | tgtadm
-  double overcommit_ratio = 1.0;       // --backend local: see PoolOptions::overcommit_ratio
-  std::vector<std::string> portals;
-  std::string iqn_prefix = "iqn.2026-11.io.blockcsi";
-  std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};
-  std::string target_agent;
-  std::string tls_cert, tls_key, tls_ca;
-  bool insecure = false;
-  // --backend rbd; without ceph_user the cephx credentials come from the
-  // CSI secrets of each call (backend/rbd/rbd_secret_backend.h).
-  std::string ceph_conf;
-  std::string ceph_user;
-  std::string ceph_keyring;
-  std::string rbd_pool;
+  // --backend and the flags of each kind, filled in directly. With --backend
+  // rbd and no --ceph-user the cephx credentials come from the CSI secrets of
+  // each call (backend/rbd/rbd_secret_backend.h). The node side reads
+  // --ceph-conf from here too (RBD volumes it attaches).
+  BackendOptions backend;
   // Several named backends instead of the one above (backend/backend_config.h).
   std::string backend_config;
 

@@ -91,28 +91,30 @@ void RegisterNodeFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
 // The Controller group: which backend, and its settings.
 void RegisterControllerFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
   auto* controller = "Controller";
-  app.add_option("--backend", c.backend, "Volume backend: local (in-process pool), remote (agent) or rbd")
+  app.add_option("--backend", c.backend.kind, "Volume backend: local (in-process pool), remote (agent) or rbd")
       ->check(CLI::IsMember({"local", "remote", "rbd"}))
       ->group(controller)
       ->capture_default_str();
-  app.add_option("--pool", c.pool_dir, "Pool directory for --backend local")->group(controller);
-  app.add_option("--tgt-control-port", c.tgt_control_port, "tgtd control port for --backend local")
+  app.add_option("--pool", c.backend.pool_dir, "Pool directory for --backend local")->group(controller);
+  app.add_option("--tgt-control-port", c.backend.tgt_control_port, "tgtd control port for --backend local")
       ->check(CLI::Range(0, 65535))
       ->group(controller);
-  app.add_option("--tgtadm", c.tgtadm, "tgtadm program for --backend local, by absolute path (PATH is never searched)")
+  app.add_option("--tgtadm", c.backend.tgtadm,
+                 "tgtadm program for --backend local, by absolute path (PATH is never searched)")
       ->group(controller)
       ->capture_default_str();
-  app.add_option("--tgt-control", c.tgt_control,
+  app.add_option("--tgt-control", c.backend.tgt_control,
                  "--backend local: how tgtd is driven, socket (no CHAP secret in any argv) or tgtadm")
       ->check(CLI::IsMember({"socket", "tgtadm"}))
       ->group(controller)
       ->capture_default_str();
-  app.add_option("--overcommit-ratio", c.overcommit_ratio,
+  app.add_option("--overcommit-ratio", c.backend.overcommit_ratio,
                  "--backend local: a new volume (or a grow) may take up to the pool's free space times this")
       ->check(CLI::Range(0.001, 1000.0))
       ->group(controller)
       ->capture_default_str();
-  app.add_option("--portal", c.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")->group(controller);
+  app.add_option("--portal", c.backend.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")
+      ->group(controller);
   app.add_option("--known-node-ids", c.known_node_ids,
                  "Node ids ControllerPublishVolume accepts besides --node-id in --mode all (comma-separated or "
                  "repeated); any other is NOT_FOUND. Unset on a controller alone: every well-formed id")
@@ -122,29 +124,30 @@ void RegisterControllerFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& te
                  "Kubernetes API access for ControllerPublishVolume's node check: a node id whose CSINode does not "
                  "list this driver is NOT_FOUND. Unset: the pod's service account, when run in a pod")
       ->group(controller);
-  app.add_option("--iqn-prefix", c.iqn_prefix, "IQN prefix of the targets we create")
+  app.add_option("--iqn-prefix", c.backend.iqn_prefix, "IQN prefix of the targets we create")
       ->group(controller)
       ->capture_default_str();
   app.add_option("--reconcile-interval", texts.reconcile_interval,
                  "How often the exports are compared with the pool (e.g. 30s)")
       ->group(controller)
       ->capture_default_str();
-  app.add_option("--target-agent", c.target_agent, "blockcsi-target address HOST:PORT for --backend remote")
+  app.add_option("--target-agent", c.backend.target_agent, "blockcsi-target address HOST:PORT for --backend remote")
       ->group(controller);
-  app.add_option("--tls-cert", c.tls_cert, "Client certificate for the agent (mTLS)")->group(controller);
-  app.add_option("--tls-key", c.tls_key, "Client key for the agent (mTLS)")->group(controller);
-  app.add_option("--tls-ca", c.tls_ca, "CA that signed the agent's certificate")->group(controller);
-  app.add_flag("--insecure", c.insecure, "Talk to the agent without TLS (tests only)")->group(controller);
-  app.add_option("--ceph-conf", c.ceph_conf,
+  app.add_option("--tls-cert", c.backend.tls_cert, "Client certificate for the agent (mTLS)")->group(controller);
+  app.add_option("--tls-key", c.backend.tls_key, "Client key for the agent (mTLS)")->group(controller);
+  app.add_option("--tls-ca", c.backend.tls_ca, "CA that signed the agent's certificate")->group(controller);
+  app.add_flag("--insecure", c.backend.insecure, "Talk to the agent without TLS (tests only)")->group(controller);
+  app.add_option("--ceph-conf", c.backend.ceph_conf,
                  "ceph.conf (monitors) for --backend rbd; on a node, for RBD volumes whose publish_context names "
                  "no monitors")
       ->group(controller);
-  app.add_option("--ceph-user", c.ceph_user,
+  app.add_option("--ceph-user", c.backend.ceph_user,
                  "cephx id (without \"client.\") for --backend rbd; omit it (and --ceph-keyring) to use the "
                  "userID/userKey of each call's CSI secrets")
       ->group(controller);
-  app.add_option("--ceph-keyring", c.ceph_keyring, "Keyring file of --ceph-user for --backend rbd")->group(controller);
-  app.add_option("--rbd-pool", c.rbd_pool, "RBD pool the volumes live in for --backend rbd")->group(controller);
+  app.add_option("--ceph-keyring", c.backend.ceph_keyring, "Keyring file of --ceph-user for --backend rbd")
+      ->group(controller);
+  app.add_option("--rbd-pool", c.backend.rbd_pool, "RBD pool the volumes live in for --backend rbd")->group(controller);
   app.add_option("--backend-config", c.backend_config,
                  "File of several named backends, replacing --backend and its flags: sections\n"
                  "\"[backend NAME]\" with \"key = value\" lines (kind = local|remote|rbd, the flags of that kind\n"
@@ -165,7 +168,7 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
   CLI::App app{"blockcsi: CSI driver for network block storage (iSCSI and Ceph RBD)", "blockcsi"};
   PluginFlagTexts texts{.mode = ModeName(config.mode),
                         .shutdown_grace = FormatDuration(config.shutdown_grace),
-                        .reconcile_interval = FormatDuration(config.reconcile_interval),
+                        .reconcile_interval = FormatDuration(config.backend.reconcile_interval),
                         .bridge_io_timeout = FormatDuration(config.bridge_io_timeout),
                         .rbd_timeout = FormatDuration(config.rbd_timeout)};
   RegisterPluginFlags(app, config, texts);
@@ -197,7 +200,7 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
                 : texts.mode == "node"     ? PluginMode::kNode
                                            : PluginMode::kAll;
   for (auto [text, target] : {std::pair{&texts.shutdown_grace, &config.shutdown_grace},
-                              std::pair{&texts.reconcile_interval, &config.reconcile_interval},
+                              std::pair{&texts.reconcile_interval, &config.backend.reconcile_interval},
                               std::pair{&texts.bridge_io_timeout, &config.bridge_io_timeout},
                               std::pair{&texts.rbd_timeout, &config.rbd_timeout}}) {
     auto parsed = ParseDuration(*text);
@@ -215,10 +218,10 @@ Status ValidatePluginConfig(const PluginConfig& config) {
     return InvalidArgument("--node-id is required when the node service runs (--mode node or all)");
   }
   if (!config.zone.empty()) BLOCKCSI_RETURN_IF_ERROR(ValidateZoneName(config.zone, "--zone"));
-  if (config.runs_controller() && config.backend_config.empty() && config.backend == "rbd") {
-    if (config.rbd_pool.empty()) return InvalidArgument("--rbd-pool is required for --backend rbd");
-    if (config.ceph_conf.empty()) return InvalidArgument("--ceph-conf is required for --backend rbd");
-    if (!config.ceph_keyring.empty() && config.ceph_user.empty()) {
+  if (config.runs_controller() && config.backend_config.empty() && config.backend.kind == "rbd") {
+    if (config.backend.rbd_pool.empty()) return InvalidArgument("--rbd-pool is required for --backend rbd");
+    if (config.backend.ceph_conf.empty()) return InvalidArgument("--ceph-conf is required for --backend rbd");
+    if (!config.backend.ceph_keyring.empty() && config.backend.ceph_user.empty()) {
       return InvalidArgument("--ceph-keyring needs --ceph-user");
     }
   }

@@ -16,6 +16,7 @@
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"
+#include "controller/request_scope.h"
 
 // ControllerPublishVolume and ControllerUnpublishVolume.
 namespace blockcsi {
@@ -32,6 +33,8 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 grpc::Status ControllerService::ControllerPublishVolume(grpc::ServerContext*,
                                                         const csi::v1::ControllerPublishVolumeRequest* request,
                                                         csi::v1::ControllerPublishVolumeResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoPublish(*request, response));
 }
 
@@ -222,6 +225,8 @@ StatusOr<int64_t> ControllerService::CountGrantsOnNode(const std::string& node_i
 grpc::Status ControllerService::ControllerUnpublishVolume(grpc::ServerContext*,
                                                           const csi::v1::ControllerUnpublishVolumeRequest* request,
                                                           csi::v1::ControllerUnpublishVolumeResponse*) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoUnpublish(*request));
 }
 

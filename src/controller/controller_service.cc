@@ -16,6 +16,7 @@
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"
+#include "controller/request_scope.h"
 
 namespace blockcsi {
 
@@ -42,6 +43,8 @@ StatusOr<VolumeRecord> ControllerService::GetVolumeRecord(const std::string& vol
 grpc::Status ControllerService::ValidateVolumeCapabilities(grpc::ServerContext*,
                                                            const csi::v1::ValidateVolumeCapabilitiesRequest* request,
                                                            csi::v1::ValidateVolumeCapabilitiesResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoValidate(*request, response));
 }
 
@@ -85,6 +88,8 @@ Status ControllerService::DoValidate(const csi::v1::ValidateVolumeCapabilitiesRe
 // not know → ABORTED (the CO restarts the listing).
 grpc::Status ControllerService::ListVolumes(grpc::ServerContext*, const csi::v1::ListVolumesRequest* request,
                                             csi::v1::ListVolumesResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoListVolumes(*request, response));
 }
 
@@ -134,6 +139,8 @@ Status ControllerService::DoListVolumes(const csi::v1::ListVolumesRequest& reque
 // ---- GetCapacity --------------------------------------------------------
 grpc::Status ControllerService::GetCapacity(grpc::ServerContext*, const csi::v1::GetCapacityRequest* request,
                                             csi::v1::GetCapacityResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoGetCapacity(*request, response));
 }
 
@@ -182,6 +189,8 @@ grpc::Status ControllerService::ControllerGetCapabilities(grpc::ServerContext*,
 grpc::Status ControllerService::ControllerGetVolume(grpc::ServerContext*,
                                                     const csi::v1::ControllerGetVolumeRequest* request,
                                                     csi::v1::ControllerGetVolumeResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoGetVolume(*request, response));
 }
 

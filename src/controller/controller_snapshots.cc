@@ -16,6 +16,7 @@
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"
+#include "controller/request_scope.h"
 
 // CreateSnapshot, DeleteSnapshot, ListSnapshots and GetSnapshot.
 namespace blockcsi {
@@ -28,6 +29,8 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 // name, other source → ALREADY_EXISTS; missing source volume → NOT_FOUND.
 grpc::Status ControllerService::CreateSnapshot(grpc::ServerContext*, const csi::v1::CreateSnapshotRequest* request,
                                                csi::v1::CreateSnapshotResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoCreateSnapshot(*request, response));
 }
 
@@ -65,6 +68,8 @@ Status ControllerService::DoCreateSnapshot(const csi::v1::CreateSnapshotRequest&
 // ---- DeleteSnapshot: idempotent, unknown id → OK. -----------------------
 grpc::Status ControllerService::DeleteSnapshot(grpc::ServerContext*, const csi::v1::DeleteSnapshotRequest* request,
                                                csi::v1::DeleteSnapshotResponse*) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoDeleteSnapshot(*request));
 }
 
@@ -84,6 +89,8 @@ Status ControllerService::DoDeleteSnapshot(const csi::v1::DeleteSnapshotRequest&
 // asks); by source volume: its snapshots; else all, paged.
 grpc::Status ControllerService::ListSnapshots(grpc::ServerContext*, const csi::v1::ListSnapshotsRequest* request,
                                               csi::v1::ListSnapshotsResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoListSnapshots(*request, response));
 }
 
@@ -119,6 +126,8 @@ Status ControllerService::DoListSnapshots(const csi::v1::ListSnapshotsRequest& r
 
 grpc::Status ControllerService::GetSnapshot(grpc::ServerContext*, const csi::v1::GetSnapshotRequest* request,
                                             csi::v1::GetSnapshotResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoGetSnapshot(*request, response));
 }
 

@@ -16,6 +16,7 @@
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"
+#include "controller/request_scope.h"
 
 // CreateVolume, DeleteVolume and ControllerExpandVolume.
 namespace blockcsi {
@@ -34,6 +35,8 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 // backend is one host, reachable from every node unless it says otherwise.
 grpc::Status ControllerService::CreateVolume(grpc::ServerContext*, const csi::v1::CreateVolumeRequest* request,
                                              csi::v1::CreateVolumeResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoCreateVolume(*request, response));
 }
 
@@ -159,6 +162,8 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
 // external-attacher unpublishes first and the provisioner retries.
 grpc::Status ControllerService::DeleteVolume(grpc::ServerContext*, const csi::v1::DeleteVolumeRequest* request,
                                              csi::v1::DeleteVolumeResponse*) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoDeleteVolume(*request));
 }
 
@@ -197,6 +202,8 @@ Status ControllerService::DoDeleteVolume(const csi::v1::DeleteVolumeRequest& req
 grpc::Status ControllerService::ControllerExpandVolume(grpc::ServerContext*,
                                                        const csi::v1::ControllerExpandVolumeRequest* request,
                                                        csi::v1::ControllerExpandVolumeResponse* response) {
+  ScopedCall scope(RequestScope(*request));
+
   return ToGrpcStatus(DoExpand(*request, response));
 }
 

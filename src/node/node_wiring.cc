@@ -108,32 +108,24 @@ void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string
 }  // namespace
 
 StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring) {
-  AttacherOptions attacher_options;
-  attacher_options.connector = wiring.connector;
-  attacher_options.state_dir = wiring.state_dir;
-  attacher_options.node_id = wiring.node_id;
-  attacher_options.bridge_io_timeout = wiring.bridge_io_timeout;
-  attacher_options.bridge_cgroup = wiring.bridge_cgroup;
-  if (!wiring.ceph_conf.empty()) attacher_options.ceph_conf = wiring.ceph_conf;
-  attacher_options.rbd_map_options = wiring.rbd_map_options;
-  attacher_options.iscsi_nodes_dir = wiring.iscsi_nodes_dir;
-  attacher_options.rbd_command_timeout = wiring.rbd_timeout;
-  auto attacher = MakeVolumeAttacher(attacher_options);
+  const std::string& state_dir = wiring.attacher.state_dir;
+  const std::string& node_id = wiring.attacher.node_id;
+  auto attacher = MakeVolumeAttacher(wiring.attacher);
   if (!attacher.ok()) return attacher.status().WithContext("node service: attacher");
   // For the node admin's tools (blockctl check-target) when the plugin is
   // down: which node this state belongs to. Not fatal: nothing here needs it.
-  if (Status st = WriteFileAtomically(wiring.state_dir + "/" + kNodeIdFileName, wiring.node_id + "\n"); !st.ok()) {
+  if (Status st = WriteFileAtomically(state_dir + "/" + kNodeIdFileName, node_id + "\n"); !st.ok()) {
     LogWarn("cannot record the node id in the state dir", {{"error", st.ToString()}});
   }
 
   std::shared_ptr<VolumeAttacher> shared_attacher(std::move(*attacher));
-  Metrics().AddCollector([weak = std::weak_ptr<VolumeAttacher>(shared_attacher), state_dir = wiring.state_dir,
+  Metrics().AddCollector([weak = std::weak_ptr<VolumeAttacher>(shared_attacher), state_dir,
                           mounter = std::shared_ptr<Mounter>(MakeLibmountMounter())](MetricsRegistry& registry) {
     if (auto live = weak.lock()) CollectNodeVolumes(*live, *mounter, state_dir, registry);
   });
 
   NodeServiceOptions options;
-  options.node_id = wiring.node_id;
+  options.node_id = node_id;
   options.zone = wiring.zone;
   options.max_volumes_per_node = wiring.max_volumes_per_node;
   options.attacher = std::move(shared_attacher);

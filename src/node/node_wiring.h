@@ -4,12 +4,12 @@
 // once from main.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "attach/attacher_factory.h"
 #include "common/status.h"
 #include "node/node_service.h"
 
@@ -19,18 +19,12 @@ namespace blockcsi {
 inline constexpr char kNodeIdFileName[] = "node-id";
 
 struct NodeWiring {
-  std::string connector;  // "kernel" (alias "iscsi") | "userspace"
-  std::string state_dir;
-  std::string node_id;
+  // How volumes attach: the connector, state_dir, node_id and the bridge's
+  // and kernel initiators' settings (attacher_factory.h). The OS seams are
+  // left empty: the real ones.
+  AttacherOptions attacher;
   std::string zone;  // --zone; empty: none
   int64_t max_volumes_per_node = 0;
-  std::chrono::milliseconds bridge_io_timeout{std::chrono::seconds(30)};
-  std::string bridge_cgroup;  // userspace connector; see attacher_factory.h
-  std::string ceph_conf;      // empty: the attacher's default
-  std::string rbd_map_options;
-  // Kernel iSCSI: open-iscsi's node database, where CHAP settings are written.
-  std::string iscsi_nodes_dir = "/etc/iscsi/nodes";
-  std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
   // The smallest device each filesystem formats (FilesystemMinimums); empty: not checked.
   std::function<uint64_t(const std::string& fs_type)> fs_minimum_bytes;
 };

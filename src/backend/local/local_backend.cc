@@ -95,6 +95,32 @@ int64_t NowUnix() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// The image a new volume is copied from (empty for a blank one), with the
+// source's lock taken into `source_lock` so that the source cannot be
+// deleted or resized while it is copied. A snapshot and a volume are checked
+// alike: NOT_FOUND when absent, OUT_OF_RANGE when larger than the new volume.
+StatusOr<std::string> LockedSourceImage(const Pool& pool, KeyedLock& locks, const CreateVolumeSpec& spec,
+                                        KeyedLock::Guard& source_lock) {
+  if (spec.source.kind == ContentSource::Kind::kNone) return std::string();
+  const bool from_snapshot = spec.source.kind == ContentSource::Kind::kSnapshot;
+  const std::string& id = spec.source.id;
+  const std::string what = from_snapshot ? "source snapshot " : "source volume ";
+  if (!(from_snapshot ? IsSnapshotId(id) : IsVolumeId(id))) return NotFound(what + QuoteId(id) + " not found");
+  source_lock = locks.Lock(id);
+  std::optional<uint64_t> source_bytes;
+  if (from_snapshot) {
+    if (auto snapshot = pool.GetSnapshot(id)) source_bytes = snapshot->size_bytes;
+  } else if (auto volume = pool.GetVolume(id)) {
+    source_bytes = volume->size_bytes;
+  }
+  if (!source_bytes) return NotFound(what + id + " of volume \"" + spec.name + "\" not found");
+  if (*source_bytes > spec.size_bytes) {
+    return OutOfRange("volume \"" + spec.name + "\" (" + std::to_string(spec.size_bytes) +
+                      " bytes) is smaller than its " + what + id);
+  }
+  return pool.ImagePath(id);
+}
+
 }  // namespace
 
 LocalBackend::LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter> exporter, LocalBackendOptions options)
@@ -194,29 +220,8 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
     return Present(*existing);
   }
 
-  std::string source_image;
   KeyedLock::Guard source_lock;
-  if (spec.source.kind == ContentSource::Kind::kSnapshot) {
-    if (!IsSnapshotId(spec.source.id)) return NotFound("source snapshot " + QuoteId(spec.source.id) + " not found");
-    source_lock = locks_->Lock(spec.source.id);
-    auto snap = pool_->GetSnapshot(spec.source.id);
-    if (!snap) return NotFound("source snapshot " + spec.source.id + " of volume \"" + spec.name + "\" not found");
-    if (snap->size_bytes > spec.size_bytes) {
-      return OutOfRange("volume \"" + spec.name + "\" (" + std::to_string(spec.size_bytes) +
-                        " bytes) is smaller than its source snapshot " + snap->id);
-    }
-    source_image = pool_->ImagePath(snap->id);
-  } else if (spec.source.kind == ContentSource::Kind::kVolume) {
-    if (!IsVolumeId(spec.source.id)) return NotFound("source volume " + QuoteId(spec.source.id) + " not found");
-    source_lock = locks_->Lock(spec.source.id);
-    auto src = pool_->GetVolume(spec.source.id);
-    if (!src) return NotFound("source volume " + spec.source.id + " of volume \"" + spec.name + "\" not found");
-    if (src->size_bytes > spec.size_bytes) {
-      return OutOfRange("volume \"" + spec.name + "\" (" + std::to_string(spec.size_bytes) +
-                        " bytes) is smaller than its source volume " + src->id);
-    }
-    source_image = pool_->ImagePath(src->id);
-  }
+  BLOCKCSI_ASSIGN_OR_RETURN(std::string source_image, LockedSourceImage(*pool_, *locks_, spec, source_lock));
 
   VolumeRecord record;
   record.id = NewVolumeId();

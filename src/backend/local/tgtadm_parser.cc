@@ -1,6 +1,7 @@
 #include "backend/local/tgtadm_parser.h"
 
 #include <charconv>
+#include <optional>
 #include <set>
 
 #include "attach/chap_rules.h"
@@ -131,51 +132,54 @@ Section NextSection(std::string_view line, Section section) {
   return next;
 }
 
+// A numbered line ("I_T nexus: 2", "Connection: 0", "LUN: 1") starts an
+// entry; the lines after it describe the last one. When `line` is `key`'s:
+// appends the entry and says whether its number parsed; otherwise nullopt.
+template <typename Entry, typename Number>
+std::optional<bool> StartEntry(std::string_view line, std::string_view key, Number Entry::*number,
+                               std::vector<Entry>& entries) {
+  std::string_view value;
+  if (!Field(line, key, &value)) return std::nullopt;
+  Entry entry;
+  if (!ParseNumber(value, &(entry.*number))) return false;
+  entries.push_back(std::move(entry));
+  return true;
+}
+
 // One line of the I_T nexus section; false when it cannot be accounted for.
 bool ParseNexusLine(std::string_view line, TgtTarget& target) {
+  if (auto started = StartEntry(line, "I_T nexus", &TgtSession::sid, target.sessions)) return *started;
+  if (target.sessions.empty()) return false;
+  TgtSession& session = target.sessions.back();
+  if (auto started = StartEntry(line, "Connection", &TgtConnection::cid, session.connections)) return *started;
   std::string_view value;
-  if (Field(line, "I_T nexus", &value)) {
-    TgtSession session;
-    if (!ParseNumber(value, &session.sid)) return false;
-    target.sessions.push_back(std::move(session));
-  } else if (target.sessions.empty()) {
-    return false;
-  } else if (Field(line, "Initiator", &value)) {
+  if (Field(line, "Initiator", &value)) {
     // "iqn... alias: none": an initiator name has no spaces.
-    target.sessions.back().initiator = std::string(value.substr(0, value.find(' ')));
-  } else if (Field(line, "Connection", &value)) {
-    TgtConnection conn;
-    if (!ParseNumber(value, &conn.cid)) return false;
-    target.sessions.back().connections.push_back(conn);
-  } else if (Field(line, "IP Address", &value)) {
-    if (!target.sessions.back().connections.empty()) {
-      target.sessions.back().connections.back().address = std::string(value);
-    }
+    session.initiator = std::string(value.substr(0, value.find(' ')));
+  } else if (Field(line, "IP Address", &value) && !session.connections.empty()) {
+    session.connections.back().address = std::string(value);
   }
   return true;
 }
 
 // One line of the LUN section; false when it cannot be accounted for.
 bool ParseLunLine(std::string_view line, TgtTarget& target) {
+  if (auto started = StartEntry(line, "LUN", &TgtLun::lun, target.luns)) return *started;
+  if (target.luns.empty()) return false;
+  TgtLun& lun = target.luns.back();
   std::string_view value;
-  if (Field(line, "LUN", &value)) {
-    TgtLun lun;
-    if (!ParseNumber(value, &lun.lun)) return false;
-    target.luns.push_back(std::move(lun));
-  } else if (target.luns.empty()) {
-    return false;
-  } else if (Field(line, "Type", &value)) {
-    target.luns.back().type = std::string(value);
+  if (Field(line, "Type", &value)) {
+    lun.type = std::string(value);
   } else if (Field(line, "SCSI ID", &value)) {
-    target.luns.back().scsi_id = std::string(value);
+    lun.scsi_id = std::string(value);
   } else if (Field(line, "SCSI SN", &value)) {
-    target.luns.back().scsi_sn = std::string(value);
+    lun.scsi_sn = std::string(value);
   } else if (Field(line, "Size", &value)) {
     // "67 MB, Block size: 512"
     std::string_view mb = value.substr(0, value.find(' '));
-    if (!ParseNumber(mb, &target.luns.back().size_mb)) return false;
+    if (!ParseNumber(mb, &lun.size_mb)) return false;
   } else if (Field(line, "Backing store path", &value)) {
-    target.luns.back().backing_path = value == "None" ? "" : std::string(value);
+    lun.backing_path = value == "None" ? "" : std::string(value);
   }
   return true;
 }

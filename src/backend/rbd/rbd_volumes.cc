@@ -26,6 +26,22 @@
 
 // Creating, deleting and growing RBD volumes.
 namespace blockcsi::rbd_internal {
+namespace {
+
+// OUT_OF_RANGE when the new volume `spec` is smaller than its open source
+// (`what`: the snapshot or volume, for the message).
+Status CheckSourceFits(rbd_image_t source, const CreateVolumeSpec& spec, const std::string& what) {
+  uint64_t source_bytes = 0;
+  int r = rbd_get_size(source, &source_bytes);
+  if (r < 0) return CephError(r, "size of " + what);
+  if (spec.size_bytes < source_bytes) {
+    return OutOfRange("volume \"" + spec.name + "\": size " + std::to_string(spec.size_bytes) + " is smaller than " +
+                      what + " (" + std::to_string(source_bytes) + ")");
+  }
+  return OkStatus();
+}
+
+}  // namespace
 
 StatusOr<VolumeRecord> RbdBackend::CreateVolume(const CreateVolumeSpec& spec) {
   if (spec.name.empty()) return InvalidArgument("volume name is empty");
@@ -132,26 +148,20 @@ Status RbdBackend::CloneFromSnapshot(const std::string& image, const CreateVolum
   auto ref = OurSnapshot(spec.source.id);
   if (!ref) return NotFound("source snapshot " + spec.source.id + " not found");
   BLOCKCSI_ASSIGN_OR_RETURN(auto parent, Open(ref->volume.image, ref->snap.c_str(), /*read_only=*/true));
-  uint64_t snap_size = 0;
-  int r = rbd_get_size(parent.get(), &snap_size);
-  if (r < 0) return CephError(r, "size of snapshot " + spec.source.id);
-  if (spec.size_bytes < snap_size) {
-    return OutOfRange("volume \"" + spec.name + "\": size " + std::to_string(spec.size_bytes) +
-                      " is smaller than snapshot " + spec.source.id + " (" + std::to_string(snap_size) + ")");
-  }
+  BLOCKCSI_RETURN_IF_ERROR(CheckSourceFits(parent.get(), spec, "snapshot " + spec.source.id));
   parent.reset();
   {
     // Snapshots are protected when made; protect again in case an admin
     // unprotected it, since a clone v1 needs it.
     BLOCKCSI_ASSIGN_OR_RETURN(auto source, Open(ref->volume.image));
-    r = rbd_snap_protect(source.get(), ref->snap.c_str());
+    int r = rbd_snap_protect(source.get(), ref->snap.c_str());
     if (r < 0 && r != -EBUSY) return CephError(r, "protect snapshot " + spec.source.id);
   }
   rbd_image_options_t opts;
   rbd_image_options_create(&opts);
   rbd_image_options_set_uint64(opts, RBD_IMAGE_OPTION_FEATURES, kImageFeatures);
   rbd_image_options_set_uint64(opts, RBD_IMAGE_OPTION_ORDER, kImageOrder);
-  r = rbd_clone3(io_, ref->volume.image.c_str(), ref->snap.c_str(), io_, image.c_str(), opts);
+  int r = rbd_clone3(io_, ref->volume.image.c_str(), ref->snap.c_str(), io_, image.c_str(), opts);
   rbd_image_options_destroy(opts);
   if (r < 0 && r != -EEXIST) return CephError(r, "clone " + spec.source.id + " to " + Spec(image));
   *created = r == 0;
@@ -162,18 +172,12 @@ Status RbdBackend::CloneFromVolume(const std::string& image, const CreateVolumeS
   auto source_image = OurImage(spec.source.id);
   if (!source_image) return NotFound("source volume " + spec.source.id + " not found");
   BLOCKCSI_ASSIGN_OR_RETURN(auto source, Open(*source_image));
-  uint64_t size = 0;
-  int r = rbd_get_size(source.get(), &size);
-  if (r < 0) return CephError(r, "size of volume " + spec.source.id);
-  if (spec.size_bytes < size) {
-    return OutOfRange("volume \"" + spec.name + "\": size " + std::to_string(spec.size_bytes) +
-                      " is smaller than source volume " + spec.source.id + " (" + std::to_string(size) + ")");
-  }
+  BLOCKCSI_RETURN_IF_ERROR(CheckSourceFits(source.get(), spec, "source volume " + spec.source.id));
   // Named after the new image, so a retry after a crash finds its own
   // temporary snapshot and a concurrent clone of the same source another.
   const std::string temp = kTempSnapPrefix + image.substr(sizeof(kVolumePrefix) - 1);
   bool exists = false;
-  r = rbd_snap_exists(source.get(), temp.c_str(), &exists);
+  int r = rbd_snap_exists(source.get(), temp.c_str(), &exists);
   if (r < 0) return CephError(r, "look up snapshot " + temp + " of " + Spec(*source_image));
   bool made_temp = false;
   if (!exists) {

@@ -1,15 +1,14 @@
 // RoutingBackend (several named backends behind one) with two in-memory
 // FakeBackends: routing by the `backend` parameter and by id, the default
 // backend, unknown backends, paging across backends, capacity per backend,
-// health; and the whole path through ControllerService and
-// CallScopingController, as the plugin wires it.
+// health; and the whole path through ControllerService (which installs each
+// request's CallScope), as the plugin wires it.
 #include "backend/routing/routing_backend.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "backend/call_scope.h"
-#include "controller/call_scoping_controller.h"
 #include "controller/controller_service.h"
 #include "support/fake_backend.h"
 
@@ -264,15 +263,14 @@ TEST_F(RoutingBackendTest, IdsLongerThanCsiAllowsAreRefused) {
   EXPECT_THAT(record.status().message(), HasSubstr("128"));
 }
 
-// The plugin's wiring: CallScopingController → ControllerService → routing.
+// The plugin's wiring: ControllerService → routing.
 class RoutedControllerTest : public RoutingBackendTest {
  protected:
   void SetUp() override {
     RoutingBackendTest::SetUp();
-    service_ =
-        std::make_unique<CallScopingController>(std::make_shared<ControllerService>(routing_, ControllerOptions{}));
+    service_ = std::make_unique<ControllerService>(routing_, ControllerOptions{});
   }
-  std::unique_ptr<CallScopingController> service_;
+  std::unique_ptr<ControllerService> service_;
 };
 
 TEST_F(RoutedControllerTest, StorageClassBackendParameterPicksTheBackendEndToEnd) {

@@ -3,15 +3,13 @@
 // volume goes to for the CO's requisite and preferred segments, a full host
 // skipped, RESOURCE_EXHAUSTED only when no allowed host has room, a retry
 // finding the volume an earlier try made, GetCapacity per segment — also
-// through CallScopingController and ControllerService, as the plugin wires
-// them.
+// through ControllerService, as the plugin wires it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "backend/call_scope.h"
 #include "backend/routing/placement.h"
 #include "backend/routing/routing_backend.h"
-#include "controller/call_scoping_controller.h"
 #include "controller/controller_service.h"
 #include "support/fake_backend.h"
 
@@ -209,9 +207,9 @@ TEST_F(ZoneRoutingTest, CapacityIsTheHostsOfTheSegment) {
   EXPECT_EQ(*routing_->AvailableBytes(), 30 * kMiB);
 }
 
-// As the plugin runs it: CallScopingController → ControllerService → routing.
+// As the plugin runs it: ControllerService → routing.
 TEST_F(ZoneRoutingTest, ControllerHonoursRequirementsAndAnswersCapacityPerSegment) {
-  CallScopingController service(std::make_shared<ControllerService>(routing_, ControllerOptions{}));
+  ControllerService service(routing_, ControllerOptions{});
   csi::v1::CreateVolumeRequest request;
   request.set_name("pvc-1");
   request.mutable_capacity_range()->set_required_bytes(8 * kMiB);
