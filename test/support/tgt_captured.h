@@ -52,25 +52,26 @@ inline DesiredAcl Allow(const std::string& initiator, const std::string& chap_us
 
 // Target 2 as recorded: LUN 1 on b.img (34 MB as tgtd rounds), both nodes.
 inline DesiredExport Volume2() {
-  DesiredExport d;
-  d.iqn = kIqn2;
-  d.volume_id = kVol2;
-  d.image_path = "/tmp/bk/b.img";
-  d.size_bytes = 34'000'000;
-  d.serial = "bcsi1111111111111111";
-  d.acls = {Allow(kN1), Allow(kN2)};
-  return d;
+  return {.iqn = kIqn2,
+          .volume_id = kVol2,
+          .image_path = "/tmp/bk/b.img",
+          .size_bytes = 34'000'000,
+          .serial = "bcsi1111111111111111",
+          .wwn = "",
+          .acls = {Allow(kN1), Allow(kN2)},
+          .chap = {}};
 }
 
 // A volume tgtd does not have yet, with no grant (as CreateVolume makes it).
 inline DesiredExport NewVolume() {
-  DesiredExport d;
-  d.iqn = kNewIqn;
-  d.volume_id = kNewVol;
-  d.image_path = "/pool/v2.img";
-  d.size_bytes = 64 << 20;
-  d.serial = "bcsi2222222222222222";
-  return d;
+  return {.iqn = kNewIqn,
+          .volume_id = kNewVol,
+          .image_path = "/pool/v2.img",
+          .size_bytes = 64 << 20,
+          .serial = "bcsi2222222222222222",
+          .wwn = "",
+          .acls = {},
+          .chap = {}};
 }
 
 // Expects, on `executor`, the tgtadm commands (tgtd's control port `port`)
