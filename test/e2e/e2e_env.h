@@ -35,6 +35,15 @@ inline std::string MissingNetnsE2eCapability() {
   return "";
 }
 
+// "<tag>-<pid>": the prefix of this run's network namespaces, once those an
+// earlier run that died with this pid left (they would block ours) are gone.
+inline std::string FreshNamespacePrefix(const std::string& tag) {
+  std::string prefix = tag + "-" + std::to_string(::getpid());
+  for (const auto& stale : NetnsTopology::ListedNamespaces(prefix))
+    testing::RunProgram({"ip", "netns", "delete", stale});
+  return prefix;
+}
+
 // `blockcsi --mode node --connector userspace` as `node`, in the node's
 // namespace, its files under `dir`, with `extra_args` after the suites'
 // own (debug log, a 2 s shutdown grace); nullptr with `*error` set when it

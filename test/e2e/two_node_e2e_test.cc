@@ -199,10 +199,7 @@ class TwoNodeE2eTest : public ::testing::Test {
     auto started = Clock::now();
     if (std::string why = MissingNetnsE2eCapability(); !why.empty()) GTEST_SKIP() << why;
 
-    prefix_ = "bcsi-" + std::to_string(::getpid());
-    // A namespace of an earlier run that died with this pid would block ours.
-    for (const auto& stale : NetnsTopology::ListedNamespaces(prefix_))
-      testing::RunProgram({"ip", "netns", "delete", stale});
+    prefix_ = FreshNamespacePrefix("bcsi");
     std::string error;
     net_ = NetnsTopology::Create(prefix_, {"ctl", "n1", "n2"}, &error);
     // `ip netns` works here (checked above): a topology that will not build is a failed setup.

@@ -97,8 +97,7 @@ class ZonesE2eTest : public ::testing::Test {
     auto started = Clock::now();
     if (std::string why = MissingNetnsE2eCapability(); !why.empty()) GTEST_SKIP() << why;
 
-    prefix_ = "bcsz-" + std::to_string(::getpid());
-    for (const auto& stale : NetnsTopology::ListedNamespaces(prefix_)) RunProgram({"ip", "netns", "delete", stale});
+    prefix_ = FreshNamespacePrefix("bcsz");
     std::string error;
     // Zone a's host is the topology's storage namespace; zone b's is a host
     // of its own on the same bridge.
