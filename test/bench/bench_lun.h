@@ -18,6 +18,7 @@
 #include "attach/attacher_factory.h"
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
+#include "bench/bench_attacher.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -96,12 +97,7 @@ class AttachedBenchLun {
   }
 
   bool Attach(std::string* error) {
-    AttacherOptions ao;
-    ao.connector = "userspace";
-    ao.state_dir = tmp_.Join("state");
-    ao.node_id = "bench";
-    ao.bridge_dir = testing::BinDir();
-    auto attacher = MakeVolumeAttacher(ao);
+    auto attacher = MakeBenchAttacher(tmp_.Join("state"));
     if (!attacher.ok()) return Fail(error, attacher.status().ToString());
     attacher_ = std::move(*attacher);
     auto spec = ParseAttachSpec(kVolume,

@@ -22,6 +22,7 @@
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
 #include "bench/bench_args.h"
+#include "bench/bench_attacher.h"
 #include "bench/bench_report.h"
 #include "bench/process_rss.h"
 #include "common/atomic_file.h"
@@ -69,13 +70,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   testing::TempDir tmp;
-  AttacherOptions ao;
-  ao.connector = "userspace";
-  ao.state_dir = tmp.Join("state");
-  ao.node_id = "bench";
-  ao.bridge_dir = bridge_dir;
-  ao.bridge_sessions = sessions;
-  auto attacher = MakeVolumeAttacher(ao);
+  auto attacher = MakeBenchAttacher(tmp.Join("state"), sessions, bridge_dir);
   if (!attacher.ok()) return 1;
   std::vector<std::string> ids, mounts;
   std::vector<int> pids;

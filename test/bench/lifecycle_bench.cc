@@ -91,12 +91,35 @@ class LifecycleBench {
     return plugin_->node().NodeGetCapabilities(testing::Deadline().get(), req, &resp);
   }
 
+  // One volume's lifecycle, the eight CSI calls in order (CreateVolume of
+  // `name` into `*v` first), each true when it succeeded.
+  std::vector<std::function<bool()>> CsiLifecycle(const std::string& name, Volume* v) {
+    return {[this, name, v] { return Create(name, v).ok(); },
+            [this, v] { return ControllerPublish(v).ok(); },
+            [this, v] { return Stage(*v).ok(); },
+            [this, v] { return Publish(*v).ok(); },
+            [this, v] { return Unpublish(*v).ok(); },
+            [this, v] { return Unstage(*v).ok(); },
+            [this, v] { return ControllerUnpublish(*v).ok(); },
+            [this, v] { return Delete(*v).ok(); }};
+  }
+
   // ---- the same work with bare commands (tids from 10000, files under bare/) ----
   struct Bare {
     int tid = 0;
     std::string iqn, image, mnt, bind, loop;
     std::unique_ptr<LibIscsiSession> session;
   };
+  // `n` bare volumes numbered from `first`, created and published; each
+  // that failed counts in `*errors`.
+  std::vector<Bare> CreatedBares(int n, int first, int* errors) {
+    std::vector<Bare> bare;
+    for (int i = 0; i < n; ++i) {
+      bare.push_back(NewBare(first + i));
+      if (!BareCreate(bare.back()) || !BareControllerPublish(bare.back())) ++*errors;
+    }
+    return bare;
+  }
   Bare NewBare(int i) {
     Bare b;
     b.tid = 10000 + i;
@@ -230,14 +253,7 @@ class LifecycleBench {
     // neither side always runs on a host the other just warmed.
     for (int i = 0; i <= runs; ++i) {
       Volume v;
-      std::vector<std::function<bool()>> csi = {[&] { return Create("life-" + std::to_string(i), &v).ok(); },
-                                                [&] { return ControllerPublish(&v).ok(); },
-                                                [&] { return Stage(v).ok(); },
-                                                [&] { return Publish(v).ok(); },
-                                                [&] { return Unpublish(v).ok(); },
-                                                [&] { return Unstage(v).ok(); },
-                                                [&] { return ControllerUnpublish(v).ok(); },
-                                                [&] { return Delete(v).ok(); }};
+      std::vector<std::function<bool()>> csi = CsiLifecycle("life-" + std::to_string(i), &v);
       Bare b = NewBare(i);
       std::vector<std::function<bool()>> cmds = {[&] { return BareCreate(b); },
                                                  [&] { return BareControllerPublish(b); },
@@ -327,14 +343,7 @@ class LifecycleBench {
     int errors = 0;
     for (int i = 0; i < runs; ++i) {
       Volume v;
-      std::vector<std::function<bool()>> csi = {[&] { return Create("spans-" + std::to_string(i), &v).ok(); },
-                                                [&] { return ControllerPublish(&v).ok(); },
-                                                [&] { return Stage(v).ok(); },
-                                                [&] { return Publish(v).ok(); },
-                                                [&] { return Unpublish(v).ok(); },
-                                                [&] { return Unstage(v).ok(); },
-                                                [&] { return ControllerUnpublish(v).ok(); },
-                                                [&] { return Delete(v).ok(); }};
+      std::vector<std::function<bool()>> csi = CsiLifecycle("spans-" + std::to_string(i), &v);
       for (size_t s = 0; s < 8; ++s) {
         spans.Mark();
         auto t0 = Clock::now();
@@ -396,11 +405,7 @@ class LifecycleBench {
       }
     };
     auto bare_round = [&](int round, bool keep) {
-      std::vector<Bare> bare;
-      for (int i = 0; i < n; ++i) {
-        bare.push_back(NewBare(1000 * (round + 2) + i));
-        if (!BareCreate(bare.back()) || !BareControllerPublish(bare.back())) ++errors;
-      }
+      std::vector<Bare> bare = CreatedBares(n, 1000 * (round + 2), &errors);
       // Concurrent against concurrent (issue #22: N serial bare stages made
       // the plugin's concurrent storm look better than the same work is).
       std::atomic<int> bare_failed{0};
@@ -430,11 +435,7 @@ class LifecycleBench {
     // the other, each on a fresh volume as the plugin's are (what a node
     // without concurrency would take; concurrency should beat it).
     auto serial_round = [&](int round, bool keep) {
-      std::vector<Bare> bare;
-      for (int i = 0; i < n; ++i) {
-        bare.push_back(NewBare(1000 * (round + 2) + 500 + i));
-        if (!BareCreate(bare.back()) || !BareControllerPublish(bare.back())) ++errors;
-      }
+      std::vector<Bare> bare = CreatedBares(n, 1000 * (round + 2) + 500, &errors);
       auto in_series = [&](auto step) {
         auto t0 = Clock::now();
         for (auto& b : bare) errors += step(b) ? 0 : 1;

@@ -31,6 +31,7 @@
 #include "attach/publish_context.h"
 #include "backend/rbd/rbd_backend.h"
 #include "bench/bench_args.h"
+#include "bench/bench_attacher.h"
 #include "bench/bench_report.h"
 #include "bench/fio_job.h"
 #include "common/executor.h"
@@ -177,12 +178,7 @@ class RbdBench {
   }
 
   std::string Attach(const std::map<std::string, std::string>& context) {
-    AttacherOptions ao;
-    ao.connector = "userspace";
-    ao.state_dir = tmp_.Join("state");
-    ao.node_id = "bench";
-    ao.bridge_dir = testing::BinDir();
-    auto attacher = MakeVolumeAttacher(ao);
+    auto attacher = MakeBenchAttacher(tmp_.Join("state"));
     if (!attacher.ok()) return attacher.status().ToString();
     attacher_ = std::move(*attacher);
     std::string key = testing::KeyFromKeyring(env_["BLOCKCSI_CEPH_KEYRING"]);

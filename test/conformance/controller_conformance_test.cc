@@ -170,11 +170,8 @@ class ControllerConformanceTest : public ::testing::Test {
     return Publish(PublishRequest(id, node, cap, readonly));
   }
   grpc::Status Unpublish(const std::string& id, const std::string& node) {
-    csi::v1::ControllerUnpublishVolumeRequest r;
-    r.set_volume_id(id);
-    r.set_node_id(node);
     csi::v1::ControllerUnpublishVolumeResponse resp;
-    return Call(&csi::v1::Controller::Stub::ControllerUnpublishVolume, r, &resp);
+    return Call(&csi::v1::Controller::Stub::ControllerUnpublishVolume, testing::UnpublishRequest(id, node), &resp);
   }
   grpc::Status GetVolume(const std::string& id, csi::v1::ControllerGetVolumeResponse* resp) {
     csi::v1::ControllerGetVolumeRequest r;

@@ -176,10 +176,7 @@ class RbdControllerConformanceTest : public testing::CephSuiteTest {
   }
   grpc::Status Publish(const std::string& id, const std::string& node, csi::v1::ControllerPublishVolumeResponse* resp,
                        const csi::v1::VolumeCapability& cap = testing::MountCapability("ext4")) {
-    csi::v1::ControllerPublishVolumeRequest r;
-    r.set_volume_id(id);
-    r.set_node_id(node);
-    *r.mutable_volume_capability() = cap;
+    auto r = testing::PublishRequest(id, node, cap);
     for (const auto& [k, v] : secrets_) (*r.mutable_secrets())[k] = v;
     return Call(&csi::v1::Controller::Stub::ControllerPublishVolume, r, resp);
   }
@@ -188,9 +185,7 @@ class RbdControllerConformanceTest : public testing::CephSuiteTest {
     return Publish(id, node, &resp);
   }
   grpc::Status Unpublish(const std::string& id, const std::string& node) {
-    csi::v1::ControllerUnpublishVolumeRequest r;
-    r.set_volume_id(id);
-    r.set_node_id(node);
+    auto r = testing::UnpublishRequest(id, node);
     for (const auto& [k, v] : secrets_) (*r.mutable_secrets())[k] = v;
     csi::v1::ControllerUnpublishVolumeResponse resp;
     return Call(&csi::v1::Controller::Stub::ControllerUnpublishVolume, r, &resp);

@@ -235,6 +235,12 @@ def env_var(c, name):
     return None
 
 
+def env_source(c, name, kind):
+    """What env var `name` of container `c` is taken from (its valueFrom's `kind`: fieldRef,
+    configMapKeyRef, ...); {} when it is not set that way."""
+    return ((env_var(c, name) or {}).get("valueFrom") or {}).get(kind) or {}
+
+
 def port_number(c, port):
     """A probe's port (number or the name of a containerPort) as a number."""
     if isinstance(port, int):
@@ -417,15 +423,23 @@ def check_driver_container(where, workload, c, mode, driver, problems):
                                 f" want {CSI_ADDRESS}")
 
 
+def driver_container(where, workload, mode, driver, problems):
+    """The workload's blockcsi container, checked (check_driver_container); None, reported, when it has none."""
+    c = container(workload, "blockcsi")
+    if c is None:
+        problems.add(where, f"{obj_id(workload)}: no blockcsi container")
+    else:
+        check_driver_container(where, workload, c, mode, driver, problems)
+    return c
+
+
 def check_controller(where, ctrl, driver, docs, problems):
     wid = obj_id(ctrl)
     spec = ctrl.get("spec") or {}
     ps = pod_spec(ctrl)
-    c = container(ctrl, "blockcsi")
+    c = driver_container(where, ctrl, "controller", driver, problems)
     if c is None:
-        problems.add(where, f"{wid}: no blockcsi container")
         return
-    check_driver_container(where, ctrl, c, "controller", driver, problems)
     for name in CONTROLLER_SIDECARS_REQUIRED:
         if container(ctrl, name) is None:
             problems.add(where, f"{wid}: no {name} sidecar")
@@ -448,8 +462,7 @@ def check_controller(where, ctrl, driver, docs, problems):
             vol = volume(ctrl, mount.get("name")) if mount else None
             if vol is None or "secret" not in vol:
                 problems.add(where, f"{wid}: {key}={path} is not in a mounted Secret volume")
-        target = env_var(c, "TARGET_AGENT")
-        ref = ((target or {}).get("valueFrom") or {}).get("configMapKeyRef")
+        ref = env_source(c, "TARGET_AGENT", "configMapKeyRef")
         if ref and not [cm for cm in find(docs, "ConfigMap", ref.get("name"))
                         if ref.get("key") in (cm.get("data") or {})]:
             problems.add(where, f"{wid}: TARGET_AGENT reads ConfigMap {ref.get('name')} key "
@@ -487,8 +500,7 @@ def check_controller(where, ctrl, driver, docs, problems):
             problems.add(where, f"{wid}: {name} without --leader-election ({replicas} replicas)")
         if flag(s, "--leader-election-namespace") != "$(NAMESPACE)":
             problems.add(where, f"{wid}: {name} --leader-election-namespace should be $(NAMESPACE)")
-        ns = ((env_var(s, "NAMESPACE") or {}).get("valueFrom") or {}).get("fieldRef") or {}
-        if ns.get("fieldPath") != "metadata.namespace":
+        if env_source(s, "NAMESPACE", "fieldRef").get("fieldPath") != "metadata.namespace":
             problems.add(where, f"{wid}: {name} NAMESPACE must come from metadata.namespace")
         endpoint = flag(s, "--http-endpoint") or ""
         probe = ((s.get("livenessProbe") or {}).get("httpGet")) or {}
@@ -508,8 +520,7 @@ def check_controller(where, ctrl, driver, docs, problems):
         if flag(prov, "--capacity-ownerref-level") != "2":
             problems.add(where, f"{wid}: csi-provisioner --capacity-ownerref-level should be 2 "
                                 "(pod -> ReplicaSet -> Deployment)")
-        pod_name = ((env_var(prov, "POD_NAME") or {}).get("valueFrom") or {}).get("fieldRef") or {}
-        if pod_name.get("fieldPath") != "metadata.name":
+        if env_source(prov, "POD_NAME", "fieldRef").get("fieldPath") != "metadata.name":
             problems.add(where, f"{wid}: csi-provisioner capacity tracking needs POD_NAME from metadata.name")
         if driver and (driver.get("spec") or {}).get("storageCapacity") != ("--enable-capacity" in f):
             problems.add(where, f"{wid}: CSIDriver storageCapacity and csi-provisioner "
@@ -524,11 +535,9 @@ def check_controller(where, ctrl, driver, docs, problems):
 def check_node(where, node, driver, problems):
     wid = obj_id(node)
     ps = pod_spec(node)
-    c = container(node, "blockcsi")
+    c = driver_container(where, node, "node", driver, problems)
     if c is None:
-        problems.add(where, f"{wid}: no blockcsi container")
         return
-    check_driver_container(where, node, c, "node", driver, problems)
     name = driver["metadata"]["name"] if driver else DRIVER_NAME
     sc = c.get("securityContext") or {}
     if not sc.get("privileged"):
@@ -537,8 +546,7 @@ def check_node(where, node, driver, problems):
         problems.add(where, f"{wid}: blockcsi must set runAsUser: 0 (the image defaults to non-root)")
     if flag(c, "--node-id") != "$(NODE_ID)":
         problems.add(where, f"{wid}: blockcsi --node-id should be $(NODE_ID)")
-    node_id = ((env_var(c, "NODE_ID") or {}).get("valueFrom") or {}).get("fieldRef") or {}
-    if node_id.get("fieldPath") != "spec.nodeName":
+    if env_source(c, "NODE_ID", "fieldRef").get("fieldPath") != "spec.nodeName":
         problems.add(where, f"{wid}: NODE_ID must come from spec.nodeName (node_id = node name)")
     state = flag(c, "--state-dir")
     m = mount_at(c, state) if state else None
@@ -1677,19 +1685,29 @@ def drop_arg(c, key):
     c["args"] = [a for a in c["args"] if str(a).split("=")[0] != key]
 
 
+# The mutations most cases are: one argument of one container of a workload
+# (ctrl_of or node_of) set to another value, or dropped.
+def with_arg(workload_of, name, key, value):
+    return lambda d: set_arg(container(workload_of(d), name), key, value)
+
+
+def without_arg(workload_of, name, key):
+    return lambda d: drop_arg(container(workload_of(d), name), key)
+
+
 MUTATIONS = [
     ("registrar points kubelet at the wrong socket",
-     lambda d: set_arg(container(node_of(d), "node-driver-registrar"), "--kubelet-registration-path",
-                       "/var/lib/kubelet/plugins/blockcsi/csi.sock"),
+     with_arg(node_of, "node-driver-registrar", "--kubelet-registration-path",
+              "/var/lib/kubelet/plugins/blockcsi/csi.sock"),
      "--kubelet-registration-path"),
     ("node socket dir on the wrong host path",
      lambda d: volume(node_of(d), "plugin-dir")["hostPath"].update(path="/var/lib/kubelet/plugins/csi-blockcsi"),
      "kubelet looks in"),
     ("attacher dials another socket",
-     lambda d: set_arg(container(ctrl_of(d), "csi-attacher"), "--csi-address", "/run/csi/socket"),
+     with_arg(ctrl_of, "csi-attacher", "--csi-address", "/run/csi/socket"),
      "--csi-address"),
     ("blockcsi endpoint moved",
-     lambda d: set_arg(container(node_of(d), "blockcsi"), "--endpoint", "unix:///plugin/csi.sock"),
+     with_arg(node_of, "blockcsi", "--endpoint", "unix:///plugin/csi.sock"),
      "--endpoint"),
     ("resizer lost its resources",
      lambda d: container(ctrl_of(d), "csi-resizer").pop("resources"),
@@ -1701,7 +1719,7 @@ MUTATIONS = [
      lambda d: container(node_of(d), "node-driver-registrar").pop("livenessProbe"),
      "node-driver-registrar: no livenessProbe"),
     ("controller driver name differs from the CSIDriver",
-     lambda d: set_arg(container(ctrl_of(d), "blockcsi"), "--driver-name", "block.csi.io"),
+     with_arg(ctrl_of, "blockcsi", "--driver-name", "block.csi.io"),
      "--driver-name=block.csi.io"),
     ("CSIDriver renamed",
      lambda d: find(d, "CSIDriver")[0]["metadata"].update(name="blockcsi.example.com"),
@@ -1716,13 +1734,13 @@ MUTATIONS = [
      lambda d: find(d, "ClusterRoleBinding", "blockcsi-external-attacher")[0]["subjects"][0].update(name="csi-attacher"),
      "is not a deployed ServiceAccount"),
     ("provisioner without leader election",
-     lambda d: drop_arg(container(ctrl_of(d), "csi-provisioner"), "--leader-election"),
+     without_arg(ctrl_of, "csi-provisioner", "--leader-election"),
      "without --leader-election"),
     ("provisioner without topology",
-     lambda d: drop_arg(container(ctrl_of(d), "csi-provisioner"), "--feature-gates"),
+     without_arg(ctrl_of, "csi-provisioner", "--feature-gates"),
      "Topology=true"),
     ("provisioner without capacity",
-     lambda d: drop_arg(container(ctrl_of(d), "csi-provisioner"), "--enable-capacity"),
+     without_arg(ctrl_of, "csi-provisioner", "--enable-capacity"),
      "--enable-capacity"),
     ("kubelet dir without Bidirectional propagation",
      lambda d: mount_at(container(node_of(d), "blockcsi"), "/var/lib/kubelet").pop("mountPropagation"),
@@ -1736,7 +1754,7 @@ MUTATIONS = [
          image="registry.k8s.io/sig-storage/livenessprobe:v2.12.0"),
      "the pinned sidecar is"),
     ("livenessprobe sidecar on another port than the probe",
-     lambda d: set_arg(container(ctrl_of(d), "liveness-probe"), "--http-endpoint", ":9899"),
+     with_arg(ctrl_of, "liveness-probe", "--http-endpoint", ":9899"),
      "must both use 9808"),
     ("ClusterRole reads Secrets everywhere",
      lambda d: find(d, "ClusterRole", "blockcsi-external-attacher")[0]["rules"].append(
@@ -1758,10 +1776,10 @@ MUTATIONS = [
      lambda d: container(ctrl_of(d), "blockcsi")["args"].append("--insecure"),
      "--insecure"),
     ("TLS key outside the Secret mount",
-     lambda d: set_arg(container(ctrl_of(d), "blockcsi"), "--tls-key", "/tmp/tls.key"),
+     with_arg(ctrl_of, "blockcsi", "--tls-key", "/tmp/tls.key"),
      "not in a mounted Secret volume"),
     ("argument refers to an undefined env var",
-     lambda d: set_arg(container(node_of(d), "blockcsi"), "--node-id", "$(NODE_NAME)"),
+     with_arg(node_of, "blockcsi", "--node-id", "$(NODE_NAME)"),
      "$(NODE_NAME)"),
     ("unknown blockcsi flag",
      lambda d: container(node_of(d), "blockcsi")["args"].append("--topology-key=zone"),
@@ -1770,7 +1788,7 @@ MUTATIONS = [
      lambda d: ctrl_of(d)["spec"].update(replicas=1),
      "want 2 for failover"),
     ("local backend with two replicas",
-     lambda d: (set_arg(container(ctrl_of(d), "blockcsi"), "--backend", "local")),
+     with_arg(ctrl_of, "blockcsi", "--backend", "local"),
      "two owners of one pool"),
     ("node plugin not privileged",
      lambda d: container(node_of(d), "blockcsi")["securityContext"].pop("privileged"),
@@ -1782,7 +1800,7 @@ MUTATIONS = [
      lambda d: pod_spec(ctrl_of(d))["containers"].remove(container(ctrl_of(d), "csi-attacher")),
      "no csi-attacher runs"),
     ("userspace connector rolled automatically",
-     lambda d: set_arg(container(node_of(d), "blockcsi"), "--connector", "userspace"),
+     with_arg(node_of, "blockcsi", "--connector", "userspace"),
      "must be OnDelete"),
     ("userspace bridges in their own cgroup but the container's PID namespace",
      lambda d: (set_arg(container(node_of(d), "blockcsi"), "--connector", "userspace"),
@@ -1822,6 +1840,15 @@ def self_test(deploy_dir, renderers, yamllint):
             failures.append(f"{label}: expected a problem mentioning {needle!r}, got "
                             f"{problems.items[:3] or 'none'}")
 
+    def expect_each(cases, original, check):
+        # Each case's mutation of a copy of `original`, then check(docs, problems): its needle must be reported.
+        for label, mutate, needle in cases:
+            docs = copy.deepcopy(original)
+            mutate(docs)
+            problems = Problems()
+            check(docs, problems)
+            expect(label, problems, needle)
+
     # Baseline: the shipped files pass, or the mutations prove nothing.
     baseline = Problems()
     run_checks(deploy_dir, renderers, baseline)
@@ -1836,15 +1863,10 @@ def self_test(deploy_dir, renderers, yamllint):
                                    Problems())
     else:
         base_docs, _ = render_chart(os.path.join(deploy_dir, "helm", "blockcsi"), {})
-    for label, mutate, needle in MUTATIONS:
-        docs = copy.deepcopy(base_docs)
-        mutate(docs)
-        problems = Problems()
-        check_bundle("mutated", docs, problems)
-        expect(label, problems, needle)
+    expect_each(MUTATIONS, base_docs, lambda docs, problems: check_bundle("mutated", docs, problems))
 
     # Two kubectls that render one kustomization differently.
-    for label, mutate, needle in [
+    expect_each([
             ("renders differ in a value",
              lambda d: container(node_of(d), "blockcsi").update(imagePullPolicy="Always"),
              "renders differ between"),
@@ -1852,20 +1874,11 @@ def self_test(deploy_dir, renderers, yamllint):
              lambda d: container(node_of(d), "blockcsi")["args"].reverse(), "renders differ between"),
             ("one render lacks an object",
              lambda d: d.remove(find(d, "ConfigMap")[0]), "only from A"),
-    ]:
-        docs = copy.deepcopy(base_docs)
-        mutate(docs)
-        problems = Problems()
-        compare_renders("base", base_docs, "A", docs, "B", problems)
-        expect(label, problems, needle)
+    ], base_docs, lambda docs, problems: compare_renders("base", base_docs, "A", docs, "B", problems))
 
     examples = example_docs(deploy_dir, Problems())
-    for label, mutate, needle in EXAMPLE_MUTATIONS:
-        docs = copy.deepcopy(examples)
-        mutate(docs)
-        problems = Problems()
-        check_storage_objects("mutated examples", docs, problems)
-        expect(label, problems, needle)
+    expect_each(EXAMPLE_MUTATIONS, examples,
+                lambda docs, problems: check_storage_objects("mutated examples", docs, problems))
 
     # File-level breaks, on a scratch copy of deploy/.
     with tempfile.TemporaryDirectory() as tmp:

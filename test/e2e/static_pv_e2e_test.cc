@@ -135,6 +135,19 @@ class StaticPvTest : public ::testing::Test {
     return pv;
   }
 
+  // Attaches `pv` and stages it once, a stage the test expects refused: that
+  // stage's status, once the one leak checker found it left nothing of the
+  // volume. Fatal failures end the caller: wrap in ASSERT_NO_FATAL_FAILURE.
+  void AttachAndStageRefused(const e2e::PersistentVolume& pv, grpc::Status* st) {
+    ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail())) << pv.volume_id;
+    const auto* va = sim_->FindAttachment(pv.volume_id, kNode);
+    ASSERT_NE(va, nullptr);
+    testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope(pv.volume_id));
+    *st = sim_->StageOnce(kNode, pv, va->attachment_metadata, sim_->StagingPath(kNode, pv.volume_id));
+    std::vector<std::string> leaked = testing::NewItemsAfterSettling(before, Scope(pv.volume_id));
+    EXPECT_TRUE(leaked.empty()) << pv.volume_id << ":\n" << testing::DescribeItems(leaked);
+  }
+
   testing::LeakScope Scope(const std::string& volume_id) {
     testing::LeakScope scope;
     scope.dir = dir_.path();
@@ -288,14 +301,9 @@ TEST_F(StaticPvTest, AnotherFilesystemThanThePvSaysIsRefusedNeverFormatted) {
   // The PV says xfs; the LUN carries the admin's ext4: never mkfs over it.
   e2e::PersistentVolume pv = StaticPv("array-a-xfs", {{"fsType", "xfs"}});
   pv.capability = testing::MountCapability("xfs");
-  ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
-  const auto* va = sim_->FindAttachment(pv.volume_id, kNode);
-  ASSERT_NE(va, nullptr);
-  testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope(pv.volume_id));
-  grpc::Status st = sim_->StageOnce(kNode, pv, va->attachment_metadata, sim_->StagingPath(kNode, pv.volume_id));
+  grpc::Status st;
+  ASSERT_NO_FATAL_FAILURE(AttachAndStageRefused(pv, &st));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
-  std::vector<std::string> leaked = testing::NewItemsAfterSettling(before, Scope(pv.volume_id));
-  EXPECT_TRUE(leaked.empty()) << testing::DescribeItems(leaked);
   EXPECT_EQ(Uuid(), uuid_) << "the LUN was formatted";
   ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail()));
 }
@@ -364,14 +372,9 @@ TEST_F(StaticPvTest, APvcResizeGrowsTheFilesystemOnceTheAdminGrewTheLun) {
 
 TEST_F(StaticPvTest, AWrongSerialIsRefusedAndLeavesNothing) {
   e2e::PersistentVolume pv = StaticPv("array-a-wrong", {{"serial", "SOMETHINGELSE"}});
-  ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail()));
-  const auto* va = sim_->FindAttachment(pv.volume_id, kNode);
-  ASSERT_NE(va, nullptr);
-  testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope(pv.volume_id));
-  grpc::Status st = sim_->StageOnce(kNode, pv, va->attachment_metadata, sim_->StagingPath(kNode, pv.volume_id));
+  grpc::Status st;
+  ASSERT_NO_FATAL_FAILURE(AttachAndStageRefused(pv, &st));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
-  std::vector<std::string> leaked = testing::NewItemsAfterSettling(before, Scope(pv.volume_id));
-  EXPECT_TRUE(leaked.empty()) << testing::DescribeItems(leaked);
   EXPECT_EQ(Uuid(), uuid_);
 }
 
@@ -384,16 +387,11 @@ TEST_F(StaticPvTest, AnUnreachablePortalOrIqnIsUnavailableAndLeavesNothing) {
   };
   for (const auto& [handle, extra] : cases) {
     e2e::PersistentVolume pv = StaticPv(handle, extra);
-    ASSERT_TRUE(testing::GrpcOk(sim_->Attach(pv, kNode), plugin_->LogTail())) << handle;
-    const auto* va = sim_->FindAttachment(pv.volume_id, kNode);
-    ASSERT_NE(va, nullptr);
-    testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope(pv.volume_id));
-    grpc::Status st = sim_->StageOnce(kNode, pv, va->attachment_metadata, sim_->StagingPath(kNode, pv.volume_id));
+    grpc::Status st;
+    ASSERT_NO_FATAL_FAILURE(AttachAndStageRefused(pv, &st));
     EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << handle << ": " << st.error_message();
     EXPECT_NE(st.error_message().find(handle), std::string::npos) << st.error_message();
     EXPECT_EQ(st.error_message().find('\n'), std::string::npos) << "not one line: " << st.error_message();
-    std::vector<std::string> leaked = testing::NewItemsAfterSettling(before, Scope(pv.volume_id));
-    EXPECT_TRUE(leaked.empty()) << handle << ":\n" << testing::DescribeItems(leaked);
     ASSERT_TRUE(testing::GrpcOk(sim_->Detach(pv, kNode), plugin_->LogTail())) << handle;
   }
   EXPECT_EQ(AdminConfig(*array_), admin_config_);

@@ -35,6 +35,7 @@
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "e2e/co_simulator.h"
+#include "e2e/e2e_env.h"
 #include "e2e/netns_topology.h"
 #include "support/block_io.h"
 #include "support/leak_check.h"
@@ -53,15 +54,9 @@ using testing::PluginOptions;
 using testing::PluginUnderTest;
 using testing::TempDir;
 using testing::TgtdHarness;
-using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kVolumeBytes = 64LL << 20;
-constexpr int kIscsiPort = 3260;  // each test has the storage namespace to itself
-constexpr int kAgentPort = 7443;
 constexpr size_t kDataBytes = 1 << 20;
 constexpr size_t kIoChunk = 64 << 10;
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Writes `data` to `path` and fsyncs the file and its directory, as a
 // database would before it reports a commit.
@@ -202,15 +197,9 @@ class TwoNodeE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto started = Clock::now();
-    if (!testing::IsRoot()) GTEST_SKIP() << "requires root (network namespaces, tgtd, FUSE, loop devices, mounts)";
-    if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "requires /dev/fuse (userspace connector)";
-    if (::access("/usr/sbin/tgtd", X_OK) != 0) GTEST_SKIP() << "requires /usr/sbin/tgtd (Debian package tgt)";
-    if (testing::RunProgram({"ip", "netns", "list"}) != 0) GTEST_SKIP() << "requires iproute2 with `ip netns`";
+    if (std::string why = MissingNetnsE2eCapability(); !why.empty()) GTEST_SKIP() << why;
 
-    prefix_ = "bcsi-" + std::to_string(::getpid());
-    // A namespace of an earlier run that died with this pid would block ours.
-    for (const auto& stale : NetnsTopology::ListedNamespaces(prefix_))
-      testing::RunProgram({"ip", "netns", "delete", stale});
+    prefix_ = FreshNamespacePrefix("bcsi");
     std::string error;
     net_ = NetnsTopology::Create(prefix_, {"ctl", "n1", "n2"}, &error);
     // `ip netns` works here (checked above): a topology that will not build is a failed setup.
@@ -245,15 +234,10 @@ class TwoNodeE2eTest : public ::testing::Test {
 
     co_ = std::make_unique<CoSimulator>(&controller_->controller());
     for (const std::string node : {"n1", "n2"}) {
-      auto plugin = std::make_unique<PluginUnderTest>(root_.Join(node + "/plugin"), nullptr);
-      PluginOptions n;
-      n.mode = "node";
-      n.connector = "userspace";
-      n.node_id = node;
-      n.command_prefix = net_->HostPrefix(node);
-      n.extra_args = {"--log-level", "debug", "--shutdown-grace", "2s"};
-      if (!node_io_timeout_.empty()) n.extra_args.insert(n.extra_args.end(), {"--bridge-io-timeout", node_io_timeout_});
-      ASSERT_TRUE(plugin->Start(n, &error)) << node << ": " << error;
+      std::vector<std::string> extra;
+      if (!node_io_timeout_.empty()) extra = {"--bridge-io-timeout", node_io_timeout_};
+      auto plugin = StartNodePlugin(*net_, node, root_.Join(node + "/plugin"), extra, &error);
+      ASSERT_TRUE(plugin) << node << ": " << error;
       co_->AddNode(node, &plugin->node(), root_.Join(node + "/kubelet"));
       nodes_[node] = std::move(plugin);
     }
@@ -404,6 +388,21 @@ class TwoNodeE2eTest : public ::testing::Test {
     ASSERT_TRUE(testing::GrpcOk(co_->RunPod(pod_name, node_id, *pv, pod), node(node_id).LogTail())) << co_->EventLog();
   }
 
+  // A pod running on its volume, with the bytes it wrote to data.bin.
+  struct WrittenPod {
+    PersistentVolume pv;
+    Pod pod;
+    std::string data;
+  };
+  // ProvisionAndRun, then the pod writes kDataBytes of Pattern(seed) to
+  // data.bin, durably: the bytes a scenario reads back later.
+  void ProvisionRunAndWrite(const std::string& pvc, const std::string& node_id, const std::string& pod_name, char seed,
+                            WrittenPod* out) {
+    ASSERT_NO_FATAL_FAILURE(ProvisionAndRun(pvc, node_id, pod_name, &out->pv, &out->pod));
+    out->data = Pattern(kDataBytes, seed);
+    ASSERT_TRUE(WriteDurably(out->pod.volume_path + "/data.bin", out->data));
+  }
+
   // The pod leaves `from` and starts on `to`: kubelet on `from` unpublishes
   // and unstages, the attacher detaches from `from` and attaches to `to`,
   // kubelet on `to` stages and publishes.
@@ -467,11 +466,9 @@ class TwoNodeE2eTest : public ::testing::Test {
 // the pod moves to n2 and reads the same bytes from the storage.
 TEST_F(TwoNodeE2eTest, PodMovesFromN1ToN2AndReadsTheSameBytes) {
   auto started = Clock::now();
-  PersistentVolume pv;
-  Pod writer;
-  ASSERT_NO_FATAL_FAILURE(ProvisionAndRun("move", "n1", "writer", &pv, &writer));
-  const std::string data = Pattern(kDataBytes, 7);
-  ASSERT_TRUE(WriteDurably(writer.volume_path + "/data.bin", data));
+  WrittenPod written;
+  ASSERT_NO_FATAL_FAILURE(ProvisionRunAndWrite("move", "n1", "writer", 7, &written));
+  const auto& [pv, writer, data] = written;
   const std::string n1_iqn =
       co_->FindAttachment(pv.volume_id, "n1")->attachment_metadata.at(publish_context::kTargetIqn);
 
@@ -500,11 +497,9 @@ TEST_F(TwoNodeE2eTest, PodMovesFromN1ToN2AndReadsTheSameBytes) {
 // n1's namespace nor with a NodeStage given n2's publish_context.
 TEST_F(TwoNodeE2eTest, N1IsLockedOutByTheAclWhileAttachedToN2) {
   auto started = Clock::now();
-  PersistentVolume pv;
-  Pod first;
-  ASSERT_NO_FATAL_FAILURE(ProvisionAndRun("acl", "n1", "first", &pv, &first));
-  const std::string data = Pattern(kDataBytes, 11);
-  ASSERT_TRUE(WriteDurably(first.volume_path + "/data.bin", data));
+  WrittenPod written;
+  ASSERT_NO_FATAL_FAILURE(ProvisionRunAndWrite("acl", "n1", "first", 11, &written));
+  const auto& [pv, first, data] = written;
   Pod second;
   ASSERT_NO_FATAL_FAILURE(MovePod(pv, first, "n2", "second", &second));
   const VolumeAttachment* va = co_->FindAttachment(pv.volume_id, "n2");
@@ -694,11 +689,9 @@ TEST_F(LongLinkCutTest, LongCutDuringIoFailsTheIoInsteadOfHanging) {
 // host is clean (e2fsck -n).
 TEST_F(TwoNodeE2eTest, TgtdKilledAndRestartedDuringIo) {
   auto started = Clock::now();
-  PersistentVolume pv;
-  Pod pod;
-  ASSERT_NO_FATAL_FAILURE(ProvisionAndRun("tgtd", "n1", "app", &pv, &pod));
-  const std::string data = Pattern(kDataBytes, 31);
-  ASSERT_TRUE(WriteDurably(pod.volume_path + "/data.bin", data));
+  WrittenPod written;
+  ASSERT_NO_FATAL_FAILURE(ProvisionRunAndWrite("tgtd", "n1", "app", 31, &written));
+  const auto& [pv, pod, data] = written;
   const std::string iqn = co_->FindAttachment(pv.volume_id, "n1")->attachment_metadata.at(publish_context::kTargetIqn);
   const std::string n1_initiator = "iqn.2026-11.io.blockcsi:node:n1";
   ASSERT_NE(tgtd_->ShowTargets().find(n1_initiator), std::string::npos) << tgtd_->ShowTargets();

@@ -34,6 +34,7 @@
 #include "common/executor.h"
 #include "common/topology.h"
 #include "e2e/co_simulator.h"
+#include "e2e/e2e_env.h"
 #include "e2e/netns_topology.h"
 #include "support/node_clean.h"
 #include "support/plugin_under_test.h"
@@ -49,11 +50,7 @@ using testing::PluginOptions;
 using testing::PluginUnderTest;
 using testing::TempDir;
 using testing::TgtdHarness;
-using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kVolumeBytes = 64LL << 20;
-constexpr int kIscsiPort = 3260;  // each storage namespace has its own
-constexpr int kAgentPort = 7443;
 constexpr char kNodeKey[] = "topology.blockcsi.io/node";
 // Zone b's pool: a tmpfs of this size; "full" leaves less than one volume.
 constexpr int64_t kZoneBFsBytes = 96LL << 20;
@@ -71,8 +68,6 @@ int RunProgram(const std::vector<std::string>& argv, std::string* out = nullptr)
   if (out != nullptr) *out = r->stdout_text + r->stderr_text;
   return r->exit_code;
 }
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // The files of a pool's images/ directory (a volume's image lives there).
 std::vector<std::string> Images(const std::string& pool) {
@@ -100,13 +95,9 @@ class ZonesE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto started = Clock::now();
-    if (!testing::IsRoot()) GTEST_SKIP() << "requires root (network namespaces, tgtd, FUSE, loop devices, mounts)";
-    if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "requires /dev/fuse (userspace connector)";
-    if (::access("/usr/sbin/tgtd", X_OK) != 0) GTEST_SKIP() << "requires /usr/sbin/tgtd (Debian package tgt)";
-    if (RunProgram({"ip", "netns", "list"}) != 0) GTEST_SKIP() << "requires iproute2 with `ip netns`";
+    if (std::string why = MissingNetnsE2eCapability(); !why.empty()) GTEST_SKIP() << why;
 
-    prefix_ = "bcsz-" + std::to_string(::getpid());
-    for (const auto& stale : NetnsTopology::ListedNamespaces(prefix_)) RunProgram({"ip", "netns", "delete", stale});
+    prefix_ = FreshNamespacePrefix("bcsz");
     std::string error;
     // Zone a's host is the topology's storage namespace; zone b's is a host
     // of its own on the same bridge.
@@ -158,14 +149,8 @@ class ZonesE2eTest : public ::testing::Test {
 
     co_ = std::make_unique<CoSimulator>(&controller_->controller());
     for (const auto& [node, zone] : {std::pair<std::string, std::string>{"n1", "a"}, {"n2", "b"}}) {
-      auto plugin = std::make_unique<PluginUnderTest>(root_.Join(node + "/plugin"), nullptr);
-      PluginOptions n;
-      n.mode = "node";
-      n.connector = "userspace";
-      n.node_id = node;
-      n.command_prefix = net_->HostPrefix(node);
-      n.extra_args = {"--zone", zone, "--log-level", "debug", "--shutdown-grace", "2s"};
-      ASSERT_TRUE(plugin->Start(n, &error)) << node << ": " << error;
+      auto plugin = StartNodePlugin(*net_, node, root_.Join(node + "/plugin"), {"--zone", zone}, &error);
+      ASSERT_TRUE(plugin) << node << ": " << error;
       co_->AddNode(node, &plugin->node(), root_.Join(node + "/kubelet"));
       nodes_[node] = std::move(plugin);
       Segments segments;

@@ -88,18 +88,26 @@ TestTarget AttachIntegrationTest::MakeTarget(const std::string& name, uint64_t s
   std::string tid = std::to_string(t.tid);
   tgtd_->Tgtadm({"--op", "new", "--mode", "target", "--tid", tid, "-T", t.iqn}, &code);
   EXPECT_EQ(code, 0);
-  tgtd_->Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "-b", t.backing_file}, &code);
-  EXPECT_EQ(code, 0);
-  tgtd_->Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "--params",
-                 "scsi_sn=" + t.serial + ",scsi_id=" + t.wwn},
-                &code);
-  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(AddLun(t));
   if (!acl_node.empty()) {
     tgtd_->Tgtadm({"--op", "bind", "--mode", "target", "--tid", tid, "--initiator-name", InitiatorIqnForNode(acl_node)},
                   &code);
     EXPECT_EQ(code, 0);
   }
   return t;
+}
+
+::testing::AssertionResult AttachIntegrationTest::AddLun(const TestTarget& t) {
+  int code = 0;
+  std::string tid = std::to_string(t.tid);
+  tgtd_->Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "-b", t.backing_file}, &code);
+  if (code != 0) return ::testing::AssertionFailure() << "tgtadm: new LUN 1 of tid " << tid << ": exit " << code;
+  tgtd_->Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "--params",
+                 "scsi_sn=" + t.serial + ",scsi_id=" + t.wwn},
+                &code);
+  if (code != 0)
+    return ::testing::AssertionFailure() << "tgtadm: identity of LUN 1 of tid " << tid << ": exit " << code;
+  return ::testing::AssertionSuccess();
 }
 
 void AttachIntegrationTest::AddChap(const TestTarget& t, const std::string& user, const std::string& password) {

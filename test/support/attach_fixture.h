@@ -46,6 +46,8 @@ class AttachIntegrationTest : public ::testing::Test {
   // A target with LUN 1 on a new sparse file, serial set, ACL for `acl_node`
   // (empty: no ACL entry at all).
   TestTarget MakeTarget(const std::string& name, uint64_t size_bytes, const std::string& acl_node = kNodeId);
+  // LUN 1 of target `t` on its backing file, with its serial and scsi_id.
+  ::testing::AssertionResult AddLun(const TestTarget& t);
   void AddChap(const TestTarget& t, const std::string& user, const std::string& password);
   std::map<std::string, std::string> ContextFor(const TestTarget& t) const;
   // `bridge_dir` holds the bridge programs; default: this build's bin/.

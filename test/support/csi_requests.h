@@ -1,5 +1,6 @@
-// CSI request builders shared by the controller's unit tests and its
-// conformance suite, which send the same requests in-process and over gRPC.
+// CSI request builders shared by the controller's and the routing backend's
+// unit tests and the conformance suite, which send the same requests
+// in-process and over gRPC.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -13,6 +14,16 @@
 
 namespace blockcsi::testing {
 
+// CreateVolume of `name` with `required_bytes`, for one capability.
+inline csi::v1::CreateVolumeRequest CreateRequest(const std::string& name, int64_t required_bytes,
+                                                  const csi::v1::VolumeCapability& cap = MountCapability()) {
+  csi::v1::CreateVolumeRequest r;
+  r.set_name(name);
+  r.mutable_capacity_range()->set_required_bytes(required_bytes);
+  *r.add_volume_capabilities() = cap;
+  return r;
+}
+
 inline csi::v1::ControllerPublishVolumeRequest PublishRequest(const std::string& id, const std::string& node,
                                                               const csi::v1::VolumeCapability& cap = MountCapability(),
                                                               bool readonly = false) {
@@ -21,6 +32,13 @@ inline csi::v1::ControllerPublishVolumeRequest PublishRequest(const std::string&
   r.set_node_id(node);
   *r.mutable_volume_capability() = cap;
   r.set_readonly(readonly);
+  return r;
+}
+
+inline csi::v1::ControllerUnpublishVolumeRequest UnpublishRequest(const std::string& id, const std::string& node) {
+  csi::v1::ControllerUnpublishVolumeRequest r;
+  r.set_volume_id(id);
+  r.set_node_id(node);
   return r;
 }
 

@@ -17,6 +17,7 @@
 #include "attach/attacher_factory.h"
 #include "attach/initiator.h"
 #include "attach/publish_context.h"
+#include "bench/bench_attacher.h"
 #include "bridge/libiscsi_session.h"
 #include "common/logging.h"
 #include "support/test_util.h"
@@ -97,13 +98,7 @@ int Run(int argc, char** argv) {
   };
   // Through the userspace connector: bridge + FUSE + loop device.
   auto loop_side = [&](double* w, double* r, double* attach, double* detach) {
-    AttacherOptions ao;
-    ao.connector = "userspace";
-    ao.state_dir = tmp.Join("state");
-    ao.node_id = "bench";
-    ao.bridge_dir = blockcsi::testing::BinDir();
-    ao.bridge_sessions = sessions;
-    auto attacher = MakeVolumeAttacher(ao);
+    auto attacher = blockcsi::bench::MakeBenchAttacher(tmp.Join("state"), sessions);
     if (!attacher.ok()) return false;
     auto spec = ParseAttachSpec("bench",
                                 {{publish_context::kPortals, tgtd->portal()},

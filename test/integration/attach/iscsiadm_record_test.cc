@@ -9,11 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cctype>
 #include <filesystem>
 #include <mutex>
-#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -23,6 +20,7 @@
 #include "attach/volume_attacher_impl.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
+#include "support/proc_watch.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -138,31 +136,14 @@ TEST(IscsiadmRecordTest, ChapIsStoredInTheRealNodeRecordWithoutAnySecretInArgv) 
                               initiator);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
 
-  std::atomic<bool> done{false};
-  std::atomic<int> sightings{0}, scans{0};
-  std::thread watcher([&] {
-    while (!done) {
-      for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-        std::string pid = e.path().filename();
-        if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
-        for (const char* f : {"/cmdline", "/environ"}) {
-          std::string text = testing::ReadFileOrEmpty(e.path().string() + f);
-          if (text.find(kPassword) != std::string::npos || text.find(kMutualPassword) != std::string::npos) {
-            ++sightings;
-          }
-        }
-      }
-      ++scans;
-    }
-  });
+  testing::ProcSecretWatch watch({kPassword, kMutualPassword});
   auto record = attacher.Attach(*spec);
-  done = true;
-  watcher.join();
+  watch.Stop();
   ASSERT_FALSE(record.ok());
   EXPECT_EQ(record.status().code(), StatusCode::kPermissionDenied) << record.status().ToString();
-  EXPECT_GT(scans.load(), 0);
+  EXPECT_GT(watch.scans(), 0);
   EXPECT_EQ(executor->secret_args(), 0) << "a command was given a CHAP secret";
-  EXPECT_EQ(sightings.load(), 0) << "a CHAP secret was visible in /proc/<pid>/cmdline or environ";
+  EXPECT_EQ(watch.sightings(), 0) << "a CHAP secret was visible in /proc/<pid>/cmdline or environ";
 
   // What iscsiadm read back from the record the connector wrote: the user
   // names in clear, the passwords stored (iscsiadm masks them in show).

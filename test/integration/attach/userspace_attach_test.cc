@@ -469,12 +469,7 @@ TEST_F(AttachIntegrationTest, RescanPicksUpAGrownLun) {
   int code = 0;
   tgtd_->Tgtadm({"--op", "delete", "--mode", "logicalunit", "--tid", tid, "--lun", "1"}, &code);
   ASSERT_EQ(code, 0);
-  tgtd_->Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "-b", t.backing_file}, &code);
-  ASSERT_EQ(code, 0);
-  tgtd_->Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "--params",
-                 "scsi_sn=" + t.serial + ",scsi_id=" + t.wwn},
-                &code);
-  ASSERT_EQ(code, 0);
+  ASSERT_TRUE(AddLun(t));
   auto size = (*attacher)->Rescan("vol-a");
   ASSERT_TRUE(size.ok()) << size.status().ToString();
   EXPECT_EQ(*size, 32 * kMiB);

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "common/atomic_file.h"
 
@@ -130,6 +132,14 @@ Status LoopAttacher::Detach(const std::string& volume_id) {
   std::lock_guard lock(mu_);
   for (const auto& loop : LoopsOf(volume_id)) {
     BLOCKCSI_RETURN_IF_ERROR(RunChecked(*exec_, Command("losetup").Arg("-d").Arg(loop)).status());
+  }
+  // losetup -d on a device another process has open (a parallel test's
+  // libblkid probe of every loop device) only marks it autoclear: the
+  // kernel lets go of the image at the last close. A detach is done when it
+  // has, so the caller's "nothing left" check sees the truth, not the race.
+  for (int tries = 0; !LoopsOf(volume_id).empty(); ++tries) {
+    if (tries == 500) return Internal("loop device of " + volume_id + " still attached 5 s after losetup -d");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return RemoveFileDurably(RecordPath(volume_id));
 }

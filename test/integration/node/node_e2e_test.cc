@@ -122,6 +122,22 @@ class PluginE2ETest : public testing::PluginSuiteTest {
     ASSERT_TRUE(out.good()) << "write " << path;
   }
 
+  // Fatal failures end the caller: wrap in ASSERT_NO_FATAL_FAILURE.
+  void StageAndPublish(const Volume& v, const std::string& fs) {
+    ASSERT_GRPC_OK(Stage(v, fs));
+    ASSERT_GRPC_OK(Publish(v, fs));
+  }
+  // A test's last step for a staged volume.
+  void UnstageAndDelete(const Volume& v) {
+    ASSERT_GRPC_OK(Unstage(v));
+    Delete(v);
+  }
+  // NodeGetVolumeStats on `path` reports the volume healthy.
+  void ExpectHealthy(const Volume& v, const std::string& path) {
+    auto stats = Stats(v, path);
+    EXPECT_FALSE(stats.volume_condition().abnormal()) << stats.volume_condition().message();
+  }
+
   // Runs a program on the host (mkfs, sfdisk) for a test's setup.
   static void Run(Command cmd) {
     auto r = RunChecked(*MakeProcessExecutor(), cmd);
@@ -152,8 +168,7 @@ TEST_P(PluginLifecycleTest, FullLifecycleKeepsDataAcrossRestage) {
     WriteFile(Target(v.id) + "/file", data);
   }
   std::string uuid = Uuid(v);
-  auto stats = Stats(v, Target(v.id));
-  EXPECT_FALSE(stats.volume_condition().abnormal()) << stats.volume_condition().message();
+  ExpectHealthy(v, Target(v.id));
   EXPECT_EQ(Unstage(v).error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "unstage while published";
 
   ASSERT_GRPC_OK(Unpublish(v));
@@ -171,8 +186,7 @@ TEST_P(PluginLifecycleTest, FullLifecycleKeepsDataAcrossRestage) {
     EXPECT_EQ(FormatsLogged(v), 1);
   }
   ASSERT_GRPC_OK(Unpublish(v));
-  ASSERT_GRPC_OK(Unstage(v));
-  Delete(v);
+  UnstageAndDelete(v);
 }
 
 INSTANTIATE_TEST_SUITE_P(Filesystems, PluginLifecycleTest, ::testing::Values("ext4", "xfs", "block"));
@@ -201,8 +215,7 @@ TEST_F(PluginE2ETest, ForeignFilesystemAndPartitionTableAreRefusedUnchanged) {
 
 TEST_F(PluginE2ETest, XfsOnlineGrowIsVisibleInStats) {
   Volume v = Create("grow", "xfs", 320LL << 20);
-  ASSERT_GRPC_OK(Stage(v, "xfs"));
-  ASSERT_GRPC_OK(Publish(v, "xfs"));
+  ASSERT_NO_FATAL_FAILURE(StageAndPublish(v, "xfs"));
   WriteFile(Target(v.id) + "/keep", "grown");
   auto before = Stats(v, Target(v.id));
   ASSERT_GE(before.usage_size(), 1);
@@ -224,8 +237,7 @@ TEST_F(PluginE2ETest, XfsOnlineGrowIsVisibleInStats) {
   EXPECT_GT(after.usage(0).total(), before.usage(0).total() + (512LL << 20));
   EXPECT_EQ(testing::ReadFileOrEmpty(Target(v.id) + "/keep"), "grown");
   ASSERT_GRPC_OK(Unpublish(v));
-  ASSERT_GRPC_OK(Unstage(v));
-  Delete(v);
+  UnstageAndDelete(v);
 }
 
 TEST_F(PluginE2ETest, ReadOnlyPublishRefusesWrites) {
@@ -238,8 +250,7 @@ TEST_F(PluginE2ETest, ReadOnlyPublishRefusesWrites) {
   EXPECT_EQ(err, EROFS);
   if (fd >= 0) ::close(fd);
   ASSERT_GRPC_OK(Unpublish(v));
-  ASSERT_GRPC_OK(Unstage(v));
-  Delete(v);
+  UnstageAndDelete(v);
 }
 
 TEST_F(PluginE2ETest, KillBetweenAttachAndMkfsThenRetryFormatsOnce) {
@@ -254,8 +265,7 @@ TEST_F(PluginE2ETest, KillBetweenAttachAndMkfsThenRetryFormatsOnce) {
   ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << Log();
   EXPECT_FALSE(Uuid(v).empty());
   EXPECT_EQ(FormatsLogged(v), 1);
-  ASSERT_GRPC_OK(Unstage(v));
-  Delete(v);
+  UnstageAndDelete(v);
 }
 
 TEST_F(PluginE2ETest, KillBetweenMkfsAndMountThenRetryNeverReformats) {
@@ -286,29 +296,24 @@ TEST_F(PluginE2ETest, KillBetweenMkfsAndMountThenRetryNeverReformats) {
   ASSERT_TRUE((st = Stage(v, "xfs")).ok()) << st.error_message();
   EXPECT_EQ(testing::ReadFileOrEmpty(Staging(v.id) + "/precious"), "intact");
   EXPECT_EQ(Uuid(v), uuid);
-  ASSERT_GRPC_OK(Unstage(v));
-  Delete(v);
+  UnstageAndDelete(v);
 }
 
 TEST_F(PluginE2ETest, RestartedPluginKeepsServingStagedVolumes) {
   Volume v = Create("restart", "ext4");
-  ASSERT_GRPC_OK(Stage(v, "ext4"));
-  ASSERT_GRPC_OK(Publish(v, "ext4"));
+  ASSERT_NO_FATAL_FAILURE(StageAndPublish(v, "ext4"));
   WriteFile(Target(v.id) + "/f", "before restart");
   StopPlugin();
   ASSERT_TRUE(StartPlugin(""));
   EXPECT_EQ(testing::ReadFileOrEmpty(Target(v.id) + "/f"), "before restart");
-  ASSERT_GRPC_OK(Stage(v, "ext4"));
-  ASSERT_GRPC_OK(Publish(v, "ext4"));
-  auto stats = Stats(v, Target(v.id));
-  EXPECT_FALSE(stats.volume_condition().abnormal()) << stats.volume_condition().message();
+  ASSERT_NO_FATAL_FAILURE(StageAndPublish(v, "ext4"));
+  ExpectHealthy(v, Target(v.id));
   WriteFile(Target(v.id) + "/g", "after restart");
   ASSERT_GRPC_OK(Unpublish(v));
   ASSERT_GRPC_OK(Unstage(v));
   ASSERT_GRPC_OK(Stage(v, "ext4"));
   EXPECT_EQ(testing::ReadFileOrEmpty(Staging(v.id) + "/g"), "after restart");
-  ASSERT_GRPC_OK(Unstage(v));
-  Delete(v);
+  UnstageAndDelete(v);
 }
 
 // The real blockcsi killed with SIGKILL while a volume is staged, published
@@ -317,8 +322,7 @@ TEST_F(PluginE2ETest, RestartedPluginKeepsServingStagedVolumes) {
 // bridge, no second login) and unstages cleanly.
 TEST_F(PluginE2ETest, PluginSigkillKeepsThePublishedVolumeWorking) {
   Volume v = Create("sigkill", "ext4");
-  ASSERT_GRPC_OK(Stage(v, "ext4"));
-  ASSERT_GRPC_OK(Publish(v, "ext4"));
+  ASSERT_NO_FATAL_FAILURE(StageAndPublish(v, "ext4"));
   WriteFile(Target(v.id) + "/before", "written before the kill");
   const pid_t killed = plugin_->pid();
   plugin_->Kill9();
@@ -335,8 +339,7 @@ TEST_F(PluginE2ETest, PluginSigkillKeepsThePublishedVolumeWorking) {
   ::close(fd);
 
   ASSERT_TRUE(StartPlugin(""));
-  auto stats = Stats(v, Target(v.id));
-  EXPECT_FALSE(stats.volume_condition().abnormal()) << stats.volume_condition().message();
+  ExpectHealthy(v, Target(v.id));
   EXPECT_EQ(BridgePids(v.id), bridges_before) << "the restarted plugin did not adopt the bridge";
   ASSERT_GRPC_OK(Unpublish(v));
   ASSERT_GRPC_OK(Unstage(v));
@@ -344,14 +347,12 @@ TEST_F(PluginE2ETest, PluginSigkillKeepsThePublishedVolumeWorking) {
   ASSERT_GRPC_OK(Stage(v, "ext4"));
   EXPECT_EQ(testing::ReadFileOrEmpty(Staging(v.id) + "/before"), "written before the kill");
   EXPECT_EQ(testing::ReadFileOrEmpty(Staging(v.id) + "/after"), "written with no plugin");
-  ASSERT_GRPC_OK(Unstage(v));
-  Delete(v);
+  UnstageAndDelete(v);
 }
 
 TEST_F(PluginE2ETest, ConditionTurnsAbnormalWhenTheBridgeDies) {
   Volume v = Create("bridge-dies", "ext4");
-  ASSERT_GRPC_OK(Stage(v, "ext4"));
-  ASSERT_GRPC_OK(Publish(v, "ext4"));
+  ASSERT_NO_FATAL_FAILURE(StageAndPublish(v, "ext4"));
   EXPECT_FALSE(Stats(v, Target(v.id)).volume_condition().abnormal());
   // The attach record names the bridge's pid (connector_state.bridge_pid).
   std::string record = testing::ReadFileOrEmpty(plugin_->state_dir() + "/attachments/" + v.id + ".json");
@@ -391,8 +392,7 @@ TEST_F(PluginE2ETest, ConcurrentStageOfOneVolumeFormatsOnce) {
   EXPECT_GE(ok, 1);
   ASSERT_GRPC_OK(Stage(v, "ext4"));
   EXPECT_EQ(FormatsLogged(v), 1);
-  ASSERT_GRPC_OK(Unstage(v));
-  Delete(v);
+  UnstageAndDelete(v);
 }
 
 TEST_F(PluginE2ETest, SixteenVolumesStageConcurrently) {

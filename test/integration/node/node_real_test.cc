@@ -26,13 +26,12 @@
 #include "common/mounter.h"
 #include "integration/node/loop_attacher.h"
 #include "node/node_service.h"
+#include "support/csi_capabilities.h"
 #include "support/leak_check.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
 namespace {
-
-using AccessMode = csi::v1::VolumeCapability::AccessMode;
 
 // Counts the mkfs runs that go through it: "formatted once" is checked by
 // count, not by timing.
@@ -105,13 +104,7 @@ class NodeRealTest : public ::testing::Test {
     csi::v1::NodeStageVolumeRequest r;
     r.set_volume_id(v);
     r.set_staging_target_path(Staging(v));
-    auto* cap = r.mutable_volume_capability();
-    cap->mutable_access_mode()->set_mode(AccessMode::SINGLE_NODE_WRITER);
-    if (fs == "block") {
-      cap->mutable_block();
-    } else {
-      cap->mutable_mount()->set_fs_type(fs);
-    }
+    *r.mutable_volume_capability() = testing::CapabilityFor(fs);
     auto& ctx = *r.mutable_publish_context();
     ctx[publish_context::kPortals] = "127.0.0.1:3260";
     ctx[publish_context::kTargetIqn] = "iqn.2026-11.io.blockcsi:" + v;
@@ -127,13 +120,7 @@ class NodeRealTest : public ::testing::Test {
     r.set_staging_target_path(Staging(v));
     r.set_target_path(Target(v));
     r.set_readonly(readonly);
-    auto* cap = r.mutable_volume_capability();
-    cap->mutable_access_mode()->set_mode(AccessMode::SINGLE_NODE_WRITER);
-    if (block) {
-      cap->mutable_block();
-    } else {
-      cap->mutable_mount();
-    }
+    *r.mutable_volume_capability() = block ? testing::BlockCapability() : testing::MountCapability();
     return r;
   }
 

@@ -264,6 +264,20 @@ class RbdAttachTest : public testing::CephSuiteTest {
     ASSERT_TRUE(record.ok()) << record.status().ToString();
     out->record = *record;
   }
+  // CreateAndAttach, then 64 KiB of Pattern(fill) written at `offset` of
+  // the device: `*data`. Fatal failures end the caller, as there.
+  void CreateAttachAndWrite(uint64_t size, const std::string& node_id, uint64_t offset, char fill, Attached* out,
+                            std::string* data) {
+    ASSERT_NO_FATAL_FAILURE(CreateAndAttach(size, node_id, out));
+    *data = Pattern(64 * 1024, fill);
+    ASSERT_EQ(WriteDirect(out->record->device_path, offset, *data), 0);
+  }
+  // The node's NodeUnstage: detached, and nothing of it left. A failed
+  // detach is fatal to the caller: wrap in ASSERT_NO_FATAL_FAILURE.
+  static void DetachLeavingNothing(const Node& node, const std::string& volume_id) {
+    ASSERT_TRUE(node.attacher->Detach(volume_id).ok());
+    ExpectNothingLeft(node);
+  }
 
   std::string binary_;
   std::shared_ptr<VolumeBackend> backend_;
@@ -303,8 +317,7 @@ TEST_F(RbdAttachTest, AttachWriteReadDetachReattachKeepsTheBytes) {
   std::string lun_file = record->connector_state.at("mountpoint") + "/lun";
   EXPECT_EQ(ReadFileOrEmpty(lun_file).substr(3 * kMiB + 5, 100), data.substr(5, 100));
 
-  ASSERT_TRUE(node.attacher->Detach(volume->id).ok());
-  ExpectNothingLeft(node);
+  ASSERT_NO_FATAL_FAILURE(DetachLeavingNothing(node, volume->id));
   EXPECT_EQ(node.attacher->Get(volume->id).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(admin_->Metadata(ImageOf(context), "blockcsi.client.node-a"), std::nullopt) << "registration left";
   EXPECT_TRUE(admin_->LockOwners(ImageOf(context)).empty()) << "exclusive lock still held";
@@ -312,8 +325,7 @@ TEST_F(RbdAttachTest, AttachWriteReadDetachReattachKeepsTheBytes) {
   auto again = node.attacher->Attach(SpecFor(volume->id, context, "node-a"));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(ReadDirect(again->device_path, 3 * kMiB, data.size()), data);
-  ASSERT_TRUE(node.attacher->Detach(volume->id).ok());
-  ExpectNothingLeft(node);
+  ASSERT_NO_FATAL_FAILURE(DetachLeavingNothing(node, volume->id));
 }
 
 TEST_F(RbdAttachTest, WrongImageIdIsRefusedAndLeavesNothing) {
@@ -450,11 +462,10 @@ TEST_F(RbdAttachTest, FencedNodeGetsIoErrorsAndAnotherNodeTakesOver) {
 
 TEST_F(RbdAttachTest, IdleFencedAttachmentIsReportedAndReplacedOnReattach) {
   Attached attached;
-  ASSERT_NO_FATAL_FAILURE(CreateAndAttach(16 * kMiB, "node-a", &attached));
+  std::string data;
+  ASSERT_NO_FATAL_FAILURE(CreateAttachAndWrite(16 * kMiB, "node-a", 0, 'i', &attached, &data));
   auto& [volume, context, first, node_ptr] = attached;
   Node& node = *node_ptr;
-  std::string data = Pattern(64 * 1024, 'i');
-  ASSERT_EQ(WriteDirect(first->device_path, 0, data), 0);
 
   ASSERT_TRUE(backend_->RevokeAccess(volume->id, InitiatorIqnForNode("node-a")).ok());
   // No I/O at all: the bridge's own probe must notice the fence (bounded wait).
@@ -513,11 +524,10 @@ TEST_F(RbdAttachTest, SecondWriterIsRefusedWhileTheFirstHoldsTheLock) {
 
 TEST_F(RbdAttachTest, ReadOnlyAttachmentReadsButNeverWritesOrLocks) {
   Attached attached;
-  ASSERT_NO_FATAL_FAILURE(CreateAndAttach(16 * kMiB, "node-a", &attached));
+  std::string data;
+  ASSERT_NO_FATAL_FAILURE(CreateAttachAndWrite(16 * kMiB, "node-a", kMiB, 'r', &attached, &data));
   auto& [volume, context, record, writer_ptr] = attached;
   Node& writer = *writer_ptr;
-  std::string data = Pattern(64 * 1024, 'r');
-  ASSERT_EQ(WriteDirect(record->device_path, kMiB, data), 0);
   ASSERT_TRUE(writer.attacher->Detach(volume->id).ok());
   ASSERT_TRUE(backend_->RevokeAccess(volume->id, InitiatorIqnForNode("node-a")).ok());
 
@@ -541,8 +551,7 @@ TEST_F(RbdAttachTest, ReadOnlyAttachmentReadsButNeverWritesOrLocks) {
   EXPECT_EQ(ReadDirect(ro->device_path, kMiB, data.size()), data);
   EXPECT_TRUE(admin_->LockOwners(ImageOf(ro_context)).empty()) << "a reader took the exclusive lock";
   EXPECT_FALSE(reader.attacher->Check(volume->id).abnormal) << reader.attacher->Check(volume->id).message;
-  ASSERT_TRUE(reader.attacher->Detach(volume->id).ok());
-  ExpectNothingLeft(reader);
+  ASSERT_NO_FATAL_FAILURE(DetachLeavingNothing(reader, volume->id));
 }
 
 TEST_F(RbdAttachTest, ErrorsCarryTheirCodeAndNameTheVolume) {

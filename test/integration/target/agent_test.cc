@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -26,8 +25,10 @@
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "integration/target/iscsi_client.h"
+#include "support/proc_watch.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
+#include "support/tgtd_test.h"
 #include "target.grpc.pb.h"
 
 namespace blockcsi {
@@ -91,12 +92,11 @@ bool WaitForTcp(int port, std::chrono::milliseconds timeout) {
   return false;
 }
 
-class AgentTest : public ::testing::Test {
+class AgentTest : public testing::TgtdTest {
  protected:
   void SetUp() override {
-    std::string error;
-    tgtd_ = TgtdHarness::Start(&error);
-    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
+    TgtdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     ASSERT_TRUE(pki_.Make()) << "openssl could not make the test certificates";
     port_ = reserved_port_.port();  // held while the test runs: no other test is handed it
     ASSERT_NE(port_, 0);
@@ -134,7 +134,6 @@ class AgentTest : public ::testing::Test {
     return o;
   }
 
-  std::unique_ptr<TgtdHarness> tgtd_;
   TempDir pool_;
   TempDir tmp_;
   TestPki pki_{tmp_};
@@ -348,35 +347,23 @@ TEST_F(AgentTest, NoSecretInAnyProcessArgvAndOversizedRequestsAreRefused) {
   auto v = (*remote)->CreateVolume(spec);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   const std::string secret = "argv-S3cret-watch-91";
-  std::atomic<bool> done{false};
-  std::atomic<int> sightings{0}, tgtadm_children{0}, scans{0};
+  std::atomic<int> tgtadm_children{0};
   const std::string agent_pid = std::to_string(agent->pid());
-  std::thread watcher([&] {
-    while (!done) {
-      for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-        std::string pid = e.path().filename();
-        if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
-        for (const char* f : {"/cmdline", "/environ"}) {
-          if (testing::ReadFileOrEmpty(e.path().string() + f).find(secret) != std::string::npos) ++sightings;
-        }
-        std::string stat = testing::ReadFileOrEmpty(e.path().string() + "/stat");
-        auto close = stat.rfind(')');
-        if (stat.find("(tgtadm)") != std::string::npos && close != std::string::npos &&
-            stat.substr(close + 4, agent_pid.size() + 1) == agent_pid + " ") {
-          ++tgtadm_children;
-        }
-      }
-      ++scans;
+  testing::ProcSecretWatch watch({secret}, [&](const std::string& proc_dir) {
+    std::string stat = testing::ReadFileOrEmpty(proc_dir + "/stat");
+    auto close = stat.rfind(')');
+    if (stat.find("(tgtadm)") != std::string::npos && close != std::string::npos &&
+        stat.substr(close + 4, agent_pid.size() + 1) == agent_pid + " ") {
+      ++tgtadm_children;
     }
   });
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE((*remote)->GrantAccess(v->id, {kNodeA, "node-a", false, "rwo", {"argvuser", secret, "", ""}}).ok());
     ASSERT_TRUE((*remote)->RevokeAccess(v->id, kNodeA).ok());
   }
-  done = true;
-  watcher.join();
-  EXPECT_GT(scans.load(), 0);
-  EXPECT_EQ(sightings.load(), 0) << "a CHAP secret was visible in /proc/<pid>/cmdline or environ";
+  watch.Stop();
+  EXPECT_GT(watch.scans(), 0);
+  EXPECT_EQ(watch.sightings(), 0) << "a CHAP secret was visible in /proc/<pid>/cmdline or environ";
   EXPECT_EQ(tgtadm_children.load(), 0) << "the agent ran tgtadm";
 
   grpc::SslCredentialsOptions tls;

@@ -21,6 +21,7 @@
 #include "integration/target/iscsi_client.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
+#include "support/tgtd_test.h"
 
 namespace blockcsi {
 namespace {
@@ -28,7 +29,6 @@ namespace {
 using testing::IscsiClient;
 using testing::IscsiLogin;
 using testing::TempDir;
-using testing::TgtdHarness;
 
 constexpr uint64_t kMiB = 1024 * 1024;
 constexpr char kPrefix[] = "iqn.2026-11.io.blockcsi";
@@ -42,12 +42,11 @@ CreateVolumeSpec Spec(const std::string& name, uint64_t size) {
   return spec;
 }
 
-class TargetBackendTest : public ::testing::Test {
+class TargetBackendTest : public testing::TgtdTest {
  protected:
   void SetUp() override {
-    std::string error;
-    tgtd_ = TgtdHarness::Start(&error);
-    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
+    TgtdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     backend_ = Open();
     ASSERT_NE(backend_, nullptr);
   }
@@ -82,7 +81,6 @@ class TargetBackendTest : public ::testing::Test {
     return {tgtd_->portal(), v.target_iqn, initiator, "", "", "", ""};
   }
 
-  std::unique_ptr<TgtdHarness> tgtd_;
   TempDir pool_;
   std::shared_ptr<LocalBackend> backend_;
 };

@@ -20,12 +20,10 @@
 #include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
+#include "support/tgtd_test.h"
 
 namespace blockcsi {
 namespace {
-
-using testing::TempDir;
-using testing::TgtdHarness;
 
 constexpr uint64_t kMiB = 1024 * 1024;
 constexpr char kPrefix[] = "iqn.2026-11.io.blockcsi";
@@ -33,12 +31,11 @@ constexpr char kVictimNode[] = "iqn.2026-11.io.blockcsi:node:victim";
 constexpr char kAttackerNode[] = "iqn.2026-11.io.blockcsi:node:attacker";
 constexpr char kSecret[] = "s3cret-pass-12";
 
-class TgtdInputTest : public ::testing::Test {
+class TgtdInputTest : public testing::TgtdTest {
  protected:
   void SetUp() override {
-    std::string error;
-    tgtd_ = TgtdHarness::Start(&error);
-    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
+    TgtdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     SetLogCaptureForTest(&log_);
     LocalBackendOptions options;
     options.portals = {tgtd_->portal()};
@@ -139,8 +136,7 @@ class TgtdInputTest : public ::testing::Test {
     EXPECT_TRUE(backend_->GetVolume(v.id)->grants.empty()) << "a grant was recorded";
   }
 
-  std::unique_ptr<TgtdHarness> tgtd_;
-  TempDir pool_;
+  testing::TempDir pool_;
   std::shared_ptr<LocalBackend> backend_;
   std::string log_;
   testing::LeakSnapshot baseline_;

@@ -16,25 +16,19 @@
 #include "integration/target/iscsi_client.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
+#include "support/tgtd_test.h"
 
 namespace blockcsi {
 namespace {
 
 using testing::IscsiClient;
 using testing::IscsiLogin;
-using testing::TempDir;
-using testing::TgtdHarness;
 
 constexpr uint64_t kMiB = 1024 * 1024;
 constexpr char kNode[] = "iqn.2026-11.io.blockcsi:node:sock";
 
-class TgtdSocketTest : public ::testing::Test {
+class TgtdSocketTest : public testing::TgtdTest {
  protected:
-  void SetUp() override {
-    std::string error;
-    tgtd_ = TgtdHarness::Start(&error);
-    BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
-  }
   Command Tgtadm(std::vector<std::string> args) const {
     Command c(TgtExporter::kDefaultTgtadm);
     c.Args({"-C", std::to_string(tgtd_->control_port()), "--lld", "iscsi"}).Args(args);
@@ -46,9 +40,8 @@ class TgtdSocketTest : public ::testing::Test {
     return r.ok() ? *r : CommandResult{};
   }
 
-  std::unique_ptr<TgtdHarness> tgtd_;
   TgtdSocketExecutor socket_;
-  TempDir dir_;
+  testing::TempDir dir_;
 };
 
 TEST_F(TgtdSocketTest, SameStateListingsAndErrorsAsTgtadm) {
@@ -129,7 +122,7 @@ TEST_F(TgtdSocketTest, ATgtdThatIsNotThereIsUnavailable) {
 // The backend over the socket: CHAP one-way and mutual enforced by tgtd,
 // with no tgtadm process (so no password in any /proc/<pid>/cmdline).
 TEST_F(TgtdSocketTest, BackendGrantsChapThroughTheSocket) {
-  TempDir pool;
+  testing::TempDir pool;
   LocalBackendOptions options;
   options.portals = {tgtd_->portal()};
   options.reconcile_interval = std::chrono::milliseconds(0);

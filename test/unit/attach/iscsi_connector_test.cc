@@ -124,6 +124,21 @@ class IscsiConnectorTest : public ::testing::Test {
   void ExpectIfaceOk() {
     executor_->ExpectOk({"iscsiadm", "-m", "iface", "-I", "blockcsi", "-o", "show"}, Data("iface_show_blockcsi.txt"));
   }
+  // A new record at kP1 and a login that succeeds, after which session1 is
+  // in sysfs but the LUN's disk (target3:0:0) is not.
+  void ExpectLoginWithoutTheDisk() {
+    ExpectNodeRecord(kP1, Data("node_new_portal1.txt"));
+    executor_->ExpectOk(Node(kP1, {"--login"}), Data("login_portal1.txt")).Then([this] {
+      Install("session1_lun1");
+      std::filesystem::remove_all(Sys("/devices/platform/host3/session1/target3:0:0"));
+    });
+  }
+  // Attach(Spec(kP1)) succeeds on session1_lun1's disk.
+  void ExpectAttachesSdc(VolumeAttacherImpl& attacher) {
+    auto record = attacher.Attach(Spec(kP1));
+    ASSERT_TRUE(record.ok()) << record.status().ToString();
+    EXPECT_EQ(record->device_path, "/dev/sdc");
+  }
   // A static volume (LUN 1 of kTarget at kP1) that logs in as `initiator_name`.
   static StatusOr<AttachSpec> StaticSpec(const std::string& initiator_name) {
     return ParseAttachSpec("vol-1",
@@ -208,9 +223,7 @@ TEST_F(IscsiConnectorTest, AlreadyLoggedInSessionIsReused) {
   Install("session1_lun1");
   auto attacher = MakeAttacher();
   ExpectIfaceOk();
-  auto record = attacher->Attach(Spec(kP1));
-  ASSERT_TRUE(record.ok()) << record.status().ToString();
-  EXPECT_EQ(record->device_path, "/dev/sdc");
+  ExpectAttachesSdc(*attacher);
 }
 
 TEST_F(IscsiConnectorTest, LoginRacingAnotherLoginCountsAsLoggedIn) {
@@ -408,11 +421,7 @@ TEST_F(IscsiConnectorTest, RejectedChapIsPermissionDeniedAndLeavesNoNodeRecord) 
 TEST_F(IscsiConnectorTest, DeviceThatNeverAppearsTimesOutAndLogsOut) {
   auto attacher = MakeAttacher();
   ExpectIfaceOk();
-  ExpectNodeRecord(kP1, Data("node_new_portal1.txt"));
-  executor_->ExpectOk(Node(kP1, {"--login"}), Data("login_portal1.txt")).Then([this] {
-    Install("session1_lun1");
-    std::filesystem::remove_all(Sys("/devices/platform/host3/session1/target3:0:0"));
-  });
+  ExpectLoginWithoutTheDisk();
   ExpectLogoutAndDelete(kP1, Data("logout_portal1.txt"));
   auto record = attacher->Attach(Spec(kP1));
   ASSERT_FALSE(record.ok());
@@ -424,17 +433,11 @@ TEST_F(IscsiConnectorTest, DeviceThatNeverAppearsTimesOutAndLogsOut) {
 TEST_F(IscsiConnectorTest, DeviceThatAppearsLateIsFound) {
   auto attacher = MakeAttacher();
   ExpectIfaceOk();
-  ExpectNodeRecord(kP1, Data("node_new_portal1.txt"));
-  executor_->ExpectOk(Node(kP1, {"--login"}), Data("login_portal1.txt")).Then([this] {
-    Install("session1_lun1");
-    std::filesystem::remove_all(Sys("/devices/platform/host3/session1/target3:0:0"));
-  });
+  ExpectLoginWithoutTheDisk();
   clock_->on_sleep_ = [this](int n) {
     if (n == 3) Install("session1_lun1");
   };
-  auto record = attacher->Attach(Spec(kP1));
-  ASSERT_TRUE(record.ok()) << record.status().ToString();
-  EXPECT_EQ(record->device_path, "/dev/sdc");
+  ExpectAttachesSdc(*attacher);
 }
 
 TEST_F(IscsiConnectorTest, MultipathUsesTheDmDeviceWhenAllPathsAgree) {

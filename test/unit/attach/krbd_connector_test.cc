@@ -16,15 +16,15 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "support/fake_executor.h"
+#include "support/krbd_captured.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
 namespace {
 
+using krbd_captured::kImage;
+using krbd_captured::kImageId;  // the rbd0 scenario's image_id
 using testing::FakeExecutor;
-
-constexpr char kImage[] = "csi-vol-7f3a9c2e41d04b8e9a512c6e1f0b3d47";
-constexpr char kImageId[] = "1037e80f98be";  // the rbd0 scenario's image_id
 constexpr char kOrphanImage[] = "csi-vol-0b9d6e2a5c4f4e1d8a7b3c2d1e0f9a8b";
 constexpr char kMonHost[] = "[v2:127.0.0.1:26235,v1:127.0.0.1:20372]";
 constexpr char kKey[] = "AQBx8UVnAAAAABAAn2jRUeIDl5F7oSg6YgxoOw==";
@@ -82,9 +82,7 @@ class KrbdConnectorTest : public ::testing::Test {
   }
 
   // Copies a captured sysfs scenario into the fake root (merging trees).
-  void Install(const std::string& scenario) {
-    testing::MergeTreeInto(testing::TestDataPath("krbd/sysfs/" + scenario), root_);
-  }
+  void Install(const std::string& scenario) { krbd_captured::Install(scenario, root_); }
   std::function<void()> Installs(const std::string& scenario) {
     return [this, scenario] { Install(scenario); };
   }
@@ -418,16 +416,7 @@ TEST_F(KrbdConnectorTest, ReconcileRefreshesMovedDevicesReportsOrphansAndRemoves
   Install("rbd1_orphan");
   AttachRecordStore store(state_);
   ASSERT_TRUE(store.Init().ok());
-  AttachRecord r;
-  r.volume_id = "vol-1";
-  r.connector = "krbd";
-  r.transport = "rbd";
-  r.expected_serial = kImageId;
-  r.rbd_pool = "rbd";
-  r.rbd_image = kImage;
-  r.rbd_user = "blockcsi";
-  r.state = kAttachStateAttached;
-  r.device_path = "/dev/rbd3";
+  AttachRecord r = krbd_captured::ImageRecord("vol-1", "krbd", "/dev/rbd3");
   r.connector_state["rbd_dev_id"] = "3";
   ASSERT_TRUE(store.Put(r).ok());
   ASSERT_TRUE(MakeDirectories(state_ + "/krbd").ok());

@@ -74,20 +74,21 @@ std::unique_ptr<Connector> Router(std::vector<std::string>* log) {
   return MakeTransportRouter("iscsi", std::move(routes));
 }
 
-AttachSpec SpecOf(const std::string& volume_id, const std::string& transport) {
-  AttachSpec spec;
-  spec.volume_id = volume_id;
-  spec.transport = transport;
-  spec.expected_serial = "serial-" + volume_id;
-  return spec;
+// An AttachSpec or AttachRecord of `volume_id` over `transport`: the fields
+// the router looks at, which both have.
+template <typename SpecOrRecord>
+SpecOrRecord Of(const std::string& volume_id, const std::string& transport) {
+  SpecOrRecord out;
+  out.volume_id = volume_id;
+  out.transport = transport;
+  out.expected_serial = "serial-" + volume_id;
+  return out;
 }
-
+AttachSpec SpecOf(const std::string& volume_id, const std::string& transport) {
+  return Of<AttachSpec>(volume_id, transport);
+}
 AttachRecord RecordOf(const std::string& volume_id, const std::string& transport) {
-  AttachRecord r;
-  r.volume_id = volume_id;
-  r.transport = transport;
-  r.expected_serial = "serial-" + volume_id;
-  return r;
+  return Of<AttachRecord>(volume_id, transport);
 }
 
 TEST(TransportRouterTest, RoutesEveryCallByTransport) {

@@ -11,76 +11,61 @@
 #include "attach/attach_record_store.h"
 #include "common/atomic_file.h"
 #include "support/fake_executor.h"
+#include "support/krbd_captured.h"
 #include "support/test_util.h"
 
 namespace blockcsi::cli {
 namespace {
 
-constexpr char kImage[] = "csi-vol-7f3a9c2e41d04b8e9a512c6e1f0b3d47";  // the rbd0 scenario
-constexpr char kImageId[] = "1037e80f98be";
+// A node whose state holds one record, "vol-rbd": a kernel RBD volume at
+// /dev/rbd0 (the rbd0 sysfs scenario, installed under root_), made by the
+// kernel connector family (connector "iscsi", whatever the transport).
+class CleanupStepsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    krbd_captured::Install("rbd0", root_);
+    ASSERT_TRUE(store_.Init().ok());
+    ASSERT_TRUE(store_.Put(Record()).ok());
+  }
 
-// Copies a sysfs scenario into `root`, keeping its symlinks.
-void Install(const std::string& scenario, const std::string& root) {
-  testing::MergeTreeInto(testing::TestDataPath("krbd/sysfs/" + scenario), root);
-}
+  static AttachRecord Record() {
+    AttachRecord r = krbd_captured::ImageRecord("vol-rbd", "iscsi", "/dev/rbd0");
+    r.size_bytes = 1 << 30;
+    return r;
+  }
 
-AttachRecord KrbdRecord() {
-  AttachRecord r;
-  r.volume_id = "vol-rbd";
-  r.connector = "iscsi";  // the kernel connector family, whatever the transport
-  r.transport = "rbd";
-  r.rbd_pool = "rbd";
-  r.rbd_image = kImage;
-  r.rbd_user = "blockcsi";
-  r.expected_serial = kImageId;
-  r.state = "attached";
-  r.device_path = "/dev/rbd0";
-  r.size_bytes = 1 << 30;
-  return r;
-}
+  // blockctl cleanup --apply's step that detaches the record.
+  Status ApplyDetach() {
+    NodeSnapshot snapshot;
+    snapshot.state_dir = state_;
+    snapshot.records = {Record()};
+    CleanupStep step{CleanupStep::Kind::kDetachRecord, "vol-rbd", "vol-rbd", "detach volume vol-rbd"};
+    return ApplyCleanupStep(snapshot, step, {.executor = executor_, .host_fs = MakeRootedHost(root_)});
+  }
 
-TEST(CleanupStepsTest, DetachOfAKrbdRecordTakesTheKrbdPath) {
-  testing::TempDir dir;
-  std::string root = dir.Join("root"), state = dir.Join("state");
-  Install("rbd0", root);
-  AttachRecordStore store(state);
-  ASSERT_TRUE(store.Init().ok());
-  ASSERT_TRUE(store.Put(KrbdRecord()).ok());
+  testing::TempDir dir_;
+  std::string root_ = dir_.Join("root");
+  std::string state_ = dir_.Join("state");
+  AttachRecordStore store_{state_};
+  std::shared_ptr<testing::FakeExecutor> executor_ = std::make_shared<testing::FakeExecutor>();
+};
 
-  auto executor = std::make_shared<testing::FakeExecutor>();
-  executor->ExpectOk({"rbd", "device", "unmap", "--options", "noudev", "/dev/rbd0"});
-  NodeSnapshot snapshot;
-  snapshot.state_dir = state;
-  snapshot.records = {KrbdRecord()};
-  CleanupStep step{CleanupStep::Kind::kDetachRecord, "vol-rbd", "vol-rbd", "detach volume vol-rbd"};
-
-  Status st = ApplyCleanupStep(snapshot, step, {.executor = executor, .host_fs = MakeRootedHost(root)});
+TEST_F(CleanupStepsTest, DetachOfAKrbdRecordTakesTheKrbdPath) {
+  executor_->ExpectOk({"rbd", "device", "unmap", "--options", "noudev", "/dev/rbd0"});
+  Status st = ApplyDetach();
   EXPECT_TRUE(st.ok()) << st.ToString();
-  EXPECT_TRUE(executor->Pending().empty()) << "not run: " << executor->Pending().front();
-  EXPECT_EQ(store.Get("vol-rbd").status().code(), StatusCode::kNotFound) << "the record outlived its detach";
+  EXPECT_TRUE(executor_->Pending().empty()) << "not run: " << executor_->Pending().front();
+  EXPECT_EQ(store_.Get("vol-rbd").status().code(), StatusCode::kNotFound) << "the record outlived its detach";
 }
 
-TEST(CleanupStepsTest, AKrbdDeviceThatStaysBusyKeepsItsRecord) {
-  testing::TempDir dir;
-  std::string root = dir.Join("root"), state = dir.Join("state");
-  Install("rbd0", root);
-  AttachRecordStore store(state);
-  ASSERT_TRUE(store.Init().ok());
-  ASSERT_TRUE(store.Put(KrbdRecord()).ok());
-
-  auto executor = std::make_shared<testing::FakeExecutor>();
+TEST_F(CleanupStepsTest, AKrbdDeviceThatStaysBusyKeepsItsRecord) {
   auto busy = ReadFileToString(testing::TestDataPath("krbd/unmap_busy.stderr"));
   ASSERT_TRUE(busy.ok());
-  executor->ExpectFail({"rbd", "device", "unmap", "--options", "noudev", "/dev/rbd0"}, 16, *busy);
-  NodeSnapshot snapshot;
-  snapshot.state_dir = state;
-  snapshot.records = {KrbdRecord()};
-  CleanupStep step{CleanupStep::Kind::kDetachRecord, "vol-rbd", "vol-rbd", "detach volume vol-rbd"};
-
-  Status st = ApplyCleanupStep(snapshot, step, {.executor = executor, .host_fs = MakeRootedHost(root)});
+  executor_->ExpectFail({"rbd", "device", "unmap", "--options", "noudev", "/dev/rbd0"}, 16, *busy);
+  Status st = ApplyDetach();
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("/dev/rbd0"), std::string::npos) << st.message();
-  EXPECT_TRUE(store.Get("vol-rbd").ok()) << "a record whose device is still mapped must stay";
+  EXPECT_TRUE(store_.Get("vol-rbd").ok()) << "a record whose device is still mapped must stay";
 }
 
 }  // namespace

@@ -322,21 +322,24 @@ NodeSnapshot OwnedBy(bool alive, bool adopted) {
   return s;
 }
 
-TEST(NodeStateTest, BridgeStartedByTheRunningPluginIsHealthy) {
-  auto findings = Classify(OwnedBy(true, false));
+// Classify(s) finds the one volume, with `verdict` and its bridge's state
+// `bridge`, and a detail that says `says`.
+void ExpectOneBridgeFinding(const NodeSnapshot& s, const std::string& verdict, const std::string& bridge,
+                            const std::string& says) {
+  auto findings = Classify(s);
   ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].verdict, kVerdictHealthy) << findings[0].detail;
-  EXPECT_EQ(findings[0].bridge, kBridgeStarted);
-  EXPECT_NE(findings[0].detail.find("started by plugin pid 77"), std::string::npos) << findings[0].detail;
+  EXPECT_EQ(findings[0].verdict, verdict) << findings[0].detail;
+  EXPECT_EQ(findings[0].bridge, bridge);
+  EXPECT_NE(findings[0].detail.find(says), std::string::npos) << findings[0].detail;
+}
+
+TEST(NodeStateTest, BridgeStartedByTheRunningPluginIsHealthy) {
+  ExpectOneBridgeFinding(OwnedBy(true, false), kVerdictHealthy, kBridgeStarted, "started by plugin pid 77");
 }
 
 TEST(NodeStateTest, AdoptedBridgeIsHealthyAndSaysSo) {
   NodeSnapshot s = OwnedBy(true, true);
-  auto findings = Classify(s);
-  ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].verdict, kVerdictHealthy) << findings[0].detail;
-  EXPECT_EQ(findings[0].bridge, kBridgeAdopted);
-  EXPECT_NE(findings[0].detail.find("adopted by plugin pid 77"), std::string::npos) << findings[0].detail;
+  ASSERT_NO_FATAL_FAILURE(ExpectOneBridgeFinding(s, kVerdictHealthy, kBridgeAdopted, "adopted by plugin pid 77"));
   CleanupPlan plan = PlanCleanup(s);
   EXPECT_TRUE(plan.steps.empty());
   EXPECT_TRUE(plan.skipped.empty());
@@ -345,11 +348,8 @@ TEST(NodeStateTest, AdoptedBridgeIsHealthyAndSaysSo) {
 TEST(NodeStateTest, BridgeOfADeadPluginKeepsServingAndCleanupLeavesItToTheNextPlugin) {
   for (bool adopted : {false, true}) {
     NodeSnapshot s = OwnedBy(false, adopted);
-    auto findings = Classify(s);
-    ASSERT_EQ(findings.size(), 1u);
-    EXPECT_EQ(findings[0].verdict, kVerdictPluginGone) << findings[0].detail;
-    EXPECT_EQ(findings[0].bridge, kBridgePluginGone);
-    EXPECT_NE(findings[0].detail.find("its plugin (pid 77) is gone"), std::string::npos) << findings[0].detail;
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectOneBridgeFinding(s, kVerdictPluginGone, kBridgePluginGone, "its plugin (pid 77) is gone"));
     // Never stopped under the pods: skipped, with what to do instead.
     CleanupPlan plan = PlanCleanup(s);
     EXPECT_TRUE(plan.steps.empty()) << Actions(plan).front();

@@ -14,6 +14,7 @@
 #include "attach/publish_context.h"
 #include "common/logging.h"
 #include "common/topology.h"
+#include "support/csi_capabilities.h"
 #include "support/fake_attacher.h"
 
 namespace blockcsi {
@@ -63,13 +64,7 @@ class NodeServiceTest : public ::testing::Test {
     csi::v1::NodeStageVolumeRequest r;
     r.set_volume_id(volume);
     r.set_staging_target_path(kStaging);
-    auto* cap = r.mutable_volume_capability();
-    cap->mutable_access_mode()->set_mode(AccessMode::SINGLE_NODE_WRITER);
-    if (fs == "block") {
-      cap->mutable_block();
-    } else {
-      cap->mutable_mount()->set_fs_type(fs);
-    }
+    *r.mutable_volume_capability() = testing::CapabilityFor(fs);
     for (const auto& [k, v] : Context(volume)) (*r.mutable_publish_context())[k] = v;
     return r;
   }
@@ -81,13 +76,7 @@ class NodeServiceTest : public ::testing::Test {
     r.set_staging_target_path(kStaging);
     r.set_target_path(kTarget);
     r.set_readonly(readonly);
-    auto* cap = r.mutable_volume_capability();
-    cap->mutable_access_mode()->set_mode(AccessMode::SINGLE_NODE_WRITER);
-    if (block) {
-      cap->mutable_block();
-    } else {
-      cap->mutable_mount()->set_fs_type("ext4");
-    }
+    *r.mutable_volume_capability() = block ? testing::BlockCapability() : testing::MountCapability("ext4");
     return r;
   }
 

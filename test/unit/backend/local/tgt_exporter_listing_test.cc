@@ -24,8 +24,6 @@ using testing::FakeExecutor;
 using namespace tgt_captured;  // the captured listings and their exports
 
 constexpr int kPort = 3262;
-constexpr char kNewVol[] = "vol-2222222222222222";
-constexpr char kNewIqn[] = "iqn.2026-11.io.blockcsi:vol-2222222222222222";
 
 std::string Without(const std::string& text, const std::string& from) { return Edited(text, from, ""); }
 
@@ -33,24 +31,7 @@ std::vector<std::string> Tgtadm(std::vector<std::string> args) { return TgtadmAr
 
 const std::vector<std::string> kShowTargets = Tgtadm({"--op", "show", "--mode", "target"});
 
-// A volume tgtd does not have yet, with no grant (as CreateVolume makes it).
-DesiredExport NewVolume() {
-  DesiredExport d;
-  d.iqn = kNewIqn;
-  d.volume_id = kNewVol;
-  d.image_path = "/pool/v2.img";
-  d.size_bytes = 64 << 20;
-  d.serial = "bcsi2222222222222222";
-  return d;
-}
-
-void ExpectNewTarget(FakeExecutor& executor, int tid) {
-  const std::string t = std::to_string(tid);
-  executor.ExpectOk(Tgtadm({"--op", "new", "--mode", "target", "--tid", t, "-T", kNewIqn}));
-  executor.ExpectOk(Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", t, "--lun", "1", "-b", "/pool/v2.img"}));
-  executor.ExpectOk(Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", t, "--lun", "1", "--params",
-                            "scsi_sn=bcsi2222222222222222,scsi_id=" + TgtExporter::ScsiIdFor(kNewVol)}));
-}
+void ExpectNewTarget(FakeExecutor& executor, int tid) { ExpectExportMade(executor, kPort, tid, NewVolume()); }
 
 class TgtExporterListingTest : public ::testing::Test {
  protected:
@@ -121,13 +102,7 @@ TEST_F(TgtExporterListingTest, ARestartedTgtdIsReadAgain) {
   // The same export, in place on the kept listing, is read again from the
   // new tgtd, which has lost it: made again, at tid 1.
   executor_->ExpectOk(kShowTargets, "");
-  executor_->ExpectOk(Tgtadm({"--op", "new", "--mode", "target", "--tid", "1", "-T", kIqn2}));
-  executor_->ExpectOk(
-      Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "-b", "/tmp/bk/b.img"}));
-  executor_->ExpectOk(Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "--params",
-                              "scsi_sn=bcsi1111111111111111,scsi_id=" + TgtExporter::ScsiIdFor(kVol2)}));
-  executor_->ExpectOk(Tgtadm({"--op", "bind", "--mode", "target", "--tid", "1", "--initiator-name", kN1}));
-  executor_->ExpectOk(Tgtadm({"--op", "bind", "--mode", "target", "--tid", "1", "--initiator-name", kN2}));
+  ExpectExportMade(*executor_, kPort, 1, Volume2());
   executor_->ExpectOk(kShowTargets, "");  // the read-back: tgtd shows no target 1 (a fake tgtd)
   EXPECT_EQ(exporter_.Apply(Volume2()).status().code(), StatusCode::kInternal);
 }

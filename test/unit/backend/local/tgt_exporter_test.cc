@@ -71,33 +71,21 @@ TEST_F(TgtExporterTest, AnAclThatReadsBackOtherwiseIsInternalNamingTheVolume) {
 
 TEST_F(TgtExporterTest, ANewVolumeGetsTheNextFreeTidItsLunIdentityAndItsAcl) {
   const std::string listing = Captured("show_target_no_sessions.txt");
-  const std::string vol = "vol-2222222222222222";
-  const std::string iqn = "iqn.2026-11.io.blockcsi:" + vol;
   // After the change tgtd lists target 6 like target 2, with n1 only.
   const std::string block2 =
       listing.substr(listing.find("Target 2:"), listing.find("Target 5:") - listing.find("Target 2:"));
-  std::string block6 = Edited(Edited(block2, std::string("Target 2: ") + kIqn2, "Target 6: " + iqn),
+  std::string block6 = Edited(Edited(block2, std::string("Target 2: ") + kIqn2, std::string("Target 6: ") + kNewIqn),
                               std::string("        ") + kN2 + "\n", "");
-  executor_->ExpectOk(kShowTargets, listing);
-  executor_->ExpectOk(Tgtadm({"--op", "new", "--mode", "target", "--tid", "6", "-T", iqn}));
-  executor_->ExpectOk(
-      Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "6", "--lun", "1", "-b", "/pool/v2.img"}));
-  executor_->ExpectOk(Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", "6", "--lun", "1", "--params",
-                              "scsi_sn=bcsi2222222222222222,scsi_id=" + TgtExporter::ScsiIdFor(vol)}));
-  executor_->ExpectOk(Tgtadm({"--op", "bind", "--mode", "target", "--tid", "6", "--initiator-name", kN1}));
-  executor_->ExpectOk(kShowTargets, listing + block6);
-  DesiredExport d;
-  d.iqn = iqn;
-  d.volume_id = vol;
-  d.image_path = "/pool/v2.img";
-  d.size_bytes = 64 << 20;
-  d.serial = "bcsi2222222222222222";
+  DesiredExport d = NewVolume();
   d.acls = {Allow(kN1)};
+  executor_->ExpectOk(kShowTargets, listing);
+  ExpectExportMade(*executor_, kPort, 6, d);
+  executor_->ExpectOk(kShowTargets, listing + block6);
   auto repairs = exporter_.Apply(d);
   ASSERT_TRUE(repairs.ok()) << repairs.status().ToString();
   EXPECT_EQ(repairs->size(), 3u);  // target created, LUN added, n1 allowed
-  EXPECT_EQ(TgtExporter::ScsiIdFor(vol), "b10cc5a12222222222222222");
-  EXPECT_EQ(exporter_.IdentityFor(vol).wwn, "60000000b10cc5a12222222222222222");
+  EXPECT_EQ(TgtExporter::ScsiIdFor(kNewVol), "b10cc5a12222222222222222");
+  EXPECT_EQ(exporter_.IdentityFor(kNewVol).wwn, "60000000b10cc5a12222222222222222");
 }
 
 TEST_F(TgtExporterTest, ChapAccountIsMadeWithItsSecretMarkedAndBoundToTheTarget) {

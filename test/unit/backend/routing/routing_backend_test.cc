@@ -10,6 +10,7 @@
 
 #include "backend/call_scope.h"
 #include "controller/controller_service.h"
+#include "support/csi_requests.h"
 #include "support/fake_backend.h"
 
 namespace blockcsi {
@@ -274,12 +275,7 @@ class RoutedControllerTest : public RoutingBackendTest {
 };
 
 TEST_F(RoutedControllerTest, StorageClassBackendParameterPicksTheBackendEndToEnd) {
-  csi::v1::CreateVolumeRequest request;
-  request.set_name("pvc-1");
-  request.mutable_capacity_range()->set_required_bytes(8 * kMiB);
-  auto* cap = request.add_volume_capabilities();
-  cap->mutable_mount();
-  cap->mutable_access_mode()->set_mode(csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+  csi::v1::CreateVolumeRequest request = testing::CreateRequest("pvc-1", 8 * kMiB);
   (*request.mutable_parameters())["backend"] = "fast";
   csi::v1::CreateVolumeResponse response;
   grpc::Status st = service_->CreateVolume(nullptr, &request, &response);

@@ -11,6 +11,7 @@
 #include "backend/routing/placement.h"
 #include "backend/routing/routing_backend.h"
 #include "controller/controller_service.h"
+#include "support/csi_requests.h"
 #include "support/fake_backend.h"
 
 namespace blockcsi {
@@ -210,12 +211,7 @@ TEST_F(ZoneRoutingTest, CapacityIsTheHostsOfTheSegment) {
 // As the plugin runs it: ControllerService → routing.
 TEST_F(ZoneRoutingTest, ControllerHonoursRequirementsAndAnswersCapacityPerSegment) {
   ControllerService service(routing_, ControllerOptions{});
-  csi::v1::CreateVolumeRequest request;
-  request.set_name("pvc-1");
-  request.mutable_capacity_range()->set_required_bytes(8 * kMiB);
-  auto* cap = request.add_volume_capabilities();
-  cap->mutable_mount();
-  cap->mutable_access_mode()->set_mode(csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+  csi::v1::CreateVolumeRequest request = testing::CreateRequest("pvc-1", 8 * kMiB);
   auto* requirements = request.mutable_accessibility_requirements();
   for (const auto& node : {NodeIn("n1", "a"), NodeIn("n2", "b")}) {
     requirements->add_requisite()->mutable_segments()->insert(node.begin(), node.end());
