@@ -50,6 +50,10 @@ struct AttachRecord {
   std::map<std::string, std::string> annotations;
 };
 
+// The record of a first attach of `spec` through `connector`: what the spec
+// says, with state and device still empty. Every attacher writes it first.
+AttachRecord NewAttachRecord(const AttachSpec& spec, const std::string& connector);
+
 struct AttachHealth {
   bool abnormal = false;
   std::string message;  // why, for VolumeCondition and blockctl

@@ -75,10 +75,7 @@ void VolumeAttacherImpl::KeepOrAbandon(const std::optional<AttachRecord>& in_use
   if (!put.ok()) LogError("cannot restore attach record", {{"volume_id", record.volume_id}, {"error", put.ToString()}});
 }
 
-namespace {
-
-// The record of a first attach of `spec` through `connector`.
-AttachRecord NewRecordFor(const AttachSpec& spec, const std::string& connector) {
+AttachRecord NewAttachRecord(const AttachSpec& spec, const std::string& connector) {
   AttachRecord record;
   record.volume_id = spec.volume_id;
   record.connector = connector;
@@ -97,8 +94,6 @@ AttachRecord NewRecordFor(const AttachSpec& spec, const std::string& connector) 
   record.static_volume = spec.static_volume;
   return record;
 }
-
-}  // namespace
 
 StatusOr<VolumeAttacherImpl::EarlierAttach> VolumeAttacherImpl::ExamineEarlierAttach(const AttachSpec& spec) {
   EarlierAttach out;
@@ -142,7 +137,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
   BLOCKCSI_ASSIGN_OR_RETURN(EarlierAttach earlier, ExamineEarlierAttach(spec));
   if (earlier.reuse) return *earlier.reuse;
   const std::optional<AttachRecord>& in_use = earlier.in_use;
-  AttachRecord record = earlier.resume ? *earlier.resume : NewRecordFor(spec, connector_->name());
+  AttachRecord record = earlier.resume ? *earlier.resume : NewAttachRecord(spec, connector_->name());
   record.state = kAttachStateAttaching;
   connector_->Prepare(spec, &record);
   // Written before anything exists on the node, so that a crash from here

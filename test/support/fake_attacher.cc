@@ -84,16 +84,7 @@ StatusOr<AttachRecord> FakeAttacher::Attach(const AttachSpec& spec) {
     if (dev.major_minor.empty()) dev.major_minor = "7:" + std::to_string(100 + world_->devices.size());
     dev.present = true;
   }
-  AttachRecord r;
-  r.volume_id = spec.volume_id;
-  r.connector = "fake";
-  r.transport = spec.transport;
-  r.portals = spec.portals;
-  r.target_iqn = spec.target_iqn;
-  r.lun = spec.lun;
-  r.initiator_iqn = spec.initiator_iqn;
-  r.read_only = spec.read_only;
-  r.static_volume = spec.static_volume;
+  AttachRecord r = NewAttachRecord(spec, "fake");
   r.state = "attached";
   r.device_path = device;
   r.annotations = spec.annotations;  // in the attach write, as the real attacher does

@@ -217,18 +217,35 @@ bool ParseSectionLine(Section section, std::string_view line, TgtTarget& target)
   return false;
 }
 
+// `text` a line at a time (without the newline, indent kept), counted from 1.
+class LineReader {
+ public:
+  explicit LineReader(std::string_view text) : rest_(text) {}
+  bool Next(std::string_view* line) {
+    if (rest_.empty()) return false;
+    size_t eol = rest_.find('\n');
+    *line = rest_.substr(0, eol);
+    rest_ = eol == std::string_view::npos ? std::string_view() : rest_.substr(eol + 1);
+    ++number_;
+    return true;
+  }
+  int number() const { return number_; }
+
+ private:
+  std::string_view rest_;
+  int number_ = 0;
+};
+
 }  // namespace
 
 StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
   std::vector<TgtTarget> targets;
   SeenTargets seen;
   Section section = Section::kNone;
-  int line_number = 0;
-  while (!text.empty()) {
-    size_t eol = text.find('\n');
-    std::string_view raw = text.substr(0, eol);
-    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
-    ++line_number;
+  LineReader lines(text);
+  std::string_view raw;
+  while (lines.Next(&raw)) {
+    const int line_number = lines.number();
     std::string_view line = TrimWhitespace(raw);
     if (line.empty()) continue;
     size_t indent = Indent(raw);
@@ -245,19 +262,17 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
     }
     if (!ParseSectionLine(section, line, targets.back())) return Unexpected(line_number, line);
   }
-  if (!targets.empty() && section != Section::kAcl) return Incomplete(line_number, targets.back());
+  if (!targets.empty() && section != Section::kAcl) return Incomplete(lines.number(), targets.back());
   return targets;
 }
 
 StatusOr<std::vector<std::string>> ParseTgtadmAccounts(std::string_view text) {
   std::vector<std::string> accounts;
   bool header = false;
-  int line_number = 0;
-  while (!text.empty()) {
-    size_t eol = text.find('\n');
-    std::string_view raw = text.substr(0, eol);
-    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
-    ++line_number;
+  LineReader lines(text);
+  std::string_view raw;
+  while (lines.Next(&raw)) {
+    const int line_number = lines.number();
     std::string_view line = TrimWhitespace(raw);
     if (line.empty()) continue;
     if (line == "Account list:" && Indent(raw) == 0) {
