@@ -23,13 +23,14 @@
 # libc-ares-dev, zlib1g-dev, libssl-dev); `pkg-config --static` gives their order.
 option(BLOCKCSI_STATIC_GRPC "Link the blockcsi program against static gRPC/protobuf/abseil archives" ON)
 
-function(blockcsi_find_grpc_archives out)
+function(blockcsi_find_grpc_archives out version)
   set(${out} "" PARENT_SCOPE)
   pkg_check_modules(GRPC_LINK QUIET grpc++ protobuf)
   if(NOT GRPC_LINK_FOUND)
     message(STATUS "blockcsi: static gRPC off (no grpc++/protobuf pkg-config)")
     return()
   endif()
+  set(${version} "${GRPC_LINK_grpc++_VERSION}" PARENT_SCOPE)
   set(archives "")
   # grpc++_reflection is not in grpc++.pc; the generated code links it.
   # ssl and crypto last: the plugin's own SHA-256 and base64 use them too.
@@ -131,10 +132,11 @@ function(blockcsi_link_grpc_statically program)
     return()
   endif()
   if(NOT TARGET blockcsi_grpc_static)
-    blockcsi_find_grpc_archives(archives)
+    blockcsi_find_grpc_archives(archives grpc_version)
     if(NOT archives)
       return()
     endif()
+    set_property(GLOBAL PROPERTY BLOCKCSI_STATIC_GRPC_VERSION "${grpc_version}")
     find_package(OpenSSL REQUIRED)
     list(JOIN archives "," group)
     add_library(blockcsi_grpc_static INTERFACE)
@@ -156,4 +158,15 @@ function(blockcsi_link_grpc_statically program)
   endif()
   set_target_properties(${program} PROPERTIES BLOCKCSI_STATIC_GRPC ON)
   message(STATUS "blockcsi: ${program} links gRPC, protobuf and abseil statically")
+  # 4. gRPC's core configuration cut to what the plugin uses (no xDS, RLS,
+  # grpclb...; grpc_core_configuration.cc says what and why). Its list of
+  # gRPC's internal registration functions was read from 1.51 (Debian 12):
+  # with another gRPC the program keeps gRPC's own registry.
+  get_property(grpc_version GLOBAL PROPERTY BLOCKCSI_STATIC_GRPC_VERSION)
+  if(grpc_version MATCHES "^1\\.51\\.")
+    target_sources(${program} PRIVATE ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/grpc_core_configuration.cc)
+    message(STATUS "blockcsi: ${program} registers only the gRPC ${grpc_version} components it uses")
+  else()
+    message(STATUS "blockcsi: ${program} keeps gRPC's own registry (gRPC ${grpc_version}, not 1.51)")
+  endif()
 endfunction()

@@ -94,6 +94,24 @@ TEST(BridgeProgramLinks, EachProgramLinksOnlyWhatItUses) {
   EXPECT_FALSE(NamesLib(plugin, "libiscsi")) << "the plugin still links the bridge's libiscsi";
 }
 
+// With gRPC 1.51 linked in from its archives (src/cmd/lean_link.cmake), the
+// plugin carries only the gRPC components it registers
+// (grpc_core_configuration.cc): none of xDS, RLS, grpclb or ring-hash.
+TEST(PluginProgramLinks, CarriesOnlyTheGrpcComponentsItRegisters) {
+  const std::string plugin = BinDir() + "/blockcsi";
+  if (NamesLib(Needed(plugin), "libgrpc")) GTEST_SKIP() << "blockcsi links the shared gRPC (BLOCKCSI_STATIC_GRPC off)";
+  std::string version;
+  if (RunProgram({"pkg-config", "--modversion", "grpc++"}, &version) != 0 || !version.starts_with("1.51.")) {
+    GTEST_SKIP() << "gRPC " << version << " is not 1.51: the plugin keeps gRPC's own registry";
+  }
+  std::string symbols;
+  ASSERT_EQ(RunProgram({"nm", "-C", plugin}, &symbols), 0);
+  EXPECT_NE(symbols.find("grpc_core::BuildCoreConfiguration"), std::string::npos) << "no gRPC in the plugin?";
+  for (const char* component : {"XdsClient", "RlsLb", "GrpcLb::", "RingHash", "OutlierDetectionLb", "RbacFilter"}) {
+    EXPECT_EQ(symbols.find(component), std::string::npos) << "the plugin links gRPC's " << component;
+  }
+}
+
 // A stand-in for the previous plugin's spawn: its bridges ran as
 // `/proc/self/exe bridge --volume-id ...` (the plugin's own binary). The
 // record format, socket paths and control protocol are unchanged by issue
