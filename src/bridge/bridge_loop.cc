@@ -13,8 +13,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <random>
 #include <string>
+#include <thread>
 
 #include "bridge/bridge_internal.h"
 #include "common/logging.h"
@@ -24,8 +27,12 @@ namespace blockcsi::bridge_internal {
 namespace {
 
 // Another process may take the free device between the ask and the
-// configure (EBUSY): ask again, as losetup does.
-constexpr int kConfigureAttempts = 16;
+// configure (EBUSY): ask again, as losetup does. Every racer is handed the
+// same lowest free device and one wins per round, so a storm of N bridges
+// starting at once needs up to N rounds: the bound is time, not a count
+// (16 tries lost to 32 concurrent stages), with a short random pause so the
+// losers do not stay in step.
+constexpr std::chrono::seconds kConfigureFor{10};
 
 }  // namespace
 
@@ -42,7 +49,10 @@ Status Bridge::SetUpLoop() {
   config.info.lo_flags = LO_FLAGS_DIRECT_IO | (args_.read_only ? LO_FLAGS_READ_ONLY : 0);
   std::strncpy(reinterpret_cast<char*>(config.info.lo_file_name), file.c_str(), LO_NAME_SIZE - 1);
   int err = EBUSY;
-  for (int attempt = 0; attempt < kConfigureAttempts && err == EBUSY; ++attempt) {
+  const auto give_up = std::chrono::steady_clock::now() + kConfigureFor;
+  std::minstd_rand jitter(static_cast<unsigned>(::getpid()));
+  for (bool first = true; err == EBUSY && std::chrono::steady_clock::now() < give_up; first = false) {
+    if (!first) std::this_thread::sleep_for(std::chrono::microseconds(100 + jitter() % 900));
     int n = ::ioctl(control.get(), LOOP_CTL_GET_FREE);
     if (n < 0) return ErrnoToStatus(errno, "LOOP_CTL_GET_FREE");
     std::string device = "/dev/loop" + std::to_string(n);
