@@ -217,17 +217,29 @@ bool ParseSectionLine(Section section, std::string_view line, TgtTarget& target)
   return false;
 }
 
-// `text` a line at a time (without the newline, indent kept), counted from 1.
+// The non-blank lines of `text`, trimmed, each with its indent and its
+// line number (counted from 1, blank lines included).
 class LineReader {
  public:
+  struct Line {
+    std::string_view text;
+    size_t indent = 0;
+    int number = 0;
+  };
   explicit LineReader(std::string_view text) : rest_(text) {}
-  bool Next(std::string_view* line) {
-    if (rest_.empty()) return false;
-    size_t eol = rest_.find('\n');
-    *line = rest_.substr(0, eol);
-    rest_ = eol == std::string_view::npos ? std::string_view() : rest_.substr(eol + 1);
-    ++number_;
-    return true;
+  bool Next(Line* line) {
+    while (!rest_.empty()) {
+      size_t eol = rest_.find('\n');
+      std::string_view raw = rest_.substr(0, eol);
+      rest_ = eol == std::string_view::npos ? std::string_view() : rest_.substr(eol + 1);
+      ++number_;
+      line->text = TrimWhitespace(raw);
+      if (line->text.empty()) continue;
+      line->indent = Indent(raw);
+      line->number = number_;
+      return true;
+    }
+    return false;
   }
   int number() const { return number_; }
 
@@ -243,19 +255,17 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
   SeenTargets seen;
   Section section = Section::kNone;
   LineReader lines(text);
-  std::string_view raw;
-  while (lines.Next(&raw)) {
-    const int line_number = lines.number();
-    std::string_view line = TrimWhitespace(raw);
-    if (line.empty()) continue;
-    size_t indent = Indent(raw);
-    if (indent == 0) {
+  LineReader::Line next;
+  while (lines.Next(&next)) {
+    const int line_number = next.number;
+    const std::string_view line = next.text;
+    if (next.indent == 0) {
       BLOCKCSI_RETURN_IF_ERROR(ParseTargetHeader(line_number, line, section, targets, seen));
       section = Section::kNone;
       continue;
     }
     if (targets.empty()) return Unexpected(line_number, line);
-    if (indent == 4) {
+    if (next.indent == 4) {
       section = NextSection(line, section);
       if (section == Section::kNone) return Unexpected(line_number, line);
       continue;
@@ -270,17 +280,16 @@ StatusOr<std::vector<std::string>> ParseTgtadmAccounts(std::string_view text) {
   std::vector<std::string> accounts;
   bool header = false;
   LineReader lines(text);
-  std::string_view raw;
-  while (lines.Next(&raw)) {
-    const int line_number = lines.number();
-    std::string_view line = TrimWhitespace(raw);
-    if (line.empty()) continue;
-    if (line == "Account list:" && Indent(raw) == 0) {
+  LineReader::Line next;
+  while (lines.Next(&next)) {
+    const int line_number = next.number;
+    const std::string_view line = next.text;
+    if (line == "Account list:" && next.indent == 0) {
       if (header) return Unexpected(line_number, line);  // tgtd prints it once
       header = true;
       continue;
     }
-    if (!header || Indent(raw) == 0 || !IsValidChapName(line)) return Unexpected(line_number, line);
+    if (!header || next.indent == 0 || !IsValidChapName(line)) return Unexpected(line_number, line);
     for (const auto& seen : accounts) {
       if (seen == line) return Unexpected(line_number, line);
     }
