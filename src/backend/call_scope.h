@@ -2,8 +2,9 @@
 // not — the request's secrets and (CreateVolume, GetCapacity) its
 // parameters — made visible to backend code that runs on the handler's
 // thread while that call lasts. Set by ControllerService (one RAII
-// ScopedCall per RPC, controller/request_scope.h); read by backends that need it (RbdSecretBackend: the
-// cephx credentials; RoutingBackend: GetCapacity's `backend` and segment).
+// ScopedCall per RPC, controller/request_scope.h); read by backends that
+// need it (RbdSecretBackend: the cephx credentials; RoutingBackend:
+// GetCapacity's `backend` and segment).
 //
 // Why a per-thread scope rather than a parameter: the gRPC server is
 // synchronous, so a call's handler, the ControllerService and the backend

@@ -34,7 +34,6 @@ grpc::Status ControllerService::ControllerPublishVolume(grpc::ServerContext*,
                                                         const csi::v1::ControllerPublishVolumeRequest* request,
                                                         csi::v1::ControllerPublishVolumeResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoPublish(*request, response));
 }
 
@@ -226,7 +225,6 @@ grpc::Status ControllerService::ControllerUnpublishVolume(grpc::ServerContext*,
                                                           const csi::v1::ControllerUnpublishVolumeRequest* request,
                                                           csi::v1::ControllerUnpublishVolumeResponse*) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoUnpublish(*request));
 }
 

@@ -44,7 +44,6 @@ grpc::Status ControllerService::ValidateVolumeCapabilities(grpc::ServerContext*,
                                                            const csi::v1::ValidateVolumeCapabilitiesRequest* request,
                                                            csi::v1::ValidateVolumeCapabilitiesResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoValidate(*request, response));
 }
 
@@ -89,7 +88,6 @@ Status ControllerService::DoValidate(const csi::v1::ValidateVolumeCapabilitiesRe
 grpc::Status ControllerService::ListVolumes(grpc::ServerContext*, const csi::v1::ListVolumesRequest* request,
                                             csi::v1::ListVolumesResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoListVolumes(*request, response));
 }
 
@@ -140,7 +138,6 @@ Status ControllerService::DoListVolumes(const csi::v1::ListVolumesRequest& reque
 grpc::Status ControllerService::GetCapacity(grpc::ServerContext*, const csi::v1::GetCapacityRequest* request,
                                             csi::v1::GetCapacityResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoGetCapacity(*request, response));
 }
 
@@ -190,7 +187,6 @@ grpc::Status ControllerService::ControllerGetVolume(grpc::ServerContext*,
                                                     const csi::v1::ControllerGetVolumeRequest* request,
                                                     csi::v1::ControllerGetVolumeResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoGetVolume(*request, response));
 }
 

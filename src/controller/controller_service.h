@@ -3,7 +3,9 @@
 // checks and the error codes the CSI spec names. Thread-safe: the backend is
 // thread-safe, and concurrent operations on one volume id, one volume name or
 // one snapshot are refused with ABORTED (the sidecars retry) instead of
-// racing. Arguments are validated before any lock is taken.
+// racing. Arguments are validated before any lock is taken. Each call that
+// reaches the backend runs inside its request's CallScope (secrets,
+// parameters: controller/request_scope.h).
 //
 // Node limits: the controller never sees NodeGetInfo. It enforces the same
 // --max-volumes-per-node the node advertises (pass the flag to both) by

@@ -30,7 +30,6 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 grpc::Status ControllerService::CreateSnapshot(grpc::ServerContext*, const csi::v1::CreateSnapshotRequest* request,
                                                csi::v1::CreateSnapshotResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoCreateSnapshot(*request, response));
 }
 
@@ -69,7 +68,6 @@ Status ControllerService::DoCreateSnapshot(const csi::v1::CreateSnapshotRequest&
 grpc::Status ControllerService::DeleteSnapshot(grpc::ServerContext*, const csi::v1::DeleteSnapshotRequest* request,
                                                csi::v1::DeleteSnapshotResponse*) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoDeleteSnapshot(*request));
 }
 
@@ -90,7 +88,6 @@ Status ControllerService::DoDeleteSnapshot(const csi::v1::DeleteSnapshotRequest&
 grpc::Status ControllerService::ListSnapshots(grpc::ServerContext*, const csi::v1::ListSnapshotsRequest* request,
                                               csi::v1::ListSnapshotsResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoListSnapshots(*request, response));
 }
 
@@ -127,7 +124,6 @@ Status ControllerService::DoListSnapshots(const csi::v1::ListSnapshotsRequest& r
 grpc::Status ControllerService::GetSnapshot(grpc::ServerContext*, const csi::v1::GetSnapshotRequest* request,
                                             csi::v1::GetSnapshotResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoGetSnapshot(*request, response));
 }
 

@@ -36,7 +36,6 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 grpc::Status ControllerService::CreateVolume(grpc::ServerContext*, const csi::v1::CreateVolumeRequest* request,
                                              csi::v1::CreateVolumeResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoCreateVolume(*request, response));
 }
 
@@ -163,7 +162,6 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
 grpc::Status ControllerService::DeleteVolume(grpc::ServerContext*, const csi::v1::DeleteVolumeRequest* request,
                                              csi::v1::DeleteVolumeResponse*) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoDeleteVolume(*request));
 }
 
@@ -203,7 +201,6 @@ grpc::Status ControllerService::ControllerExpandVolume(grpc::ServerContext*,
                                                        const csi::v1::ControllerExpandVolumeRequest* request,
                                                        csi::v1::ControllerExpandVolumeResponse* response) {
   ScopedCall scope(RequestScope(*request));
-
   return ToGrpcStatus(DoExpand(*request, response));
 }
 
