@@ -93,7 +93,7 @@ cleanup() {
     pid="${pid%/cmdline}"
     [ "$pid" = "$$" ] && continue
     parts=()
-    mapfile -d '' parts <"$cmdline" 2>/dev/null || continue
+    mapfile -d '' parts 2>/dev/null <"$cmdline" || continue
     # The Ceph daemons are stopped by hack/ceph-cluster.sh below.
     if [[ "${parts[*]}" == *"$work/"* && "${parts[*]}" != *"$ceph_dir/"* ]]; then
       kill -KILL "$pid" 2>/dev/null
