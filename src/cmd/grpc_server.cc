@@ -29,20 +29,27 @@ void ApplyServerLimits(grpc::ServerBuilder& builder, const ServerLimits& limits)
   builder.SetResourceQuota(quota);
 }
 
-void BlockTerminationSignals() {
+namespace {
+
+// SIGTERM and SIGINT: blocked in every thread, taken by sigwait in one.
+sigset_t TerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  return set;
+}
+
+}  // namespace
+
+void BlockTerminationSignals() {
+  const sigset_t set = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 }
 
 const char* WaitForTerminationSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
+  const sigset_t set = TerminationSignals();
   int signal_number = 0;
   sigwait(&set, &signal_number);
   return strsignal(signal_number);
