@@ -67,7 +67,7 @@ else
   lifecycle_args=(--runs 20 --storm "32,64" --storm-rounds 3 --size-mib 64 --spans 5)
   attach_args=(256 3)
   datapath_args=(--size-mib 256 --ops 2000 --rounds 5 --fio-seconds 5)
-  scale_args=(--volumes 1000 --page 100 --samples 20)
+  scale_args=(--volumes 1000 --page 100 --samples 40)
   control_args=(--rounds 200 --warmup 10)
   memory_args=(--staged 64)
 fi
@@ -179,6 +179,9 @@ if [ -z "$only" ]; then
 
   run 4 "$bin/bench/datapath_bench" "${datapath_args[@]}"
   run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}"
+  # The same at tgt's own 16 I/O threads per LUN: what an operator's untuned
+  # tgtd pays (the tgtd above runs as deploy/target-host ships it).
+  run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}" --create-only --tgtd-io-threads 0
   run 5 "$bin/bench/tgtd_control_bench" "${control_args[@]}"
 
   # ---- issue #18: plugin memory against the CSI reference driver -------------
@@ -424,7 +427,13 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    counted. A page's health checks are made once per page
    (`VolumeBackend::CheckVolumes`, one tgtd read for the page); the
    pre-batching path, one `CheckVolume` and one `tgtadm --op show` per
-   volume, is measured on the same ids for comparison. Then one tgtd
+   volume, is measured on the same ids for comparison. tgtd runs with the
+   I/O threads per LUN that `deploy/target-host/target.env` ships
+   (`TGT_IO_THREADS`, 2; `tgtd -t`): tgtd starts that many threads for
+   every LUN, and at tgt's own default of 16 (16,000 threads at 1,000
+   volumes) each new LUN costs tgtd more as the pool grows. The row
+   "tgt's default I/O threads" is the same CreateVolume figure on a tgtd
+   left at 16 (`--tgtd-io-threads 0`). Then one tgtd
    management call over its control socket against an exec of `tgtadm`
    (`tgtd_control_bench`).
 6. **Plugin memory** (issue #18) — `blockcsi` in `--mode all`, `controller`

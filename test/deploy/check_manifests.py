@@ -1327,6 +1327,15 @@ def check_target_host(deploy_dir, problems):
             problems.add(where, f"blockcsi-target.service does not pass {a}")
     if "--insecure" in given:
         problems.add(where, "blockcsi-target.service runs --insecure")
+    # Issue #18: tgtd's I/O threads per LUN are ours to set (16 per LUN by
+    # default: 16,000 threads at 1,000 volumes); the tests run the same value.
+    tgtd = re.sub(r"\\\n", " ", files.get("blockcsi-tgtd.service", ""))
+    tgtd_start = re.search(r"^ExecStart=(.*)$", tgtd, re.M)
+    tgtd_args = tgtd_start.group(1).split() if tgtd_start else []
+    if "-t" not in tgtd_args or tgtd_args[tgtd_args.index("-t") + 1:][:1] != ["${TGT_IO_THREADS}"]:
+        problems.add(where, "blockcsi-tgtd.service does not pass -t ${TGT_IO_THREADS}")
+    if not env.get("TGT_IO_THREADS", "").isdigit() or int(env["TGT_IO_THREADS"]) < 1:
+        problems.add(where, f"TGT_IO_THREADS is {env.get('TGT_IO_THREADS')!r}, not a positive number")
     for a in env.get("BLOCKCSI_TARGET_PORTAL_ARGS", "").split():
         if not a.startswith("--portal="):
             problems.add(where, f"BLOCKCSI_TARGET_PORTAL_ARGS holds {a!r}, only --portal= flags belong there")
@@ -1942,6 +1951,10 @@ def self_test(deploy_dir, renderers, yamllint):
             ("unit uses a variable target.env does not set",
              "target-host/blockcsi-target.service", "${BLOCKCSI_TARGET_POOL}", "${BLOCKCSI_POOL}",
              "$BLOCKCSI_POOL"),
+            ("tgtd unit with tgt's default I/O threads",
+             "target-host/blockcsi-tgtd.service", "-t ${TGT_IO_THREADS} ", "", "does not pass -t ${TGT_IO_THREADS}"),
+            ("TGT_IO_THREADS not a number",
+             "target-host/target.env", "TGT_IO_THREADS=2", "TGT_IO_THREADS=two", "not a positive number"),
             ("unit passes a flag blockcsi-target does not have",
              "target-host/blockcsi-target.service", "--listen=", "--listen-address=", "no flag --listen-address"),
         ]

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include "support/test_util.h"
 
@@ -44,6 +47,51 @@ TEST(TgtdHarnessTest, AControlNumberAnotherTgtdHoldsFailsTheStart) {
   EXPECT_NE(first->ShowTargets().find("iqn.2026-11.io.blockcsi:first"), std::string::npos)
       << "the failed start touched the first tgtd";
   EXPECT_EQ(::kill(first->pid(), 0), 0) << "the first tgtd is gone";
+}
+
+// tgtd's thread count from /proc (main loop, plus the I/O threads of each LUN).
+int TgtdThreads(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with("Threads:")) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// The threads tgtd starts for one new LUN.
+int ThreadsForOneLun(TgtdHarness& tgtd, const std::string& image) {
+  const int before = TgtdThreads(tgtd.pid());
+  int code = -1;
+  tgtd.Tgtadm({"--op", "new", "--mode", "target", "--tid", "1", "-T", "iqn.2026-11.io.blockcsi:threads"}, &code);
+  EXPECT_EQ(code, 0);
+  tgtd.Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "-b", image}, &code);
+  EXPECT_EQ(code, 0);
+  return TgtdThreads(tgtd.pid()) - before;
+}
+
+// The tests' tgtd runs as deploy/target-host ships it: tgtd -t TGT_IO_THREADS
+// (what CreateVolume at 1,000 volumes costs depends on it, issue #18), and
+// tgtd honours it per LUN, where its own default would start 16.
+TEST(TgtdHarnessTest, RunsTheIoThreadsPerLunThatTargetEnvShips) {
+  std::string error;
+  const int deployed = DeployedTgtdIoThreads(&error);
+  ASSERT_GT(deployed, 0) << error;
+  TempDir dir;
+  const std::string image = dir.Join("lun.img");
+  std::ofstream(image).close();
+  ASSERT_EQ(::truncate(image.c_str(), 1 << 20), 0);
+
+  auto as_deployed = TgtdHarness::Start(&error);
+  BLOCKCSI_REQUIRE_TGTD(as_deployed, error);
+  EXPECT_EQ(ThreadsForOneLun(*as_deployed, image), deployed);
+  as_deployed.reset();
+
+  TgtdOptions tgt_default;
+  tgt_default.io_threads = 0;
+  auto untuned = TgtdHarness::Start(tgt_default, &error);
+  ASSERT_NE(untuned, nullptr) << error;
+  EXPECT_EQ(ThreadsForOneLun(*untuned, image), 16) << "tgt's own default";
 }
 
 }  // namespace

@@ -7,12 +7,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "common/executor.h"
+#include "support/test_util.h"
 
 namespace blockcsi::testing {
 
@@ -80,6 +83,23 @@ std::string TgtdHarness::MissingCapability() {
   return "";
 }
 
+int DeployedTgtdIoThreads(std::string* error) {
+  const std::string path = SourceDir() + "/deploy/target-host/target.env";
+  std::ifstream env(path);
+  std::string line;
+  while (std::getline(env, line)) {
+    if (!line.starts_with("TGT_IO_THREADS=")) continue;
+    const std::string value = line.substr(line.find('=') + 1);
+    int threads = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), threads);
+    if (ec == std::errc() && end == value.data() + value.size() && threads > 0) return threads;
+    *error = path + ": TGT_IO_THREADS is not a positive number: " + value;
+    return -1;
+  }
+  *error = path + " sets no TGT_IO_THREADS";
+  return -1;
+}
+
 std::unique_ptr<TgtdHarness> TgtdHarness::Start(std::string* error) { return Start(TgtdOptions{}, error); }
 
 std::unique_ptr<TgtdHarness> TgtdHarness::Start(const TgtdOptions& options, std::string* error) {
@@ -87,6 +107,11 @@ std::unique_ptr<TgtdHarness> TgtdHarness::Start(const TgtdOptions& options, std:
   std::unique_ptr<TgtdHarness> h(new TgtdHarness());
   h->address_ = options.address;
   h->command_prefix_ = options.command_prefix;
+  h->io_threads_ = options.io_threads;
+  if (options.io_threads == TgtdOptions::kAsDeployed) {
+    h->io_threads_ = DeployedTgtdIoThreads(error);
+    if (h->io_threads_ < 0) return nullptr;
+  }
   if (options.port != 0) {
     h->port_ = options.port;
   } else {
@@ -116,8 +141,9 @@ std::unique_ptr<TgtdHarness> TgtdHarness::Start(const TgtdOptions& options, std:
 bool TgtdHarness::Launch(std::string* error) {
   // Everything the child needs is built before fork: no allocation after it.
   std::vector<std::string> args = command_prefix_;
-  args.insert(args.end(), {"/usr/sbin/tgtd", "-f", "-C", std::to_string(control_port_), "--iscsi",
-                           "portal=" + address_ + ":" + std::to_string(port_)});
+  args.insert(args.end(), {"/usr/sbin/tgtd", "-f", "-C", std::to_string(control_port_)});
+  if (io_threads_ > 0) args.insert(args.end(), {"-t", std::to_string(io_threads_)});
+  args.insert(args.end(), {"--iscsi", "portal=" + address_ + ":" + std::to_string(port_)});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

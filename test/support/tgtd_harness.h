@@ -29,7 +29,16 @@ struct TgtdOptions {
   // tgtd's control number (-C); 0: a random one no running tgtd holds. A
   // number another tgtd holds fails the start (only tests name one).
   int control_port = 0;
+  // I/O threads per LUN (tgtd -t). kAsDeployed: the value deploy/target-host/
+  // target.env ships (TGT_IO_THREADS), so that tests and benchmarks run the
+  // tgtd an operator installs; 0: tgt's own default (16).
+  static constexpr int kAsDeployed = -1;
+  int io_threads = kAsDeployed;
 };
+
+// TGT_IO_THREADS of deploy/target-host/target.env, or -1 with `error` set
+// when the file or the key is missing or not a positive number.
+int DeployedTgtdIoThreads(std::string* error);
 
 // A TCP port on 127.0.0.1 kept bound (never listening) for as long as this
 // object lives, so that no other test's bind(0) is handed it: a port picked
@@ -93,6 +102,7 @@ class TgtdHarness {
   // picked here; empty when the caller named the port.
   std::unique_ptr<ReservedPort> reserved_port_;
   std::vector<std::string> command_prefix_;
+  int io_threads_ = 0;  // 0: no -t, tgtd's default
   int port_ = 0;
   int control_port_ = 0;
   pid_t pid_ = -1;
