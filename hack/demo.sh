@@ -9,6 +9,9 @@
 # pid, the work directory), also when a step fails. Run as root on Debian 12.
 #   SKIP_BUILD=1 BIN_DIR=/path/to/bin hack/demo.sh   reuse an existing build
 #   KEEP_LOG=/tmp/plugin.log hack/demo.sh             keep the plugin's log
+#   PLUGIN_WRAPPER="valgrind --tool=callgrind" hack/demo.sh
+#                          run the plugin under a tool (words split on spaces;
+#                          hack/profile-text-layout.sh profiles it this way)
 #   hack/demo.sh --rbd     the same lifecycle on Ceph RBD: a throw-away
 #                          single-node Ceph (hack/ceph-cluster.sh) under the
 #                          work dir instead of tgtd, and
@@ -227,12 +230,14 @@ else
   stage_secrets=()
 fi
 
+# Word-split on purpose: a tool and its flags.
+read -r -a plugin_wrapper <<<"${PLUGIN_WRAPPER:-}"
 start_plugin() {
-  "$bin/blockcsi" --mode all "${backend_flags[@]}" --connector userspace \
+  "${plugin_wrapper[@]}" "$bin/blockcsi" --mode all "${backend_flags[@]}" --connector userspace \
     --endpoint "$endpoint" --node-id demo-node --state-dir "$work/state" \
     >"$work/plugin.log" 2>&1 &
   plugin_pid=$!
-  wait_for 20 csi Probe && csi Probe | grep -q '"ready":true' && csi GetPluginInfo
+  wait_for $(( ${#plugin_wrapper[@]} > 0 ? 120 : 20 )) csi Probe && csi Probe | grep -q '"ready":true' && csi GetPluginInfo
 }
 step "start blockcsi" start_plugin
 
