@@ -2,8 +2,9 @@
 """Writes the linker script that puts the plugin's executed code first.
 
 hack/profile-text-layout.sh runs it; see that script for why. Inputs:
-  --callgrind FILE  callgrind's output for a run of the plugin
-                    (valgrind --tool=callgrind --demangle=no)
+  --callgrind FILE...  callgrind's output for a run of the plugin
+                    (valgrind --tool=callgrind --demangle=no), one file per
+                    process: the plugin's and its forked children's
   --map FILE        the link map of that same binary (ld -Map)
   --binary FILE     that binary (its symbol table, read with nm)
   --out FILE        the linker script to write (src/cmd/hot_text.ld)
@@ -114,13 +115,13 @@ INSERT BEFORE .text;
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--callgrind", required=True)
+    parser.add_argument("--callgrind", required=True, nargs="+")
     parser.add_argument("--map", required=True)
     parser.add_argument("--binary", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
-    executed = executed_functions(args.callgrind, args.binary)
+    executed = set().union(*(executed_functions(f, args.binary) for f in args.callgrind))
     extents = function_extents(args.binary)
     sections = text_input_sections(args.map)
     starts = [s[0] for s in sections]

@@ -2,7 +2,9 @@
 # hack/profile-text-layout.sh: regenerates src/cmd/hot_text.ld, the linker
 # script that gathers the code the plugin executes at the start of its text
 # (issue #18; src/cmd/lean_link.cmake item 5 says why).
-#   1. links blockcsi with a link map (-DBLOCKCSI_LINK_MAP=ON);
+#   1. links blockcsi without the current layout (valgrind names no function
+#      outside the .text section, so a profile of a laid-out binary would
+#      miss the very code the layout moved) and with a link map;
 #   2. runs hack/demo.sh, one volume's whole lifecycle, with the plugin
 #      under callgrind, which records every function it executes;
 #   3. hack/hot_text_layout.py looks each one up in the map and writes the
@@ -17,20 +19,20 @@ build_dir="$(realpath -m "${BUILD_DIR:-build}")"
 if ! command -v valgrind >/dev/null 2>&1; then
   apt-get install -y --no-install-recommends valgrind >/dev/null
 fi
-BLOCKCSI_CONFIGURE_ONLY=1 BUILD_DIR="$build_dir" hack/build.sh -DBLOCKCSI_LINK_MAP=ON
-restore_map_option() { cmake -S . -B "$build_dir" -DBLOCKCSI_LINK_MAP=OFF >/dev/null; rm -rf "$profile_dir"; }
+BLOCKCSI_CONFIGURE_ONLY=1 BUILD_DIR="$build_dir" hack/build.sh -DBLOCKCSI_LINK_MAP=ON -DBLOCKCSI_HOT_TEXT=OFF
+restore_options() {
+  cmake -S . -B "$build_dir" -DBLOCKCSI_LINK_MAP=OFF -DBLOCKCSI_HOT_TEXT=ON >/dev/null
+  rm -rf "$profile_dir" "$build_dir/bin/blockcsi.map"
+}
 profile_dir="$(mktemp -d /tmp/blockcsi-text-layout.XXXXXX)"
-trap restore_map_option EXIT
+trap restore_options EXIT
 cmake --build "$build_dir" --target blockcsi csi-call
 
 SKIP_BUILD=1 BIN_DIR="$build_dir/bin" \
   PLUGIN_WRAPPER="valgrind --tool=callgrind --demangle=no --callgrind-out-file=$profile_dir/callgrind.%p" \
   hack/demo.sh >"$profile_dir/demo.log" 2>&1 || { cat "$profile_dir/demo.log" >&2; exit 1; }
-# One file per process: the plugin's, and one from each child it forked
-# (before that child's exec); the plugin's is the largest.
-# shellcheck disable=SC2012 # names made here, no odd characters
-profile="$(ls -S "$profile_dir"/callgrind.* | head -n 1)"
-
-python3 hack/hot_text_layout.py --callgrind "$profile" --map "$build_dir/bin/blockcsi.map" \
+# One file per process: the plugin's, and those of children it forked that
+# ran its code before their exec. The layout takes what any of them ran.
+python3 hack/hot_text_layout.py --callgrind "$profile_dir"/callgrind.* --map "$build_dir/bin/blockcsi.map" \
   --binary "$build_dir/bin/blockcsi" --out src/cmd/hot_text.ld
-echo "profile-text-layout: src/cmd/hot_text.ld written; rebuild to link with it"
+echo "profile-text-layout: src/cmd/hot_text.ld written; the next build links blockcsi with it"
