@@ -1,7 +1,8 @@
 #include "backend/volume_id.h"
 
 #include <cstdio>
-#include <random>
+
+#include "common/random.h"
 
 namespace blockcsi {
 namespace {
@@ -17,10 +18,9 @@ bool HasIdShape(std::string_view id, std::string_view prefix) {
 }
 
 std::string NewId(std::string_view prefix) {
-  // random_device reads the kernel's CSPRNG: ids are unguessable and, at 64
-  // bits, collide only in theory (the pool still refuses an existing id).
-  std::random_device rd;
-  uint64_t value = (static_cast<uint64_t>(rd()) << 32) | rd();
+  // From the kernel's CSPRNG: ids are unguessable and, at 64 bits, collide
+  // only in theory (the pool still refuses an existing id).
+  const uint64_t value = RandomU64();
   char hex[kHexDigits + 1];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(value));
   return std::string(prefix) + hex;

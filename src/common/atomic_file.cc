@@ -6,8 +6,8 @@
 
 #include <cerrno>
 #include <filesystem>
-#include <random>
 
+#include "common/random.h"
 #include "common/span.h"
 
 namespace blockcsi {
@@ -57,8 +57,7 @@ Status WriteAll(int fd, std::string_view data, const std::string& what) {
 Status WriteFileAtomically(const std::string& path, std::string_view contents, const AtomicWriteOptions& options) {
   // A random suffix: two processes never share a temp file, and a stale temp
   // left by a crash is never mistaken for the real file (readers ignore .tmp-).
-  std::random_device rd;
-  std::string temp = path + ".tmp-" + std::to_string(rd());
+  std::string temp = path + ".tmp-" + std::to_string(static_cast<uint32_t>(RandomU64()));
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, options.mode);
   if (fd < 0) return ErrnoToStatus(errno, "create " + temp);
   Status st = WriteAll(fd, contents, temp);

@@ -2,9 +2,9 @@
 
 #include <cctype>
 #include <chrono>
-#include <random>
 
 #include "common/logging.h"
+#include "common/random.h"
 
 namespace blockcsi {
 namespace {
@@ -28,8 +28,7 @@ uint64_t NumberAfter(std::string_view text, std::string_view marker) {
 class ScratchDir {
  public:
   ScratchDir(const Host& host, const std::string& parent) : host_(host) {
-    std::random_device random;
-    std::string path = parent + "/blockcsi-fsmin-" + std::to_string(random()) + std::to_string(random());
+    std::string path = parent + "/blockcsi-fsmin-" + std::to_string(RandomU64());
     if (host_.Kind(path) == PathKind::kMissing && host_.MakeDirectory(path, 0700).ok()) path_ = path;
   }
   ~ScratchDir() {

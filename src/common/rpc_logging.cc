@@ -8,10 +8,10 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <random>
 
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/random.h"
 #include "common/redaction.h"
 #include "common/status.h"
 
@@ -23,9 +23,8 @@ using grpc::experimental::InterceptionHookPoints;
 std::string NextRequestId() {
   // A per-process random prefix keeps ids unique across plugin restarts.
   static const std::string prefix = [] {
-    std::random_device rd;
     char buf[16];
-    std::snprintf(buf, sizeof buf, "%06x", rd() & 0xffffffu);
+    std::snprintf(buf, sizeof buf, "%06x", static_cast<unsigned>(RandomU64() & 0xffffffu));
     return std::string(buf);
   }();
   static std::atomic<uint64_t> counter{0};

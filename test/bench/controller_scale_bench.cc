@@ -124,8 +124,14 @@ int Main(int argc, char** argv) {
     csi::v1::CreateVolumeResponse resp;
     grpc::ClientContext ctx;
     auto t0 = Clock::now();
-    if (!stub->CreateVolume(&ctx, r, &resp).ok()) ++failures;
-    return Ms(Clock::now() - t0);
+    grpc::Status st = stub->CreateVolume(&ctx, r, &resp);
+    const double ms = Ms(Clock::now() - t0);
+    // The first few failures say why on stderr; all are counted.
+    if (!st.ok() && ++failures <= 3) {
+      std::fprintf(stderr, "controller_scale_bench: CreateVolume %s: %s\n", r.name().c_str(),
+                   st.error_message().c_str());
+    }
+    return ms;
   };
   int last_entries = 0;  // entries in the page list_page returned last
   auto list_page = [&](const std::string& token, int max_entries, std::string* next, long* tgtadm_calls) {
@@ -230,9 +236,11 @@ int Main(int argc, char** argv) {
                                                                 : "tgtd -t " + std::to_string(tgtd_options.io_threads);
     ReportSamples("CreateVolume at " + n + " volumes, " + tgtd_label, full.creates, empty.creates, "ms",
                   "on an empty pool, " + tgtd_label);
-    ReportCount("Controller scale failures, " + tgtd_label, failures);
+    // Here a failure is a finding about that tgtd, not of the benchmark:
+    // counted and reported (the first ones with their message, above).
+    ReportCount("CreateVolume failures, " + tgtd_label, failures);
     server->Shutdown();
-    return failures == 0 ? 0 : 1;
+    return 0;
   }
   measure_pages(full);
 
