@@ -431,9 +431,12 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    I/O threads per LUN that `deploy/target-host/target.env` ships
    (`TGT_IO_THREADS`, 2; `tgtd -t`): tgtd starts that many threads for
    every LUN, and at tgt's own default of 16 (16,000 threads at 1,000
-   volumes) each new LUN costs tgtd more as the pool grows. The row
-   "tgt's default I/O threads" is the same CreateVolume figure on a tgtd
-   left at 16 (`--tgtd-io-threads 0`). Then one tgtd
+   volumes) each new LUN costs tgtd more as the pool grows. The rows
+   "tgt's default I/O threads" are the same CreateVolume figure on a tgtd
+   left at 16 (`--tgtd-io-threads 0`), and the CreateVolume calls that
+   tgtd refused on the way to 1,000 volumes (here a finding, not an error
+   of the benchmark: on this machine such a tgtd stops adding LUNs near
+   1,020 with "tgtadm: out of memory"). Then one tgtd
    management call over its control socket against an exec of `tgtadm`
    (`tgtd_control_bench`).
 6. **Plugin memory** (issue #18) — `blockcsi` in `--mode all`, `controller`
