@@ -429,7 +429,7 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    pre-batching path, one `CheckVolume` and one `tgtadm --op show` per
    volume, is measured on the same ids for comparison. tgtd runs with the
    I/O threads per LUN that `deploy/target-host/target.env` ships
-   (`TGT_IO_THREADS`, 2; `tgtd -t`): tgtd starts that many threads for
+   (`TGT_IO_THREADS`, 4; `tgtd -t`): tgtd starts that many threads for
    every LUN, and at tgt's own default of 16 (16,000 threads at 1,000
    volumes) each new LUN costs tgtd more as the pool grows. The rows
    "tgt's default I/O threads" are the same CreateVolume figure on a tgtd

@@ -232,8 +232,10 @@ int Main(int argc, char** argv) {
   std::printf("  at %d volumes: CreateVolume median %.1f ms\n", volumes, Median(full.creates));
   std::string n = std::to_string(volumes);
   if (create_only) {
-    const std::string tgtd_label = tgtd_options.io_threads == 0 ? "tgt's default I/O threads"
-                                                                : "tgtd -t " + std::to_string(tgtd_options.io_threads);
+    const int threads = tgtd_options.io_threads == testing::TgtdOptions::kAsDeployed
+                            ? testing::DeployedTgtdIoThreads(&error)
+                            : tgtd_options.io_threads;
+    const std::string tgtd_label = threads == 0 ? "tgt's default I/O threads" : "tgtd -t " + std::to_string(threads);
     ReportSamples("CreateVolume at " + n + " volumes, " + tgtd_label, full.creates, empty.creates, "ms",
                   "on an empty pool, " + tgtd_label);
     // Here a failure is a finding about that tgtd, not of the benchmark:

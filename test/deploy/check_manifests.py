@@ -1954,7 +1954,7 @@ def self_test(deploy_dir, renderers, yamllint):
             ("tgtd unit with tgt's default I/O threads",
              "target-host/blockcsi-tgtd.service", "-t ${TGT_IO_THREADS} ", "", "does not pass -t ${TGT_IO_THREADS}"),
             ("TGT_IO_THREADS not a number",
-             "target-host/target.env", "TGT_IO_THREADS=2", "TGT_IO_THREADS=two", "not a positive number"),
+             "target-host/target.env", "TGT_IO_THREADS=4", "TGT_IO_THREADS=four", "not a positive number"),
             ("unit passes a flag blockcsi-target does not have",
              "target-host/blockcsi-target.service", "--listen=", "--listen-address=", "no flag --listen-address"),
         ]
