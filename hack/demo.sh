@@ -217,10 +217,11 @@ else
   done
   echo "== blockcsi demo in $work (iSCSI 127.0.0.1:$iscsi_port, tgtd control port $control_port)"
 
-  # I/O threads per LUN as the storage host's unit runs tgtd (deploy/target-host).
+  # I/O threads per LUN as the storage host's unit runs tgtd: the value lives
+  # in deploy/target-host/target.env only (the tests' tgtd reads it too).
   io_threads="$(sed -n 's/^TGT_IO_THREADS=//p' deploy/target-host/target.env)"
   start_tgtd() {
-    tgtd -f -C "$control_port" -t "${io_threads:-4}" --iscsi "portal=127.0.0.1:$iscsi_port" >"$work/tgtd.log" 2>&1 &
+    tgtd -f -C "$control_port" -t "$io_threads" --iscsi "portal=127.0.0.1:$iscsi_port" >"$work/tgtd.log" 2>&1 &
     tgtd_pid=$!
     wait_for 10 tgtadm -C "$control_port" --lld iscsi --op show --mode target
   }
