@@ -238,6 +238,12 @@ class ProcessExecutor final : public Executor {
     ::dup2(in_fd, STDIN_FILENO);
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(err_fd, STDERR_FILENO);
+    // Only stdio goes to the program. A descriptor another thread holds
+    // without O_CLOEXEC at the fork would live on in it until it exits:
+    // libmount holds a mount's target so (O_PATH) while it mounts or
+    // unmounts, and an mkfs forked in that moment kept the mount busy, its
+    // unmount failing with "target is busy".
+    ::close_range(3, ~0U, 0);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -21,6 +24,7 @@
 #include "attach/publish_context.h"
 #include "common/atomic_file.h"
 #include "common/block_probe.h"
+#include "common/executor.h"
 #include "common/host.h"
 #include "common/logging.h"
 #include "common/mounter.h"
@@ -521,6 +525,36 @@ TEST_F(NodeRealTest, ConditionTurnsAbnormalWhenTheMountOrDeviceGoes) {
       << stats.volume_condition().message();
   ASSERT_TRUE(Unpublish(*node_, v).ok());
   ASSERT_TRUE(Unstage(*node_, v).ok());
+}
+
+// What the plugin runs for one volume (mkfs, e2fsck, tgtadm) must not keep
+// another volume's mount busy. libmount holds a mount's target open (O_PATH,
+// without O_CLOEXEC) while it mounts or unmounts; a program forked by
+// another thread in that moment kept the descriptor across exec, and the
+// unmount failed with "target is busy" while the program ran (the bare
+// storm of lifecycle_bench, which unmounts while other threads run losetup).
+TEST(ExecutedProgramTest, DoesNotKeepAnotherVolumesMountBusy) {
+  if (!testing::IsRoot()) GTEST_SKIP() << "needs root: mount";
+  testing::TempDir dir;
+  const std::string mnt = dir.Join("mnt");
+  ASSERT_TRUE(std::filesystem::create_directory(mnt));
+  ASSERT_EQ(::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m"), 0) << std::strerror(errno);
+  int held = ::open(mnt.c_str(), O_PATH);  // as libmount's, at the moment of the fork
+  ASSERT_GE(held, 0);
+  const std::string started = dir.Join("started"), release = dir.Join("release");
+  auto exec = MakeProcessExecutor();
+  std::thread program([&] {
+    (void)exec->Run(
+        Command("/bin/sh").Arg("-c").Arg("touch " + started + "; while [ ! -e " + release + " ]; do sleep 0.01; done"));
+  });
+  for (int i = 0; i < 1000 && ::access(started.c_str(), F_OK) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ::close(held);  // libmount's own copy is closed before its umount2
+  Status unmounted = MakeLibmountMounter()->Unmount(mnt);
+  std::ofstream(release).put('x');
+  program.join();
+  if (!unmounted.ok()) ::umount2(mnt.c_str(), MNT_DETACH);
+  EXPECT_TRUE(unmounted.ok()) << unmounted.ToString();
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "common/executor.h"
 #include "common/logging.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -150,6 +151,20 @@ TEST(ExecutorTest, MissingProgramIsNotFound) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find("/nonexistent/iscsiadm"), std::string::npos);
+}
+
+// A descriptor the plugin holds without O_CLOEXEC (libmount's hold on a
+// mount's target, from another thread) must not reach the program: there
+// it would keep that mount busy until the program exits.
+TEST(ExecutorTest, ProgramsGetOnlyStdinStdoutAndStderr) {
+  int held = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC, on purpose
+  ASSERT_GE(held, 3);
+  auto exec = MakeProcessExecutor();
+  auto r = exec->Run(Command("/bin/sh").Arg("-c").Arg("ls /proc/$$/fd; [ -e /proc/$$/fd/" + std::to_string(held) +
+                                                      " ] && echo inherited || echo not-inherited"));
+  ::close(held);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->stdout_text.find("not-inherited"), std::string::npos) << r->stdout_text;
 }
 
 // Issue #21: tgtadm was found through PATH (~/.cargo/bin, /usr/local/sbin
