@@ -427,7 +427,14 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    counted. A page's health checks are made once per page
    (`VolumeBackend::CheckVolumes`, one tgtd read for the page); the
    pre-batching path, one `CheckVolume` and one `tgtadm --op show` per
-   volume, is measured on the same ids for comparison. tgtd runs with the
+   volume, is measured on the same ids for comparison. The baselines (an
+   empty pool, then a pool of one page) come from a second pool with a
+   tgtd of its own, run beside the large one: each figure and its baseline
+   are sampled in turn, the side that goes first alternating, and a page
+   of each pool follows each `tgtadm show` equally often (timed one size
+   after the other, the disk's drifting flush latency set the CreateVolume
+   ratio, and a page right after the exec of tgtadm, which only the large
+   pool's pages followed, took 0.3 ms longer). tgtd runs with the
    I/O threads per LUN that `deploy/target-host/target.env` ships
    (`TGT_IO_THREADS`, 4; `tgtd -t`): tgtd starts that many threads for
    every LUN, and at tgt's own default of 16 (16,000 threads at 1,000

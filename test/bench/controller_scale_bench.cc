@@ -4,11 +4,14 @@
 //   CreateVolume latency at N volumes against the same on an empty pool (its
 //   first S volumes, after one warm-up call);
 //   a full ListVolumes page of P at N volumes against a full page of P on a
-//   pool of exactly P volumes (near-empty: one page), and each against one
-//   `tgtadm --op show --mode target` at that size, with the requests to
-//   tgtd counted;
+//   pool of P volumes (near-empty: one page, when S < P), and each against
+//   one `tgtadm --op show --mode target` at N, with the requests to tgtd
+//   counted;
 //   the page's checks done the pre-batching way (one CheckVolume per
 //   volume) against CheckVolumes (one per page).
+// The baselines come from a second pool with a tgtd of its own, run beside
+// the large one: each figure and its baseline are sampled in turn, so what
+// drifts on the machine over the run falls on both sides.
 // tgtd is driven as blockcsi drives it by default, over its management
 // socket (--tgt-control socket), or by running tgtadm (--tgt-control tgtadm).
 // tgtd runs with the I/O threads per LUN that deploy/target-host/target.env
@@ -20,6 +23,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -56,6 +60,65 @@ class CountingExecutor final : public Executor {
   std::atomic<long> tgtadm_{0};
 };
 
+// One pool under test: a tgtd of its own, a pool directory, the local
+// backend, the controller service and its gRPC server, as the plugin runs
+// them. Members go in reverse: the server stops before the service and the
+// backend; the pool directory goes before tgtd, whose harness deletes every
+// target when it stops it.
+struct PoolUnderTest {
+  std::unique_ptr<testing::TgtdHarness> tgtd;
+  testing::TempDir dir;
+  std::shared_ptr<CountingExecutor> counting;
+  std::shared_ptr<LocalBackend> backend;
+  std::unique_ptr<ControllerService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<csi::v1::Controller::Stub> stub;
+  std::string name_prefix;  // of the CreateVolume names
+  int created = 0;
+  int last_entries = 0;  // entries in the page ListVolumes returned last
+
+  ~PoolUnderTest() {
+    if (server) server->Shutdown();
+  }
+};
+
+std::unique_ptr<PoolUnderTest> StartPool(const std::string& name_prefix, const testing::TgtdOptions& tgtd_options,
+                                         const std::string& control, std::string* error) {
+  auto pool = std::make_unique<PoolUnderTest>();
+  pool->name_prefix = name_prefix;
+  pool->tgtd = testing::TgtdHarness::Start(tgtd_options, error);
+  if (!pool->tgtd) return nullptr;
+  std::unique_ptr<Executor> driver;
+  if (control == "socket") {
+    driver = std::make_unique<TgtdSocketExecutor>();
+  } else {
+    driver = MakeProcessExecutor();
+  }
+  pool->counting = std::make_shared<CountingExecutor>(std::move(driver));
+  auto exporter = std::make_shared<TgtExporter>(pool->counting, pool->tgtd->control_port());
+  LocalBackendOptions options;
+  options.portals = {pool->tgtd->portal()};
+  options.reconcile_interval = std::chrono::hours(1);  // no pass during the measurement
+  auto opened = LocalBackend::Open(pool->dir.Join("pool"), exporter, options);
+  if (!opened.ok()) {
+    *error = opened.status().ToString();
+    return nullptr;
+  }
+  pool->backend = *opened;
+  pool->service = std::make_unique<ControllerService>(pool->backend, ControllerOptions{});
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + pool->dir.Join("csi.sock"), grpc::InsecureServerCredentials());
+  builder.RegisterService(pool->service.get());
+  pool->server = builder.BuildAndStart();
+  if (!pool->server) {
+    *error = "cannot serve gRPC on " + pool->dir.Join("csi.sock");
+    return nullptr;
+  }
+  pool->stub = csi::v1::Controller::NewStub(
+      grpc::CreateChannel("unix:" + pool->dir.Join("csi.sock"), grpc::InsecureChannelCredentials()));
+  return pool;
+}
+
 int Main(int argc, char** argv) {
   int volumes = 1000, page = 100, samples = 20;
   std::string control = "socket";
@@ -81,42 +144,21 @@ int Main(int argc, char** argv) {
     return 2;
   }
   InitLogging("controller_scale_bench", LogFormat::kText, *level);
+  // The small pool gives the baselines (an empty pool, then a pool of one
+  // page), the large one is filled to N; each has its own tgtd, because
+  // what tgtd pays per target as it holds more is part of the figure.
   std::string error;
-  auto tgtd = testing::TgtdHarness::Start(tgtd_options, &error);
-  if (!tgtd) {
+  auto small = StartPool("small-", tgtd_options, control, &error);
+  auto large = small ? StartPool("scale-", tgtd_options, control, &error) : nullptr;
+  if (!small || !large) {
     std::fprintf(stderr, "controller_scale_bench: %s\n", error.c_str());
     return 2;
   }
-  testing::TempDir dir;
-  std::unique_ptr<Executor> driver;
-  if (control == "socket") {
-    driver = std::make_unique<TgtdSocketExecutor>();
-  } else {
-    driver = MakeProcessExecutor();
-  }
-  auto counting = std::make_shared<CountingExecutor>(std::move(driver));
-  auto exporter = std::make_shared<TgtExporter>(counting, tgtd->control_port());
-  LocalBackendOptions options;
-  options.portals = {tgtd->portal()};
-  options.reconcile_interval = std::chrono::hours(1);  // no pass during the measurement
-  auto opened = LocalBackend::Open(dir.Join("pool"), exporter, options);
-  if (!opened.ok()) {
-    std::fprintf(stderr, "controller_scale_bench: %s\n", opened.status().ToString().c_str());
-    return 1;
-  }
-  std::shared_ptr<LocalBackend> backend = *opened;
-  ControllerService service(backend, {});
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + dir.Join("csi.sock"), grpc::InsecureServerCredentials());
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
-  auto stub = csi::v1::Controller::NewStub(
-      grpc::CreateChannel("unix:" + dir.Join("csi.sock"), grpc::InsecureChannelCredentials()));
 
-  int failures = 0, created = 0;
-  auto create = [&]() {
+  int failures = 0;
+  auto create = [&](PoolUnderTest& pool) {
     csi::v1::CreateVolumeRequest r;
-    r.set_name("scale-" + std::to_string(created++));
+    r.set_name(pool.name_prefix + std::to_string(pool.created++));
     r.mutable_capacity_range()->set_required_bytes(1 << 20);
     auto* cap = r.add_volume_capabilities();
     cap->mutable_mount()->set_fs_type("ext4");
@@ -124,7 +166,7 @@ int Main(int argc, char** argv) {
     csi::v1::CreateVolumeResponse resp;
     grpc::ClientContext ctx;
     auto t0 = Clock::now();
-    grpc::Status st = stub->CreateVolume(&ctx, r, &resp);
+    grpc::Status st = pool.stub->CreateVolume(&ctx, r, &resp);
     const double ms = Ms(Clock::now() - t0);
     // The first few failures say why on stderr; all are counted.
     if (!st.ok() && ++failures <= 3) {
@@ -133,144 +175,154 @@ int Main(int argc, char** argv) {
     }
     return ms;
   };
-  int last_entries = 0;  // entries in the page list_page returned last
-  auto list_page = [&](const std::string& token, int max_entries, std::string* next, long* tgtadm_calls) {
+  auto list_page = [&](PoolUnderTest& pool, const std::string& token, int max_entries, std::string* next,
+                       long* tgtadm_calls) {
     csi::v1::ListVolumesRequest r;
     r.set_max_entries(max_entries);
     r.set_starting_token(token);
     csi::v1::ListVolumesResponse resp;
     grpc::ClientContext ctx;
-    long before = counting->tgtadm();
+    long before = pool.counting->tgtadm();
     auto t0 = Clock::now();
-    grpc::Status st = stub->ListVolumes(&ctx, r, &resp);
+    grpc::Status st = pool.stub->ListVolumes(&ctx, r, &resp);
     double ms = Ms(Clock::now() - t0);
-    *tgtadm_calls = counting->tgtadm() - before;
+    *tgtadm_calls = pool.counting->tgtadm() - before;
     if (!st.ok()) ++failures;
     for (const auto& e : resp.entries()) {
       if (e.status().volume_condition().abnormal()) ++failures;  // nothing here should be
     }
     *next = resp.next_token();
-    last_entries = resp.entries_size();
+    pool.last_entries = resp.entries_size();
     return ms;
   };
-  auto show_targets = [&]() {
+  auto show_targets = [&](PoolUnderTest& pool) {
     auto t0 = Clock::now();
-    (void)tgtd->ShowTargets();
+    (void)pool.tgtd->ShowTargets();
     return Ms(Clock::now() - t0);
   };
-  // Samples at one pool size (each figure reported as min / median / max).
-  struct AtSize {
-    std::vector<double> creates, pages, fulls, shows;
-    long page_calls = 0, full_calls = 0;
-  };
-  // `samples` CreateVolume calls on the pool as it stands.
-  auto measure_creates = [&](AtSize& a) {
-    // Both sizes start on a file system with nothing left to write back:
-    // the fill's writeback is not CreateVolume's at N volumes.
-    ::sync();
-    for (int i = 0; i < samples; ++i) a.creates.push_back(create());
-  };
-  // Full pages of the listing as it stands, at least `samples` of them (a
-  // pool of one page is listed that many times), each against one show.
-  auto measure_pages = [&](AtSize& a) {
-    // A warm-up page and show, dropped: the first read of a pool this size.
-    std::string none;
-    long warm_calls = 0;
-    (void)list_page("", page, &none, &warm_calls);
-    (void)show_targets();
-    std::vector<long> page_calls;
-    int n = 0;
-    while (static_cast<int>(a.pages.size()) < samples) {
-      std::string token;
-      do {
-        // The page and its baseline alternate which goes first.
-        const bool show_first = n++ % 2 == 1;
-        double show_ms = show_first ? show_targets() : 0;
-        long calls = 0;
-        double ms = list_page(token, page, &token, &calls);
-        if (!show_first) show_ms = show_targets();  // the baseline, under the same load
-        // Only full pages count: a short last page is less work and would
-        // flatter the comparison.
-        if (last_entries < page) continue;
-        a.pages.push_back(ms);
-        page_calls.push_back(calls);
-        a.shows.push_back(show_ms);
-      } while (!token.empty());
-      if (n > 4 * samples + 4 && a.pages.empty()) break;  // no full page at all (a pool under one page)
-    }
-    for (int i = 0; i < 3; ++i) {
-      long calls = 0;
-      a.fulls.push_back(list_page("", 0, &none, &calls));
-      a.full_calls = calls;
-    }
-    a.page_calls = page_calls.empty() ? 0 : *std::max_element(page_calls.begin(), page_calls.end());
-    std::printf(
-        "  at %d volumes: ListVolumes page of %d median %.1f ms (%ld tgtd requests), full list %.1f ms "
-        "(%ld), tgtadm show %.1f ms\n",
-        created, page, Median(a.pages), a.page_calls, Median(a.fulls), a.full_calls, Median(a.shows));
-    std::fflush(stdout);
-  };
 
-  std::printf("Controller at scale (real local backend, tgtd %s, driven by %s)\n", tgtd->portal().c_str(),
-              control.c_str());
-  // The baselines (issue #22): CreateVolume on an empty pool, and a page
-  // of P on a pool of exactly P volumes, a full page of a near-empty pool.
-  AtSize empty;
-  (void)create();  // warm-up: the first call of the process (gRPC channel, tgtd's first target)
-  measure_creates(empty);
-  std::printf("  on an empty pool: CreateVolume median %.1f ms\n", Median(empty.creates));
-  while (created < page) create();
-  if (!create_only) measure_pages(empty);
-  std::printf("  filling the pool to %d volumes...\n", volumes);
+  std::printf("Controller at scale (real local backend, two tgtds: %s for the baselines, %s filled; driven by %s)\n",
+              small->tgtd->portal().c_str(), large->tgtd->portal().c_str(), control.c_str());
+  // Warm-up: the first call of each pool (gRPC channel, its tgtd's first target).
+  (void)create(*small);
+  (void)create(*large);
+  std::printf("  filling one pool to %d volumes...\n", volumes);
   std::fflush(stdout);
   auto fill0 = Clock::now();
-  while (created < volumes) create();
+  while (large->created < volumes) create(*large);
   double fill_s = Ms(Clock::now() - fill0) / 1000;
   std::printf("  filled in %.0f s\n", fill_s);
-  AtSize full;
-  measure_creates(full);
-  std::printf("  at %d volumes: CreateVolume median %.1f ms\n", volumes, Median(full.creates));
+
+  // Each figure and its baseline are sampled in turn, the side that goes
+  // first alternating: the disk's flush latency here drifts by 2x over tens
+  // of seconds, and timed one size after the other, that drift, not the
+  // pool's size, set the ratio. Both start on a file system with nothing
+  // left to write back: the fill's writeback is no call's at N volumes.
+  ::sync();
+  std::vector<double> empty_creates, full_creates;
+  for (int i = 0; i < samples; ++i) {
+    if (i % 2 == 0) {
+      empty_creates.push_back(create(*small));
+      full_creates.push_back(create(*large));
+    } else {
+      full_creates.push_back(create(*large));
+      empty_creates.push_back(create(*small));
+    }
+  }
+  std::printf("  CreateVolume median %.1f ms on an empty pool, %.1f ms at %d volumes\n", Median(empty_creates),
+              Median(full_creates), volumes);
   std::string n = std::to_string(volumes);
   if (create_only) {
     const int threads = tgtd_options.io_threads == testing::TgtdOptions::kAsDeployed
                             ? testing::DeployedTgtdIoThreads(&error)
                             : tgtd_options.io_threads;
     const std::string tgtd_label = threads == 0 ? "tgt's default I/O threads" : "tgtd -t " + std::to_string(threads);
-    ReportSamples("CreateVolume at " + n + " volumes, " + tgtd_label, full.creates, empty.creates, "ms",
+    ReportSamples("CreateVolume at " + n + " volumes, " + tgtd_label, full_creates, empty_creates, "ms",
                   "on an empty pool, " + tgtd_label);
     // Here a failure is a finding about that tgtd, not of the benchmark:
     // counted and reported (the first ones with their message, above).
     ReportCount("CreateVolume failures, " + tgtd_label, failures);
-    server->Shutdown();
     return 0;
   }
-  measure_pages(full);
+
+  // Pages: the small pool holds one page (near-empty), the large N (and
+  // the S volumes its CreateVolume samples added). Only full pages count: a
+  // short last page is less work and would flatter the comparison. Each
+  // round takes one `tgtadm show` of the large pool's tgtd (the floor of a
+  // page that reads tgtd) and one page of each pool.
+  while (small->created < page) create(*small);
+  ::sync();
+  std::vector<double> small_pages, large_pages, shows;
+  std::vector<long> page_calls;
+  std::string small_token, large_token, none;
+  long calls = 0;
+  (void)list_page(*small, "", page, &none, &calls);  // warm-up, dropped
+  (void)list_page(*large, "", page, &none, &calls);
+  (void)show_targets(*large);
+  auto small_page = [&] {
+    double ms = list_page(*small, small_token, page, &small_token, &calls);
+    if (small->last_entries == page) small_pages.push_back(ms);
+  };
+  auto large_page = [&] {
+    double ms = list_page(*large, large_token, page, &large_token, &calls);
+    if (large->last_entries == page) {
+      large_pages.push_back(ms);
+      page_calls.push_back(calls);
+    }
+  };
+  auto show = [&] { shows.push_back(show_targets(*large)); };
+  for (int round = 0; round < 8 * samples + 8; ++round) {
+    if (static_cast<int>(small_pages.size()) >= samples && static_cast<int>(large_pages.size()) >= samples) break;
+    // The show opens every round, then the pages take turns to go first:
+    // a page right after the exec of tgtadm finds colder caches and idle
+    // threads, so each size follows it equally often.
+    show();
+    if (round % 2 == 0) {
+      small_page();
+      large_page();
+    } else {
+      large_page();
+      small_page();
+    }
+  }
+  std::vector<double> fulls;
+  long full_calls = 0;
+  for (int i = 0; i < 3; ++i) fulls.push_back(list_page(*large, "", 0, &none, &full_calls));
+  const long most_page_calls = page_calls.empty() ? 0 : *std::max_element(page_calls.begin(), page_calls.end());
+  std::printf(
+      "  ListVolumes page of %d median %.1f ms at %d volumes (%ld tgtd requests), %.1f ms at %d; full list %.1f ms "
+      "(%ld), tgtadm show %.1f ms\n",
+      page, Median(large_pages), large->created, most_page_calls, Median(small_pages), small->created, Median(fulls),
+      full_calls, Median(shows));
+  std::fflush(stdout);
 
   // The checks of one page, the old way and the batched way, same ids.
-  auto listed = backend->ListVolumes("", page);
+  LocalBackend& backend = *large->backend;
+  CountingExecutor& counting = *large->counting;
+  auto listed = backend.ListVolumes("", page);
   std::vector<double> one_by_one, batched;
   long one_by_one_calls = 0, batched_calls = 0;
   if (listed.ok()) {
     std::vector<std::string> ids;
     for (const auto& r : listed->items) ids.push_back(r.id);
     auto old_way = [&](bool keep) {
-      long before = counting->tgtadm();
+      long before = counting.tgtadm();
       auto t0 = Clock::now();
       for (const auto& id : ids) {
-        auto h = backend->CheckVolume(id);
+        auto h = backend.CheckVolume(id);
         if (!h.ok() || h->abnormal) ++failures;
       }
       if (keep) one_by_one.push_back(Ms(Clock::now() - t0));
-      one_by_one_calls = counting->tgtadm() - before;
+      one_by_one_calls = counting.tgtadm() - before;
     };
     auto batched_way = [&](bool keep) {
-      long before = counting->tgtadm();
+      long before = counting.tgtadm();
       auto t0 = Clock::now();
-      for (const auto& h : backend->CheckVolumes(ids)) {
+      for (const auto& h : backend.CheckVolumes(ids)) {
         if (!h.ok() || h->abnormal) ++failures;
       }
       if (keep) batched.push_back(Ms(Clock::now() - t0));
-      batched_calls = counting->tgtadm() - before;
+      batched_calls = counting.tgtadm() - before;
     };
     // Round -1 is a warm-up, dropped; the side that goes first alternates.
     for (int i = -1; i < 4; ++i) {
@@ -287,23 +339,20 @@ int Main(int argc, char** argv) {
   }
 
   std::string p = std::to_string(page);
-  ReportSamples("CreateVolume at " + n + " volumes", full.creates, empty.creates, "ms", "on an empty pool");
-  ReportSamples("ListVolumes page of " + p + " at " + n + " volumes", full.pages, full.shows, "ms", "1 tgtadm show");
-  ReportSamples("ListVolumes whole list at " + n + " volumes", full.fulls, full.shows, "ms", "1 tgtadm show");
-  ReportSamples("ListVolumes page of " + p + " at " + n + " vs at " + p + " volumes", full.pages, empty.pages, "ms",
+  ReportSamples("CreateVolume at " + n + " volumes", full_creates, empty_creates, "ms", "on an empty pool");
+  ReportSamples("ListVolumes page of " + p + " at " + n + " volumes", large_pages, shows, "ms", "1 tgtadm show");
+  ReportSamples("ListVolumes whole list at " + n + " volumes", fulls, shows, "ms", "1 tgtadm show");
+  ReportSamples("ListVolumes page of " + p + " at " + n + " vs at " + p + " volumes", large_pages, small_pages, "ms",
                 "a page of " + p + " at " + p + " volumes");
-  ReportCount("tgtd requests per ListVolumes page of " + p, full.page_calls);
-  ReportCount("tgtd requests per whole ListVolumes of " + n, full.full_calls);
+  ReportCount("tgtd requests per ListVolumes page of " + p, most_page_calls);
+  ReportCount("tgtd requests per whole ListVolumes of " + n, full_calls);
   ReportSamples("Page checks batched (CheckVolumes x" + p + ")", batched, one_by_one, "ms",
                 "CheckVolume x" + p + ", one call each");
   ReportCount("tgtd requests: CheckVolumes x" + p, batched_calls);
   ReportCount("tgtd requests: CheckVolume x" + p, one_by_one_calls);
   ReportCount("Controller scale failures", failures);
-
-  server->Shutdown();
-  // No DeleteVolume x N: the harness deletes every target when it stops
-  // tgtd and the pool goes with the temp dir, both destroyed after the
-  // server, the service and the backend.
+  // No DeleteVolume x N: each pool's harness deletes every target when it
+  // stops its tgtd, and the pool goes with its temp dir.
   return failures == 0 ? 0 : 1;
 }
 
