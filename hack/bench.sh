@@ -434,7 +434,13 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    of each pool follows each `tgtadm show` equally often (timed one size
    after the other, the disk's drifting flush latency set the CreateVolume
    ratio, and a page right after the exec of tgtadm, which only the large
-   pool's pages followed, took 0.3 ms longer). tgtd runs with the
+   pool's pages followed, took 0.3 ms longer). `ControllerPublishVolume`
+   and `ControllerUnpublishVolume` of one volume at 1,000 volumes against
+   the same on the empty pool are a finding, not a target of issue #18:
+   each ACL change is decided on a fresh read of tgtd and read back
+   (`tgt_exporter.h`), tgtd has no read of one target's ACL, and its
+   listing of all targets grows faster than the count (tgt 1.0.85 looks
+   each target up again by id in a list scan while printing it). tgtd runs with the
    I/O threads per LUN that `deploy/target-host/target.env` ships
    (`TGT_IO_THREADS`, 4; `tgtd -t`): tgtd starts that many threads for
    every LUN, and at tgt's own default of 16 (16,000 threads at 1,000

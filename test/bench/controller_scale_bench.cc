@@ -75,7 +75,8 @@ struct PoolUnderTest {
   std::unique_ptr<csi::v1::Controller::Stub> stub;
   std::string name_prefix;  // of the CreateVolume names
   int created = 0;
-  int last_entries = 0;  // entries in the page ListVolumes returned last
+  int last_entries = 0;        // entries in the page ListVolumes returned last
+  std::string last_volume_id;  // of the last CreateVolume that succeeded
 
   ~PoolUnderTest() {
     if (server) server->Shutdown();
@@ -168,6 +169,7 @@ int Main(int argc, char** argv) {
     auto t0 = Clock::now();
     grpc::Status st = pool.stub->CreateVolume(&ctx, r, &resp);
     const double ms = Ms(Clock::now() - t0);
+    if (st.ok()) pool.last_volume_id = resp.volume().volume_id();
     // The first few failures say why on stderr; all are counted.
     if (!st.ok() && ++failures <= 3) {
       std::fprintf(stderr, "controller_scale_bench: CreateVolume %s: %s\n", r.name().c_str(),
@@ -199,6 +201,37 @@ int Main(int argc, char** argv) {
     auto t0 = Clock::now();
     (void)pool.tgtd->ShowTargets();
     return Ms(Clock::now() - t0);
+  };
+
+  // ControllerPublish and ControllerUnpublish of one volume to one node:
+  // each ACL change is decided on a fresh read of tgtd and read back
+  // (tgt_exporter.h), and tgtd lists every target it holds in one read.
+  auto publish = [&](PoolUnderTest& pool, const std::string& volume_id, bool publish_it) {
+    grpc::ClientContext ctx;
+    grpc::Status st;
+    auto t0 = Clock::now();
+    if (publish_it) {
+      csi::v1::ControllerPublishVolumeRequest r;
+      r.set_volume_id(volume_id);
+      r.set_node_id("scale-node");
+      auto* cap = r.mutable_volume_capability();
+      cap->mutable_mount()->set_fs_type("ext4");
+      cap->mutable_access_mode()->set_mode(csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+      csi::v1::ControllerPublishVolumeResponse resp;
+      st = pool.stub->ControllerPublishVolume(&ctx, r, &resp);
+    } else {
+      csi::v1::ControllerUnpublishVolumeRequest r;
+      r.set_volume_id(volume_id);
+      r.set_node_id("scale-node");
+      csi::v1::ControllerUnpublishVolumeResponse resp;
+      st = pool.stub->ControllerUnpublishVolume(&ctx, r, &resp);
+    }
+    const double ms = Ms(Clock::now() - t0);
+    if (!st.ok() && ++failures <= 3) {
+      std::fprintf(stderr, "controller_scale_bench: %s %s: %s\n", publish_it ? "publish" : "unpublish",
+                   volume_id.c_str(), st.error_message().c_str());
+    }
+    return ms;
   };
 
   std::printf("Controller at scale (real local backend, two tgtds: %s for the baselines, %s filled; driven by %s)\n",
@@ -244,6 +277,21 @@ int Main(int argc, char** argv) {
     ReportCount("CreateVolume failures, " + tgtd_label, failures);
     return 0;
   }
+
+  // Publish and unpublish one volume per pool, in turn like the creates.
+  std::vector<double> empty_publishes, full_publishes, empty_unpublishes, full_unpublishes;
+  const std::string small_volume = small->last_volume_id, large_volume = large->last_volume_id;
+  for (int i = 0; i < samples; ++i) {
+    const bool small_first = i % 2 == 0;
+    for (PoolUnderTest* pool : {small_first ? small.get() : large.get(), small_first ? large.get() : small.get()}) {
+      const bool is_small = pool == small.get();
+      const std::string& id = is_small ? small_volume : large_volume;
+      (is_small ? empty_publishes : full_publishes).push_back(publish(*pool, id, true));
+      (is_small ? empty_unpublishes : full_unpublishes).push_back(publish(*pool, id, false));
+    }
+  }
+  std::printf("  ControllerPublish median %.1f ms on an empty pool, %.1f ms at %d volumes\n", Median(empty_publishes),
+              Median(full_publishes), volumes);
 
   // Pages: the small pool holds one page (near-empty), the large N (and
   // the S volumes its CreateVolume samples added). Only full pages count: a
@@ -340,6 +388,10 @@ int Main(int argc, char** argv) {
 
   std::string p = std::to_string(page);
   ReportSamples("CreateVolume at " + n + " volumes", full_creates, empty_creates, "ms", "on an empty pool");
+  ReportSamples("ControllerPublishVolume at " + n + " volumes", full_publishes, empty_publishes, "ms",
+                "on an empty pool");
+  ReportSamples("ControllerUnpublishVolume at " + n + " volumes", full_unpublishes, empty_unpublishes, "ms",
+                "on an empty pool");
   ReportSamples("ListVolumes page of " + p + " at " + n + " volumes", large_pages, shows, "ms", "1 tgtadm show");
   ReportSamples("ListVolumes whole list at " + n + " volumes", fulls, shows, "ms", "1 tgtadm show");
   ReportSamples("ListVolumes page of " + p + " at " + n + " vs at " + p + " volumes", large_pages, small_pages, "ms",
