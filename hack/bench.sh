@@ -443,13 +443,14 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    each target up again by id in a list scan while printing it). tgtd runs with the
    I/O threads per LUN that `deploy/target-host/target.env` ships
    (`TGT_IO_THREADS`, 4; `tgtd -t`): tgtd starts that many threads for
-   every LUN, and at tgt's own default of 16 (16,000 threads at 1,000
-   volumes) each new LUN costs tgtd more as the pool grows. The rows
-   "tgt's default I/O threads" are the same CreateVolume figure on a tgtd
-   left at 16 (`--tgtd-io-threads 0`), and the CreateVolume calls that
-   tgtd refused on the way to 1,000 volumes (here a finding, not an error
-   of the benchmark: on this machine such a tgtd stops adding LUNs near
-   1,020 with "tgtadm: out of memory"). Then one tgtd
+   every LUN, each a task of the host (at tgt's own default of 16, 16,000
+   threads at 1,000 volumes). The rows "tgt's default I/O threads" are the
+   same CreateVolume figure on tgtds left at 16 (`--tgtd-io-threads 0`),
+   and the CreateVolume calls such a tgtd refused on the way (a finding,
+   not an error of the benchmark: every thread takes a pid, and under the
+   kernel's default pid_max of 32,768 a tgtd at 16 stops adding LUNs near
+   2,020 volumes with "tgtadm: out of memory"; `controller_scale_bench
+   --volumes 2100 --create-only --tgtd-io-threads 0`). Then one tgtd
    management call over its control socket against an exec of `tgtadm`
    (`tgtd_control_bench`).
 6. **Plugin memory** (issue #18) — `blockcsi` in `--mode all`, `controller`
