@@ -540,20 +540,24 @@ TEST(ExecutedProgramTest, DoesNotKeepAnotherVolumesMountBusy) {
   ASSERT_TRUE(std::filesystem::create_directory(mnt));
   ASSERT_EQ(::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m"), 0) << std::strerror(errno);
   int held = ::open(mnt.c_str(), O_PATH);  // as libmount's, at the moment of the fork
-  ASSERT_GE(held, 0);
+  const int open_errno = errno;
   const std::string started = dir.Join("started"), release = dir.Join("release");
   auto exec = MakeProcessExecutor();
   std::thread program([&] {
     (void)exec->Run(
         Command("/bin/sh").Arg("-c").Arg("touch " + started + "; while [ ! -e " + release + " ]; do sleep 0.01; done"));
   });
-  for (int i = 0; i < 1000 && ::access(started.c_str(), F_OK) != 0; ++i)
+  for (int i = 0; i < 1000 && ::access(started.c_str(), F_OK) != 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ::close(held);  // libmount's own copy is closed before its umount2
+  }
+  const bool program_ran = ::access(started.c_str(), F_OK) == 0;
+  if (held >= 0) ::close(held);  // libmount's own copy is closed before its umount2
   Status unmounted = MakeLibmountMounter()->Unmount(mnt);
   std::ofstream(release).put('x');
   program.join();
   if (!unmounted.ok()) ::umount2(mnt.c_str(), MNT_DETACH);
+  ASSERT_GE(held, 0) << std::strerror(open_errno);
+  ASSERT_TRUE(program_ran) << "the program never started";
   EXPECT_TRUE(unmounted.ok()) << unmounted.ToString();
 }
 
