@@ -440,7 +440,12 @@ What is measured (sources under `test/bench/` and `test/integration/attach/attac
    each ACL change is decided on a fresh read of tgtd and read back
    (`tgt_exporter.h`), tgtd has no read of one target's ACL, and its
    listing of all targets grows faster than the count (tgt 1.0.85 looks
-   each target up again by id in a list scan while printing it). tgtd runs with the
+   each target up again by id in a list scan while printing it). The
+   grants and revokes that come while one is at tgtd are applied together
+   (`TgtExporter::Apply`: one fresh read and one read-back per batch); the
+   rows "x32 concurrent" publish, then unpublish, 32 volumes at once, as the
+   external-attacher's workers do when a node's pods move, against the same
+   on the empty pool and against the 32 calls one after the other. tgtd runs with the
    I/O threads per LUN that `deploy/target-host/target.env` ships
    (`TGT_IO_THREADS`, 4; `tgtd -t`): tgtd starts that many threads for
    every LUN, each a task of the host (at tgt's own default of 16, 16,000

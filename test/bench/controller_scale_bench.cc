@@ -8,7 +8,10 @@
 //   one `tgtadm --op show --mode target` at N, with the requests to tgtd
 //   counted;
 //   the page's checks done the pre-batching way (one CheckVolume per
-//   volume) against CheckVolumes (one per page).
+//   volume) against CheckVolumes (one per page);
+//   ControllerPublish and ControllerUnpublish of one volume at N against the
+//   same on the empty pool, and of 32 volumes at once at N against 32 at
+//   once on the empty pool and against the same 32 one after the other.
 // The baselines come from a second pool with a tgtd of its own, run beside
 // the large one: each figure and its baseline are sampled in turn, so what
 // drifts on the machine over the run falls on both sides.
@@ -26,7 +29,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <thread>
 
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
@@ -75,8 +80,9 @@ struct PoolUnderTest {
   std::unique_ptr<csi::v1::Controller::Stub> stub;
   std::string name_prefix;  // of the CreateVolume names
   int created = 0;
-  int last_entries = 0;        // entries in the page ListVolumes returned last
-  std::string last_volume_id;  // of the last CreateVolume that succeeded
+  int last_entries = 0;                 // entries in the page ListVolumes returned last
+  std::string last_volume_id;           // of the last CreateVolume that succeeded
+  std::vector<std::string> volume_ids;  // of every CreateVolume that succeeded
 
   ~PoolUnderTest() {
     if (server) server->Shutdown();
@@ -156,7 +162,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
 
-  int failures = 0;
+  std::atomic<int> failures{0};  // the publish storms count from several threads
   auto create = [&](PoolUnderTest& pool) {
     csi::v1::CreateVolumeRequest r;
     r.set_name(pool.name_prefix + std::to_string(pool.created++));
@@ -169,7 +175,10 @@ int Main(int argc, char** argv) {
     auto t0 = Clock::now();
     grpc::Status st = pool.stub->CreateVolume(&ctx, r, &resp);
     const double ms = Ms(Clock::now() - t0);
-    if (st.ok()) pool.last_volume_id = resp.volume().volume_id();
+    if (st.ok()) {
+      pool.last_volume_id = resp.volume().volume_id();
+      pool.volume_ids.push_back(resp.volume().volume_id());
+    }
     // The first few failures say why on stderr; all are counted.
     if (!st.ok() && ++failures <= 3) {
       std::fprintf(stderr, "controller_scale_bench: CreateVolume %s: %s\n", r.name().c_str(),
@@ -274,7 +283,7 @@ int Main(int argc, char** argv) {
                   "on an empty pool, " + tgtd_label);
     // Here a failure is a finding about that tgtd, not of the benchmark:
     // counted and reported (the first ones with their message, above).
-    ReportCount("CreateVolume failures, " + tgtd_label, failures);
+    ReportCount("CreateVolume failures, " + tgtd_label, failures.load());
     return 0;
   }
 
@@ -292,6 +301,50 @@ int Main(int argc, char** argv) {
   }
   std::printf("  ControllerPublish median %.1f ms on an empty pool, %.1f ms at %d volumes\n", Median(empty_publishes),
               Median(full_publishes), volumes);
+
+  // A storm: kStorm volumes published at once (the external-attacher's
+  // workers do so when a node's pods move), then unpublished at once, wall
+  // time; against a storm on the empty pool and against the same calls one
+  // after the other at N. The grants that come while one is at tgtd are
+  // applied together (TgtExporter::Apply), one read each way per batch.
+  constexpr int kStorm = 32;
+  while (small->created < kStorm + 1) create(*small);  // the warm-up's and kStorm more
+  std::vector<double> storm_publish_small, storm_publish_large, storm_publish_serial;
+  std::vector<double> storm_unpublish_small, storm_unpublish_large, storm_unpublish_serial;
+  auto storm = [&](PoolUnderTest& pool, bool concurrent, std::vector<double>* publishes,
+                   std::vector<double>* unpublishes) {
+    const size_t first = pool.volume_ids.size() > kStorm ? pool.volume_ids.size() - kStorm : 0;
+    const std::vector<std::string> ids(pool.volume_ids.begin() + static_cast<long>(first), pool.volume_ids.end());
+    for (bool publish_it : {true, false}) {
+      auto t0 = Clock::now();
+      if (concurrent) {
+        std::vector<std::thread> threads;
+        for (const auto& id : ids) threads.emplace_back([&, id] { (void)publish(pool, id, publish_it); });
+        for (auto& t : threads) t.join();
+      } else {
+        for (const auto& id : ids) (void)publish(pool, id, publish_it);
+      }
+      (publish_it ? publishes : unpublishes)->push_back(Ms(Clock::now() - t0));
+    }
+  };
+  std::vector<std::function<void()>> storm_sides = {
+      [&] { storm(*small, true, &storm_publish_small, &storm_unpublish_small); },
+      [&] { storm(*large, true, &storm_publish_large, &storm_unpublish_large); },
+      [&] { storm(*large, false, &storm_publish_serial, &storm_unpublish_serial); }};
+  const int storm_rounds = std::max(3, samples / 8);
+  for (int round = -1; round < storm_rounds; ++round) {
+    for (size_t k = 0; k < storm_sides.size(); ++k) storm_sides[(static_cast<size_t>(round + 1) + k) % 3]();
+    if (round < 0) {  // a warm-up round, dropped
+      for (auto* v : {&storm_publish_small, &storm_publish_large, &storm_publish_serial, &storm_unpublish_small,
+                      &storm_unpublish_large, &storm_unpublish_serial}) {
+        v->clear();
+      }
+    }
+  }
+  std::printf(
+      "  %d ControllerPublish at once: median %.0f ms on an empty pool, %.0f ms at %d volumes (%.0f ms "
+      "one after the other)\n",
+      kStorm, Median(storm_publish_small), Median(storm_publish_large), volumes, Median(storm_publish_serial));
 
   // Pages: the small pool holds one page (near-empty), the large N (and
   // the S volumes its CreateVolume samples added). Only full pages count: a
@@ -392,6 +445,15 @@ int Main(int argc, char** argv) {
                 "on an empty pool");
   ReportSamples("ControllerUnpublishVolume at " + n + " volumes", full_unpublishes, empty_unpublishes, "ms",
                 "on an empty pool");
+  const std::string st = std::to_string(kStorm);
+  ReportSamples("ControllerPublishVolume x" + st + " concurrent at " + n + " volumes, wall", storm_publish_large,
+                storm_publish_small, "ms", "x" + st + " concurrent on an empty pool");
+  ReportSamples("ControllerPublishVolume x" + st + " concurrent at " + n + " volumes vs in series", storm_publish_large,
+                storm_publish_serial, "ms", "x" + st + " in series at " + n + " volumes");
+  ReportSamples("ControllerUnpublishVolume x" + st + " concurrent at " + n + " volumes, wall", storm_unpublish_large,
+                storm_unpublish_small, "ms", "x" + st + " concurrent on an empty pool");
+  ReportSamples("ControllerUnpublishVolume x" + st + " concurrent at " + n + " volumes vs in series",
+                storm_unpublish_large, storm_unpublish_serial, "ms", "x" + st + " in series at " + n + " volumes");
   ReportSamples("ListVolumes page of " + p + " at " + n + " volumes", large_pages, shows, "ms", "1 tgtadm show");
   ReportSamples("ListVolumes whole list at " + n + " volumes", fulls, shows, "ms", "1 tgtadm show");
   ReportSamples("ListVolumes page of " + p + " at " + n + " vs at " + p + " volumes", large_pages, small_pages, "ms",
@@ -402,10 +464,10 @@ int Main(int argc, char** argv) {
                 "CheckVolume x" + p + ", one call each");
   ReportCount("tgtd requests: CheckVolumes x" + p, batched_calls);
   ReportCount("tgtd requests: CheckVolume x" + p, one_by_one_calls);
-  ReportCount("Controller scale failures", failures);
+  ReportCount("Controller scale failures", failures.load());
   // No DeleteVolume x N: each pool's harness deletes every target when it
   // stops its tgtd, and the pool goes with its temp dir.
-  return failures == 0 ? 0 : 1;
+  return failures.load() == 0 ? 0 : 1;
 }
 
 }  // namespace

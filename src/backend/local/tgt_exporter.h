@@ -16,9 +16,11 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -48,8 +50,19 @@ class TgtExporter final : public Exporter {
 
   std::string Kind() const override { return "tgt"; }
   ExportedLunIdentity IdentityFor(const std::string& volume_id) const override;
+  // Calls that come while another one is at tgtd wait and are then applied
+  // together by one of them, as ApplyEach: each change is still decided on
+  // a fresh read and read back, but with one read each way for the batch,
+  // where every call made two. tgtd has no read of one target's ACL, and
+  // its listing of all targets costs it more than linear time (about 7 ms
+  // at 1,000 targets here): concurrent grants at that size queued behind
+  // each other's two listings (issue #18). A batch holds one call per
+  // target; another call for a target already in it waits for the next.
   StatusOr<std::vector<std::string>> Apply(const DesiredExport& desired) override;
   std::vector<StatusOr<std::vector<std::string>>> ApplyEach(const std::vector<DesiredExport>& desired) override;
+  // Apply calls waiting for the next batch (tests use it to hold a batch
+  // until others have queued behind it).
+  size_t WaitingApplies();
   StatusOr<std::vector<std::string>> Reconcile(const std::vector<DesiredExport>& desired,
                                                const std::string& iqn_prefix) override;
   Status CloseSessions(const std::string& iqn, const std::string& initiator_iqn) override;
@@ -123,6 +136,15 @@ class TgtExporter final : public Exporter {
   // the operation that freed them has already succeeded. Needs mu_.
   void DropUnusedAccountsLocked(const std::vector<TgtTarget>& live);
 
+  // One Apply call waiting for, or in, a batch; lives on the caller's stack.
+  struct QueuedApply {
+    const DesiredExport* desired = nullptr;
+    std::optional<StatusOr<std::vector<std::string>>> result;  // set when its batch is done
+  };
+  // Takes from queue_ the calls of the next batch, in arrival order, at
+  // most one per target. Needs queue_mu_.
+  std::vector<QueuedApply*> TakeBatchLocked();
+
   const std::shared_ptr<Executor> executor_;
   const int control_port_;
   const std::string tgtadm_;
@@ -155,6 +177,11 @@ class TgtExporter final : public Exporter {
   // Accounts this process unbound from one of our targets (it may not know
   // their password after a restart); candidates for DropUnusedAccountsLocked.
   std::set<std::string> unbound_accounts_;  // guarded by mu_
+  // Apply's batches. Lock order: queue_mu_ is never held while taking mu_.
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::vector<QueuedApply*> queue_;  // guarded by queue_mu_
+  bool batch_running_ = false;       // guarded by queue_mu_
 };
 
 }  // namespace blockcsi

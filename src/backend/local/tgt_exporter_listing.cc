@@ -2,6 +2,7 @@
 // use it instead of reading tgtd again, and the two entry points that
 // decide, Apply and ApplyEach. Reading and changing tgtd: tgt_exporter.cc.
 #include <algorithm>
+#include <exception>
 #include <set>
 
 #include "backend/local/tgt_exporter.h"
@@ -82,7 +83,54 @@ std::vector<TgtTarget>* TgtExporter::CachedLocked(const std::vector<const Desire
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desired) {
-  return ApplyEach({desired}).front();
+  QueuedApply mine;
+  mine.desired = &desired;
+  std::unique_lock lock(queue_mu_);
+  queue_.push_back(&mine);
+  while (!mine.result.has_value()) {
+    if (batch_running_) {
+      queue_cv_.wait(lock);
+      continue;
+    }
+    // Nobody is at tgtd: this call applies the next batch, its own export
+    // and the others' queued so far (or, when its target already has a call
+    // in that batch, theirs alone, and then waits for its own turn).
+    batch_running_ = true;
+    std::vector<QueuedApply*> batch = TakeBatchLocked();
+    lock.unlock();
+    std::vector<StatusOr<std::vector<std::string>>> results;
+    try {
+      std::vector<DesiredExport> exports;
+      exports.reserve(batch.size());
+      for (const QueuedApply* q : batch) exports.push_back(*q->desired);
+      results = ApplyEach(exports);
+    } catch (const std::exception& e) {
+      // The others of the batch must not wait for ever (nor every later call).
+      results.assign(batch.size(), Internal(std::string("tgt export: ") + e.what()));
+    }
+    lock.lock();
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i]->result = i < results.size() ? std::move(results[i]) : Internal("tgt export: no result");
+    }
+    batch_running_ = false;
+    queue_cv_.notify_all();
+  }
+  return std::move(*mine.result);
+}
+
+std::vector<TgtExporter::QueuedApply*> TgtExporter::TakeBatchLocked() {
+  std::vector<QueuedApply*> batch, later;
+  std::set<std::string> targets;
+  for (QueuedApply* q : queue_) {
+    (targets.insert(q->desired->iqn).second ? batch : later).push_back(q);
+  }
+  queue_ = std::move(later);
+  return batch;
+}
+
+size_t TgtExporter::WaitingApplies() {
+  std::lock_guard lock(queue_mu_);
+  return queue_.size();
 }
 
 std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std::vector<DesiredExport>& desired) {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -277,6 +278,43 @@ TEST_F(TargetBackendTest, FiftyConcurrentCreatesOfDistinctNamesAndOfTheSameName)
     EXPECT_NE(t.FindLun(1), nullptr) << t.iqn;
   }
   EXPECT_EQ(tids.size(), 51u);
+}
+
+// Grants and revokes that come at once are applied in batches (TgtExporter::
+// Apply): each one lands on its own target, and no other.
+TEST_F(TargetBackendTest, ConcurrentGrantsAndRevokesOfDistinctVolumesEachLandOnTheirOwnTarget) {
+  constexpr int kVolumes = 32;
+  std::vector<VolumeRecord> volumes;
+  for (int i = 0; i < kVolumes; ++i) {
+    auto v = backend_->CreateVolume(Spec("pvc-batch-" + std::to_string(i), 4 * kMiB));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    volumes.push_back(*v);
+  }
+  auto at_once = [&](const std::function<Status(const VolumeRecord&, const std::string&)>& call) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kVolumes; ++i) {
+      threads.emplace_back([&, i] {
+        // Even volumes to node A, odd ones to node B.
+        Status st = call(volumes[i], i % 2 == 0 ? kNodeA : kNodeB);
+        EXPECT_TRUE(st.ok()) << volumes[i].id << ": " << st.ToString();
+      });
+    }
+    for (auto& t : threads) t.join();
+  };
+  at_once([&](const VolumeRecord& v, const std::string& node) {
+    return backend_->GrantAccess(v.id, {node, node == kNodeA ? "node-a" : "node-b", false, "rwo", {}}).status();
+  });
+  for (int i = 0; i < kVolumes; ++i) {
+    auto live = LiveTarget(volumes[i].target_iqn);
+    ASSERT_TRUE(live.has_value()) << volumes[i].target_iqn;
+    EXPECT_EQ(live->acls, std::vector<std::string>{i % 2 == 0 ? kNodeA : kNodeB}) << volumes[i].id;
+  }
+  at_once([&](const VolumeRecord& v, const std::string& node) { return backend_->RevokeAccess(v.id, node); });
+  for (int i = 0; i < kVolumes; ++i) {
+    auto live = LiveTarget(volumes[i].target_iqn);
+    ASSERT_TRUE(live.has_value()) << volumes[i].target_iqn;
+    EXPECT_TRUE(live->acls.empty()) << volumes[i].id;
+  }
 }
 
 TEST_F(TargetBackendTest, Kill9OfTgtdIsRepairedByTheFirstFullReconcilePassAndLoginsWorkAgain) {

@@ -5,6 +5,7 @@
 // FakeExecutor fails on any show a test does not expect, or a missing one.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -93,6 +94,70 @@ TEST_F(TgtExporterListingTest, AnAclChangeIsDecidedOnAFreshReadAndReadBack) {
   auto again = exporter_.Apply(d);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(again->empty());
+}
+
+// Calls that come while one is at tgtd are applied together next: one
+// fresh read and one read-back for all of them, each result to its caller.
+TEST_F(TgtExporterListingTest, CallsThatComeWhileOneIsAtTgtdShareTheNextReadAndReadBack) {
+  // A third target, target 2's twin: volume 3 on c.img, both nodes allowed.
+  const std::string listing = Captured("show_target_no_sessions.txt");
+  const size_t begin = listing.find("Target 2: ");
+  const size_t end = listing.find("Target 5: ");
+  ASSERT_NE(begin, std::string::npos);
+  ASSERT_NE(end, std::string::npos);
+  std::string target3 = listing.substr(begin, end - begin);
+  target3 = Edited(target3, "Target 2: ", "Target 3: ");
+  target3 = Edited(target3, "IET     00020000", "IET     00030000");
+  target3 = Edited(target3, "/tmp/bk/b.img", "/tmp/bk/c.img");
+  while (target3.find("1111111111111111") != std::string::npos) {
+    target3 = Edited(target3, "1111111111111111", "3333333333333333");
+  }
+  const std::string n2_line = std::string("        ") + kN2 + "\n";
+  DesiredExport volume3 = Volume2();
+  volume3.iqn = "iqn.2026-11.io.blockcsi:vol-3333333333333333";
+  volume3.volume_id = "vol-3333333333333333";
+  volume3.image_path = "/tmp/bk/c.img";
+  volume3.serial = "bcsi3333333333333333";
+  ASSERT_NE(target3.find(volume3.serial), std::string::npos) << target3;
+
+  // First: target 2 without n2, alone at tgtd. While it is there, target 3
+  // without n2 and target 2 with n2 again queue behind it.
+  DesiredExport first = Volume2();
+  first.acls = {Allow(kN1)};
+  DesiredExport second = volume3;
+  second.acls = {Allow(kN1)};
+  const DesiredExport third = Volume2();
+  StatusOr<std::vector<std::string>> second_result = Internal("not run"), third_result = Internal("not run");
+  std::thread second_call, third_call;
+  auto wait_for_waiting = [&](size_t n) {
+    for (int i = 0; i < 1000 && exporter_.WaitingApplies() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  executor_->ExpectOk(kShowTargets, listing + target3).Then([&] {
+    second_call = std::thread([&] { second_result = exporter_.Apply(second); });
+    wait_for_waiting(1);
+    third_call = std::thread([&] { third_result = exporter_.Apply(third); });
+    wait_for_waiting(2);
+  });
+  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
+  const std::string after_first = Without(listing, n2_line) + target3;
+  executor_->ExpectOk(kShowTargets, after_first);  // the first call's read-back
+  // The other two: one fresh read, both changes, one read-back.
+  executor_->ExpectOk(kShowTargets, after_first);
+  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "3", "--initiator-name", kN2}));
+  executor_->ExpectOk(Tgtadm({"--op", "bind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
+  executor_->ExpectOk(kShowTargets, listing + Without(target3, n2_line));
+
+  auto first_result = exporter_.Apply(first);
+  if (second_call.joinable()) second_call.join();
+  if (third_call.joinable()) third_call.join();
+  ASSERT_TRUE(first_result.ok()) << first_result.status().ToString();
+  ASSERT_TRUE(second_result.ok()) << second_result.status().ToString();
+  ASSERT_TRUE(third_result.ok()) << third_result.status().ToString();
+  EXPECT_EQ(*first_result, std::vector<std::string>{std::string("disallowed ") + kN2 + " on " + kIqn2});
+  EXPECT_EQ(*second_result, std::vector<std::string>{std::string("disallowed ") + kN2 + " on " + volume3.iqn});
+  EXPECT_EQ(*third_result, std::vector<std::string>{std::string("allowed ") + kN2 + " on " + kIqn2});
 }
 
 TEST_F(TgtExporterListingTest, ARestartedTgtdIsReadAgain) {
