@@ -81,7 +81,6 @@ struct PoolUnderTest {
   std::string name_prefix;  // of the CreateVolume names
   int created = 0;
   int last_entries = 0;                 // entries in the page ListVolumes returned last
-  std::string last_volume_id;           // of the last CreateVolume that succeeded
   std::vector<std::string> volume_ids;  // of every CreateVolume that succeeded
 
   ~PoolUnderTest() {
@@ -175,10 +174,7 @@ int Main(int argc, char** argv) {
     auto t0 = Clock::now();
     grpc::Status st = pool.stub->CreateVolume(&ctx, r, &resp);
     const double ms = Ms(Clock::now() - t0);
-    if (st.ok()) {
-      pool.last_volume_id = resp.volume().volume_id();
-      pool.volume_ids.push_back(resp.volume().volume_id());
-    }
+    if (st.ok()) pool.volume_ids.push_back(resp.volume().volume_id());
     // The first few failures say why on stderr; all are counted.
     if (!st.ok() && ++failures <= 3) {
       std::fprintf(stderr, "controller_scale_bench: CreateVolume %s: %s\n", r.name().c_str(),
@@ -243,6 +239,13 @@ int Main(int argc, char** argv) {
     return ms;
   };
 
+  // Round `round` of a figure and its baseline: the side that goes first
+  // alternates, so neither always runs on a host the other just warmed.
+  auto in_turn = [](int round, const std::function<void()>& one, const std::function<void()>& other) {
+    (round % 2 == 0 ? one : other)();
+    (round % 2 == 0 ? other : one)();
+  };
+
   std::printf("Controller at scale (real local backend, two tgtds: %s for the baselines, %s filled; driven by %s)\n",
               small->tgtd->portal().c_str(), large->tgtd->portal().c_str(), control.c_str());
   // Warm-up: the first call of each pool (gRPC channel, its tgtd's first target).
@@ -263,13 +266,8 @@ int Main(int argc, char** argv) {
   ::sync();
   std::vector<double> empty_creates, full_creates;
   for (int i = 0; i < samples; ++i) {
-    if (i % 2 == 0) {
-      empty_creates.push_back(create(*small));
-      full_creates.push_back(create(*large));
-    } else {
-      full_creates.push_back(create(*large));
-      empty_creates.push_back(create(*small));
-    }
+    in_turn(
+        i, [&] { empty_creates.push_back(create(*small)); }, [&] { full_creates.push_back(create(*large)); });
   }
   std::printf("  CreateVolume median %.1f ms on an empty pool, %.1f ms at %d volumes\n", Median(empty_creates),
               Median(full_creates), volumes);
@@ -289,15 +287,16 @@ int Main(int argc, char** argv) {
 
   // Publish and unpublish one volume per pool, in turn like the creates.
   std::vector<double> empty_publishes, full_publishes, empty_unpublishes, full_unpublishes;
-  const std::string small_volume = small->last_volume_id, large_volume = large->last_volume_id;
+  auto publish_and_unpublish = [&](PoolUnderTest& pool, std::vector<double>* publishes,
+                                   std::vector<double>* unpublishes) {
+    const std::string id = pool.volume_ids.empty() ? std::string() : pool.volume_ids.back();
+    publishes->push_back(publish(pool, id, true));
+    unpublishes->push_back(publish(pool, id, false));
+  };
   for (int i = 0; i < samples; ++i) {
-    const bool small_first = i % 2 == 0;
-    for (PoolUnderTest* pool : {small_first ? small.get() : large.get(), small_first ? large.get() : small.get()}) {
-      const bool is_small = pool == small.get();
-      const std::string& id = is_small ? small_volume : large_volume;
-      (is_small ? empty_publishes : full_publishes).push_back(publish(*pool, id, true));
-      (is_small ? empty_unpublishes : full_unpublishes).push_back(publish(*pool, id, false));
-    }
+    in_turn(
+        i, [&] { publish_and_unpublish(*small, &empty_publishes, &empty_unpublishes); },
+        [&] { publish_and_unpublish(*large, &full_publishes, &full_unpublishes); });
   }
   std::printf("  ControllerPublish median %.1f ms on an empty pool, %.1f ms at %d volumes\n", Median(empty_publishes),
               Median(full_publishes), volumes);
@@ -378,13 +377,7 @@ int Main(int argc, char** argv) {
     // a page right after the exec of tgtadm finds colder caches and idle
     // threads, so each size follows it equally often.
     show();
-    if (round % 2 == 0) {
-      small_page();
-      large_page();
-    } else {
-      large_page();
-      small_page();
-    }
+    in_turn(round, small_page, large_page);
   }
   std::vector<double> fulls;
   long full_calls = 0;
