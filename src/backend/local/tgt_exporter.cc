@@ -26,7 +26,8 @@ bool Contains(const std::vector<std::string>& v, const std::string& x) {
 }
 
 // An account bind tgtd refuses as already so: an incoming account bound
-// twice is USER_EXIST. An outgoing bind is refused with OUTACCOUNT_EXIST
+// twice is USER_EXIST (BINDING_EXIST in tgt versions that have it). An
+// outgoing bind is refused with OUTACCOUNT_EXIST
 // whichever account holds the target's one outgoing slot, so it is never
 // taken as "already so": the slot was emptied first, per a fresh read.
 TgtdErrors AlreadyBound(bool outgoing) {

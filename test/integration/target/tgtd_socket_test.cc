@@ -47,6 +47,16 @@ class TgtdSocketTest : public testing::TgtdTest {
     EXPECT_TRUE(answer.ok()) << request.Describe() << ": " << answer.status().ToString();
     return answer.ok() ? *answer : TgtdAnswer{TgtdError::kUnknownError, ""};
   }
+  // The local backend on a pool of its own, exporting through `control`.
+  std::shared_ptr<LocalBackend> OpenBackend(std::shared_ptr<TgtdControl> control) {
+    LocalBackendOptions options;
+    options.portals = {tgtd_->portal()};
+    options.reconcile_interval = std::chrono::milliseconds(0);
+    auto backend = LocalBackend::Open(
+        pool_.path(), std::make_shared<TgtExporter>(std::move(control), tgtd_->control_port()), options);
+    EXPECT_TRUE(backend.ok()) << backend.status().ToString();
+    return backend.ok() ? *backend : nullptr;
+  }
   // An 8 MiB image file for a LUN.
   std::string MakeImage() {
     std::string image = dir_.Join("lun.img");
@@ -60,6 +70,7 @@ class TgtdSocketTest : public testing::TgtdTest {
   std::unique_ptr<TgtdSocketControl> socket_;
   std::unique_ptr<TgtadmControl> tgtadm_;
   testing::TempDir dir_;
+  testing::TempDir pool_;
 };
 
 TEST_F(TgtdSocketTest, TheSocketMakesWhatTgtadmListsAndReadsWhatTgtadmPrints) {
@@ -171,47 +182,37 @@ class BindFirst final : public TgtdControl {
 };
 
 TEST_F(TgtdSocketTest, AnAclRuleTgtdAlreadyHasIsToleratedAndReadBack) {
-  testing::TempDir pool;
-  LocalBackendOptions options;
-  options.portals = {tgtd_->portal()};
-  options.reconcile_interval = std::chrono::milliseconds(0);
   auto racing = std::make_shared<BindFirst>(std::make_shared<TgtdSocketControl>(tgtd_->control_port()));
-  auto backend = LocalBackend::Open(pool.path(), std::make_shared<TgtExporter>(racing, tgtd_->control_port()), options);
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  auto backend = OpenBackend(racing);
+  ASSERT_NE(backend, nullptr);
   CreateVolumeSpec spec;
   spec.name = "pvc-raced";
   spec.size_bytes = 8 * kMiB;
-  auto v = (*backend)->CreateVolume(spec);
+  auto v = backend->CreateVolume(spec);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
-  auto granted = (*backend)->GrantAccess(v->id, {kNode, "node-sock", false, "rwo", {}});
+  auto granted = backend->GrantAccess(v->id, {kNode, "node-sock", false, "rwo", {}});
   ASSERT_TRUE(granted.ok()) << granted.status().ToString();
   EXPECT_EQ(racing->raced(), 1);
   auto targets = ParseTgtadmTargets(tgtd_->ShowTargets());
   ASSERT_TRUE(targets.ok());
   ASSERT_EQ(targets->size(), 1u);
   EXPECT_EQ(targets->front().acls, std::vector<std::string>{kNode});
-  ASSERT_TRUE((*backend)->RevokeAccess(v->id, kNode).ok());
-  ASSERT_TRUE((*backend)->DeleteVolume(v->id).ok());
+  ASSERT_TRUE(backend->RevokeAccess(v->id, kNode).ok());
+  ASSERT_TRUE(backend->DeleteVolume(v->id).ok());
 }
 
 // The backend over the socket: CHAP one-way and mutual enforced by tgtd,
 // with no tgtadm process (so no password in any /proc/<pid>/cmdline).
 TEST_F(TgtdSocketTest, BackendGrantsChapThroughTheSocket) {
-  testing::TempDir pool;
-  LocalBackendOptions options;
-  options.portals = {tgtd_->portal()};
-  options.reconcile_interval = std::chrono::milliseconds(0);
-  auto exporter =
-      std::make_shared<TgtExporter>(std::make_shared<TgtdSocketControl>(tgtd_->control_port()), tgtd_->control_port());
-  auto backend = LocalBackend::Open(pool.path(), exporter, options);
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  auto backend = OpenBackend(std::make_shared<TgtdSocketControl>(tgtd_->control_port()));
+  ASSERT_NE(backend, nullptr);
   CreateVolumeSpec spec;
   spec.name = "pvc-socket";
   spec.size_bytes = 8 * kMiB;
-  auto v = (*backend)->CreateVolume(spec);
+  auto v = backend->CreateVolume(spec);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   ASSERT_TRUE(
-      (*backend)->GrantAccess(v->id, {kNode, "node-sock", false, "rwo", {"sockuser", "sock-pass-1234", "", ""}}).ok());
+      backend->GrantAccess(v->id, {kNode, "node-sock", false, "rwo", {"sockuser", "sock-pass-1234", "", ""}}).ok());
   std::string error;
   IscsiLogin login{tgtd_->portal(), v->target_iqn, kNode, "sockuser", "sock-pass-1234", "", ""};
   auto session = IscsiClient::Login(login, &error);
@@ -220,12 +221,12 @@ TEST_F(TgtdSocketTest, BackendGrantsChapThroughTheSocket) {
   session.reset();
   login.chap_password = "wrong-pass-1234";
   EXPECT_EQ(IscsiClient::Login(login, &error), nullptr) << "a wrong CHAP secret got in";
-  ASSERT_TRUE((*backend)->RevokeAccess(v->id, kNode).ok());
-  ASSERT_TRUE((*backend)->DeleteVolume(v->id).ok());
+  ASSERT_TRUE(backend->RevokeAccess(v->id, kNode).ok());
+  ASSERT_TRUE(backend->DeleteVolume(v->id).ok());
   auto accounts = ParseTgtadmAccounts(tgtd_->Tgtadm({"--op", "show", "--mode", "account"}));
   ASSERT_TRUE(accounts.ok());
   EXPECT_TRUE(accounts->empty()) << "an account outlived its volume";
-  EXPECT_TRUE((*backend)->ReconcileNow().ok());
+  EXPECT_TRUE(backend->ReconcileNow().ok());
 }
 
 }  // namespace
