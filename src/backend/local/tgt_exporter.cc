@@ -27,9 +27,10 @@ bool Contains(const std::vector<std::string>& v, const std::string& x) {
 
 // An account bind tgtd refuses as already so: an incoming account bound
 // twice is USER_EXIST (BINDING_EXIST in tgt versions that have it). An
-// outgoing bind is refused with OUTACCOUNT_EXIST
-// whichever account holds the target's one outgoing slot, so it is never
-// taken as "already so": the slot was emptied first, per a fresh read.
+// outgoing bind is refused with OUTACCOUNT_EXIST whichever account holds the
+// target's one outgoing slot, so that is never taken as "already so": the
+// slot was emptied first, per a fresh read, and someone else's account in it
+// must fail the call rather than pass for ours.
 TgtdErrors AlreadyBound(bool outgoing) {
   return outgoing ? TgtdErrors{} : TgtdErrors{TgtdError::kUserExists, TgtdError::kBindingExists};
 }

@@ -176,6 +176,27 @@ TEST_F(TgtExporterTest, AnErrorNumberToleratedElsewhereFailsAnotherStep) {
   EXPECT_EQ(exporter_.Apply(d).status().code(), StatusCode::kInternal);
 }
 
+// tgtd refuses an outgoing bind while any account holds the target's one
+// outgoing slot: after the listing showed it empty, that is someone else's
+// account, and the grant fails instead of passing for mutual CHAP.
+TEST_F(TgtExporterTest, AnOutgoingSlotTgtdSaysIsTakenFailsTheGrant) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
+  tgtd_->ExpectOk(TgtdRequest::NewAccount("bob", "s3cret-pw"));
+  tgtd_->ExpectOk(TgtdRequest::NewAccount("tgt-bob", "mutual-pw-123"));
+  tgtd_->ExpectOk(TgtdRequest::BindAccount(2, "bob", false));
+  tgtd_->ExpectRefused(TgtdRequest::BindAccount(2, "tgt-bob", true), TgtdError::kOutgoingAccountExists);
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1, "bob")};
+  ChapCredentials bob;
+  bob.username = "bob";
+  bob.password = "s3cret-pw";
+  bob.mutual_username = "tgt-bob";
+  bob.mutual_password = "mutual-pw-123";
+  d.chap = {bob};
+  EXPECT_EQ(exporter_.Apply(d).status().code(), StatusCode::kInternal);
+}
+
 TEST_F(TgtExporterTest, ANewTargetWhoseTidTgtdAlreadyHasFails) {
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   tgtd_->ExpectRefused(TgtdRequest::NewTarget(6, kNewIqn), TgtdError::kTargetExists);
