@@ -57,6 +57,13 @@ class TgtdSocketTest : public testing::TgtdTest {
     EXPECT_TRUE(backend.ok()) << backend.status().ToString();
     return backend.ok() ? *backend : nullptr;
   }
+  // An 8 MiB volume of `backend` named `name`.
+  auto CreateVolume(LocalBackend& backend, std::string name) {
+    CreateVolumeSpec spec;
+    spec.name = std::move(name);
+    spec.size_bytes = 8 * kMiB;
+    return backend.CreateVolume(spec);
+  }
   // An 8 MiB image file for a LUN.
   std::string MakeImage() {
     std::string image = dir_.Join("lun.img");
@@ -185,10 +192,7 @@ TEST_F(TgtdSocketTest, AnAclRuleTgtdAlreadyHasIsToleratedAndReadBack) {
   auto racing = std::make_shared<BindFirst>(std::make_shared<TgtdSocketControl>(tgtd_->control_port()));
   auto backend = OpenBackend(racing);
   ASSERT_NE(backend, nullptr);
-  CreateVolumeSpec spec;
-  spec.name = "pvc-raced";
-  spec.size_bytes = 8 * kMiB;
-  auto v = backend->CreateVolume(spec);
+  auto v = CreateVolume(*backend, "pvc-raced");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   auto granted = backend->GrantAccess(v->id, {kNode, "node-sock", false, "rwo", {}});
   ASSERT_TRUE(granted.ok()) << granted.status().ToString();
@@ -206,10 +210,7 @@ TEST_F(TgtdSocketTest, AnAclRuleTgtdAlreadyHasIsToleratedAndReadBack) {
 TEST_F(TgtdSocketTest, BackendGrantsChapThroughTheSocket) {
   auto backend = OpenBackend(std::make_shared<TgtdSocketControl>(tgtd_->control_port()));
   ASSERT_NE(backend, nullptr);
-  CreateVolumeSpec spec;
-  spec.name = "pvc-socket";
-  spec.size_bytes = 8 * kMiB;
-  auto v = backend->CreateVolume(spec);
+  auto v = CreateVolume(*backend, "pvc-socket");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   ASSERT_TRUE(
       backend->GrantAccess(v->id, {kNode, "node-sock", false, "rwo", {"sockuser", "sock-pass-1234", "", ""}}).ok());
