@@ -21,7 +21,7 @@ struct BackendOptions {
   std::string configfs_root = "/sys/kernel/config";  // lio only
   std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};
   std::string tgtadm = "/usr/sbin/tgtadm";  // absolute; never looked up in PATH
-  // How tgtd is driven: "socket" (its management socket, tgtd_socket.h: no
+  // How tgtd is driven: "socket" (its management socket, tgtd_socket_control.h: no
   // tgtadm process, so no CHAP secret in any argv) or "tgtadm" (exec).
   std::string tgt_control = "socket";
   // Thin provisioning: a new volume (or a grow) may take at most the pool's

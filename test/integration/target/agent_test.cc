@@ -21,6 +21,7 @@
 
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
+#include "backend/local/tgtadm_control.h"
 #include "backend/remote/remote_backend.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
@@ -432,7 +433,9 @@ TEST(TargetMeasurements, CycleRatioAndReconcileOfHundredVolumes) {
   LocalBackendOptions options;
   options.portals = {tgtd->portal()};
   options.reconcile_interval = std::chrono::milliseconds(0);
-  auto exporter = std::make_shared<TgtExporter>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd->control_port());
+  auto exporter = std::make_shared<TgtExporter>(
+      std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd->control_port()),
+      tgtd->control_port());
   auto backend = LocalBackend::Open(pool.path(), exporter, options);
   ASSERT_TRUE(backend.ok());
   constexpr int kCycles = 20;
