@@ -19,8 +19,12 @@
 
 // The names abseil and the clang documentation use, so that they read as
 // everyone knows them. abseil's internal thread_annotations.h (which gRPC's
-// headers include) defines five of them to the same attributes: whichever
-// header comes first defines those.
+// headers include) defines five of them to the same attributes; it comes
+// first here, so that those five have one definition in every file, whatever
+// order the file includes gRPC and this header in.
+#if __has_include(<absl/base/internal/thread_annotations.h>)
+#include <absl/base/internal/thread_annotations.h>
+#endif
 #define CAPABILITY(x) BLOCKCSI_THREAD_ANNOTATION(capability(x))
 #define SCOPED_CAPABILITY BLOCKCSI_THREAD_ANNOTATION(scoped_lockable)
 #ifndef GUARDED_BY
