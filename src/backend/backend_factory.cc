@@ -53,6 +53,7 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& optio
     local.iqn_prefix = options.iqn_prefix;
     local.reconcile_interval = options.reconcile_interval;
     local.overcommit_ratio = options.overcommit_ratio;
+    local.max_volumes = options.max_volumes;
     BLOCKCSI_ASSIGN_OR_RETURN(auto backend, LocalBackend::Open(options.pool_dir, std::move(exporter), local));
     return std::shared_ptr<VolumeBackend>(std::move(backend));
   }
