@@ -27,6 +27,7 @@ ControllerService::ControllerService(std::shared_ptr<VolumeBackend> backend, Con
 
 std::shared_ptr<VolumeBackend> ControllerService::BackendFor(
     const google::protobuf::Map<std::string, std::string>& secrets) const {
+  if (secrets.empty()) return backend_;
   auto bound = backend_->WithSecrets(CallSecrets{{secrets.begin(), secrets.end()}});
   return bound != nullptr ? bound : backend_;
 }

@@ -107,7 +107,7 @@ class ControllerService final : public csi::v1::Controller::Service {
                      csi::v1::ControllerGetVolumeResponse* response);
 
   // The backend that serves a request carrying `secrets`: backend_'s view
-  // bound to them, or backend_ itself when it takes no secrets.
+  // bound to them, or backend_ itself when there are none or it takes none.
   std::shared_ptr<VolumeBackend> BackendFor(const google::protobuf::Map<std::string, std::string>& secrets) const;
   // The backend's record, NOT_FOUND naming the volume when it is missing.
   StatusOr<VolumeRecord> GetVolumeRecord(VolumeBackend& backend, const std::string& volume_id);

@@ -267,7 +267,12 @@ Status FakeBackend::Healthy() { return Enter("Healthy"); }
 std::shared_ptr<VolumeBackend> FakeBackend::WithSecrets(const CallSecrets& secrets) {
   std::lock_guard lock(mu_);
   secrets_seen_.push_back(secrets.values);
-  return nullptr;
+  return secrets_view_;
+}
+
+void FakeBackend::ServeSecretsWith(std::shared_ptr<VolumeBackend> view) {
+  std::lock_guard lock(mu_);
+  secrets_view_ = std::move(view);
 }
 
 std::vector<std::map<std::string, std::string>> FakeBackend::SecretsSeen() const {

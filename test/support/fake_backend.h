@@ -44,12 +44,15 @@ class FakeBackend final : public VolumeBackend {
   // NOT_FOUND for lookups, OK for deletes and revokes, as the real backends.
   bool MayHoldVolume(const std::string& volume_id) const override { return volume_id.starts_with("vol-"); }
 
-  // Serves every request itself (nullptr), after noting the secrets the
-  // request carried for SecretsSeen.
+  // Notes the secrets the request carried (SecretsSeen) and answers the
+  // view set by ServeSecretsWith, nullptr (serve it itself) by default.
   std::shared_ptr<VolumeBackend> WithSecrets(const CallSecrets& secrets) override;
 
   // The secrets of each request bound so far, in order.
   std::vector<std::map<std::string, std::string>> SecretsSeen() const;
+  // The backend that serves requests carrying secrets from now on, as a
+  // backend acting with its callers' credentials would.
+  void ServeSecretsWith(std::shared_ptr<VolumeBackend> view);
   // The next call of `method` (e.g. "GrantAccess") fails with `status`.
   void FailNext(const std::string& method, Status status);
   int Calls(const std::string& method) const;
@@ -81,6 +84,7 @@ class FakeBackend final : public VolumeBackend {
   std::map<std::string, VolumeHealth> health_;
   std::map<std::string, ChapCredentials> chap_;
   std::vector<std::map<std::string, std::string>> secrets_seen_;
+  std::shared_ptr<VolumeBackend> secrets_view_;
   std::map<std::string, Status> fail_next_;
   std::map<std::string, int> calls_;
   std::string gated_method_;

@@ -1126,6 +1126,23 @@ TEST_F(ControllerServiceTest, EachRequestsSecretsReachTheBackendWithThatRequest)
   EXPECT_EQ(seen[before + 1].at("userID"), "provisioner");
 }
 
+TEST_F(ControllerServiceTest, ARequestWithSecretsIsServedByTheBackendBoundToThem) {
+  auto view = std::make_shared<testing::FakeBackend>();
+  backend_->ServeSecretsWith(view);
+  auto create = CreateRequest("pvc-bound", 10 * kMiB);
+  (*create.mutable_secrets())["userID"] = "provisioner";
+  csi::v1::CreateVolumeResponse created;
+  ASSERT_TRUE(Create(create, &created).ok());
+  EXPECT_EQ(view->Calls("CreateVolume"), 1);
+  EXPECT_EQ(backend_->Calls("CreateVolume"), 0);
+  // Without secrets, the shared backend: it has no such volume.
+  EXPECT_EQ(Publish(created.volume().volume_id(), "n1").error_code(), grpc::StatusCode::NOT_FOUND);
+  auto publish = PublishRequest(created.volume().volume_id(), "n1", testing::MountCapability(), false);
+  (*publish.mutable_secrets())["userID"] = "publisher";
+  ASSERT_TRUE(Publish(publish).ok());
+  EXPECT_EQ(view->Calls("GrantAccess"), 1);
+}
+
 // ---- ControllerGetVolume ------------------------------------------------
 
 TEST_F(ControllerServiceTest, GetVolumeReportsPublishedNodesAndCondition) {

@@ -240,6 +240,20 @@ TEST_F(RoutingBackendTest, SecretsReachEveryBackendAndNoViewIsMadeWhenNoneTakesT
   EXPECT_EQ(slow_->SecretsSeen()[0].at("userID"), "u");
 }
 
+TEST_F(RoutingBackendTest, ARequestsSecretsRouteToTheBackendsViewForThem) {
+  auto fast_view = std::make_shared<testing::FakeBackend>();
+  fast_->ServeSecretsWith(fast_view);
+  auto bound = routing_->WithSecrets({{{"userID", "u"}}});
+  ASSERT_NE(bound, nullptr);
+  auto created = bound->CreateVolume({"pvc-1", kMiB, {}, {{"backend", "fast"}}});
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->id, "fast~vol-1");
+  EXPECT_EQ(fast_view->Calls("CreateVolume"), 1);
+  EXPECT_EQ(fast_->Calls("CreateVolume"), 0) << "the view serves the request, not the shared backend";
+  ASSERT_TRUE(bound->GetVolume(created->id).ok());
+  EXPECT_FALSE(routing_->GetVolume(created->id).ok()) << "made through the view only";
+}
+
 TEST_F(RoutingBackendTest, HealthyOnlyWhenAllAreAndNamesTheSickOne) {
   EXPECT_TRUE(routing_->Healthy().ok());
   fast_->FailNext("Healthy", Unavailable("tgtd is not answering"));
