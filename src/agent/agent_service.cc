@@ -100,7 +100,8 @@ grpc::Status TargetAgentService::ListVolumes(Context*, const ListVolumesRequest*
 }
 
 grpc::Status TargetAgentService::GetCapacity(Context*, const GetCapacityRequest*, GetCapacityResponse* out) {
-  auto r = backend_->AvailableBytes();
+  // The agent's pool is one host: no parameter or segment narrows it.
+  auto r = backend_->AvailableBytes(CapacityQuery{});
   if (!r.ok()) return ToGrpcStatus(r.status());
   out->set_available_bytes(*r);
   return grpc::Status::OK;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,20 @@ struct CreateVolumeSpec {
   // controller against the backend's SupportedParameters()).
   std::map<std::string, std::string> parameters;
   AccessibilityRequirements accessibility = {};
+};
+
+// The csi_secret fields of one CSI call (e.g. the cephx userID and userKey
+// of a provisioner secret). Never logged, persisted or put in a message.
+struct CallSecrets {
+  std::map<std::string, std::string> values;
+};
+
+// What GetCapacity asks about: the StorageClass parameters (the routing
+// backend reads `backend`) and the segment whose capacity is wanted (empty:
+// anywhere).
+struct CapacityQuery {
+  std::map<std::string, std::string> parameters;
+  TopologySegments accessible_topology = {};
 };
 
 // One node's access to a volume. `capability` is an opaque fingerprint of the
@@ -108,6 +123,10 @@ struct VolumeHealth {
   std::string message;
 };
 
+// An id that names nothing of a backend's, whatever its form (another
+// backend's, malformed, deleted), is NOT_FOUND for every lookup and OK for
+// deletes and revokes: never INVALID_ARGUMENT, which callers report as the
+// caller's mistake.
 class VolumeBackend {
  public:
   virtual ~VolumeBackend() = default;
@@ -145,7 +164,7 @@ class VolumeBackend {
   // Stable order; `start_token` from a previous page's next_token
   // (an unknown token → ABORTED); max_entries 0 means no limit.
   virtual StatusOr<Page<VolumeRecord>> ListVolumes(const std::string& start_token, int max_entries) = 0;
-  virtual StatusOr<uint64_t> AvailableBytes() = 0;
+  virtual StatusOr<uint64_t> AvailableBytes(const CapacityQuery& query) = 0;
 
   // Same name and source → the existing snapshot; same name, other source →
   // ALREADY_EXISTS; missing source volume → NOT_FOUND.
@@ -159,12 +178,20 @@ class VolumeBackend {
   // OK when the backend can serve (pool readable, target daemon answering).
   virtual Status Healthy() = 0;
 
+  // The backend that serves the calls of one CSI request carrying
+  // `secrets`, for the length of that request. A backend with an identity
+  // of its own serves every request alike: it answers nullptr (the
+  // default), meaning "use me". One that acts with its callers'
+  // credentials (rbd without --ceph-user) answers a view bound to them;
+  // the view's operations fail when those credentials cannot connect.
+  virtual std::shared_ptr<VolumeBackend> WithSecrets(const CallSecrets& /*secrets*/) { return nullptr; }
+
   // Whether `volume_id` has the shape of an id this backend makes. Pure: no
   // I/O, no lock. The controller asks it before any call that gets only a
   // volume id (DeleteVolume, ControllerUnpublish, ControllerExpand), so that
-  // a static PV's handle (issue #24) never reaches a backend; and it refuses
-  // a static PV whose handle could be one of ours. The default (true) keeps
-  // a backend that cannot tell on the old path: asked, and OK when unknown.
+  // a static PV's handle never reaches a backend; and it refuses a static
+  // PV whose handle could be one of ours. The default (true), for a backend
+  // that cannot tell: it is asked, and answers OK for an id it does not know.
   virtual bool MayHoldVolume(const std::string& /*volume_id*/) const { return true; }
 };
 

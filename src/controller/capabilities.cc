@@ -38,7 +38,7 @@ bool IsReadOnlyMode(AccessMode mode) {
 
 bool IsBlock(const csi::v1::VolumeCapability& capability) { return capability.has_block(); }
 
-Status ValidateCapability(const csi::v1::VolumeCapability& capability, std::string_view what) {
+Status ValidateCapabilityAndFsType(const csi::v1::VolumeCapability& capability, std::string_view what) {
   auto bad = [&](const std::string& why) { return InvalidArgument(std::string(what) + ": " + why); };
   if (!capability.has_block() && !capability.has_mount()) {
     return bad("volume capability has no access type (block or mount)");

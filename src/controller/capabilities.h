@@ -25,8 +25,9 @@ using AccessMode = csi::v1::VolumeCapability::AccessMode::Mode;
 
 // INVALID_ARGUMENT naming `what` (e.g. "volume \"pvc-1\"") when the
 // capability is missing its access type or mode, names an unknown mode, asks
-// for a multi-node writer on a mount volume, or an unsupported fs_type.
-Status ValidateCapability(const csi::v1::VolumeCapability& capability, std::string_view what);
+// for a multi-node writer on a mount volume, or an unsupported fs_type (the
+// node's ValidateAccessTypeAndMode checks the same modes, without fs_type).
+Status ValidateCapabilityAndFsType(const csi::v1::VolumeCapability& capability, std::string_view what);
 
 bool IsSingleNodeMode(AccessMode mode);
 bool IsReadOnlyMode(AccessMode mode);

@@ -23,20 +23,17 @@ namespace blockcsi::controller_internal {
 
 inline std::string Quoted(std::string_view id) { return "\"" + std::string(id) + "\""; }
 
-// Backends name the object in their messages; when one does not, the
-// message still has to say which volume/snapshot/node it is about.
+// A backend's failure, prefixed with the volume/snapshot/node the CSI call
+// is about, so that the CO's event names it whatever the backend said.
 inline Status Named(const Status& status, std::string_view kind, const std::string& id) {
-  if (status.ok() || status.message().find(id) != std::string::npos) return status;
+  if (status.ok()) return status;
   return status.WithContext(std::string(kind) + " " + Quoted(id));
 }
 
-// For a call keyed only by an id the CO gave us, INVALID_ARGUMENT from the
-// backend means the id is not one it could ever have made (backends validate
-// their id format before touching anything): that volume or snapshot does
-// not exist, which the spec answers with NOT_FOUND (or OK for deletes).
-inline bool IsMissing(const Status& status) {
-  return status.code() == StatusCode::kNotFound || status.code() == StatusCode::kInvalidArgument;
-}
+// Whether the backend says the volume or snapshot does not exist. Backends
+// answer NOT_FOUND for any id that names nothing of theirs, a malformed one
+// included (backend.h), so any other code is a real failure to report.
+inline bool IsMissing(const Status& status) { return status.code() == StatusCode::kNotFound; }
 
 inline uint64_t RoundUp(uint64_t value, uint64_t granularity) {
   if (granularity <= 1) return value;

@@ -16,7 +16,6 @@
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"
-#include "controller/request_scope.h"
 
 // ControllerPublishVolume and ControllerUnpublishVolume.
 namespace blockcsi {
@@ -33,7 +32,6 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 grpc::Status ControllerService::ControllerPublishVolume(grpc::ServerContext*,
                                                         const csi::v1::ControllerPublishVolumeRequest* request,
                                                         csi::v1::ControllerPublishVolumeResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoPublish(*request, response));
 }
 
@@ -91,6 +89,7 @@ Status CheckAccessModes(const VolumeRecord& record, const std::string& id, const
 
 Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeRequest& request,
                                     csi::v1::ControllerPublishVolumeResponse* response) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   const std::string& node_id = request.node_id();
   if (id.empty()) return InvalidArgument("ControllerPublishVolume: volume_id is required");
@@ -100,7 +99,7 @@ Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeReques
   const std::string what = "volume " + Quoted(id) + " on node " + Quoted(node_id);
   if (!request.has_volume_capability()) return InvalidArgument(what + ": volume_capability is required");
   const auto& capability = request.volume_capability();
-  BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(capability, what));
+  BLOCKCSI_RETURN_IF_ERROR(ValidateCapabilityAndFsType(capability, what));
   const AccessMode mode = capability.access_mode().mode();
   const bool read_only = request.readonly() || IsReadOnlyMode(mode);
   const std::string fingerprint = CapabilityFingerprint(capability);
@@ -110,7 +109,7 @@ Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeReques
   if (IsStaticVolume(volume_context)) return PublishStatic(request, volume_context, read_only, response);
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerPublishVolume"));
-  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(id));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(*backend, id));
   if (options_.node_exists) {
     auto exists = options_.node_exists(node_id);
     if (!exists.ok()) return Named(exists.status(), "node", node_id);
@@ -133,7 +132,7 @@ Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeReques
   KeyedLock::Guard node_lock;
   if (mine == nullptr && options_.max_volumes_per_node > 0) {
     node_lock = node_limit_locks_.Lock(node_id);
-    BLOCKCSI_ASSIGN_OR_RETURN(int64_t on_node, CountGrantsOnNode(node_id, id));
+    BLOCKCSI_ASSIGN_OR_RETURN(int64_t on_node, CountGrantsOnNode(*backend, node_id, id));
     if (on_node >= options_.max_volumes_per_node) {
       return ResourceExhausted(
           "node " + Quoted(node_id) + " already has " + std::to_string(on_node) +
@@ -141,7 +140,7 @@ Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeReques
           "); cannot publish volume " + Quoted(id));
     }
   }
-  auto granted = backend_->GrantAccess(id, grant);
+  auto granted = backend->GrantAccess(id, grant);
   if (!granted.ok()) {
     if (granted.status().code() == StatusCode::kNotFound) {
       return NotFound("volume " + Quoted(id) + " does not exist");
@@ -159,7 +158,7 @@ Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeReques
   return OkStatus();
 }
 
-// A static volume (issue #24): the PV's attributes name a LUN no backend
+// A static volume: the PV's attributes name a LUN no backend
 // made. Nothing is granted (the array's admin owns its ACLs) and no backend
 // is asked; the publish_context comes from the attributes alone, so the
 // call is idempotent by construction. Access-mode conflicts between nodes
@@ -194,13 +193,13 @@ Status ControllerService::PublishStatic(const csi::v1::ControllerPublishVolumeRe
   return OkStatus();
 }
 
-StatusOr<int64_t> ControllerService::CountGrantsOnNode(const std::string& node_id,
+StatusOr<int64_t> ControllerService::CountGrantsOnNode(VolumeBackend& backend, const std::string& node_id,
                                                        const std::string& except_volume_id) {
   const std::string iqn = InitiatorIqnForNode(node_id);
   int64_t count = 0;
   std::string token;
   do {
-    auto page = backend_->ListVolumes(token, 0);
+    auto page = backend.ListVolumes(token, 0);
     if (!page.ok()) return page.status().WithContext("counting the volumes on node " + Quoted(node_id));
     for (const auto& volume : page->items) {
       if (volume.id == except_volume_id) continue;
@@ -224,11 +223,11 @@ StatusOr<int64_t> ControllerService::CountGrantsOnNode(const std::string& node_i
 grpc::Status ControllerService::ControllerUnpublishVolume(grpc::ServerContext*,
                                                           const csi::v1::ControllerUnpublishVolumeRequest* request,
                                                           csi::v1::ControllerUnpublishVolumeResponse*) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoUnpublish(*request));
 }
 
 Status ControllerService::DoUnpublish(const csi::v1::ControllerUnpublishVolumeRequest& request) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   const std::string& node_id = request.node_id();
   if (id.empty()) return InvalidArgument("ControllerUnpublishVolume: volume_id is required");
@@ -240,7 +239,7 @@ Status ControllerService::DoUnpublish(const csi::v1::ControllerUnpublishVolumeRe
   if (!node_id.empty()) {
     iqns.push_back(InitiatorIqnForNode(node_id));
   } else {
-    auto record = backend_->GetVolume(id);
+    auto record = backend->GetVolume(id);
     if (!record.ok()) {
       if (IsMissing(record.status())) return OkStatus();
       return Named(record.status(), "volume", id);
@@ -248,7 +247,7 @@ Status ControllerService::DoUnpublish(const csi::v1::ControllerUnpublishVolumeRe
     for (const auto& grant : record->grants) iqns.push_back(grant.initiator_iqn);
   }
   for (const auto& iqn : iqns) {
-    Status st = backend_->RevokeAccess(id, iqn);
+    Status st = backend->RevokeAccess(id, iqn);
     if (IsMissing(st)) continue;
     BLOCKCSI_RETURN_IF_ERROR(Named(st, "volume", id));
   }

@@ -16,7 +16,6 @@
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"
-#include "controller/request_scope.h"
 
 namespace blockcsi {
 
@@ -26,8 +25,15 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 ControllerService::ControllerService(std::shared_ptr<VolumeBackend> backend, ControllerOptions options)
     : backend_(std::move(backend)), options_(std::move(options)) {}
 
-StatusOr<VolumeRecord> ControllerService::GetVolumeRecord(const std::string& volume_id) {
-  auto record = backend_->GetVolume(volume_id);
+std::shared_ptr<VolumeBackend> ControllerService::BackendFor(
+    const google::protobuf::Map<std::string, std::string>& secrets) const {
+  if (secrets.empty()) return backend_;
+  auto bound = backend_->WithSecrets(CallSecrets{{secrets.begin(), secrets.end()}});
+  return bound != nullptr ? bound : backend_;
+}
+
+StatusOr<VolumeRecord> ControllerService::GetVolumeRecord(VolumeBackend& backend, const std::string& volume_id) {
+  auto record = backend.GetVolume(volume_id);
   if (!record.ok()) {
     if (IsMissing(record.status())) {
       return NotFound("volume " + Quoted(volume_id) + " does not exist");
@@ -43,12 +49,12 @@ StatusOr<VolumeRecord> ControllerService::GetVolumeRecord(const std::string& vol
 grpc::Status ControllerService::ValidateVolumeCapabilities(grpc::ServerContext*,
                                                            const csi::v1::ValidateVolumeCapabilitiesRequest* request,
                                                            csi::v1::ValidateVolumeCapabilitiesResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoValidate(*request, response));
 }
 
 Status ControllerService::DoValidate(const csi::v1::ValidateVolumeCapabilitiesRequest& request,
                                      csi::v1::ValidateVolumeCapabilitiesResponse* response) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   if (id.empty()) return InvalidArgument("ValidateVolumeCapabilities: volume_id is required");
   const std::string what = "volume " + Quoted(id);
@@ -56,10 +62,10 @@ Status ControllerService::DoValidate(const csi::v1::ValidateVolumeCapabilitiesRe
   for (const auto& capability : request.volume_capabilities()) {
     BLOCKCSI_RETURN_IF_ERROR(ValidateCapabilityShape(capability, what));
   }
-  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(id));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(*backend, id));
   VolumeParameters params = VolumeParametersFromRecord(record.parameters);
   for (const auto& capability : request.volume_capabilities()) {
-    if (Status st = ValidateCapability(capability, what); !st.ok()) {
+    if (Status st = ValidateCapabilityAndFsType(capability, what); !st.ok()) {
       response->set_message(st.message());
       return OkStatus();
     }
@@ -87,7 +93,6 @@ Status ControllerService::DoValidate(const csi::v1::ValidateVolumeCapabilitiesRe
 // not know → ABORTED (the CO restarts the listing).
 grpc::Status ControllerService::ListVolumes(grpc::ServerContext*, const csi::v1::ListVolumesRequest* request,
                                             csi::v1::ListVolumesResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoListVolumes(*request, response));
 }
 
@@ -137,7 +142,6 @@ Status ControllerService::DoListVolumes(const csi::v1::ListVolumesRequest& reque
 // ---- GetCapacity --------------------------------------------------------
 grpc::Status ControllerService::GetCapacity(grpc::ServerContext*, const csi::v1::GetCapacityRequest* request,
                                             csi::v1::GetCapacityResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoGetCapacity(*request, response));
 }
 
@@ -151,8 +155,8 @@ Status ControllerService::DoGetCapacity(const csi::v1::GetCapacityRequest& reque
   for (const auto& given : request.volume_capabilities()) {
     // A part the CO left out constrains nothing: external-provisioner v3.x
     // (up to v4.0.1) asks with `mount {}` and access mode UNKNOWN, and a
-    // zero answer to that strands every WaitForFirstConsumer pod (issue
-    // #20). The missing part is filled with the most permissive choice, so
+    // zero answer to that strands every WaitForFirstConsumer pod. The
+    // missing part is filled with the most permissive choice, so
     // only what the CO did say can make the answer zero.
     csi::v1::VolumeCapability capability = given;
     if (!capability.has_block() && !capability.has_mount()) capability.mutable_block();
@@ -160,12 +164,15 @@ Status ControllerService::DoGetCapacity(const csi::v1::GetCapacityRequest& reque
       capability.mutable_access_mode()->set_mode(csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
     }
     // Capacity that can hold volumes of a kind we do not make is zero.
-    if (!ValidateCapability(capability, "GetCapacity").ok()) {
+    if (!ValidateCapabilityAndFsType(capability, "GetCapacity").ok()) {
       response->set_available_capacity(0);
       return OkStatus();
     }
   }
-  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t available, backend_->AvailableBytes());
+  CapacityQuery query{
+      {request.parameters().begin(), request.parameters().end()},
+      {request.accessible_topology().segments().begin(), request.accessible_topology().segments().end()}};
+  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t available, backend_->AvailableBytes(query));
   uint64_t granularity = std::max<uint64_t>(backend_->AllocationGranularity(), 1);
   // Whole allocation units only: a volume cannot use a partial one.
   available = available / granularity * granularity;
@@ -186,7 +193,6 @@ grpc::Status ControllerService::ControllerGetCapabilities(grpc::ServerContext*,
 grpc::Status ControllerService::ControllerGetVolume(grpc::ServerContext*,
                                                     const csi::v1::ControllerGetVolumeRequest* request,
                                                     csi::v1::ControllerGetVolumeResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoGetVolume(*request, response));
 }
 
@@ -194,7 +200,7 @@ Status ControllerService::DoGetVolume(const csi::v1::ControllerGetVolumeRequest&
                                       csi::v1::ControllerGetVolumeResponse* response) {
   const std::string& id = request.volume_id();
   if (id.empty()) return InvalidArgument("ControllerGetVolume: volume_id is required");
-  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(id));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(*backend_, id));
   FillVolume(record, response->mutable_volume());
   auto* status = response->mutable_status();
   for (const auto& node : PublishedNodeIds(record)) status->add_published_node_ids(node);

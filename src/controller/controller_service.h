@@ -3,9 +3,9 @@
 // checks and the error codes the CSI spec names. Thread-safe: the backend is
 // thread-safe, and concurrent operations on one volume id, one volume name or
 // one snapshot are refused with ABORTED (the sidecars retry) instead of
-// racing. Arguments are validated before any lock is taken. Each call that
-// reaches the backend runs inside its request's CallScope (secrets,
-// parameters: controller/request_scope.h).
+// racing. Arguments are validated before any lock is taken. A request's
+// secrets reach the backend as the view WithSecrets binds to them
+// (backend.h), GetCapacity's parameters and segment as its CapacityQuery.
 //
 // Node limits: the controller never sees NodeGetInfo. It enforces the same
 // --max-volumes-per-node the node advertises (pass the flag to both) by
@@ -106,10 +106,14 @@ class ControllerService final : public csi::v1::Controller::Service {
   Status DoGetVolume(const csi::v1::ControllerGetVolumeRequest& request,
                      csi::v1::ControllerGetVolumeResponse* response);
 
+  // The backend that serves a request carrying `secrets`: backend_'s view
+  // bound to them, or backend_ itself when there are none or it takes none.
+  std::shared_ptr<VolumeBackend> BackendFor(const google::protobuf::Map<std::string, std::string>& secrets) const;
   // The backend's record, NOT_FOUND naming the volume when it is missing.
-  StatusOr<VolumeRecord> GetVolumeRecord(const std::string& volume_id);
+  StatusOr<VolumeRecord> GetVolumeRecord(VolumeBackend& backend, const std::string& volume_id);
   // Grants held by `node_id` across every volume but `except_volume_id`.
-  StatusOr<int64_t> CountGrantsOnNode(const std::string& node_id, const std::string& except_volume_id);
+  StatusOr<int64_t> CountGrantsOnNode(VolumeBackend& backend, const std::string& node_id,
+                                      const std::string& except_volume_id);
 
   const std::shared_ptr<VolumeBackend> backend_;
   const ControllerOptions options_;

@@ -16,7 +16,6 @@
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"
-#include "controller/request_scope.h"
 
 // CreateSnapshot, DeleteSnapshot, ListSnapshots and GetSnapshot.
 namespace blockcsi {
@@ -29,12 +28,12 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 // name, other source → ALREADY_EXISTS; missing source volume → NOT_FOUND.
 grpc::Status ControllerService::CreateSnapshot(grpc::ServerContext*, const csi::v1::CreateSnapshotRequest* request,
                                                csi::v1::CreateSnapshotResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoCreateSnapshot(*request, response));
 }
 
 Status ControllerService::DoCreateSnapshot(const csi::v1::CreateSnapshotRequest& request,
                                            csi::v1::CreateSnapshotResponse* response) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& name = request.name();
   const std::string& source = request.source_volume_id();
   if (name.empty()) return InvalidArgument("CreateSnapshot: name is required");
@@ -43,18 +42,9 @@ Status ControllerService::DoCreateSnapshot(const csi::v1::CreateSnapshotRequest&
   BLOCKCSI_RETURN_IF_ERROR(ValidateSnapshotParameters({request.parameters().begin(), request.parameters().end()})
                                .WithContext("snapshot name " + Quoted(name)));
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, snapshot_ops_.Acquire("name:" + name, "CreateSnapshot"));
-  // Looked up first so that a source id the backend rejects as malformed is
-  // NOT_FOUND like any other missing volume.
-  auto volume = backend_->GetVolume(source);
-  if (!volume.ok()) {
-    if (IsMissing(volume.status())) {
-      return NotFound("snapshot name " + Quoted(name) + ": source volume " + Quoted(source) + " does not exist");
-    }
-    return Named(volume.status(), "volume", source);
-  }
-  auto record = backend_->CreateSnapshot(source, name);
+  auto record = backend->CreateSnapshot(source, name);
   if (!record.ok()) {
-    if (record.status().code() == StatusCode::kNotFound) {
+    if (IsMissing(record.status())) {
       return NotFound("snapshot name " + Quoted(name) + ": source volume " + Quoted(source) + " does not exist");
     }
     return Named(record.status(), "snapshot name", name);
@@ -67,15 +57,15 @@ Status ControllerService::DoCreateSnapshot(const csi::v1::CreateSnapshotRequest&
 // ---- DeleteSnapshot: idempotent, unknown id → OK. -----------------------
 grpc::Status ControllerService::DeleteSnapshot(grpc::ServerContext*, const csi::v1::DeleteSnapshotRequest* request,
                                                csi::v1::DeleteSnapshotResponse*) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoDeleteSnapshot(*request));
 }
 
 Status ControllerService::DoDeleteSnapshot(const csi::v1::DeleteSnapshotRequest& request) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.snapshot_id();
   if (id.empty()) return InvalidArgument("DeleteSnapshot: snapshot_id is required");
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, snapshot_ops_.Acquire("id:" + id, "DeleteSnapshot"));
-  Status st = backend_->DeleteSnapshot(id);
+  Status st = backend->DeleteSnapshot(id);
   if (IsMissing(st)) return OkStatus();
   BLOCKCSI_RETURN_IF_ERROR(Named(st, "snapshot", id));
   LogInfo("snapshot deleted", {{"snapshot", id}});
@@ -87,15 +77,15 @@ Status ControllerService::DoDeleteSnapshot(const csi::v1::DeleteSnapshotRequest&
 // asks); by source volume: its snapshots; else all, paged.
 grpc::Status ControllerService::ListSnapshots(grpc::ServerContext*, const csi::v1::ListSnapshotsRequest* request,
                                               csi::v1::ListSnapshotsResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoListSnapshots(*request, response));
 }
 
 Status ControllerService::DoListSnapshots(const csi::v1::ListSnapshotsRequest& request,
                                           csi::v1::ListSnapshotsResponse* response) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   if (request.max_entries() < 0) return InvalidArgument("ListSnapshots: max_entries must not be negative");
   if (!request.snapshot_id().empty()) {
-    auto record = backend_->GetSnapshot(request.snapshot_id());
+    auto record = backend->GetSnapshot(request.snapshot_id());
     if (!record.ok()) {
       if (IsMissing(record.status())) return OkStatus();
       return Named(record.status(), "snapshot", request.snapshot_id());
@@ -105,7 +95,7 @@ Status ControllerService::DoListSnapshots(const csi::v1::ListSnapshotsRequest& r
     }
     return OkStatus();
   }
-  auto page = backend_->ListSnapshots(request.source_volume_id(), request.starting_token(), request.max_entries());
+  auto page = backend->ListSnapshots(request.source_volume_id(), request.starting_token(), request.max_entries());
   if (!page.ok()) {
     StatusCode code = page.status().code();
     if (!request.starting_token().empty() &&
@@ -123,15 +113,15 @@ Status ControllerService::DoListSnapshots(const csi::v1::ListSnapshotsRequest& r
 
 grpc::Status ControllerService::GetSnapshot(grpc::ServerContext*, const csi::v1::GetSnapshotRequest* request,
                                             csi::v1::GetSnapshotResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoGetSnapshot(*request, response));
 }
 
 Status ControllerService::DoGetSnapshot(const csi::v1::GetSnapshotRequest& request,
                                         csi::v1::GetSnapshotResponse* response) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.snapshot_id();
   if (id.empty()) return InvalidArgument("GetSnapshot: snapshot_id is required");
-  auto record = backend_->GetSnapshot(id);
+  auto record = backend->GetSnapshot(id);
   if (!record.ok()) {
     if (IsMissing(record.status())) return NotFound("snapshot " + Quoted(id) + " does not exist");
     return Named(record.status(), "snapshot", id);

@@ -16,7 +16,6 @@
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"
-#include "controller/request_scope.h"
 
 // CreateVolume, DeleteVolume and ControllerExpandVolume.
 namespace blockcsi {
@@ -35,7 +34,6 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 // backend is one host, reachable from every node unless it says otherwise.
 grpc::Status ControllerService::CreateVolume(grpc::ServerContext*, const csi::v1::CreateVolumeRequest* request,
                                              csi::v1::CreateVolumeResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoCreateVolume(*request, response));
 }
 
@@ -89,6 +87,7 @@ StatusOr<uint64_t> SourceBytes(VolumeBackend& backend, const ContentSource& sour
 
 Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& request,
                                          csi::v1::CreateVolumeResponse* response) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& name = request.name();
   if (name.empty()) return InvalidArgument("CreateVolume: name is required");
   const std::string what = "volume name " + Quoted(name);
@@ -99,7 +98,7 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
                             ParseVolumeParameters({request.parameters().begin(), request.parameters().end()},
                                                   backend_->SupportedParameters()));
   for (const auto& capability : request.volume_capabilities()) {
-    BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(capability, what));
+    BLOCKCSI_RETURN_IF_ERROR(ValidateCapabilityAndFsType(capability, what));
     if (capability.has_mount() && !capability.mount().fs_type().empty() && !params.fs_type.empty() &&
         capability.mount().fs_type() != params.fs_type) {
       return InvalidArgument(what + ": capability fs_type \"" + capability.mount().fs_type() +
@@ -133,7 +132,7 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, name_ops_.Acquire(name, "CreateVolume"));
 
-  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t source_bytes, SourceBytes(*backend_, source, what));
+  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t source_bytes, SourceBytes(*backend, source, what));
   BLOCKCSI_ASSIGN_OR_RETURN(uint64_t size, ChooseVolumeSize(request.capacity_range(), backend_->AllocationGranularity(),
                                                             options_.default_volume_bytes, source_bytes, what));
   BLOCKCSI_ASSIGN_OR_RETURN(size, RaiseToFilesystemMinimum(size, fs_minimum, fs_type, request.capacity_range(),
@@ -148,7 +147,7 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
   for (const auto& t : request.accessibility_requirements().preferred()) {
     spec.accessibility.preferred.emplace_back(t.segments().begin(), t.segments().end());
   }
-  auto record = backend_->CreateVolume(spec);
+  auto record = backend->CreateVolume(spec);
   if (!record.ok()) return Named(record.status(), "volume name", name);
   FillVolume(*record, response->mutable_volume());
   LogInfo("volume created", {{"volume", record->id}, {"name", name}, {"bytes", std::to_string(record->size_bytes)}});
@@ -161,11 +160,11 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
 // external-attacher unpublishes first and the provisioner retries.
 grpc::Status ControllerService::DeleteVolume(grpc::ServerContext*, const csi::v1::DeleteVolumeRequest* request,
                                              csi::v1::DeleteVolumeResponse*) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoDeleteVolume(*request));
 }
 
 Status ControllerService::DoDeleteVolume(const csi::v1::DeleteVolumeRequest& request) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   if (id.empty()) return InvalidArgument("DeleteVolume: volume_id is required");
   // An id no backend makes (a static PV's handle among them) names nothing
@@ -175,7 +174,7 @@ Status ControllerService::DoDeleteVolume(const csi::v1::DeleteVolumeRequest& req
     return OkStatus();
   }
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "DeleteVolume"));
-  auto record = backend_->GetVolume(id);
+  auto record = backend->GetVolume(id);
   if (!record.ok()) {
     if (IsMissing(record.status())) return OkStatus();
     return Named(record.status(), "volume", id);
@@ -186,7 +185,7 @@ Status ControllerService::DoDeleteVolume(const csi::v1::DeleteVolumeRequest& req
     return FailedPrecondition("volume " + Quoted(id) + " is still published to node(s) " + nodes +
                               "; unpublish it first");
   }
-  Status st = backend_->DeleteVolume(id);
+  Status st = backend->DeleteVolume(id);
   if (IsMissing(st)) return OkStatus();
   BLOCKCSI_RETURN_IF_ERROR(Named(st, "volume", id));
   LogInfo("volume deleted", {{"volume", id}});
@@ -200,12 +199,12 @@ Status ControllerService::DoDeleteVolume(const csi::v1::DeleteVolumeRequest& req
 grpc::Status ControllerService::ControllerExpandVolume(grpc::ServerContext*,
                                                        const csi::v1::ControllerExpandVolumeRequest* request,
                                                        csi::v1::ControllerExpandVolumeResponse* response) {
-  ScopedCall scope(RequestScope(*request));
   return ToGrpcStatus(DoExpand(*request, response));
 }
 
 Status ControllerService::DoExpand(const csi::v1::ControllerExpandVolumeRequest& request,
                                    csi::v1::ControllerExpandVolumeResponse* response) {
+  const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   if (id.empty()) return InvalidArgument("ControllerExpandVolume: volume_id is required");
   const std::string what = "volume " + Quoted(id);
@@ -214,7 +213,7 @@ Status ControllerService::DoExpand(const csi::v1::ControllerExpandVolumeRequest&
   BLOCKCSI_RETURN_IF_ERROR(ValidateCapacityRange(range, what));
   if (range.required_bytes() == 0) return InvalidArgument(what + ": capacity_range.required_bytes is required");
   if (request.has_volume_capability()) {
-    BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(request.volume_capability(), what));
+    BLOCKCSI_RETURN_IF_ERROR(ValidateCapabilityAndFsType(request.volume_capability(), what));
   }
   // Block volumes have nothing for the node to grow; a mount (or unknown)
   // volume has a filesystem the node must grow.
@@ -234,7 +233,7 @@ Status ControllerService::DoExpand(const csi::v1::ControllerExpandVolumeRequest&
   }
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerExpandVolume"));
-  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(id));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(*backend, id));
   const uint64_t limit = static_cast<uint64_t>(range.limit_bytes());
   if (limit > 0 && record.size_bytes > limit) {
     return OutOfRange(what + " is " + std::to_string(record.size_bytes) + " bytes, above limit_bytes " +
@@ -243,7 +242,7 @@ Status ControllerService::DoExpand(const csi::v1::ControllerExpandVolumeRequest&
   uint64_t size = record.size_bytes;
   if (record.size_bytes < static_cast<uint64_t>(range.required_bytes())) {
     BLOCKCSI_ASSIGN_OR_RETURN(size, ChooseVolumeSize(range, backend_->AllocationGranularity(), 0, 0, what));
-    auto grown = backend_->ExpandVolume(id, size);
+    auto grown = backend->ExpandVolume(id, size);
     if (!grown.ok()) {
       if (IsMissing(grown.status())) return NotFound(what + " does not exist");
       return Named(grown.status(), "volume", id);

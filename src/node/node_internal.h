@@ -78,10 +78,13 @@ inline bool IsReaderOnly(AccessMode::Mode mode) {
   return mode == AccessMode::SINGLE_NODE_READER_ONLY || mode == AccessMode::MULTI_NODE_READER_ONLY;
 }
 
-// Which access modes the node can serve: a non-cluster filesystem mounted
-// writable on several nodes would be corrupted, so multi-node writers are
-// for raw block only.
-inline Status ValidateCapability(const std::string& volume_id, const VolumeCapability& cap) {
+// Whether the node can serve the capability's access type and mode: a
+// non-cluster filesystem mounted writable on several nodes would be
+// corrupted, so multi-node writers are for raw block only. Unlike the
+// controller's ValidateCapabilityAndFsType, the fs_type is not checked
+// here: NodeStageVolume resolves it (capability, else volume_context, else
+// the default) and checks the result.
+inline Status ValidateAccessTypeAndMode(const VolumeCapability& cap, const std::string& volume_id) {
   if (!cap.has_block() && !cap.has_mount()) {
     return InvalidArgument("volume " + volume_id + ": volume_capability needs an access type (block or mount)");
   }

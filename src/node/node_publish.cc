@@ -99,7 +99,7 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
     return InvalidArgument("volume " + volume_id + ": volume_capability is required");
   }
   const VolumeCapability& cap = req.volume_capability();
-  BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(volume_id, cap));
+  BLOCKCSI_RETURN_IF_ERROR(ValidateAccessTypeAndMode(cap, volume_id));
   // The spec's own code for this one: STAGE_UNSTAGE_VOLUME is advertised,
   // so a publish without a staging path is out of order, not malformed.
   if (req.staging_target_path().empty()) {

@@ -54,7 +54,7 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
     return InvalidArgument("volume " + plan.volume_id + ": volume_capability is required");
   }
   const VolumeCapability& cap = req.volume_capability();
-  BLOCKCSI_RETURN_IF_ERROR(ValidateCapability(plan.volume_id, cap));
+  BLOCKCSI_RETURN_IF_ERROR(ValidateAccessTypeAndMode(cap, plan.volume_id));
   plan.block = cap.has_block();
   auto ctx = req.volume_context();
   if (!plan.block) {
@@ -91,16 +91,13 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
   auto attached = options_.attacher->Attach(plan.spec);
   if (!attached.ok()) {
     Status failed = attached.status();
-    // A static PV's target (issue #24) is not ours: "target not found" there
-    // means a mistyped IQN or an ACL the array's admin has yet to write,
-    // which the CO should keep retrying rather than take as final.
+    // A static PV's target is not ours: "target not found" there means a
+    // mistyped IQN or an ACL the array's admin has yet to write, which the
+    // CO should keep retrying rather than take as final.
     if (plan.spec.static_volume && failed.code() == StatusCode::kNotFound) {
       failed = Unavailable(failed.message());
     }
-    if (failed.message().find(plan.volume_id) == std::string::npos) {
-      failed = failed.WithContext("volume \"" + plan.volume_id + "\"");
-    }
-    return failed;
+    return failed.WithContext("volume \"" + plan.volume_id + "\"");
   }
   AttachRecord record = std::move(*attached);
   Status staged = Fault("node.stage.after-attach");

@@ -4,17 +4,6 @@
 
 namespace blockcsi::testing {
 
-namespace {
-
-// Like the real backends, ids of a form the fake never makes are
-// INVALID_ARGUMENT, not NOT_FOUND.
-Status CheckId(const std::string& id, std::string_view prefix) {
-  if (id.starts_with(prefix)) return OkStatus();
-  return InvalidArgument("fake: malformed id \"" + id + "\"");
-}
-
-}  // namespace
-
 Status FakeBackend::Enter(const std::string& method) {
   std::unique_lock lock(mu_);
   ++calls_[method];
@@ -132,7 +121,6 @@ StatusOr<VolumeRecord> FakeBackend::CreateVolume(const CreateVolumeSpec& spec) {
 
 Status FakeBackend::DeleteVolume(const std::string& volume_id) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("DeleteVolume"));
-  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
   std::lock_guard lock(mu_);
   auto it = volumes_.find(volume_id);
   if (it == volumes_.end()) return OkStatus();
@@ -144,7 +132,6 @@ Status FakeBackend::DeleteVolume(const std::string& volume_id) {
 
 StatusOr<VolumeRecord> FakeBackend::ExpandVolume(const std::string& volume_id, uint64_t new_size_bytes) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("ExpandVolume"));
-  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
   std::lock_guard lock(mu_);
   auto it = volumes_.find(volume_id);
   if (it == volumes_.end()) return NotFound("volume " + volume_id + " not found");
@@ -155,7 +142,6 @@ StatusOr<VolumeRecord> FakeBackend::ExpandVolume(const std::string& volume_id, u
 
 StatusOr<VolumeRecord> FakeBackend::GrantAccess(const std::string& volume_id, const AccessGrant& grant) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("GrantAccess"));
-  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
   std::lock_guard lock(mu_);
   auto it = volumes_.find(volume_id);
   if (it == volumes_.end()) return NotFound("volume " + volume_id + " not found");
@@ -174,7 +160,6 @@ StatusOr<VolumeRecord> FakeBackend::GrantAccess(const std::string& volume_id, co
 
 Status FakeBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("RevokeAccess"));
-  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
   std::lock_guard lock(mu_);
   auto it = volumes_.find(volume_id);
   if (it == volumes_.end()) return OkStatus();
@@ -184,7 +169,6 @@ Status FakeBackend::RevokeAccess(const std::string& volume_id, const std::string
 
 StatusOr<VolumeRecord> FakeBackend::GetVolume(const std::string& volume_id) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("GetVolume"));
-  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
   std::lock_guard lock(mu_);
   auto it = volumes_.find(volume_id);
   if (it == volumes_.end()) return NotFound("volume " + volume_id + " not found");
@@ -193,7 +177,6 @@ StatusOr<VolumeRecord> FakeBackend::GetVolume(const std::string& volume_id) {
 
 StatusOr<VolumeHealth> FakeBackend::CheckVolume(const std::string& volume_id) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("CheckVolume"));
-  BLOCKCSI_RETURN_IF_ERROR(CheckId(volume_id, "vol-"));
   std::lock_guard lock(mu_);
   if (!volumes_.contains(volume_id)) return NotFound("volume " + volume_id + " not found");
   auto it = health_.find(volume_id);
@@ -233,7 +216,7 @@ StatusOr<Page<VolumeRecord>> FakeBackend::ListVolumes(const std::string& start_t
   return PageOf(all, start_token, max_entries);
 }
 
-StatusOr<uint64_t> FakeBackend::AvailableBytes() {
+StatusOr<uint64_t> FakeBackend::AvailableBytes(const CapacityQuery& /*query*/) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("AvailableBytes"));
   std::lock_guard lock(mu_);
   return available_;
@@ -241,7 +224,6 @@ StatusOr<uint64_t> FakeBackend::AvailableBytes() {
 
 StatusOr<SnapshotRecord> FakeBackend::CreateSnapshot(const std::string& source_volume_id, const std::string& name) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("CreateSnapshot"));
-  BLOCKCSI_RETURN_IF_ERROR(CheckId(source_volume_id, "vol-"));
   std::lock_guard lock(mu_);
   // No idempotency by name here either: that is the backend's (tested on the
   // local backend by controller conformance SnapshotRules); a unit test that
@@ -256,7 +238,6 @@ StatusOr<SnapshotRecord> FakeBackend::CreateSnapshot(const std::string& source_v
 
 Status FakeBackend::DeleteSnapshot(const std::string& snapshot_id) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("DeleteSnapshot"));
-  BLOCKCSI_RETURN_IF_ERROR(CheckId(snapshot_id, "snap-"));
   std::lock_guard lock(mu_);
   snapshots_.erase(snapshot_id);
   return OkStatus();
@@ -264,7 +245,6 @@ Status FakeBackend::DeleteSnapshot(const std::string& snapshot_id) {
 
 StatusOr<SnapshotRecord> FakeBackend::GetSnapshot(const std::string& snapshot_id) {
   BLOCKCSI_RETURN_IF_ERROR(Enter("GetSnapshot"));
-  BLOCKCSI_RETURN_IF_ERROR(CheckId(snapshot_id, "snap-"));
   std::lock_guard lock(mu_);
   auto it = snapshots_.find(snapshot_id);
   if (it == snapshots_.end()) return NotFound("snapshot " + snapshot_id + " not found");
@@ -283,5 +263,21 @@ StatusOr<Page<SnapshotRecord>> FakeBackend::ListSnapshots(const std::string& sou
 }
 
 Status FakeBackend::Healthy() { return Enter("Healthy"); }
+
+std::shared_ptr<VolumeBackend> FakeBackend::WithSecrets(const CallSecrets& secrets) {
+  std::lock_guard lock(mu_);
+  secrets_seen_.push_back(secrets.values);
+  return secrets_view_;
+}
+
+void FakeBackend::ServeSecretsWith(std::shared_ptr<VolumeBackend> view) {
+  std::lock_guard lock(mu_);
+  secrets_view_ = std::move(view);
+}
+
+std::vector<std::map<std::string, std::string>> FakeBackend::SecretsSeen() const {
+  std::lock_guard lock(mu_);
+  return secrets_seen_;
+}
 
 }  // namespace blockcsi::testing

@@ -33,16 +33,26 @@ class FakeBackend final : public VolumeBackend {
   StatusOr<VolumeRecord> GetVolume(const std::string& volume_id) override;
   StatusOr<VolumeHealth> CheckVolume(const std::string& volume_id) override;
   StatusOr<Page<VolumeRecord>> ListVolumes(const std::string& start_token, int max_entries) override;
-  StatusOr<uint64_t> AvailableBytes() override;
+  StatusOr<uint64_t> AvailableBytes(const CapacityQuery& query) override;
   StatusOr<SnapshotRecord> CreateSnapshot(const std::string& source_volume_id, const std::string& name) override;
   Status DeleteSnapshot(const std::string& snapshot_id) override;
   StatusOr<SnapshotRecord> GetSnapshot(const std::string& snapshot_id) override;
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
   Status Healthy() override;
-  // The fake's ids: "vol-<n>" (what CheckId accepts).
+  // The fake's ids: "vol-<n>". An id of another form names nothing it has:
+  // NOT_FOUND for lookups, OK for deletes and revokes, as the real backends.
   bool MayHoldVolume(const std::string& volume_id) const override { return volume_id.starts_with("vol-"); }
 
+  // Notes the secrets the request carried (SecretsSeen) and answers the
+  // view set by ServeSecretsWith, nullptr (serve it itself) by default.
+  std::shared_ptr<VolumeBackend> WithSecrets(const CallSecrets& secrets) override;
+
+  // The secrets of each request bound so far, in order.
+  std::vector<std::map<std::string, std::string>> SecretsSeen() const;
+  // The backend that serves requests carrying secrets from now on, as a
+  // backend acting with its callers' credentials would.
+  void ServeSecretsWith(std::shared_ptr<VolumeBackend> view);
   // The next call of `method` (e.g. "GrantAccess") fails with `status`.
   void FailNext(const std::string& method, Status status);
   int Calls(const std::string& method) const;
@@ -73,6 +83,8 @@ class FakeBackend final : public VolumeBackend {
   std::map<std::string, std::string> topology_{{kTopologyKey, "storage-1"}};
   std::map<std::string, VolumeHealth> health_;
   std::map<std::string, ChapCredentials> chap_;
+  std::vector<std::map<std::string, std::string>> secrets_seen_;
+  std::shared_ptr<VolumeBackend> secrets_view_;
   std::map<std::string, Status> fail_next_;
   std::map<std::string, int> calls_;
   std::string gated_method_;

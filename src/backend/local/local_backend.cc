@@ -167,7 +167,7 @@ std::string LocalBackend::Name() const { return exporter_->Kind(); }
 
 Status LocalBackend::Fault(std::string_view point) const { return FaultPoint(point, options_.fault_hook); }
 
-VolumeRecord LocalBackend::Present(VolumeRecord record) const {
+VolumeRecord LocalBackend::WithCurrentPortals(VolumeRecord record) const {
   record.portals = options_.portals;
   return record;
 }
@@ -218,7 +218,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
     }
     auto id_lock = locks_->Lock(existing->id);
     BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*existing));  // a retry after a failed export
-    return Present(*existing);
+    return WithCurrentPortals(*existing);
   }
 
   KeyedLock::Guard source_lock;
@@ -256,7 +256,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
   // Exported with no ACL: nobody can log in until a grant.
   if (Status st = ApplyExport(record); !st.ok()) return undo(st);
   if (Status st = Fault("controller.create.after-export"); !st.ok()) return undo(st);
-  return Present(record);
+  return WithCurrentPortals(record);
 }
 
 void LocalBackend::UndoCreate(const VolumeRecord& record, const Status& why) {
@@ -313,7 +313,7 @@ StatusOr<VolumeRecord> LocalBackend::ExpandVolume(const std::string& volume_id, 
     LogInfo("volume expanded", {{"volume", volume_id}, {"size", std::to_string(new_size_bytes)}});
   }
   BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*record));  // re-adds the LUN at its new size
-  return Present(*record);
+  return WithCurrentPortals(*record);
 }
 
 StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, const AccessGrant& grant) {
@@ -365,7 +365,7 @@ StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, c
   }
   if (Status st = ApplyExport(*record); !st.ok()) return undo(st);
   if (Status st = Fault("controller.publish.after-acl"); !st.ok()) return undo(st);
-  return Present(*record);
+  return WithCurrentPortals(*record);
 }
 
 void LocalBackend::UndoGrant(VolumeRecord record, const std::string& initiator_iqn, const Status& why) {
@@ -399,7 +399,7 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
   std::erase_if(revoked.grants, [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; });
   const bool was_granted = revoked.grants.size() != record->grants.size();
   // Access goes first, the record after (the reverse of a grant): the
-  // target's ACL never lists an initiator the record does not (issue #21).
+  // target's ACL never lists an initiator the record does not.
   // If the daemon cannot be changed (down, or its listing not trusted), the
   // call fails with the grant still recorded and the CO retries; a crash
   // between the two steps leaves a recorded grant without its ACL, which
@@ -425,7 +425,7 @@ StatusOr<VolumeRecord> LocalBackend::GetVolume(const std::string& volume_id) {
   if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
-  return Present(*record);
+  return WithCurrentPortals(*record);
 }
 
 StatusOr<VolumeHealth> LocalBackend::CheckVolume(const std::string& volume_id) {
@@ -501,11 +501,11 @@ StatusOr<Page<VolumeRecord>> LocalBackend::ListVolumes(const std::string& start_
   // hands out just the page.
   Page<VolumeRecord> page;
   page.items = pool_->ListVolumesFrom(start_token, static_cast<size_t>(max_entries), &page.next_token);
-  for (auto& r : page.items) r = Present(std::move(r));
+  for (auto& r : page.items) r = WithCurrentPortals(std::move(r));
   return page;
 }
 
-StatusOr<uint64_t> LocalBackend::AvailableBytes() { return pool_->AvailableBytes(); }
+StatusOr<uint64_t> LocalBackend::AvailableBytes(const CapacityQuery& /*query*/) { return pool_->AvailableBytes(); }
 
 StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_volume_id, const std::string& name) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateText(name, "snapshot name", kMaxNameBytes));

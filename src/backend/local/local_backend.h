@@ -7,7 +7,7 @@
 // crash or a daemon restart leaves the record as the truth and the next
 // reconcile converges on it — except a revoke, which takes the ACL off
 // before the record, so that no ACL ever lets in an initiator the record
-// does not list (issue #21). CHAP secrets live in this object's memory only.
+// does not list. CHAP secrets live in this object's memory only.
 //
 // Thread-safe: operations on one volume, snapshot or name are serialised
 // by per-key locks (a second caller waits, it is not refused); the
@@ -72,7 +72,7 @@ class LocalBackend final : public VolumeBackend {
   StatusOr<VolumeHealth> CheckVolume(const std::string& volume_id) override;
   std::vector<StatusOr<VolumeHealth>> CheckVolumes(const std::vector<std::string>& volume_ids) override;
   StatusOr<Page<VolumeRecord>> ListVolumes(const std::string& start_token, int max_entries) override;
-  StatusOr<uint64_t> AvailableBytes() override;
+  StatusOr<uint64_t> AvailableBytes(const CapacityQuery& query) override;
   StatusOr<SnapshotRecord> CreateSnapshot(const std::string& source_volume_id, const std::string& name) override;
   Status DeleteSnapshot(const std::string& snapshot_id) override;
   StatusOr<SnapshotRecord> GetSnapshot(const std::string& snapshot_id) override;
@@ -91,7 +91,10 @@ class LocalBackend final : public VolumeBackend {
  private:
   LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter> exporter, LocalBackendOptions options);
   Status Fault(std::string_view point) const;
-  VolumeRecord Present(VolumeRecord record) const;
+  // `record` with the portals this backend serves on now: the pool does not
+  // store portals (they are options.portals), so a changed portal list
+  // reaches every volume's next answer.
+  VolumeRecord WithCurrentPortals(VolumeRecord record) const;
   DesiredExport DesiredFor(const VolumeRecord& record) const;
   // Applies the record's export and logs the repairs.
   Status ApplyExport(const VolumeRecord& record);

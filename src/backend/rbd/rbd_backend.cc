@@ -143,7 +143,7 @@ StatusOr<Page<VolumeRecord>> RbdBackend::ListVolumes(const std::string& start_to
   return page;
 }
 
-StatusOr<uint64_t> RbdBackend::AvailableBytes() {
+StatusOr<uint64_t> RbdBackend::AvailableBytes(const CapacityQuery& /*query*/) {
   // Pool stats come from the mgr; max_avail already accounts for the pool's
   // replication and the fullest OSD, which raw cluster stats would not.
   BLOCKCSI_ASSIGN_OR_RETURN(std::string out, MonCommand(R"({"prefix":"df","format":"json"})"));

@@ -296,7 +296,7 @@ class RbdBackend final : public VolumeBackend {
   StatusOr<VolumeRecord> GetVolume(const std::string& volume_id) override;
   StatusOr<VolumeHealth> CheckVolume(const std::string& volume_id) override;
   StatusOr<Page<VolumeRecord>> ListVolumes(const std::string& start_token, int max_entries) override;
-  StatusOr<uint64_t> AvailableBytes() override;
+  StatusOr<uint64_t> AvailableBytes(const CapacityQuery& query) override;
   StatusOr<SnapshotRecord> CreateSnapshot(const std::string& source_volume_id, const std::string& name) override;
   Status DeleteSnapshot(const std::string& snapshot_id) override;
   StatusOr<SnapshotRecord> GetSnapshot(const std::string& snapshot_id) override;

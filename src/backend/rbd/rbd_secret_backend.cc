@@ -5,7 +5,6 @@
 #include <map>
 #include <mutex>
 
-#include "backend/call_scope.h"
 #include "common/logging.h"
 
 namespace blockcsi {
@@ -27,9 +26,23 @@ std::string Sha256Hex(const std::string& data) {
   return out;
 }
 
+struct RbdConnectionEntry {
+  std::shared_ptr<VolumeBackend> backend;
+  uint64_t last_used = 0;
+};
+
+// The connections opened so far, shared by the backend and every view a
+// request binds to its secrets (WithSecrets).
+struct RbdConnections {
+  std::mutex mu;
+  std::map<std::string, RbdConnectionEntry> by_key;  // guarded by mu; "<user>/<sha256(key)>"
+  uint64_t clock = 0;                                // guarded by mu
+};
+
 class RbdSecretBackend final : public VolumeBackend {
  public:
-  explicit RbdSecretBackend(RbdBackendOptions options) : options_(std::move(options)) {}
+  RbdSecretBackend(RbdBackendOptions options, std::shared_ptr<RbdConnections> connections, CallSecrets secrets)
+      : options_(std::move(options)), connections_(std::move(connections)), secrets_(std::move(secrets)) {}
 
   std::string Name() const override { return "rbd"; }
   uint64_t AllocationGranularity() const override { return kRbdGranularity; }
@@ -72,9 +85,9 @@ class RbdSecretBackend final : public VolumeBackend {
     BLOCKCSI_ASSIGN_OR_RETURN(auto b, Connection());
     return b->ListVolumes(start_token, max_entries);
   }
-  StatusOr<uint64_t> AvailableBytes() override {
+  StatusOr<uint64_t> AvailableBytes(const CapacityQuery& query) override {
     BLOCKCSI_ASSIGN_OR_RETURN(auto b, Connection());
-    return b->AvailableBytes();
+    return b->AvailableBytes(query);
   }
   StatusOr<SnapshotRecord> CreateSnapshot(const std::string& source_volume_id, const std::string& name) override {
     BLOCKCSI_ASSIGN_OR_RETURN(auto b, Connection());
@@ -97,36 +110,36 @@ class RbdSecretBackend final : public VolumeBackend {
   Status Healthy() override {
     std::shared_ptr<VolumeBackend> latest;
     {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(connections_->mu);
       latest = MostRecentLocked();
     }
     return latest == nullptr ? OkStatus() : latest->Healthy();
   }
+  // A request without secrets is served like any call without them: by
+  // the most recent connection.
+  std::shared_ptr<VolumeBackend> WithSecrets(const CallSecrets& secrets) override {
+    if (secrets.values.empty()) return nullptr;
+    return std::make_shared<RbdSecretBackend>(options_, connections_, secrets);
+  }
 
  private:
-  struct Entry {
-    std::shared_ptr<VolumeBackend> backend;
-    uint64_t last_used = 0;
-  };
-
   std::shared_ptr<VolumeBackend> MostRecentLocked() {
-    Entry* best = nullptr;
-    for (auto& [key, entry] : connections_) {
+    RbdConnectionEntry* best = nullptr;
+    for (auto& [key, entry] : connections_->by_key) {
       if (best == nullptr || entry.last_used > best->last_used) best = &entry;
     }
     if (best == nullptr) return nullptr;
-    best->last_used = ++clock_;
+    best->last_used = ++connections_->clock;
     return best->backend;
   }
 
-  // The connection for this call's secrets (opened on first use), or the
-  // most recent one when the call carries none.
+  // The connection for the secrets this view is bound to (opened on first
+  // use), or the most recent one when it has none.
   StatusOr<std::shared_ptr<VolumeBackend>> Connection() {
-    const CallScope* scope = CurrentCallScope();
     RbdBackendOptions options = options_;
-    if (scope != nullptr) BLOCKCSI_RETURN_IF_ERROR(ApplyRbdSecrets(scope->secrets, &options));
+    if (!secrets_.values.empty()) BLOCKCSI_RETURN_IF_ERROR(ApplyRbdSecrets(secrets_.values, &options));
     if (options.key.empty()) {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(connections_->mu);
       if (auto latest = MostRecentLocked()) return latest;
       return FailedPrecondition(std::string("no cephx credentials: the rbd backend has no --ceph-user, and this call "
                                             "carried no secret with \"") +
@@ -136,9 +149,9 @@ class RbdSecretBackend final : public VolumeBackend {
     }
     const std::string key = options.ceph_user + "/" + Sha256Hex(options.key);
     {
-      std::lock_guard lock(mu_);
-      if (auto it = connections_.find(key); it != connections_.end()) {
-        it->second.last_used = ++clock_;
+      std::lock_guard lock(connections_->mu);
+      if (auto it = connections_->by_key.find(key); it != connections_->by_key.end()) {
+        it->second.last_used = ++connections_->clock;
         return it->second.backend;
       }
     }
@@ -147,26 +160,26 @@ class RbdSecretBackend final : public VolumeBackend {
     auto opened = MakeRbdBackend(options);
     options.key.clear();
     if (!opened.ok()) return opened.status().WithContext("with the cephx credentials of the call's secret");
-    std::lock_guard lock(mu_);
-    auto [it, inserted] = connections_.try_emplace(key, Entry{*opened, 0});
-    it->second.last_used = ++clock_;
+    std::lock_guard lock(connections_->mu);
+    auto& by_key = connections_->by_key;
+    auto [it, inserted] = by_key.try_emplace(key, RbdConnectionEntry{*opened, 0});
+    it->second.last_used = ++connections_->clock;
     if (inserted) {
       LogInfo("rbd connection opened from a CSI secret", {{"pool", options_.pool}, {"user", options.ceph_user}});
-      while (connections_.size() > kMaxRbdSecretConnections) {
-        auto oldest = connections_.begin();
-        for (auto i = connections_.begin(); i != connections_.end(); ++i) {
+      while (by_key.size() > kMaxRbdSecretConnections) {
+        auto oldest = by_key.begin();
+        for (auto i = by_key.begin(); i != by_key.end(); ++i) {
           if (i->second.last_used < oldest->second.last_used) oldest = i;
         }
-        connections_.erase(oldest);  // in-flight calls keep their shared_ptr
+        by_key.erase(oldest);  // in-flight calls keep their shared_ptr
       }
     }
     return it->second.backend;
   }
 
   const RbdBackendOptions options_;
-  std::mutex mu_;
-  std::map<std::string, Entry> connections_;  // guarded by mu_; "<user>/<sha256(key)>"
-  uint64_t clock_ = 0;                        // guarded by mu_
+  const std::shared_ptr<RbdConnections> connections_;
+  const CallSecrets secrets_;  // empty for the backend itself; never logged
 };
 
 }  // namespace
@@ -177,7 +190,8 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeRbdSecretBackend(const RbdBackendOp
   }
   if (options.pool.empty()) return InvalidArgument("--rbd-pool is required for --backend rbd");
   LogInfo("rbd backend waits for cephx credentials from CSI secrets", {{"pool", options.pool}});
-  return std::shared_ptr<VolumeBackend>(std::make_shared<RbdSecretBackend>(options));
+  return std::shared_ptr<VolumeBackend>(
+      std::make_shared<RbdSecretBackend>(options, std::make_shared<RbdConnections>(), CallSecrets{}));
 }
 
 }  // namespace blockcsi

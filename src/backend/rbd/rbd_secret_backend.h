@@ -2,8 +2,8 @@
 // identity of its own (no --ceph-user/--ceph-keyring). Each call connects
 // with the cephx credentials of its CSI secrets — the provisioner,
 // controller-publish and controller-expand secrets with keys userID and
-// userKey, seen through the call's CallScope (call_scope.h) — and is then
-// served by an RbdBackend on that connection. Connections stay open in
+// userKey, which the controller binds to each request with WithSecrets
+// (backend.h) — and is then served by an RbdBackend on that connection. Connections stay open in
 // memory, keyed by the user and a SHA-256 digest of the key (the key itself
 // is no map key, no log field, no file), at most kMaxConnections of them,
 // least recently used dropped first. A call without such a secret

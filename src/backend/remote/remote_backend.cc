@@ -118,7 +118,9 @@ class RemoteBackend final : public VolumeBackend {
     page.next_token = out.next_token();
     return page;
   }
-  StatusOr<uint64_t> AvailableBytes() override {
+  // The agent serves one pool, whose free space is the same whatever the
+  // query's parameters or segment: the query does not travel.
+  StatusOr<uint64_t> AvailableBytes(const CapacityQuery& /*query*/) override {
     GetCapacityResponse out;
     BLOCKCSI_RETURN_IF_ERROR(Call(&TargetAgent::Stub::GetCapacity, GetCapacityRequest(), &out));
     return out.available_bytes();

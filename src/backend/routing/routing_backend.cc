@@ -6,7 +6,6 @@
 #include <optional>
 #include <set>
 
-#include "backend/call_scope.h"
 #include "backend/routing/placement.h"
 #include "backend/storage_class.h"
 
@@ -41,6 +40,19 @@ StatusOr<std::shared_ptr<RoutingBackend>> RoutingBackend::Make(std::vector<Named
     return InvalidArgument("default backend " + Quoted(default_name) + " is not configured");
   }
   return std::shared_ptr<RoutingBackend>(new RoutingBackend(std::move(backends), default_index, granularity));
+}
+
+std::shared_ptr<VolumeBackend> RoutingBackend::WithSecrets(const CallSecrets& secrets) {
+  std::vector<NamedBackend> bound = backends_;
+  bool any_bound = false;
+  for (auto& b : bound) {
+    if (auto view = b.backend->WithSecrets(secrets)) {
+      b.backend = std::move(view);
+      any_bound = true;
+    }
+  }
+  if (!any_bound) return nullptr;
+  return std::shared_ptr<RoutingBackend>(new RoutingBackend(std::move(bound), default_index_, granularity_));
 }
 
 std::string RoutingBackend::JoinId(std::string_view backend_name, std::string_view inner_id) {
@@ -342,35 +354,32 @@ StatusOr<Page<VolumeRecord>> RoutingBackend::ListVolumes(const std::string& star
       [this](const NamedBackend& b, VolumeRecord r) { return Outer(b, std::move(r)); });
 }
 
-StatusOr<uint64_t> RoutingBackend::AvailableBytes() {
-  const CallScope* scope = CurrentCallScope();
+StatusOr<uint64_t> RoutingBackend::AvailableBytes(const CapacityQuery& query) {
   std::vector<const NamedBackend*> candidates;
-  if (scope != nullptr) {
-    if (auto it = scope->parameters.find(storage_class::kBackend); it != scope->parameters.end()) {
-      const NamedBackend* backend = Find(it->second);
-      if (backend == nullptr) {
-        return InvalidArgument("parameter backend " + Quoted(it->second) + " names no configured backend");
-      }
-      candidates.push_back(backend);
-    } else if (!scope->accessible_topology.empty()) {
-      // The hosts CreateVolume places on (placement.h): the default and
-      // the zoned ones.
-      for (size_t i = 0; i < backends_.size(); ++i) {
-        if (i == default_index_ || !backends_[i].topology.empty()) candidates.push_back(&backends_[i]);
-      }
+  if (auto it = query.parameters.find(storage_class::kBackend); it != query.parameters.end()) {
+    const NamedBackend* backend = Find(it->second);
+    if (backend == nullptr) {
+      return InvalidArgument("parameter backend " + Quoted(it->second) + " names no configured backend");
+    }
+    candidates.push_back(backend);
+  } else if (!query.accessible_topology.empty()) {
+    // The hosts CreateVolume places on (placement.h): the default and
+    // the zoned ones.
+    for (size_t i = 0; i < backends_.size(); ++i) {
+      if (i == default_index_ || !backends_[i].topology.empty()) candidates.push_back(&backends_[i]);
     }
   }
-  if (scope == nullptr || scope->accessible_topology.empty()) {
+  if (query.accessible_topology.empty()) {
     if (candidates.empty()) candidates.push_back(&backends_[default_index_]);
-    return candidates.front()->backend->AvailableBytes();
+    return candidates.front()->backend->AvailableBytes(query);
   }
   // One segment: what a volume made for it could get, i.e. the most free
   // space of one host it reaches (a volume is never split across hosts).
   std::optional<uint64_t> best;
   Status first_error;
   for (const NamedBackend* b : candidates) {
-    if (!SegmentReaches(b->topology, scope->accessible_topology)) continue;
-    auto bytes = b->backend->AvailableBytes();
+    if (!SegmentReaches(b->topology, query.accessible_topology)) continue;
+    auto bytes = b->backend->AvailableBytes(query);
     if (!bytes.ok()) {
       if (first_error.ok()) first_error = bytes.status().WithContext("backend " + Quoted(b->name));
       continue;

@@ -10,7 +10,7 @@
 //                     the default
 //   everything else   the id: volume and snapshot ids are "<name>~<id the
 //                     backend made>", so routing needs no lookup table
-//   GetCapacity       `backend=<name>` of the call (call_scope.h), else,
+//   GetCapacity       `backend=<name>` of the query's parameters, else,
 //                     for a segment (accessible_topology), the largest
 //                     free space of the hosts that segment reaches (a
 //                     volume lives on one host); else the default backend
@@ -73,7 +73,7 @@ class RoutingBackend final : public VolumeBackend {
   // Grouped per backend, so that each keeps its one-read-per-page batching.
   std::vector<StatusOr<VolumeHealth>> CheckVolumes(const std::vector<std::string>& volume_ids) override;
   StatusOr<Page<VolumeRecord>> ListVolumes(const std::string& start_token, int max_entries) override;
-  StatusOr<uint64_t> AvailableBytes() override;
+  StatusOr<uint64_t> AvailableBytes(const CapacityQuery& query) override;
   StatusOr<SnapshotRecord> CreateSnapshot(const std::string& source_volume_id, const std::string& name) override;
   Status DeleteSnapshot(const std::string& snapshot_id) override;
   StatusOr<SnapshotRecord> GetSnapshot(const std::string& snapshot_id) override;
@@ -82,6 +82,9 @@ class RoutingBackend final : public VolumeBackend {
   // OK when every backend is; otherwise the sick ones, by name.
   Status Healthy() override;
   bool MayHoldVolume(const std::string& volume_id) const override;
+  // The same routes over each backend's view for `secrets` (nullptr when
+  // no backend takes secrets).
+  std::shared_ptr<VolumeBackend> WithSecrets(const CallSecrets& secrets) override;
 
   // "<name>~<inner>", for tests and tools.
   static std::string JoinId(std::string_view backend_name, std::string_view inner_id);

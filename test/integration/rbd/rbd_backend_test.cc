@@ -519,7 +519,7 @@ TEST_F(RbdBackendTest, RevokeFencesTheNodeAndTheNextNodeCanWrite) {
 }
 
 TEST_F(RbdBackendTest, CapacityAndHealth) {
-  auto available = backend_->AvailableBytes();
+  auto available = backend_->AvailableBytes({});
   ASSERT_TRUE(available.ok()) << available.status().ToString();
   EXPECT_GT(*available, 0u);
   EXPECT_LE(*available, 64ULL << 30) << "the test OSD is a 10 GiB sparse file";

@@ -227,7 +227,7 @@ TEST_F(AgentTest, RemoteBackendDrivesTheSameLogicThroughTheAgent) {
   auto page = b.ListVolumes("", 10);
   ASSERT_TRUE(page.ok());
   EXPECT_EQ(page->items.size(), 1u);
-  EXPECT_GT(*b.AvailableBytes(), 0u);
+  EXPECT_GT(*b.AvailableBytes({}), 0u);
   ASSERT_TRUE(b.DeleteVolume(v->id).ok());
   EXPECT_EQ(b.GetVolume(v->id).status().code(), StatusCode::kNotFound);
   std::string log = testing::ReadFileOrEmpty(tmp_.Join("agent.log"));

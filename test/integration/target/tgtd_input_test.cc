@@ -255,7 +255,7 @@ TEST_F(TgtdInputTest, SizesThePoolCannotHoldAreOutOfRangeAndLeaveNothing) {
   EXPECT_EQ(PoolFiles(), before);
   // More than the free space (default ratio 1.0) but less than the file
   // system: RESOURCE_EXHAUSTED, a retry after deletes could succeed.
-  auto free = backend_->AvailableBytes();
+  auto free = backend_->AvailableBytes({});
   ASSERT_TRUE(free.ok());
   spec.name = "pvc-over";
   spec.size_bytes = (*free / kMiB + 1024) * kMiB;

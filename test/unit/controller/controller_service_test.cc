@@ -1070,8 +1070,8 @@ TEST_F(ControllerServiceTest, IdsTheBackendCallsMalformedAreMissingVolumesAndSna
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(st.error_message(), HasSubstr("some-foreign-id"));
   // ControllerExpand cannot tell such an id from a static PV's handle (the
-  // call carries no attributes): it leaves the size check to the node
-  // (issue #24), which knows the volume or answers NOT_FOUND.
+  // call carries no attributes): it leaves the size check to the node,
+  // which knows the volume or answers NOT_FOUND.
   csi::v1::ControllerExpandVolumeResponse expand;
   ASSERT_TRUE(Expand("some-foreign-id", kMiB, 0, nullptr, &expand).ok());
   EXPECT_TRUE(expand.node_expansion_required());
@@ -1089,6 +1089,58 @@ TEST_F(ControllerServiceTest, IdsTheBackendCallsMalformedAreMissingVolumesAndSna
   csi::v1::ListSnapshotsResponse list_resp;
   EXPECT_TRUE(service_->ListSnapshots(&ctx, &list, &list_resp).ok());
   EXPECT_EQ(list_resp.entries_size(), 0);
+}
+
+TEST_F(ControllerServiceTest, OnlyNotFoundFromTheBackendMeansMissing) {
+  // Any other code is a failure to report, never "already gone": a delete
+  // the backend refused (here: a half-given cephx secret) must not be
+  // answered OK, or the CO forgets a volume that still exists.
+  const std::string id = MakeVolume("pvc-refused");
+  backend_->FailNext("GetVolume", InvalidArgument("ceph secret has no \"userID\""));
+  grpc::Status st = Delete(id);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr(id));
+  backend_->FailNext("DeleteVolume", InvalidArgument("refused"));
+  EXPECT_EQ(Delete(id).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  backend_->FailNext("GetVolume", InvalidArgument("refused"));
+  EXPECT_EQ(Publish(id, "n1").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(Delete(id).ok());
+  EXPECT_EQ(backend_->Calls("DeleteVolume"), 2) << "the refused delete, then the real one";
+}
+
+TEST_F(ControllerServiceTest, EachRequestsSecretsReachTheBackendWithThatRequest) {
+  const std::string id = MakeVolume("pvc-secrets");
+  const size_t before = backend_->SecretsSeen().size();
+  auto publish = PublishRequest(id, "n1", testing::MountCapability(), false);
+  (*publish.mutable_secrets())["userID"] = "publisher";
+  ASSERT_TRUE(Publish(publish).ok());
+  grpc::ServerContext ctx;
+  csi::v1::DeleteVolumeRequest del;
+  del.set_volume_id("vol-999");
+  (*del.mutable_secrets())["userID"] = "provisioner";
+  csi::v1::DeleteVolumeResponse deleted;
+  ASSERT_TRUE(service_->DeleteVolume(&ctx, &del, &deleted).ok());
+  auto seen = backend_->SecretsSeen();
+  ASSERT_EQ(seen.size(), before + 2);
+  EXPECT_EQ(seen[before].at("userID"), "publisher");
+  EXPECT_EQ(seen[before + 1].at("userID"), "provisioner");
+}
+
+TEST_F(ControllerServiceTest, ARequestWithSecretsIsServedByTheBackendBoundToThem) {
+  auto view = std::make_shared<testing::FakeBackend>();
+  backend_->ServeSecretsWith(view);
+  auto create = CreateRequest("pvc-bound", 10 * kMiB);
+  (*create.mutable_secrets())["userID"] = "provisioner";
+  csi::v1::CreateVolumeResponse created;
+  ASSERT_TRUE(Create(create, &created).ok());
+  EXPECT_EQ(view->Calls("CreateVolume"), 1);
+  EXPECT_EQ(backend_->Calls("CreateVolume"), 0);
+  // Without secrets, the shared backend: it has no such volume.
+  EXPECT_EQ(Publish(created.volume().volume_id(), "n1").error_code(), grpc::StatusCode::NOT_FOUND);
+  auto publish = PublishRequest(created.volume().volume_id(), "n1", testing::MountCapability(), false);
+  (*publish.mutable_secrets())["userID"] = "publisher";
+  ASSERT_TRUE(Publish(publish).ok());
+  EXPECT_EQ(view->Calls("GrantAccess"), 1);
 }
 
 // ---- ControllerGetVolume ------------------------------------------------

@@ -6,8 +6,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "backend/call_scope.h"
-
 namespace blockcsi {
 namespace {
 
@@ -45,16 +43,19 @@ TEST(RbdSecretBackendTest, ReadyBeforeItsFirstSecret) {
 TEST(RbdSecretBackendTest, ACallWithoutCredentialsIsFailedPrecondition) {
   auto backend = Make();
   ASSERT_NE(backend, nullptr);
-  // Not INVALID_ARGUMENT or NOT_FOUND: the controller would take those for
-  // "no such volume" and report a delete that never happened as done.
+  // Not NOT_FOUND: the controller would take that for "no such volume" and
+  // report a delete that never happened as done.
   EXPECT_EQ(backend->DeleteVolume("rbd.kube.csi-vol-00000000000000000000000000000000").code(),
             StatusCode::kFailedPrecondition);
-  ScopedCall call({{{"csi.storage.k8s.io/unrelated", "x"}}, {}});
-  auto created = backend->CreateVolume({"v", 1 << 20, {}, {}});
+  // A request without secrets is served by the backend itself.
+  EXPECT_EQ(backend->WithSecrets({}), nullptr);
+  auto call = backend->WithSecrets({{{"csi.storage.k8s.io/unrelated", "x"}}});
+  ASSERT_NE(call, nullptr);
+  auto created = call->CreateVolume({"v", 1 << 20, {}, {}});
   ASSERT_FALSE(created.ok());
   EXPECT_EQ(created.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(created.status().message(), HasSubstr("provisioner-secret-name"));
-  auto checks = backend->CheckVolumes({"a", "b"});
+  auto checks = call->CheckVolumes({"a", "b"});
   ASSERT_EQ(checks.size(), 2u);
   EXPECT_EQ(checks[1].status().code(), StatusCode::kFailedPrecondition);
 }
@@ -62,8 +63,9 @@ TEST(RbdSecretBackendTest, ACallWithoutCredentialsIsFailedPrecondition) {
 TEST(RbdSecretBackendTest, HalfASecretIsNamedNeverEchoed) {
   auto backend = Make();
   ASSERT_NE(backend, nullptr);
-  ScopedCall call({{{"userKey", kKey}}, {}});
-  auto created = backend->CreateVolume({"v", 1 << 20, {}, {}});
+  auto call = backend->WithSecrets({{{"userKey", kKey}}});
+  ASSERT_NE(call, nullptr);
+  auto created = call->CreateVolume({"v", 1 << 20, {}, {}});
   ASSERT_FALSE(created.ok());
   EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(created.status().message(), HasSubstr("userID"));
@@ -73,8 +75,9 @@ TEST(RbdSecretBackendTest, HalfASecretIsNamedNeverEchoed) {
 TEST(RbdSecretBackendTest, AnUnreachableClusterIsAnErrorWithoutTheKey) {
   auto backend = Make();
   ASSERT_NE(backend, nullptr);
-  ScopedCall call({{{"userID", "blockcsi"}, {"userKey", kKey}}, {}});
-  auto created = backend->CreateVolume({"v", 1 << 20, {}, {}});
+  auto call = backend->WithSecrets({{{"userID", "blockcsi"}, {"userKey", kKey}}});
+  ASSERT_NE(call, nullptr);
+  auto created = call->CreateVolume({"v", 1 << 20, {}, {}});
   ASSERT_FALSE(created.ok());  // the ceph.conf does not exist
   EXPECT_THAT(created.status().message(), Not(HasSubstr(kKey)));
   EXPECT_THAT(created.status().message(), HasSubstr("secret"));

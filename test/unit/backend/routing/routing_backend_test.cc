@@ -1,14 +1,13 @@
 // RoutingBackend (several named backends behind one) with two in-memory
 // FakeBackends: routing by the `backend` parameter and by id, the default
 // backend, unknown backends, paging across backends, capacity per backend,
-// health; and the whole path through ControllerService (which installs each
-// request's CallScope), as the plugin wires it.
+// health; and the whole path through ControllerService (which hands
+// GetCapacity's parameters to the backend), as the plugin wires it.
 #include "backend/routing/routing_backend.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "backend/call_scope.h"
 #include "controller/controller_service.h"
 #include "support/csi_requests.h"
 #include "support/fake_backend.h"
@@ -227,17 +226,32 @@ TEST_F(RoutingBackendTest, ListSnapshotsPagesAcrossBackends) {
 TEST_F(RoutingBackendTest, CapacityIsTheNamedBackendsOrTheDefaults) {
   fast_->SetAvailableBytes(10 * kMiB);
   slow_->SetAvailableBytes(20 * kMiB);
-  EXPECT_EQ(*routing_->AvailableBytes(), 20 * kMiB);  // no call scope: the default
-  {
-    ScopedCall call({{}, {{"backend", "fast"}}});
-    EXPECT_EQ(*routing_->AvailableBytes(), 10 * kMiB);
-  }
-  {
-    ScopedCall call({{}, {{"backend", "nvme"}}});
-    EXPECT_EQ(routing_->AvailableBytes().status().code(), StatusCode::kInvalidArgument);
-  }
-  ScopedCall call({{}, {{"fsType", "xfs"}}});
-  EXPECT_EQ(*routing_->AvailableBytes(), 20 * kMiB);
+  EXPECT_EQ(*routing_->AvailableBytes({}), 20 * kMiB);  // no parameters: the default
+  EXPECT_EQ(*routing_->AvailableBytes({{{"backend", "fast"}}}), 10 * kMiB);
+  EXPECT_EQ(routing_->AvailableBytes({{{"backend", "nvme"}}}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*routing_->AvailableBytes({{{"fsType", "xfs"}}}), 20 * kMiB);
+}
+
+TEST_F(RoutingBackendTest, SecretsReachEveryBackendAndNoViewIsMadeWhenNoneTakesThem) {
+  EXPECT_EQ(routing_->WithSecrets({{{"userID", "u"}}}), nullptr);
+  ASSERT_EQ(fast_->SecretsSeen().size(), 1u);
+  ASSERT_EQ(slow_->SecretsSeen().size(), 1u);
+  EXPECT_EQ(fast_->SecretsSeen()[0].at("userID"), "u");
+  EXPECT_EQ(slow_->SecretsSeen()[0].at("userID"), "u");
+}
+
+TEST_F(RoutingBackendTest, ARequestsSecretsRouteToTheBackendsViewForThem) {
+  auto fast_view = std::make_shared<testing::FakeBackend>();
+  fast_->ServeSecretsWith(fast_view);
+  auto bound = routing_->WithSecrets({{{"userID", "u"}}});
+  ASSERT_NE(bound, nullptr);
+  auto created = bound->CreateVolume({"pvc-1", kMiB, {}, {{"backend", "fast"}}});
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->id, "fast~vol-1");
+  EXPECT_EQ(fast_view->Calls("CreateVolume"), 1);
+  EXPECT_EQ(fast_->Calls("CreateVolume"), 0) << "the view serves the request, not the shared backend";
+  ASSERT_TRUE(bound->GetVolume(created->id).ok());
+  EXPECT_FALSE(routing_->GetVolume(created->id).ok()) << "made through the view only";
 }
 
 TEST_F(RoutingBackendTest, HealthyOnlyWhenAllAreAndNamesTheSickOne) {
@@ -301,8 +315,6 @@ TEST_F(RoutedControllerTest, StorageClassBackendParameterPicksTheBackendEndToEnd
   del.set_volume_id("gone~vol-1");
   csi::v1::DeleteVolumeResponse deleted;
   EXPECT_TRUE(service_->DeleteVolume(nullptr, &del, &deleted).ok());
-  // The scope ends with the call.
-  EXPECT_EQ(CurrentCallScope(), nullptr);
 }
 
 }  // namespace

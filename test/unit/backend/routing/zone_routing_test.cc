@@ -7,7 +7,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "backend/call_scope.h"
 #include "backend/routing/placement.h"
 #include "backend/routing/routing_backend.h"
 #include "controller/controller_service.h"
@@ -183,29 +182,13 @@ TEST_F(ZoneRoutingTest, ARetryFindsTheVolumeOnTheHostAnEarlierTryChose) {
 TEST_F(ZoneRoutingTest, CapacityIsTheHostsOfTheSegment) {
   a_->SetAvailableBytes(30 * kMiB);
   b_->SetAvailableBytes(20 * kMiB);
-  {
-    ScopedCall call({{}, {}, NodeIn("n2", "b")});
-    EXPECT_EQ(*routing_->AvailableBytes(), 20 * kMiB);
-  }
-  {
-    ScopedCall call({{}, {}, NodeIn("n1", "a")});
-    EXPECT_EQ(*routing_->AvailableBytes(), 30 * kMiB);
-  }
-  {
-    ScopedCall call({{}, {}, NodeIn("n9", "z")});  // no host in that zone
-    EXPECT_EQ(*routing_->AvailableBytes(), 0u);
-  }
-  {
-    // backend= names the host; a node of another zone cannot use it.
-    ScopedCall call({{}, {{"backend", "zone-a"}}, NodeIn("n1", "a")});
-    EXPECT_EQ(*routing_->AvailableBytes(), 30 * kMiB);
-  }
-  {
-    ScopedCall call({{}, {{"backend", "zone-a"}}, NodeIn("n2", "b")});
-    EXPECT_EQ(*routing_->AvailableBytes(), 0u);
-  }
-  ScopedCall call({{}, {}, {}});  // no segment: the default, as before
-  EXPECT_EQ(*routing_->AvailableBytes(), 30 * kMiB);
+  EXPECT_EQ(*routing_->AvailableBytes({{}, NodeIn("n2", "b")}), 20 * kMiB);
+  EXPECT_EQ(*routing_->AvailableBytes({{}, NodeIn("n1", "a")}), 30 * kMiB);
+  EXPECT_EQ(*routing_->AvailableBytes({{}, NodeIn("n9", "z")}), 0u);  // no host in that zone
+  // backend= names the host; a node of another zone cannot use it.
+  EXPECT_EQ(*routing_->AvailableBytes({{{"backend", "zone-a"}}, NodeIn("n1", "a")}), 30 * kMiB);
+  EXPECT_EQ(*routing_->AvailableBytes({{{"backend", "zone-a"}}, NodeIn("n2", "b")}), 0u);
+  EXPECT_EQ(*routing_->AvailableBytes({}), 30 * kMiB);  // no segment: the default
 }
 
 // As the plugin runs it: ControllerService → routing.
