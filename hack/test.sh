@@ -68,10 +68,9 @@ phase build hack/build.sh "${build_args[@]}"
 # (build-fuzz/), with a fixed seed and input count so that CI is
 # reproducible (hack/fuzz.sh SECONDS for long runs). Ordinary builds also
 # replay each fuzz target's corpus as a ctest. The two share nothing (the
-# static checks read build/, fuzz builds and writes build-fuzz/), so with
-# cores to spare they run side by side: the fuzz run is one process per
-# target and clang-tidy's cache leaves it little to do on a warm tree, so
-# one after the other each would leave a core idle for the other's whole run.
+# static checks read build/, fuzz builds and writes build-fuzz/), so with two
+# or more cores they run side by side, each on what the tests leave idle,
+# instead of the second waiting for the first.
 side_by_side="${BLOCKCSI_SIDE_BY_SIDE:-}"
 if [ -z "$side_by_side" ]; then
   side_by_side=0
