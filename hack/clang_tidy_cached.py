@@ -14,10 +14,14 @@ clang-tidy's version, every .clang-tidy from the source's folder up to the root,
 the compile command (with the clone's own paths replaced, so clones share
 entries), and the contents of the source and of every header the compiler read
 for it -- taken from Ninja's dependency log of this very build (`ninja -t deps`),
-so the list is exact, not guessed. The state of the installed packages
-(/var/lib/dpkg/status) is in the key too: a system header that changed by an
-upgrade invalidates everything. A TU without a dependency record (a Makefile
-build, or a TU Ninja has not built) is always checked, never cached.
+so the list is exact, not guessed. Beside each system header's contents, the
+Debian package that owns it and that package's version (dpkg's own database,
+read once per run); and clang-tidy's own packages: those of its binary, of the
+libraries it loads and of its builtin headers, which a TU sees although the
+compile command (gcc's) never named them. Nothing else of the package state is
+in the key, so installing or upgrading a package no TU includes keeps every
+entry. A TU without a dependency record (a Makefile build, or a TU Ninja has
+not built) is always checked, never cached.
 
 The cache lives outside the clone: $BLOCKCSI_TIDY_CACHE, default
 /var/cache/blockcsi/clang-tidy for root, else ~/.cache/blockcsi-clang-tidy.
@@ -25,12 +29,15 @@ BLOCKCSI_TIDY_CACHE=off checks everything.
 """
 
 import concurrent.futures
+import glob
 import hashlib
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import threading
 
 
 def cache_dir():
@@ -58,6 +65,130 @@ def file_digest(path):
             digest = "missing"
         _file_hashes[path] = digest
     return digest
+
+
+class DpkgDatabase:
+    """Which installed Debian package owns a file, and that package's version.
+
+    Read from dpkg's database (`admindir`: info/<package>.list, status) on the
+    first question, once; a path no package lists has no owner (None).
+    """
+
+    def __init__(self, admindir="/var/lib/dpkg"):
+        self.admindir = admindir
+        self._lock = threading.Lock()
+        self._owner = None
+        self._version = None
+        self._answers = {}
+
+    def _load(self):
+        versions = {}
+        try:
+            with open(os.path.join(self.admindir, "status"), errors="replace") as f:
+                stanzas = f.read().split("\n\n")
+        except OSError:
+            stanzas = []
+        for stanza in stanzas:
+            fields = {}
+            for line in stanza.splitlines():
+                if line[:1] not in (" ", "\t") and ":" in line:
+                    name, _, value = line.partition(":")
+                    fields[name] = value.strip()
+            name, version = fields.get("Package"), fields.get("Version")
+            # A removed package whose configuration files stay has no files to own.
+            if not name or not version or fields.get("Status", "").endswith(("not-installed", "config-files")):
+                continue
+            versions["%s:%s" % (name, fields.get("Architecture", ""))] = version
+            versions.setdefault(name, version)
+        owner = {}
+        for listing in sorted(glob.glob(os.path.join(self.admindir, "info", "*.list"))):
+            package = os.path.basename(listing)[: -len(".list")]
+            try:
+                with open(listing, errors="replace") as f:
+                    for line in f:
+                        owner.setdefault(line.rstrip("\n"), package)
+            except OSError:
+                continue
+        self._version, self._owner = versions, owner
+
+    def owner(self, path):
+        """The package that installed `path` and its version ("name=version"), else None.
+
+        Tried as given, then through the merged /usr (/lib is /usr/lib) and
+        its real path, the way dpkg may list it."""
+        with self._lock:
+            if self._owner is None:
+                self._load()
+            if path in self._answers:
+                return self._answers[path]
+        answer = None
+        for candidate in _spellings(path):
+            package = self._owner.get(candidate)
+            if package is not None:
+                answer = "%s=%s" % (package, self._version.get(package, "unknown"))
+                break
+        with self._lock:
+            self._answers[path] = answer
+        return answer
+
+
+_MERGED_USR = ("/lib/", "/lib64/", "/bin/", "/sbin/")
+
+
+def _spellings(path):
+    """`path`, then its other name through the merged /usr, then the same for its real path."""
+    for p in (path, os.path.realpath(path)):
+        yield p
+        if p.startswith(_MERGED_USR):
+            yield "/usr" + p
+        elif p.startswith(tuple("/usr" + d for d in _MERGED_USR)):
+            yield p[len("/usr"):]
+
+
+def clang_tidy_files(binary):
+    """The files whose contents make clang-tidy what it is: its binary, the
+    shared libraries it loads (ldd) and its builtin headers (the resource
+    directory next to it, used whatever the compile command says)."""
+    real = os.path.realpath(binary)
+    files = [real]
+    ldd = subprocess.run(["ldd", real], capture_output=True, text=True, check=False).stdout
+    for line in ldd.splitlines():
+        words = line.split()
+        if "=>" in words and words.index("=>") + 1 < len(words) and words[words.index("=>") + 1].startswith("/"):
+            files.append(words[words.index("=>") + 1])
+        elif words and words[0].startswith("/"):
+            files.append(words[0])
+    prefix = os.path.dirname(os.path.dirname(real))
+    files.extend(sorted(glob.glob(os.path.join(prefix, "lib", "clang", "*", "include", "**", "*"), recursive=True)))
+    return [f for f in files if os.path.isfile(f)]
+
+
+def tool_identity(files, dpkg):
+    """clang-tidy's packages, a part of every key: the package and version of
+    each of `files` (clang_tidy_files), or the contents of a file no package
+    owns."""
+    parts = set()
+    for path in files:
+        parts.add(dpkg.owner(path) or "%s %s" % (path, file_digest(path)))
+    return "\0".join(sorted(parts))
+
+
+def unit_key(parts, read, build_dir, source_root, dpkg):
+    """The cache key of one TU: `parts` (tool identity, .clang-tidy, command,
+    source path and contents) and each file in `read` (Ninja's list of what the
+    compiler read for it, relative to build_dir): its path with the clone's
+    prefixes replaced, its contents and, for a system file, its package and
+    that package's version."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    for path in sorted(set(read)):
+        full = os.path.normpath(os.path.join(build_dir, path))
+        shown = full.replace(build_dir, "<build>").replace(source_root, "<source>")
+        package = "" if shown != full else (dpkg.owner(full) or "")
+        h.update(shown.encode() + b"\0" + file_digest(full).encode() + b"\0" + package.encode() + b"\0")
+    return h.hexdigest()
 
 
 def ninja_deps(build_dir):
@@ -112,10 +243,8 @@ def main():
     units = [e for e in database if os.path.abspath(os.path.join(e["directory"], e["file"])).startswith(prefix)]
 
     version = subprocess.run(["clang-tidy", "--version"], capture_output=True, text=True, check=True).stdout
-    try:
-        packages = str(os.stat("/var/lib/dpkg/status").st_mtime_ns)
-    except OSError:
-        packages = "no-dpkg"
+    dpkg = DpkgDatabase()
+    packages = tool_identity(clang_tidy_files(shutil.which("clang-tidy")), dpkg)
     deps = ninja_deps(build_dir)
     store = cache_dir()
     if store:
@@ -131,19 +260,12 @@ def main():
         read = deps.get(obj) if obj else None
         if read is None or store is None:
             return source, None
-        h = hashlib.sha256()
         command = entry.get("command") or shlex.join(entry.get("arguments", []))
         # Another clone's paths differ only in these two prefixes.
         command = command.replace(build_dir, "<build>").replace(source_root, "<source>")
-        for part in (version, packages, tidy_config_digest(source, source_root), command,
-                     os.path.relpath(source, source_root), file_digest(source)):
-            h.update(part.encode())
-            h.update(b"\0")
-        for path in sorted(set(read)):
-            full = os.path.normpath(os.path.join(build_dir, path))
-            shown = full.replace(build_dir, "<build>").replace(source_root, "<source>")
-            h.update(shown.encode() + b"\0" + file_digest(full).encode() + b"\0")
-        return source, h.hexdigest()
+        parts = (version, packages, tidy_config_digest(source, source_root), command,
+                 os.path.relpath(source, source_root), file_digest(source))
+        return source, unit_key(parts, read, build_dir, source_root, dpkg)
 
     def check(entry):
         source, key = key_of(entry)

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""The end of hack/test.sh: wall time per phase, per ctest label, and the skipped tests.
+"""The end of hack/test.sh: wall time per phase, per fuzz target, per ctest label, and the skipped tests.
 
-  hack/phase_report.py PHASES_TSV BUILD_DIR CTEST_TIMED_LOG
+  hack/phase_report.py PHASES_TSV BUILD_DIR CTEST_TIMED_LOG [FUZZ_TIMES_TSV]
 
-PHASES_TSV: lines "name<TAB>seconds<TAB>exit status", written by test.sh's `phase`.
+PHASES_TSV: lines "name<TAB>seconds<TAB>exit status[<TAB>start<TAB>end]" (epoch
+seconds), written by test.sh's `phase`. The side checks (static checks, fuzz)
+run beside ctest; the report says which of them held the side chain longest
+and whether the side chain or ctest ended the run.
+FUZZ_TIMES_TSV: lines "target<TAB>wall seconds<TAB>CPU seconds<TAB>inputs<TAB>result",
+written by hack/fuzz.sh (FUZZ_TIMES).
 CTEST_TIMED_LOG: ctest's console output, each line prefixed with the epoch time
 it arrived. A label's wall time is the span from the start of its first test to
 the end of its last (labels run side by side under `ctest -j`, so the spans
@@ -23,12 +28,73 @@ def clock(seconds):
     return "%d:%02d" % (seconds // 60, seconds % 60)
 
 
-def phase_table(path):
-    print("%-16s %8s  %s" % ("phase", "wall", "result"))
+SIDE_CHECKS = ("static checks", "fuzz")
+
+
+def read_phases(path):
+    """[(name, seconds, status, start or None, end or None)] in the order they ended."""
+    phases = []
     with open(path) as f:
         for line in f:
-            name, seconds, status = line.rstrip("\n").split("\t")
-            print("%-16s %8s  %s" % (name, clock(float(seconds)), "ok" if status == "0" else "FAILED (%s)" % status))
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) < 3:
+                continue
+            start = float(fields[3]) if len(fields) > 4 else None
+            end = float(fields[4]) if len(fields) > 4 else None
+            phases.append((fields[0], float(fields[1]), fields[2], start, end))
+    return phases
+
+
+def phase_table(phases):
+    print("%-16s %8s  %s" % ("phase", "wall", "result"))
+    for name, seconds, status, _, _ in phases:
+        print("%-16s %8s  %s" % (name, clock(seconds), "ok" if status == "0" else "FAILED (%s)" % status))
+
+
+def side_check_summary(phases):
+    """One line: how the side checks ran, which one was their long pole, and
+    whether they or ctest ended the run."""
+    side = {name: (seconds, start, end) for name, seconds, _, start, end in phases if name in SIDE_CHECKS}
+    if not side:
+        return
+    print()
+    if len(side) == 1:
+        name, (seconds, _, _) = next(iter(side.items()))
+        line = "side checks: only %s ran (%s)" % (name, clock(seconds))
+    else:
+        pole = max(side, key=lambda name: side[name][0])
+        other = [name for name in side if name != pole][0]
+        spans = [side[name] for name in side]
+        overlapped = all(s[1] is not None for s in spans) and max(s[1] for s in spans) < min(s[2] for s in spans)
+        how = "side by side" if overlapped else "one after the other"
+        line = "side checks (%s): the long pole was %s, %s (%s %s)" % (
+            how, pole, clock(side[pole][0]), other, clock(side[other][0]))
+    ctest = [end for name, _, _, _, end in phases if name == "ctest" and end is not None]
+    side_end = max((s[2] for s in side.values() if s[2] is not None), default=None)
+    if ctest and side_end is not None:
+        if side_end > ctest[0]:
+            line += "; they ended %s after ctest and held the run" % clock(side_end - ctest[0])
+        else:
+            line += "; they ended %s before ctest" % clock(ctest[0] - side_end)
+    print(line)
+
+
+def fuzz_table(path):
+    """Each fuzz target's wall time, longest first: which target holds the fuzz phase."""
+    if not path or not os.path.exists(path):
+        return
+    rows = []
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) == 5:
+                rows.append((fields[0], float(fields[1]), float(fields[2]), fields[3], fields[4]))
+    if not rows:
+        return
+    print()
+    print("%-16s %8s %8s %10s  %s" % ("fuzz target", "wall", "CPU", "inputs", "result"))
+    for target, wall, cpu, inputs, result in sorted(rows, key=lambda r: -r[1]):
+        print("%-16s %8s %8s %10s  %s" % (target, clock(wall), clock(cpu), inputs, result))
 
 
 def test_labels(build_dir):
@@ -133,13 +199,16 @@ def print_skipped(found):
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5):
         print(__doc__, file=sys.stderr)
         return 2
     # Without this run's ctest output, LastTest.log would be an older run's.
     this_run = os.path.exists(sys.argv[3]) and os.path.getsize(sys.argv[3]) > 0
     skipped = skipped_tests(sys.argv[2]) if this_run else None
-    phase_table(sys.argv[1])
+    phases = read_phases(sys.argv[1])
+    phase_table(phases)
+    side_check_summary(phases)
+    fuzz_table(sys.argv[4] if len(sys.argv) > 4 else None)
     label_table(sys.argv[2], sys.argv[3])
     if skipped is not None:
         print_skipped(skipped)

@@ -11,6 +11,9 @@
 #                                describes each label.
 #   BLOCKCSI_SANITIZE=address hack/test.sh -L unit   sanitizer build in build-address/
 #   BLOCKCSI_SKIP_FUZZ=1 / BLOCKCSI_SKIP_VERIFY=1    leave out those phases
+#   BLOCKCSI_SIDE_BY_SIDE=0/1    static checks and fuzz one after the other /
+#                                side by side (default: side by side with 2 or
+#                                more cores)
 # Ends with the wall time of every phase (and of every ctest label, from its
 # first test's start to its last test's end) and the skipped tests' reasons.
 set -euo pipefail
@@ -18,25 +21,30 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 
 phases="$(mktemp)"
-side_log="$(mktemp)"
+verify_log="$(mktemp)"
+fuzz_log="$(mktemp)"
+fuzz_times="$root/build-fuzz/fuzz-times.tsv"
 reported=0
 # A phase that fails stops the script: still say how long each phase took.
 finish() {
   local status=$?
   if [ "$reported" = 0 ] && [ -s "$phases" ]; then
     echo "==== wall time per phase (stopped early)"
-    python3 "$root/hack/phase_report.py" "$phases" "${BUILD_DIR:-build}" /dev/null || true
+    python3 "$root/hack/phase_report.py" "$phases" "${BUILD_DIR:-build}" /dev/null "$fuzz_times" || true
   fi
-  rm -f "$phases" "$side_log"
+  rm -f "$phases" "$verify_log" "$fuzz_log"
   exit "$status"
 }
 trap finish EXIT
-# phase NAME COMMAND...: runs it and records its wall time.
+# phase NAME COMMAND...: runs it and records its wall time, its exit status
+# and when it started and ended (phases may run side by side).
 phase() {
-  local name="$1" start=$EPOCHREALTIME status=0
+  local name="$1" start=$EPOCHREALTIME status=0 end
   shift
   "$@" || status=$?
-  printf '%s\t%s\t%s\n' "$name" "$(awk "BEGIN { print $EPOCHREALTIME - $start }")" "$status" >>"$phases"
+  end=$EPOCHREALTIME
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$(awk "BEGIN { print $end - $start }")" "$status" "$start" "$end" \
+    >>"$phases"
   return "$status"
 }
 
@@ -59,21 +67,39 @@ phase build hack/build.sh "${build_args[@]}"
 # a short coverage-guided fuzz run of every parser in its own clang tree
 # (build-fuzz/), with a fixed seed and input count so that CI is
 # reproducible (hack/fuzz.sh SECONDS for long runs). Ordinary builds also
-# replay each fuzz target's corpus as a ctest.
-side_checks() {
-  local status=0
-  if [ "${BLOCKCSI_SKIP_VERIFY:-0}" != "1" ]; then
-    phase "static checks" hack/verify.sh || status=1
-  fi
+# replay each fuzz target's corpus as a ctest. The two share nothing (the
+# static checks read build/, fuzz builds and writes build-fuzz/), so with two
+# or more cores they run side by side, each on what the tests leave idle,
+# instead of the second waiting for the first.
+side_by_side="${BLOCKCSI_SIDE_BY_SIDE:-}"
+if [ -z "$side_by_side" ]; then
+  side_by_side=0
+  [ "$(nproc)" -ge 2 ] && side_by_side=1
+fi
+run_verify() { [ "${BLOCKCSI_SKIP_VERIFY:-0}" != "1" ] || return 0; phase "static checks" hack/verify.sh; }
+run_fuzz() {
   if [ -z "$sanitize" ] && [ "${BLOCKCSI_SKIP_FUZZ:-0}" != "1" ]; then
-    phase fuzz env FUZZ_RUNS="${FUZZ_RUNS:-100000}" hack/fuzz.sh 0 || status=1
+    phase fuzz env FUZZ_RUNS="${FUZZ_RUNS:-100000}" FUZZ_TIMES="$fuzz_times" hack/fuzz.sh 0
+  fi
+}
+side_checks() {
+  local status=0 verify_pid
+  if [ "$side_by_side" = 1 ]; then
+    run_verify >"$verify_log" 2>&1 &
+    verify_pid=$!
+    run_fuzz >"$fuzz_log" 2>&1 || status=1
+    wait "$verify_pid" || status=1
+  else
+    run_verify >"$verify_log" 2>&1 || status=1
+    run_fuzz >"$fuzz_log" 2>&1 || status=1
   fi
   return "$status"
 }
+rm -f "$fuzz_times"
 (
   renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true
   side_checks
-) >"$side_log" 2>&1 &
+) &
 side_pid=$!
 
 ctest_status=0
@@ -93,12 +119,14 @@ phase ctest run_ctest "$@" || ctest_status=1
 
 side_status=0
 wait "$side_pid" || side_status=$?
-echo "==== static checks and fuzz (ran beside the tests)"
-cat "$side_log"
+echo "==== static checks (ran beside the tests)"
+cat "$verify_log"
+echo "==== fuzz (ran beside the tests)"
+cat "$fuzz_log"
 
 echo "==== wall time per phase"
 reported=1
-python3 "$root/hack/phase_report.py" "$phases" "$BUILD_DIR" "$ctest_log" || true
+python3 "$root/hack/phase_report.py" "$phases" "$BUILD_DIR" "$ctest_log" "$fuzz_times" || true
 if [ "$side_status" -ne 0 ]; then
   echo "test.sh: static checks or fuzz FAILED (see above)" >&2
 fi

@@ -60,6 +60,7 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
   struct Target {
     std::string name;
     bool lun = false;
+    uint64_t bytes = 0;  // the backing file's size when the LUN was made
     std::string path, serial;
     std::vector<std::string> in, out, acls;
   };
@@ -103,8 +104,12 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
     } else if (mode == Mode::kLogicalUnit) {
       if (t == nullptr) return fail(TgtdError::kNoTarget);
       if (op == Op::kNew) {
+        // tgtd reads the backing file's size once, when it opens it for the
+        // new LUN, and shows that size from then on.
+        struct stat st {};
         t->lun = true;
         t->path = p["path"];
+        t->bytes = ::stat(t->path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
       } else if (op == Op::kDelete) {
         t->lun = false;
       } else if (op == Op::kUpdate) {
@@ -154,10 +159,8 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
       out += "    I_T nexus information:\n    LUN information:\n";
       out += "        LUN: 0\n            Type: controller\n            Backing store path: None\n";
       if (t.lun) {
-        struct stat st {};
-        uint64_t bytes = ::stat(t.path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
         out += "        LUN: 1\n            Type: disk\n            SCSI SN: " + t.serial + "\n";
-        out += "            Size: " + std::to_string(bytes / 1000000) + " MB, Block size: 512\n";
+        out += "            Size: " + std::to_string(t.bytes / 1000000) + " MB, Block size: 512\n";
         out += "            Backing store path: " + t.path + "\n";
       }
       out += "    Account information:\n";
@@ -204,20 +207,48 @@ void CheckAcls(blockcsi::LocalBackend& backend, const ScriptedTgtd& tgtd) {
   }
 }
 
+// One pool directory (on tmpfs) for the whole run, emptied after each input:
+// every input still opens the backend on an empty pool, without making and
+// removing the directory tree each time. Removed when the process exits.
+// (Never destroyed: the exit handler that removes it runs after static destructors.)
+const std::string& PoolDir() {
+  static const std::string* const dir = [] {
+    char dir_template[] = "/dev/shm/blockcsi-fuzz-XXXXXX";
+    FUZZ_CHECK(::mkdtemp(dir_template) != nullptr);
+    auto* made = new std::string(dir_template);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(PoolDir(), ec);
+    });
+    return made;
+  }();
+  return *dir;
+}
+
+// Everything an input left in the pool, its directories and lock file kept.
+void EmptyPool(const std::string& pool) {
+  std::error_code ec;
+  for (const char* sub : {"/volumes", "/snapshots", "/images", "/tmp"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(pool + sub, ec)) {
+      std::filesystem::remove_all(entry.path(), ec);
+      FUZZ_CHECK(!ec);
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static std::string log_sink;
   static bool quiet = [] {
     blockcsi::InitLogging("fuzz", blockcsi::LogFormat::kText, blockcsi::LogLevel::kError);
-    static std::string sink;
-    blockcsi::SetLogCaptureForTest(&sink);
+    blockcsi::SetLogCaptureForTest(&log_sink);
     return true;
   }();
   (void)quiet;
+  log_sink.clear();  // what one input logged; kept from growing over the run
   if (size > 4096) return 0;
-  char dir_template[] = "/dev/shm/blockcsi-fuzz-XXXXXX";
-  if (::mkdtemp(dir_template) == nullptr) return 0;
-  const std::string pool = dir_template;
+  const std::string& pool = PoolDir();
   auto tgtd = std::make_shared<ScriptedTgtd>();
   {
     blockcsi::LocalBackendOptions options;
@@ -269,7 +300,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       CheckAcls(backend, *tgtd);
     }
   }
-  std::error_code ec;
-  std::filesystem::remove_all(pool, ec);
+  EmptyPool(pool);
   return 0;
 }
