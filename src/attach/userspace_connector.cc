@@ -485,6 +485,8 @@ class UserspaceConnector final : public Connector {
       }
     }
     if (spec.read_only) argv.push_back("--read-only");
+    // The bridge logs what the plugin would: at debug when the plugin does.
+    if (LogEnabled(LogLevel::kDebug)) argv.insert(argv.end(), {"--log-level", "debug"});
     if (!options_.bridge_cgroup.empty()) argv.insert(argv.end(), {"--cgroup", options_.bridge_cgroup});
     int io_s = static_cast<int>(std::max<int64_t>(1, options_.io_timeout.count() / 1000));
     argv.insert(argv.end(), {"--io-timeout-seconds", std::to_string(io_s), "--reconnect-retries",

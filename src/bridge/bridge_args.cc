@@ -68,6 +68,7 @@ void AddFlags(CLI::App& app, BridgeArgs* a) {
   app.add_option("--queue-depth", a->queue_depth)->check(CLI::Range(1, 128));
   app.add_option("--reconnect-retries", a->reconnect_retries);
   app.add_option("--log-format", a->log_format);
+  app.add_option("--log-level", a->log_level);
   app.add_option("--rbd-pool", a->rbd_pool);
   app.add_option("--rbd-image", a->rbd_image);
   app.add_option("--ceph-monitors", a->ceph_monitors);

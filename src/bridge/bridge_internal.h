@@ -75,6 +75,7 @@ struct BridgeArgs {
   int sessions = 1;
   int queue_depth = 32;
   std::string log_format = "text";
+  std::string log_level = "info";  // the plugin's, so that its debug lines are the bridge's too
   // Transport "rbd": the image, the monitors (empty: ceph_conf's), the
   // cephx id, and the node id under which the client registers for fencing.
   // expected_serial carries the image id.

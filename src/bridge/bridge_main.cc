@@ -263,7 +263,8 @@ int RunBridgeMain(int argc, char** argv) {
   BridgeArgs args;
   Status st = ParseArgs(argc, argv, &args);
   auto format = ParseLogFormat(args.log_format);
-  InitLogging("blockcsi-bridge", format.ok() ? *format : LogFormat::kText, LogLevel::kInfo);
+  auto level = ParseLogLevel(args.log_level);
+  InitLogging("blockcsi-bridge", format.ok() ? *format : LogFormat::kText, level.ok() ? *level : LogLevel::kInfo);
   if (!st.ok()) {
     std::cerr << st.message() << "\n";
     WriteReadyLine(ReplyFromStatus(st));

@@ -17,6 +17,7 @@ struct LoggingState {
   LogFormat format = LogFormat::kText;
   std::atomic<int> level{static_cast<int>(LogLevel::kInfo)};
   std::string* capture = nullptr;
+  int level_before_capture = static_cast<int>(LogLevel::kInfo);
 };
 
 LoggingState& State() {
@@ -184,6 +185,12 @@ ScopedRequestId::~ScopedRequestId() { tls_request_id = std::move(previous_); }
 void SetLogCaptureForTest(std::string* sink) {
   LoggingState& state = State();
   std::lock_guard lock(state.mu);
+  if (sink != nullptr && state.capture == nullptr) {
+    state.level_before_capture = state.level.load();
+    state.level = static_cast<int>(LogLevel::kDebug);
+  } else if (sink == nullptr && state.capture != nullptr) {
+    state.level = state.level_before_capture;
+  }
   state.capture = sink;
 }
 

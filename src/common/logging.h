@@ -47,7 +47,9 @@ class ScopedRequestId {
 };
 
 // Tests: route every line into `sink` (appended, one line per entry, with a
-// trailing newline) instead of stderr. Pass nullptr to restore stderr.
+// trailing newline) instead of stderr, at debug level, so that a check of
+// what was logged (a secret must appear in no line) sees every line any
+// level could write. Pass nullptr to restore stderr and the level before.
 void SetLogCaptureForTest(std::string* sink);
 
 }  // namespace blockcsi

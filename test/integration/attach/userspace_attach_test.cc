@@ -114,6 +114,9 @@ TEST_F(AttachIntegrationTest, RightChapAttachesAndTheSecretIsNowhere) {
   AddChap(t, "bob", "bobs-secret-789");
   std::string logs;
   SetLogCaptureForTest(&logs);
+  // At debug, for this process and so for the bridge it starts: the secret
+  // checks below see every line any level could write.
+  ASSERT_TRUE(LogEnabled(LogLevel::kDebug)) << "the secret check would miss what is logged at debug";
   // The bridge inherits stderr (its log): point this process's stderr at a
   // file while the bridge starts, so that what the bridge ever prints is read.
   const std::string bridge_stderr = tmp_->Join("bridge-stderr.log");
@@ -155,6 +158,7 @@ TEST_F(AttachIntegrationTest, RightChapAttachesAndTheSecretIsNowhere) {
   EXPECT_EQ(logs.find("bobs-secret"), std::string::npos);
   std::string bridge_log = ReadFileOrEmpty(bridge_stderr);
   EXPECT_EQ(bridge_log.find("bobs-secret"), std::string::npos) << "the secret is in the bridge's stderr";
+  EXPECT_NE(cmdline.find("--log-level"), std::string::npos) << "the bridge was not started at debug level";
   ExpectNothingLeft();
 }
 

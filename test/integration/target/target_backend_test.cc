@@ -125,6 +125,7 @@ TEST_F(TargetBackendTest, GrantLetsThatInitiatorInWithTheVerifiableIdentityAndNo
 TEST_F(TargetBackendTest, ChapOneWayRefusesMissingAndWrongSecrets) {
   std::string captured;
   SetLogCaptureForTest(&captured);
+  ASSERT_TRUE(LogEnabled(LogLevel::kDebug)) << "the secret check would miss what is logged at debug";
   auto v = backend_->CreateVolume(Spec("pvc-chap", 8 * kMiB));
   ASSERT_TRUE(v.ok());
   AccessGrant grant{kNodeA, "node-a", false, "rwo", {"nodeuser", "s3cret-pass-12", "", ""}};

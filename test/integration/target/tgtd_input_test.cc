@@ -299,15 +299,23 @@ TEST_F(TgtdInputTest, SecretsAppearInNoLogRecordOrError) {
   const std::string mutual = "mutual-S3cret-uvw";
   ASSERT_TRUE(
       backend_->GrantAccess(v.id, {kVictimNode, "node-victim", false, "rwo", {"u1", one_way, "t1", mutual}}).ok());
-  // Refused variants of the same secrets, and a revoke, also log nothing secret.
+  // Every line any level could write is looked at, not only info and up.
+  ASSERT_TRUE(LogEnabled(LogLevel::kDebug)) << "the secret check would miss what is logged at debug";
+  // Refused variants of the same secrets, and a revoke, also log nothing
+  // secret, and their errors name none.
   const testing::LeakSnapshot granted = Snapshot();
-  (void)backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"", one_way, "", ""}});
-  (void)backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u,2", one_way, "", ""}});
+  std::vector<Status> refused;
+  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"", one_way, "", ""}}));
+  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u,2", one_way, "", ""}}));
+  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u3", one_way, "t3", one_way}}));
+  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u4", "short", "", ""}}));
+  for (const Status& st : refused) EXPECT_FALSE(st.ok()) << "a grant with bad CHAP fields was accepted";
   EXPECT_TRUE(testing::NothingLeftSince(granted, Scope(), "the refused grants"));
   ASSERT_TRUE(backend_->ReconcileNow().ok());
   ASSERT_TRUE(backend_->RevokeAccess(v.id, kVictimNode).ok());
   for (const std::string& secret : {one_way, mutual}) {
     EXPECT_EQ(log_.find(secret), std::string::npos) << "a secret in the log";
+    for (const Status& st : refused) EXPECT_EQ(st.message().find(secret), std::string::npos) << st.ToString();
     for (const auto& f : PoolFiles()) {
       if (f.rfind("images/", 0) == 0) continue;
       EXPECT_EQ(testing::ReadFileOrEmpty(pool_.Join(f)).find(secret), std::string::npos) << "a secret in " << f;

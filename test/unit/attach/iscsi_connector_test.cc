@@ -254,6 +254,7 @@ TEST_F(IscsiConnectorTest, ChapIsWrittenIntoTheNodeRecordFileNeverOnArgv) {
   executor_->ExpectOk(Node(kP1, {"--login"}), Data("login_portal1.txt")).Then(Installs("session1_lun1"));
   std::string logs;
   SetLogCaptureForTest(&logs);
+  ASSERT_TRUE(LogEnabled(LogLevel::kDebug)) << "the secret check would miss what is logged at debug";
   auto record = attacher->Attach(Spec(kP1, 1,
                                       {{secret_keys::kChapUsername, "alice"},
                                        {secret_keys::kChapPassword, "alice-secret-1"},

@@ -51,6 +51,7 @@ class KrbdConnectorTest : public ::testing::Test {
     state_ = dir_.Join("state");
     executor_ = std::make_shared<FakeExecutor>();
     SetLogCaptureForTest(&logs_);
+    ASSERT_TRUE(LogEnabled(LogLevel::kDebug)) << "the key check would miss what is logged at debug";
   }
 
   void TearDown() override {

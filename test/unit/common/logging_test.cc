@@ -28,6 +28,21 @@ void ExpectOneCleanLine(const std::string& text) {
   }
 }
 
+// A capture is what the secret checks read: it takes every level, so a
+// secret logged at debug is seen, and gives the level back when it ends.
+TEST(LogCaptureTest, CapturesAtDebugAndRestoresTheLevel) {
+  InitLogging("blockcsi", LogFormat::kText, LogLevel::kWarn);
+  std::string captured;
+  SetLogCaptureForTest(&captured);
+  EXPECT_TRUE(LogEnabled(LogLevel::kDebug));
+  LogDebug("a debug line", {{"k", "v"}});
+  SetLogCaptureForTest(nullptr);
+  EXPECT_NE(captured.find("a debug line"), std::string::npos) << captured;
+  EXPECT_FALSE(LogEnabled(LogLevel::kInfo)) << "the level before the capture came back";
+  EXPECT_TRUE(LogEnabled(LogLevel::kWarn));
+  InitLogging("blockcsi", LogFormat::kText, LogLevel::kInfo);
+}
+
 TEST_F(LoggingTest, ControlBytesAndNonAsciiAreEscapedInText) {
   InitLogging("blockcsi", LogFormat::kText, LogLevel::kInfo);
   std::string name = std::string("pvc") + '\0' + "x\r\n2026-01-01T00:00:00Z info forged\x1b[2J\x7f\xff";
