@@ -163,6 +163,14 @@ function(blockcsi_profiled_text_layout program)
     message(STATUS "blockcsi: ${program} keeps its text as linked (no python3 to write hot_text.ld)")
     return()
   endif()
+  # The profile names functions of the static archives (a quarter of it):
+  # linked against the shared libraries, the program could not match it.
+  get_target_property(static_grpc ${program} BLOCKCSI_STATIC_GRPC)
+  get_target_property(static_cxx ${program} BLOCKCSI_STATIC_CXX)
+  if(NOT static_grpc OR NOT static_cxx)
+    message(STATUS "blockcsi: ${program} keeps its text as linked (the profile is of the static link)")
+    return()
+  endif()
   get_property(archives GLOBAL PROPERTY BLOCKCSI_STATIC_GRPC_ARCHIVES)
   execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.a
     OUTPUT_VARIABLE libstdcxx OUTPUT_STRIP_TRAILING_WHITESPACE)
