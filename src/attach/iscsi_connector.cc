@@ -4,13 +4,13 @@
 #include <cstdio>
 #include <future>
 #include <map>
-#include <mutex>
 #include <set>
 
 #include "attach/iscsi_names.h"
 #include "attach/iscsi_sysfs.h"
 #include "common/keyed_lock.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace blockcsi {
 namespace {
@@ -394,7 +394,7 @@ class IscsiConnector final : public Connector {
   // host's own /etc/iscsi/initiatorname.iscsi (and other users of
   // open-iscsi) are left alone.
   Status EnsureIface(const std::string& iface, const std::string& initiator) {
-    std::lock_guard<std::mutex> lock(iface_mu_);
+    MutexLock lock(iface_mu_);
     auto show =
         options_.executor->Run(Command("iscsiadm").Arg("-m").Arg("iface").Arg("-I").Arg(iface).Arg("-o").Arg("show"));
     if (!show.ok()) return show.status();
@@ -570,7 +570,7 @@ class IscsiConnector final : public Connector {
   }
 
   IscsiConnectorOptions options_;
-  std::mutex iface_mu_;
+  Mutex iface_mu_;        // one iface read-modify-write through iscsiadm at a time
   KeyedLock path_locks_;  // one iSCSI path ("<target> <portal>") at a time
 };
 

@@ -27,7 +27,6 @@
 #include <deque>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -46,6 +45,7 @@
 #include "common/logging.h"
 #include "common/loop_devices.h"
 #include "common/lun_identity.h"
+#include "common/mutex.h"
 
 namespace blockcsi::bridge_internal {
 
@@ -169,8 +169,8 @@ class Bridge {
   bool fuse_mounted_ = false;
   std::string device_;
   int listen_fd_ = -1;
-  std::mutex rmw_mu_;
-  std::deque<RmwWrite> rmw_queue_;  // guarded by rmw_mu_; the front one is running
+  Mutex rmw_mu_;
+  std::deque<RmwWrite> rmw_queue_ GUARDED_BY(rmw_mu_);  // the front one is running
   std::atomic<uint64_t> io_errors_{0};
   // I/O figures for `status` (the plugin's metrics, blockctl io): counted
   // here, where every FUSE read and write passes, with lock-free atomics.
@@ -188,9 +188,9 @@ class Bridge {
   // read, each may have lost data the filesystem counted on, so the volume
   // stays abnormal until it is restaged (a new bridge).
   std::atomic<uint64_t> write_errors_{0};
-  std::mutex err_mu_;
-  std::string last_error_;                               // guarded by err_mu_
-  std::chrono::steady_clock::time_point last_error_at_;  // guarded by err_mu_
+  Mutex err_mu_;
+  std::string last_error_ GUARDED_BY(err_mu_);
+  std::chrono::steady_clock::time_point last_error_at_ GUARDED_BY(err_mu_);
 };
 
 }  // namespace blockcsi::bridge_internal

@@ -22,7 +22,6 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -76,7 +75,7 @@ nlohmann::json Bridge::IoCounters::ToJson() const {
 
 void Bridge::NoteIoError(const Status& st) {
   io_errors_++;
-  std::lock_guard<std::mutex> lock(err_mu_);
+  MutexLock lock(err_mu_);
   if (last_error_ != st.message()) {
     LogError(args_.transport == "rbd" ? "I/O error on the rbd image" : "I/O error on the iSCSI session",
              {{"volume_id", args_.volume_id}, {"error", st.message()}});
@@ -184,7 +183,7 @@ void Bridge::ServeFsync(fuse_req_t req) {
 void Bridge::WriteUnaligned(RmwWrite job) {
   bool idle = false;
   {
-    std::lock_guard<std::mutex> lock(rmw_mu_);
+    MutexLock lock(rmw_mu_);
     rmw_queue_.push_back(std::move(job));
     idle = rmw_queue_.size() == 1;
   }
@@ -194,7 +193,7 @@ void Bridge::WriteUnaligned(RmwWrite job) {
 void Bridge::StartRmw() {
   const RmwWrite* job = nullptr;
   {
-    std::lock_guard<std::mutex> lock(rmw_mu_);
+    MutexLock lock(rmw_mu_);
     job = &rmw_queue_.front();  // stays put until FinishRmw pops it
   }
   uint64_t bs = transport_->block_size();
@@ -221,7 +220,7 @@ void Bridge::FinishRmw(const Status& st, char* blocks) {
   RmwWrite job;
   bool more = false;
   {
-    std::lock_guard<std::mutex> lock(rmw_mu_);
+    MutexLock lock(rmw_mu_);
     job = std::move(rmw_queue_.front());
     rmw_queue_.pop_front();
     more = !rmw_queue_.empty();

@@ -22,7 +22,6 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -101,7 +100,7 @@ nlohmann::json Bridge::StatusReply(bool refresh_identity) {
   io["reconnects"] = transport_ ? transport_->reconnects() : 0;
   io["latency_buckets"] = kIoLatencyBuckets;
   j["io"] = io;
-  std::lock_guard<std::mutex> lock(err_mu_);
+  MutexLock lock(err_mu_);
   j["last_error"] = last_error_;
   if (!last_error_.empty()) {
     j["last_error_age_ms"] =

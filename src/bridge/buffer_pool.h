@@ -11,8 +11,9 @@
 
 #include <cstddef>
 #include <cstdlib>
-#include <mutex>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace blockcsi {
 
@@ -22,7 +23,7 @@ class BufferPool {
 
   BufferPool(size_t largest, size_t keep) : largest_(largest), keep_(keep) {}
   void set_keep(size_t keep) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     keep_ = keep;
   }
   ~BufferPool() { Trim(); }
@@ -33,7 +34,7 @@ class BufferPool {
   char* Take(size_t size) {
     if (size < kLargeFrom || size > largest_) return static_cast<char*>(std::malloc(size == 0 ? 1 : size));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!free_.empty()) {
         char* p = free_.back();
         free_.pop_back();
@@ -47,7 +48,7 @@ class BufferPool {
   void Give(char* p, size_t size) {
     if (p == nullptr) return;
     if (size >= kLargeFrom && size <= largest_) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (free_.size() < keep_) {
         free_.push_back(p);
         return;
@@ -59,22 +60,22 @@ class BufferPool {
   void Trim() {
     std::vector<char*> drop;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       drop.swap(free_);
     }
     for (char* p : drop) std::free(p);
   }
 
   size_t kept() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return free_.size();
   }
 
  private:
   const size_t largest_;
-  mutable std::mutex mu_;
-  size_t keep_;              // guarded by mu_
-  std::vector<char*> free_;  // guarded by mu_
+  mutable Mutex mu_;
+  size_t keep_ GUARDED_BY(mu_);
+  std::vector<char*> free_ GUARDED_BY(mu_);
 };
 
 }  // namespace blockcsi

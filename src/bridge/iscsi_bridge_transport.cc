@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace blockcsi {
 namespace {
@@ -67,16 +67,18 @@ namespace {
 struct Split {
   explicit Split(size_t parts, BridgeTransport::Done d) : left(parts), done(std::move(d)) {}
   void Finish(Status st) {
+    Status result;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (!st.ok() && first_error.ok()) first_error = std::move(st);
       if (--left > 0) return;
+      result = std::move(first_error);
     }
-    done(std::move(first_error));
+    done(std::move(result));
   }
-  std::mutex mu;
-  size_t left;  // guarded by mu
-  Status first_error;
+  Mutex mu;
+  size_t left GUARDED_BY(mu);
+  Status first_error GUARDED_BY(mu);
   BridgeTransport::Done done;
 };
 

@@ -144,7 +144,7 @@ void LibIscsiEventLoop::Submit(std::unique_ptr<IscsiCommand> command) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!closing_) {
       submitted_.push_back(std::move(command));
       uint64_t one = 1;
@@ -158,7 +158,7 @@ void LibIscsiEventLoop::Submit(std::unique_ptr<IscsiCommand> command) {
 
 void LibIscsiEventLoop::Close() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (closed_) return;
     closing_ = true;
     closed_ = true;
@@ -176,7 +176,7 @@ void LibIscsiEventLoop::Watch(int fd, WatchHandler on_ready, std::function<void(
     on_ready_ = on_ready;
     on_idle_ = on_idle;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   watch_fd_ = fd;
   watch_handler_ = std::move(on_ready);
   watch_idle_ = std::move(on_idle);
@@ -192,7 +192,7 @@ void LibIscsiEventLoop::Unwatch() {
     on_ready_ = nullptr;
     on_idle_ = nullptr;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   watch_fd_ = -1;
   watch_handler_ = nullptr;
   watch_idle_ = nullptr;
@@ -204,7 +204,7 @@ void LibIscsiEventLoop::Unwatch() {
   uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof one);
   // The loop takes the change between two polls, never inside the handler.
-  watch_cv_.wait(lock, [&] { return watch_seen_ >= version || loop_ended_; });
+  while (watch_seen_ < version && !loop_ended_) watch_cv_.Wait(mu_);
 }
 
 bool LibIscsiEventLoop::TakeSubmitted() {
@@ -213,7 +213,7 @@ bool LibIscsiEventLoop::TakeSubmitted() {
     (void)!::read(wake_fd_, &count, sizeof count);
     woken_ = false;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& c : submitted_) pending_.push_back(std::move(c));
   submitted_.clear();
   if (watch_seen_ != watch_version_) {
@@ -221,7 +221,7 @@ bool LibIscsiEventLoop::TakeSubmitted() {
     on_ready_ = watch_handler_;
     on_idle_ = watch_idle_;
     watch_seen_ = watch_version_;
-    watch_cv_.notify_all();
+    watch_cv_.SignalAll();
   }
   return !closing_;
 }
@@ -240,9 +240,9 @@ void LibIscsiEventLoop::Run() {
   on_ready_ = nullptr;
   on_idle_ = nullptr;
   Shutdown();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   loop_ended_ = true;
-  watch_cv_.notify_all();
+  watch_cv_.SignalAll();
 }
 
 void LibIscsiEventLoop::Reconnect() {
@@ -465,7 +465,7 @@ void LibIscsiEventLoop::FailAllPending(const Status& st) {
 void LibIscsiEventLoop::Shutdown() {
   Status closed = FailedPrecondition("session to " + Name() + " is closed");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& c : submitted_) pending_.push_back(std::move(c));
     submitted_.clear();
   }

@@ -8,16 +8,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "bridge/libiscsi_session.h"
+#include "common/mutex.h"
 
 struct iscsi_context;
 struct scsi_task;
@@ -110,17 +109,17 @@ class LibIscsiEventLoop {
   pthread_t thread_{};
   bool thread_started_ = false;
 
-  std::mutex mu_;
-  std::vector<std::unique_ptr<IscsiCommand>> submitted_;  // guarded by mu_
-  bool closing_ = false;                                  // guarded by mu_
-  bool closed_ = false;                                   // guarded by mu_: the thread has ended
-  std::condition_variable watch_cv_;
-  int watch_fd_ = -1;                 // guarded by mu_
-  WatchHandler watch_handler_;        // guarded by mu_
-  std::function<void()> watch_idle_;  // guarded by mu_
-  uint64_t watch_version_ = 0;        // guarded by mu_: bumped by Watch/Unwatch
-  uint64_t watch_seen_ = 0;           // guarded by mu_: the version the loop took
-  bool loop_ended_ = false;           // guarded by mu_
+  Mutex mu_;
+  std::vector<std::unique_ptr<IscsiCommand>> submitted_ GUARDED_BY(mu_);
+  bool closing_ GUARDED_BY(mu_) = false;
+  bool closed_ GUARDED_BY(mu_) = false;  // the thread has ended
+  CondVar watch_cv_;
+  int watch_fd_ GUARDED_BY(mu_) = -1;
+  WatchHandler watch_handler_ GUARDED_BY(mu_);
+  std::function<void()> watch_idle_ GUARDED_BY(mu_);
+  uint64_t watch_version_ GUARDED_BY(mu_) = 0;  // bumped by Watch/Unwatch
+  uint64_t watch_seen_ GUARDED_BY(mu_) = 0;     // the version the loop took
+  bool loop_ended_ GUARDED_BY(mu_) = false;
 
   // The loop thread's own, touched by nobody else while it runs.
   ::iscsi_context* ctx_ = nullptr;  // null after a dropped session

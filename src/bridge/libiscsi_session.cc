@@ -9,10 +9,8 @@ extern "C" {
 #include <iscsi/scsi-lowlevel.h>
 }
 
-#include <condition_variable>
-#include <mutex>
-
 #include "bridge/libiscsi_event_loop.h"
+#include "common/mutex.h"
 
 namespace blockcsi {
 namespace {
@@ -20,10 +18,11 @@ namespace {
 // A blocking caller's wait for its command's completion (which runs on the
 // loop thread, always, and always within the command timeout).
 struct Waiter {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status status;
+  Mutex mu;
+  CondVar cv;
+  bool done GUARDED_BY(mu) = false;
+  Status status GUARDED_BY(mu);
+  // Written by the completion before `done`, read by the caller after it.
   std::string data;  // INQUIRY's page
   uint32_t block_length = 0;
   uint64_t blocks = 0;
@@ -45,17 +44,17 @@ std::unique_ptr<IscsiCommand> MakeCommand(IscsiCommand::Kind kind, Waiter* w) {
         w->blocks = rc16->returned_lba + 1;
       }
     }
-    std::lock_guard<std::mutex> lock(w->mu);
+    MutexLock lock(w->mu);
     w->status = std::move(st);
     w->done = true;
-    w->cv.notify_one();
+    w->cv.Signal();
   };
   return c;
 }
 
 Status Wait(Waiter* w) {
-  std::unique_lock<std::mutex> lock(w->mu);
-  w->cv.wait(lock, [w] { return w->done; });
+  MutexLock lock(w->mu);
+  while (!w->done) w->cv.Wait(w->mu);
   return w->status;
 }
 

@@ -61,18 +61,20 @@ StatusOr<std::unique_ptr<RbdBridgeTransport>> RbdBridgeTransport::Open(const Rbd
 }
 
 void RbdBridgeTransport::ProbeLoop() {
-  std::unique_lock<std::mutex> lock(probe_mu_);
-  while (!probe_stop_ && !fenced_) {
-    probe_cv_.wait_for(lock, options_.probe_interval, [this] { return probe_stop_; });
-    if (probe_stop_) break;
-    lock.unlock();
+  while (!fenced_) {
+    {
+      MutexLock lock(probe_mu_);
+      const auto deadline = std::chrono::steady_clock::now() + options_.probe_interval;
+      while (!probe_stop_ && probe_cv_.WaitUntil(probe_mu_, deadline)) {
+      }
+      if (probe_stop_) return;
+    }
     uint64_t size = 0;
     time_t mtime = 0;
     int r = rados_stat(io_, header_object_.c_str(), &size, &mtime);
     if (r == -kBlocklisted && !fenced_.exchange(true)) {
       LogError("rbd client fenced", {{"volume_id", options_.volume_id}, {"image", location()}, {"client", addrs_}});
     }
-    lock.lock();
   }
 }
 
@@ -303,12 +305,12 @@ Status RbdBridgeTransport::Health() const {
 }
 
 void RbdBridgeTransport::Close() {
-  std::lock_guard<std::mutex> lock(close_mu_);
+  MutexLock lock(close_mu_);
   {
-    std::lock_guard<std::mutex> probe_lock(probe_mu_);
+    MutexLock probe_lock(probe_mu_);
     probe_stop_ = true;
   }
-  probe_cv_.notify_all();
+  probe_cv_.SignalAll();
   if (probe_thread_.joinable()) probe_thread_.join();
   if (image_ != nullptr) {
     if (registered_ && !fenced_) {

@@ -7,13 +7,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "bridge/bridge_transport.h"
+#include "common/mutex.h"
 
 namespace blockcsi {
 
@@ -106,11 +105,11 @@ class RbdBridgeTransport final : public BridgeTransport {
   bool registered_ = false;  // blockcsi.client.<node> written by us
   std::atomic<uint64_t> size_{0};
   std::atomic<bool> fenced_{false};
-  std::mutex close_mu_;
-  std::string header_object_;  // rbd_header.<id>
-  std::mutex probe_mu_;
-  std::condition_variable probe_cv_;
-  bool probe_stop_ = false;  // guarded by probe_mu_
+  Mutex close_mu_ ACQUIRED_BEFORE(probe_mu_);  // one Close at a time
+  std::string header_object_;                  // rbd_header.<id>
+  Mutex probe_mu_;
+  CondVar probe_cv_;
+  bool probe_stop_ GUARDED_BY(probe_mu_) = false;
   std::thread probe_thread_;
 };
 

@@ -9,17 +9,18 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace blockcsi {
 
 class WriteOrder {
  public:
   uint64_t Begin() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     uint64_t ticket = ++last_;
     outstanding_.insert(ticket);
     return ticket;
@@ -28,7 +29,7 @@ class WriteOrder {
   void End(uint64_t ticket) {
     std::vector<std::function<void()>> ready;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       outstanding_.erase(ticket);
       uint64_t oldest = outstanding_.empty() ? last_ + 1 : *outstanding_.begin();
       for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -45,7 +46,7 @@ class WriteOrder {
 
   void AfterPriorWrites(std::function<void()> action) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!outstanding_.empty()) {
         waiters_.emplace_back(last_, std::move(action));
         return;
@@ -55,16 +56,16 @@ class WriteOrder {
   }
 
   size_t outstanding() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return outstanding_.size();
   }
 
  private:
-  mutable std::mutex mu_;
-  uint64_t last_ = 0;               // the latest ticket handed out
-  std::set<uint64_t> outstanding_;  // tickets not yet returned
+  mutable Mutex mu_;
+  uint64_t last_ GUARDED_BY(mu_) = 0;               // the latest ticket handed out
+  std::set<uint64_t> outstanding_ GUARDED_BY(mu_);  // tickets not yet returned
   // (the latest ticket at the call, action): runs once no ticket <= it is out.
-  std::vector<std::pair<uint64_t, std::function<void()>>> waiters_;
+  std::vector<std::pair<uint64_t, std::function<void()>>> waiters_ GUARDED_BY(mu_);
 };
 
 }  // namespace blockcsi

@@ -23,14 +23,13 @@
 # libc-ares-dev, zlib1g-dev, libssl-dev); `pkg-config --static` gives their order.
 option(BLOCKCSI_STATIC_GRPC "Link the blockcsi program against static gRPC/protobuf/abseil archives" ON)
 
-function(blockcsi_find_grpc_archives out version)
+function(blockcsi_find_grpc_archives out)
   set(${out} "" PARENT_SCOPE)
   pkg_check_modules(GRPC_LINK QUIET grpc++ protobuf)
   if(NOT GRPC_LINK_FOUND)
     message(STATUS "blockcsi: static gRPC off (no grpc++/protobuf pkg-config)")
     return()
   endif()
-  set(${version} "${GRPC_LINK_grpc++_VERSION}" PARENT_SCOPE)
   set(archives "")
   # grpc++_reflection is not in grpc++.pc; the generated code links it.
   # ssl and crypto last: the plugin's own SHA-256 and base64 use them too.
@@ -116,22 +115,31 @@ function(blockcsi_link_cxx_statically program)
   target_link_options(${program} PRIVATE -static-libstdc++ -static-libgcc)
 endfunction()
 
-# 5. The code the plugin runs gathered at the start of its text
-# (hot_text.ld, written by hack/profile-text-layout.sh from a callgrind run
-# of hack/demo.sh). Why: the kernel maps program text 64 KiB around each page
-# fault, and the 2 MiB of functions a volume's lifecycle executes were spread
-# over 130 such windows of the 11 MiB text: 8 MiB resident. Gathered, with
-# each function of ours in a section of its own (src/CMakeLists.txt), the
-# sections that hold them fill 3.4 MiB (Debian's archives move whole objects).
-# Measured (memory_bench --binary, side by side): RSS -3.0 to -3.5 MiB in
-# every mode. GNU ld (and lld) take the script as an addition to their
-# default one (INSERT); a linker that cannot leaves the text as it was.
-option(BLOCKCSI_HOT_TEXT "Gather the plugin's executed code first (src/cmd/hot_text.ld)" ON)
-# For hack/profile-text-layout.sh: the link map the layout is computed from.
-option(BLOCKCSI_LINK_MAP "Write bin/<program>.map when linking the plugin" OFF)
-set(BLOCKCSI_HOT_TEXT_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/hot_text.ld)
+# 5. The code the plugin runs gathered at the start of its text. Why: the
+# kernel maps program text 64 KiB around each page fault, and the 2 MiB of
+# functions a volume's lifecycle executes, spread over the 11 MiB text, kept
+# most of it resident. Gathered, with each function of ours in a section of
+# its own (src/CMakeLists.txt), the sections that hold them fill 3.4 MiB
+# (Debian's archives move whole objects). Measured on `blockcsi --mode all`,
+# the same objects linked with and without the layout: idle 3 s after start
+# (3 alternating runs each, binary dropped from the page cache) VmRSS 11.6-11.8
+# MiB without, 9.0-9.2 MiB with, the binary's r-xp Rss 6.8-7.0 MiB without,
+# 4.2-4.4 MiB with; after one volume lifecycle (memory_bench --staged 1
+# --binary) VmRSS 14.3 MiB without, 11.2 MiB with, r-xp Rss 8.3 / 5.3 MiB.
+# The profile is hack/profiles/hot_text.symbols (one function a line, written
+# by hack/profile-text-layout.sh from a callgrind run of hack/demo.sh); the
+# linker script is generated from it here, into the build tree, and the link
+# says how much of the list it gathered and fails below
+# BLOCKCSI_HOT_TEXT_MIN_MATCH percent: a stale list costs memory silently.
+# GNU ld (and lld) take the script as an addition to their default one
+# (INSERT); a linker that cannot leaves the text as it was.
+option(BLOCKCSI_HOT_TEXT "Gather the plugin's executed code first (hack/profiles/hot_text.symbols)" ON)
+set(BLOCKCSI_HOT_TEXT_MIN_MATCH 90 CACHE STRING "Least share (%) of the hot text profile the plugin's link must match")
+set(BLOCKCSI_HOT_TEXT_SYMBOLS ${PROJECT_SOURCE_DIR}/hack/profiles/hot_text.symbols)
+set(BLOCKCSI_HOT_TEXT_GENERATOR ${PROJECT_SOURCE_DIR}/hack/hot_text_script.py)
+set(BLOCKCSI_HOT_TEXT_SCRIPT ${CMAKE_BINARY_DIR}/hot_text.ld)
 if(BLOCKCSI_HOT_TEXT)
-  check_linker_flag(CXX "-Wl,-T,${BLOCKCSI_HOT_TEXT_SCRIPT}" BLOCKCSI_LINKER_TAKES_HOT_TEXT)
+  find_package(Python3 COMPONENTS Interpreter)
 endif()
 
 # Links `program` the lean way: the static archives when they are all there,
@@ -144,16 +152,73 @@ function(blockcsi_lean_link program)
   blockcsi_link_cxx_statically(${program})
 endfunction()
 
-# The executed code of `program` first (item 5): hot_text.ld is the
-# plugin's profile, so only the plugin links with it.
+# The executed code of `program` first (item 5): the profile is the
+# plugin's, so only the plugin links with it. The script names archive
+# members, so it is written from the archives this program links.
 function(blockcsi_profiled_text_layout program)
-  if(BLOCKCSI_HOT_TEXT AND BLOCKCSI_LINKER_TAKES_HOT_TEXT)
-    target_link_options(${program} PRIVATE "-Wl,-T,${BLOCKCSI_HOT_TEXT_SCRIPT}")
-    set_property(TARGET ${program} APPEND PROPERTY LINK_DEPENDS ${BLOCKCSI_HOT_TEXT_SCRIPT})
-    message(STATUS "blockcsi: ${program} links its executed code first (hot_text.ld)")
+  if(NOT BLOCKCSI_HOT_TEXT)
+    return()
   endif()
-  if(BLOCKCSI_LINK_MAP)
-    target_link_options(${program} PRIVATE "-Wl,-Map=$<TARGET_FILE_DIR:${program}>/${program}.map")
+  if(NOT Python3_Interpreter_FOUND)
+    message(STATUS "blockcsi: ${program} keeps its text as linked (no python3 to write hot_text.ld)")
+    return()
+  endif()
+  # The profile names functions of the static archives (a quarter of it):
+  # linked against the shared libraries, the program could not match it.
+  get_target_property(static_grpc ${program} BLOCKCSI_STATIC_GRPC)
+  get_target_property(static_cxx ${program} BLOCKCSI_STATIC_CXX)
+  if(NOT static_grpc OR NOT static_cxx)
+    message(STATUS "blockcsi: ${program} keeps its text as linked (the profile is of the static link)")
+    return()
+  endif()
+  get_property(archives GLOBAL PROPERTY BLOCKCSI_STATIC_GRPC_ARCHIVES)
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.a
+    OUTPUT_VARIABLE libstdcxx OUTPUT_STRIP_TRAILING_WHITESPACE)
+  foreach(archive ${BLOCKCSI_ARCHIVE_yaml_cpp} ${BLOCKCSI_ARCHIVE_inih} ${libstdcxx})
+    if(IS_ABSOLUTE "${archive}" AND EXISTS "${archive}")
+      list(APPEND archives ${archive})
+    endif()
+  endforeach()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+    ${BLOCKCSI_HOT_TEXT_SYMBOLS} ${BLOCKCSI_HOT_TEXT_GENERATOR})
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} ${BLOCKCSI_HOT_TEXT_GENERATOR} script --symbols ${BLOCKCSI_HOT_TEXT_SYMBOLS}
+      --out ${BLOCKCSI_HOT_TEXT_SCRIPT} ${archives}
+    RESULT_VARIABLE generated)
+  if(NOT generated EQUAL 0)
+    message(FATAL_ERROR "blockcsi: cannot write ${BLOCKCSI_HOT_TEXT_SCRIPT} from ${BLOCKCSI_HOT_TEXT_SYMBOLS}")
+  endif()
+  check_linker_flag(CXX "-Wl,-T,${BLOCKCSI_HOT_TEXT_SCRIPT}" BLOCKCSI_LINKER_TAKES_HOT_TEXT)
+  if(NOT BLOCKCSI_LINKER_TAKES_HOT_TEXT)
+    message(STATUS "blockcsi: ${program} keeps its text as linked (the linker takes no INSERT script)")
+    return()
+  endif()
+  target_link_options(${program} PRIVATE "-Wl,-T,${BLOCKCSI_HOT_TEXT_SCRIPT}")
+  set_property(TARGET ${program} APPEND PROPERTY LINK_DEPENDS ${BLOCKCSI_HOT_TEXT_SCRIPT})
+  add_custom_command(TARGET ${program} POST_BUILD
+    COMMAND ${Python3_EXECUTABLE} ${BLOCKCSI_HOT_TEXT_GENERATOR} check --symbols ${BLOCKCSI_HOT_TEXT_SYMBOLS}
+      --min ${BLOCKCSI_HOT_TEXT_MIN_MATCH} $<TARGET_FILE:${program}>
+    VERBATIM)
+  set_property(GLOBAL PROPERTY BLOCKCSI_HOT_TEXT_LINKED ON)
+  message(STATUS "blockcsi: ${program} links its executed code first (hot_text.ld from hot_text.symbols)")
+endfunction()
+
+# The Debian source version (dpkg's ${source:Version}) of the package that
+# installed the static libgrpc.a found above, or "unknown" (an archive built
+# by hand, a system without dpkg). The source version, not the binary one: a
+# binNMU (+bN) rebuilds the same source, with the same registrations.
+set(BLOCKCSI_GRPC_REGISTRY_WRITTEN_FOR "1.51.1-3")
+function(blockcsi_grpc_archive_source_version out)
+  set(${out} "unknown" PARENT_SCOPE)
+  execute_process(COMMAND dpkg-query -S ${BLOCKCSI_ARCHIVE_grpc}
+    OUTPUT_VARIABLE owner RESULT_VARIABLE owner_rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(NOT owner_rc EQUAL 0 OR NOT owner MATCHES "^([^:, ]+)")
+    return()
+  endif()
+  execute_process(COMMAND dpkg-query -W [=[-f=${source:Version}]=] ${CMAKE_MATCH_1}
+    OUTPUT_VARIABLE version RESULT_VARIABLE version_rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(version_rc EQUAL 0 AND version)
+    set(${out} "${version}" PARENT_SCOPE)
   endif()
 endfunction()
 
@@ -163,12 +228,12 @@ function(blockcsi_link_grpc_statically program)
     return()
   endif()
   if(NOT TARGET blockcsi_grpc_static)
-    blockcsi_find_grpc_archives(archives grpc_version)
+    blockcsi_find_grpc_archives(archives)
     if(NOT archives)
       return()
     endif()
-    set_property(GLOBAL PROPERTY BLOCKCSI_STATIC_GRPC_VERSION "${grpc_version}")
     find_package(OpenSSL REQUIRED)
+    set_property(GLOBAL PROPERTY BLOCKCSI_STATIC_GRPC_ARCHIVES "${archives}")
     list(JOIN archives "," group)
     add_library(blockcsi_grpc_static INTERFACE)
     # One group: the archives refer to each other in every direction.
@@ -191,13 +256,16 @@ function(blockcsi_link_grpc_statically program)
   message(STATUS "blockcsi: ${program} links gRPC, protobuf and abseil statically")
   # 4. gRPC's core configuration cut to what the plugin uses (no xDS, RLS,
   # grpclb...; grpc_core_configuration.cc says what and why). Its list of
-  # gRPC's internal registration functions was read from 1.51 (Debian 12):
-  # with another gRPC the program keeps gRPC's own registry.
-  get_property(grpc_version GLOBAL PROPERTY BLOCKCSI_STATIC_GRPC_VERSION)
-  if(grpc_version MATCHES "^1\\.51\\.")
+  # gRPC's internal registration functions was read from one source release
+  # of gRPC, Debian 12's grpc 1.51.1-3: with any other (a Debian patch
+  # release may add or drop a registration) the program keeps gRPC's own.
+  blockcsi_grpc_archive_source_version(grpc_source_version)
+  if(grpc_source_version STREQUAL BLOCKCSI_GRPC_REGISTRY_WRITTEN_FOR)
     target_sources(${program} PRIVATE ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/grpc_core_configuration.cc)
-    message(STATUS "blockcsi: ${program} registers only the gRPC ${grpc_version} components it uses")
+    set_property(GLOBAL PROPERTY BLOCKCSI_GRPC_REGISTRY_CUT ON)
+    message(STATUS "blockcsi: ${program} registers only the gRPC components it uses (grpc ${grpc_source_version})")
   else()
-    message(STATUS "blockcsi: ${program} keeps gRPC's own registry (gRPC ${grpc_version}, not 1.51)")
+    message(STATUS "blockcsi: ${program} keeps gRPC's own registry: grpc_core_configuration.cc was written for "
+                   "grpc ${BLOCKCSI_GRPC_REGISTRY_WRITTEN_FOR}, the archive is from ${grpc_source_version}")
   endif()
 endfunction()

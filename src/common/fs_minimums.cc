@@ -64,7 +64,7 @@ FilesystemMinimums::FilesystemMinimums(std::shared_ptr<Executor> executor, std::
 
 uint64_t FilesystemMinimums::MinimumBytes(const std::string& fs_type) {
   if (fs_type != "xfs" && fs_type != "btrfs") return 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = known_.find(fs_type);
   if (it != known_.end()) return it->second;
   uint64_t bytes = Probe(fs_type);

@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "common/executor.h"
 #include "common/host.h"
+#include "common/mutex.h"
 
 namespace blockcsi {
 
@@ -50,8 +50,8 @@ class FilesystemMinimums {
   const std::shared_ptr<Executor> executor_;
   const std::string scratch_parent_;
   const std::shared_ptr<const Host> host_;
-  std::mutex mu_;
-  std::map<std::string, uint64_t> known_;  // guarded by mu_
+  Mutex mu_;
+  std::map<std::string, uint64_t> known_ GUARDED_BY(mu_);
 };
 
 }  // namespace blockcsi

@@ -3,12 +3,12 @@
 // spec asks, instead of queueing behind the first. Thread-safe.
 #pragma once
 
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace blockcsi {
@@ -50,8 +50,8 @@ class InFlightGuard {
   friend class InFlightLease;
   void Release(const std::string& key);
 
-  mutable std::mutex mu_;
-  std::set<std::string, std::less<>> held_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::set<std::string, std::less<>> held_ GUARDED_BY(mu_);
 };
 
 }  // namespace blockcsi

@@ -23,31 +23,31 @@ void KeyedLock::Guard::Release() {
 }
 
 KeyedLock::Guard KeyedLock::Lock(std::string_view key) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) it = entries_.emplace(std::string(key), Entry{}).first;
   Entry& entry = it->second;
   ++entry.waiters;
-  released_.wait(lock, [&] { return !entry.held; });
+  while (entry.held) released_.Wait(mu_);
   --entry.waiters;
   entry.held = true;
   return Guard(this, it->first);
 }
 
 size_t KeyedLock::KeysInUse() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size();
 }
 
 void KeyedLock::Release(const std::string& key) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(key);
     it->second.held = false;
     if (it->second.waiters == 0) entries_.erase(it);
   }
   // Waiters of every key share the condition; each checks its own entry.
-  released_.notify_all();
+  released_.SignalAll();
 }
 
 }  // namespace blockcsi

@@ -7,13 +7,13 @@
 // locks a key it holds deadlocks. Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "common/mutex.h"
 
 namespace blockcsi {
 
@@ -55,11 +55,12 @@ class KeyedLock {
     bool held = false;
     int waiters = 0;
   };
-  void Release(const std::string& key);
+  void Release(const std::string& key) EXCLUDES(mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable released_;
-  std::map<std::string, Entry, std::less<>> entries_;  // guarded by mu_; std::map keeps references stable
+  mutable Mutex mu_;
+  CondVar released_;
+  // std::map keeps references to entries stable while others are added.
+  std::map<std::string, Entry, std::less<>> entries_ GUARDED_BY(mu_);
 };
 
 }  // namespace blockcsi

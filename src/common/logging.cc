@@ -5,19 +5,20 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <mutex>
 #include <nlohmann/json.hpp>
+
+#include "common/mutex.h"
 
 namespace blockcsi {
 namespace {
 
 struct LoggingState {
-  std::mutex mu;  // guards capture and the logger swap
-  std::string program = "blockcsi";
-  LogFormat format = LogFormat::kText;
+  Mutex mu;
+  std::string program GUARDED_BY(mu) = "blockcsi";
+  LogFormat format GUARDED_BY(mu) = LogFormat::kText;
   std::atomic<int> level{static_cast<int>(LogLevel::kInfo)};
-  std::string* capture = nullptr;
-  int level_before_capture = static_cast<int>(LogLevel::kInfo);
+  std::string* capture GUARDED_BY(mu) = nullptr;
+  int level_before_capture GUARDED_BY(mu) = static_cast<int>(LogLevel::kInfo);
 };
 
 LoggingState& State() {
@@ -85,7 +86,8 @@ void AppendTextValue(std::string& out, std::string_view value) {
   out += nlohmann::json(std::string(value)).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
 }
 
-std::string Format(const LoggingState& state, LogLevel level, std::string_view message, LogFields fields) {
+std::string Format(const LoggingState& state, LogLevel level, std::string_view message, LogFields fields)
+    REQUIRES(state.mu) {
   if (state.format == LogFormat::kJson) {
     nlohmann::json line;
     line["ts"] = Timestamp();
@@ -143,7 +145,7 @@ StatusOr<LogLevel> ParseLogLevel(std::string_view text) {
 
 void InitLogging(std::string_view program, LogFormat format, LogLevel level) {
   LoggingState& state = State();
-  std::lock_guard lock(state.mu);
+  MutexLock lock(state.mu);
   state.program = std::string(program);
   state.format = format;
   state.level = static_cast<int>(level);
@@ -154,8 +156,10 @@ bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= State().leve
 void Log(LogLevel level, std::string_view message, LogFields fields) {
   LoggingState& state = State();
   if (!LogEnabled(level)) return;
+  // Formatted under the mutex too: InitLogging may change the program name
+  // and format while other threads log.
+  MutexLock lock(state.mu);
   std::string line = Format(state, level, message, fields);
-  std::lock_guard lock(state.mu);
   if (state.capture != nullptr) {
     *state.capture += line;
     *state.capture += '\n';
@@ -184,7 +188,7 @@ ScopedRequestId::~ScopedRequestId() { tls_request_id = std::move(previous_); }
 
 void SetLogCaptureForTest(std::string* sink) {
   LoggingState& state = State();
-  std::lock_guard lock(state.mu);
+  MutexLock lock(state.mu);
   if (sink != nullptr && state.capture == nullptr) {
     state.level_before_capture = state.level.load();
     state.level = static_cast<int>(LogLevel::kDebug);

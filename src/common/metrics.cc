@@ -89,7 +89,7 @@ void MetricFamily::Add(const LabelValues& labels, double v) {
   if (type_ == MetricType::kHistogram || (type_ == MetricType::kCounter && v < 0)) return;
   Series* s = nullptr;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     s = Find(labels);
     if (s != nullptr) s->value += v;
   }
@@ -100,7 +100,7 @@ void MetricFamily::Set(const LabelValues& labels, double v) {
   if (type_ == MetricType::kHistogram) return;
   Series* s = nullptr;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     s = Find(labels);
     if (s != nullptr) s->value = v;
   }
@@ -112,7 +112,7 @@ void MetricFamily::SetHistogram(const LabelValues& labels, const std::vector<uin
   if (type_ != MetricType::kHistogram || bucket_counts.size() != buckets_.size()) return;
   Series* s = nullptr;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     s = Find(labels);
     if (s != nullptr) {
       s->buckets = bucket_counts;
@@ -124,7 +124,7 @@ void MetricFamily::SetHistogram(const LabelValues& labels, const std::vector<uin
 }
 
 void MetricFamily::Clear() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   series_.clear();
 }
 
@@ -132,7 +132,7 @@ void MetricFamily::Observe(const LabelValues& labels, double v) {
   if (type_ != MetricType::kHistogram) return;
   Series* s = nullptr;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     s = Find(labels);
     if (s != nullptr) {
       for (size_t i = 0; i < buckets_.size(); ++i) {
@@ -149,7 +149,7 @@ void MetricFamily::Observe(const LabelValues& labels, double v) {
 }
 
 void MetricFamily::Render(std::string& out) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   out += "# HELP " + name_ + " " + help_ + "\n";
   out += "# TYPE " + name_ + " " + TypeName(type_) + "\n";
   for (const auto& [labels, s] : series_) {
@@ -174,7 +174,7 @@ void MetricFamily::Render(std::string& out) const {
 
 MetricFamily& MetricsRegistry::GetOrCreate(const std::string& name, const std::string& help, MetricType type,
                                            std::vector<std::string> labels, std::vector<double> buckets) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& slot = families_[name];
   if (slot == nullptr) {
     slot = std::make_unique<MetricFamily>(name, help, type, std::move(labels), std::move(buckets));
@@ -198,21 +198,21 @@ MetricFamily& MetricsRegistry::Histogram(const std::string& name, const std::str
 }
 
 void MetricsRegistry::AddCollector(std::function<void(MetricsRegistry&)> collector) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   collectors_.push_back(std::move(collector));
 }
 
 std::string MetricsRegistry::Render() {
-  std::lock_guard render_lock(render_mu_);
+  MutexLock render_lock(render_mu_);
   std::vector<std::function<void(MetricsRegistry&)>> collectors;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     collectors = collectors_;
   }
   for (auto& collect : collectors) collect(*this);
   std::vector<const MetricFamily*> families;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [name, family] : families_) families.push_back(family.get());
   }
   std::string out;

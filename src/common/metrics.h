@@ -11,11 +11,11 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace blockcsi {
@@ -61,15 +61,15 @@ class MetricFamily {
     double sum = 0;
     uint64_t count = 0;
   };
-  Series* Find(const LabelValues& labels);  // under mu_; null when full or labels mismatch
+  Series* Find(const LabelValues& labels) REQUIRES(mu_);  // null when full or labels mismatch
 
   const std::string name_;
   const std::string help_;
   const MetricType type_;
   const std::vector<std::string> label_names_;
   const std::vector<double> buckets_;
-  mutable std::mutex mu_;
-  std::map<LabelValues, Series> series_;
+  mutable Mutex mu_;
+  std::map<LabelValues, Series> series_ GUARDED_BY(mu_);
 };
 
 class MetricsRegistry {
@@ -95,10 +95,12 @@ class MetricsRegistry {
  private:
   MetricFamily& GetOrCreate(const std::string& name, const std::string& help, MetricType type,
                             std::vector<std::string> labels, std::vector<double> buckets);
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<MetricFamily>> families_;
-  std::vector<std::function<void(MetricsRegistry&)>> collectors_;
-  std::mutex render_mu_;  // one scrape at a time runs the collectors
+  // One scrape at a time runs the collectors; taken before mu_, which the
+  // collectors take again to reach their families.
+  Mutex render_mu_ ACQUIRED_BEFORE(mu_);
+  Mutex mu_;
+  std::map<std::string, std::unique_ptr<MetricFamily>> families_ GUARDED_BY(mu_);
+  std::vector<std::function<void(MetricsRegistry&)>> collectors_ GUARDED_BY(mu_);
 };
 
 // The process-wide registry the driver's code records into.

@@ -1,15 +1,17 @@
-// Mutex, MutexLock and CondVar: std::mutex, its scoped lock and its
-// condition variable with clang's thread-safety attributes, so that what a
-// mutex guards is declared (`int n_ GUARDED_BY(mu_);`) and checked by the
-// compiler (-Wthread-safety, run over src/ by hack/verify.sh) instead of being
-// a comment nobody checks. libstdc++'s own std::mutex carries no attributes,
-// hence the wrappers. Under gcc the attributes expand to nothing and the
-// wrappers compile to the std types they hold. Same thread-safety as std.
+// Mutex, MutexLock and CondVar (and SharedMutex with its reader and writer
+// locks): std::mutex, its scoped lock and its condition variable with clang's
+// thread-safety attributes, so that what a mutex guards is declared
+// (`int n_ GUARDED_BY(mu_);`) and checked by the compiler (-Wthread-safety,
+// run over src/ by hack/verify.sh) instead of being a comment nobody checks.
+// libstdc++'s own std::mutex carries no attributes, hence the wrappers. Under
+// gcc the attributes expand to nothing and the wrappers compile to the std
+// types they hold. Same thread-safety as std.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 
 #if defined(__clang__)
 #define BLOCKCSI_THREAD_ANNOTATION(x) __attribute__((x))
@@ -42,6 +44,9 @@
 #define REQUIRES(...) BLOCKCSI_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define ACQUIRE(...) BLOCKCSI_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) BLOCKCSI_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define REQUIRES_SHARED(...) BLOCKCSI_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
+#define ACQUIRE_SHARED(...) BLOCKCSI_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
+#define RELEASE_SHARED(...) BLOCKCSI_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
 #define TRY_ACQUIRE(...) BLOCKCSI_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define EXCLUDES(...) BLOCKCSI_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define ASSERT_CAPABILITY(x) BLOCKCSI_THREAD_ANNOTATION(assert_capability(x))
@@ -77,6 +82,47 @@ class SCOPED_CAPABILITY MutexLock {
 
  private:
   Mutex& mu_;
+};
+
+// A reader/writer mutex: many holders in shared mode or one in exclusive
+// mode. Fields it guards are read under either and written under exclusive.
+class CAPABILITY("shared mutex") SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  void Lock() ACQUIRE() { mu_.lock(); }
+  void Unlock() RELEASE() { mu_.unlock(); }
+  void LockShared() ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void UnlockShared() RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds `mu` exclusively from construction to destruction.
+class SCOPED_CAPABILITY WriterMutexLock {
+ public:
+  explicit WriterMutexLock(SharedMutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.Lock(); }
+  ~WriterMutexLock() RELEASE() { mu_.Unlock(); }
+  WriterMutexLock(const WriterMutexLock&) = delete;
+  WriterMutexLock& operator=(const WriterMutexLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
+};
+
+// Holds `mu` in shared mode from construction to destruction.
+class SCOPED_CAPABILITY ReaderMutexLock {
+ public:
+  explicit ReaderMutexLock(SharedMutex& mu) ACQUIRE_SHARED(mu) : mu_(mu) { mu_.LockShared(); }
+  ~ReaderMutexLock() RELEASE() { mu_.UnlockShared(); }
+  ReaderMutexLock(const ReaderMutexLock&) = delete;
+  ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
 };
 
 // A condition variable used with one Mutex that the caller holds. Wait

@@ -166,13 +166,13 @@ StatusOr<std::vector<std::string>> LioExporter::ApplyLocked(const DesiredExport&
 }
 
 StatusOr<std::vector<std::string>> LioExporter::Apply(const DesiredExport& desired) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return ApplyLocked(desired);
 }
 
 StatusOr<std::vector<std::string>> LioExporter::Reconcile(const std::vector<DesiredExport>& desired,
                                                           const std::string& iqn_prefix) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> repairs;
   std::set<std::string> wanted;
   Status first_error;
@@ -196,7 +196,7 @@ StatusOr<std::vector<std::string>> LioExporter::Reconcile(const std::vector<Desi
 }
 
 Status LioExporter::CloseSessions(const std::string& iqn, const std::string& initiator_iqn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // The ACL is gone by now (Apply ran first), and with it the sessions; if a
   // stale ACL directory is still there, removing it is what closes them.
   return RemoveConfigDir(*host_, Tpg(iqn) + "/acls/" + initiator_iqn);
@@ -219,7 +219,7 @@ Status LioExporter::RemoveLocked(const std::string& iqn) {
 }
 
 Status LioExporter::Remove(const std::string& iqn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return RemoveLocked(iqn);
 }
 

@@ -14,12 +14,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "backend/local/exporter.h"
 #include "common/host.h"
+#include "common/mutex.h"
 
 namespace blockcsi {
 
@@ -42,18 +42,20 @@ class LioExporter final : public Exporter {
   static std::string LioWwnForSerial(const std::string& serial);
 
  private:
-  StatusOr<std::vector<std::string>> ApplyLocked(const DesiredExport& desired);
+  StatusOr<std::vector<std::string>> ApplyLocked(const DesiredExport& desired) REQUIRES(mu_);
   // The target's node ACLs made what `d` grants (CHAP credentials before the
   // mapped LUN), the others removed; authentication on when any grant wants CHAP.
-  Status ApplyAclsLocked(const DesiredExport& d, const std::string& tpg, std::vector<std::string>& repairs);
-  Status RemoveLocked(const std::string& iqn);
+  Status ApplyAclsLocked(const DesiredExport& d, const std::string& tpg, std::vector<std::string>& repairs)
+      REQUIRES(mu_);
+  Status RemoveLocked(const std::string& iqn) REQUIRES(mu_);
   std::string Core(const std::string& volume_id) const;
   std::string Tpg(const std::string& iqn) const;
 
   const std::unique_ptr<Host> host_;  // rooted at the configfs root
   const std::vector<std::string> portals_;
-  std::mutex mu_;
-  std::map<std::string, uint64_t> applied_size_;  // guarded by mu_: iqn → size of the live backstore
+  // Serialises every change of the configfs tree, and guards:
+  Mutex mu_;
+  std::map<std::string, uint64_t> applied_size_ GUARDED_BY(mu_);  // iqn → size of the live backstore
 };
 
 }  // namespace blockcsi

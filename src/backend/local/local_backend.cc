@@ -156,10 +156,10 @@ StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& po
 
 LocalBackend::~LocalBackend() {
   {
-    std::lock_guard lock(loop_mu_);
+    MutexLock lock(loop_mu_);
     stopping_ = true;
   }
-  loop_cv_.notify_all();
+  loop_cv_.SignalAll();
   if (loop_.joinable()) loop_.join();
 }
 
@@ -180,7 +180,7 @@ DesiredExport LocalBackend::DesiredFor(const VolumeRecord& r) const {
   d.size_bytes = r.size_bytes;
   d.serial = r.serial;
   d.wwn = r.wwn;
-  std::lock_guard lock(chap_mu_);
+  MutexLock lock(chap_mu_);
   auto secrets = chap_.find(r.id);
   for (const auto& g : r.grants) {
     d.acls.push_back({g.initiator_iqn, g.chap, ""});
@@ -209,7 +209,7 @@ StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) 
     return InvalidArgument("size " + std::to_string(spec.size_bytes) + " of volume \"" + spec.name +
                            "\" is not a positive multiple of 1 MiB");
   }
-  std::shared_lock op(reconcile_mu_);
+  ReaderMutexLock op(reconcile_mu_);
   auto name_lock = locks_->Lock("name:" + spec.name);
   if (auto existing = pool_->FindVolumeByName(spec.name)) {
     if (existing->size_bytes != spec.size_bytes || !(existing->source == spec.source)) {
@@ -272,7 +272,7 @@ void LocalBackend::UndoCreate(const VolumeRecord& record, const Status& why) {
 
 Status LocalBackend::DeleteVolume(const std::string& volume_id) {
   if (!IsVolumeId(volume_id)) return OkStatus();  // not ours, so nothing of ours to delete
-  std::shared_lock op(reconcile_mu_);
+  ReaderMutexLock op(reconcile_mu_);
   auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();
@@ -284,7 +284,7 @@ Status LocalBackend::DeleteVolume(const std::string& volume_id) {
   BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteVolume(volume_id));
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete.after-image-removed"));
   {
-    std::lock_guard lock(chap_mu_);
+    MutexLock lock(chap_mu_);
     chap_.erase(volume_id);
   }
   LogInfo("volume deleted", {{"volume", volume_id}, {"name", record->name}});
@@ -297,7 +297,7 @@ StatusOr<VolumeRecord> LocalBackend::ExpandVolume(const std::string& volume_id, 
     return InvalidArgument("new size " + std::to_string(new_size_bytes) + " of volume " + volume_id +
                            " is not a positive multiple of 1 MiB");
   }
-  std::shared_lock op(reconcile_mu_);
+  ReaderMutexLock op(reconcile_mu_);
   auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
@@ -324,7 +324,7 @@ StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, c
   // Every field of the credentials, whoever sent them (the agent's clients
   // are not trusted more than the controller's): chap_rules.h.
   BLOCKCSI_RETURN_IF_ERROR(ValidateChapCredentials(grant.chap, "volume " + volume_id + ": CHAP"));
-  std::shared_lock op(reconcile_mu_);
+  ReaderMutexLock op(reconcile_mu_);
   auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
@@ -341,7 +341,7 @@ StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, c
   {
     // Secrets go to memory before the export is applied (it needs them) and
     // stay there until revoke or delete.
-    std::lock_guard lock(chap_mu_);
+    MutexLock lock(chap_mu_);
     if (grant.chap.enabled()) {
       chap_[volume_id][grant.initiator_iqn] = grant.chap;
     } else if (auto it = chap_.find(volume_id); it != chap_.end()) {
@@ -373,7 +373,7 @@ void LocalBackend::UndoGrant(VolumeRecord record, const std::string& initiator_i
                                      [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; }),
                       record.grants.end());
   {
-    std::lock_guard lock(chap_mu_);
+    MutexLock lock(chap_mu_);
     if (auto it = chap_.find(record.id); it != chap_.end()) it->second.erase(initiator_iqn);
   }
   Status st = pool_->UpdateVolume(record);
@@ -391,7 +391,7 @@ void LocalBackend::UndoGrant(VolumeRecord record, const std::string& initiator_i
 
 Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
   if (!IsVolumeId(volume_id)) return OkStatus();
-  std::shared_lock op(reconcile_mu_);
+  ReaderMutexLock op(reconcile_mu_);
   auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();
@@ -414,7 +414,7 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
     BLOCKCSI_RETURN_IF_ERROR(Fault("controller.unpublish.after-grant-removed"));
   }
   {
-    std::lock_guard lock(chap_mu_);
+    MutexLock lock(chap_mu_);
     if (auto it = chap_.find(volume_id); it != chap_.end()) it->second.erase(initiator_iqn);
   }
   if (was_granted) LogInfo("access revoked", {{"volume", volume_id}, {"initiator", initiator_iqn}});
@@ -445,7 +445,7 @@ std::vector<StatusOr<VolumeHealth>> LocalBackend::CheckVolumes(const std::vector
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // a key's lock is not re-entrant
-  std::shared_lock op(reconcile_mu_);
+  ReaderMutexLock op(reconcile_mu_);
   std::vector<KeyedLock::Guard> held;
   for (const auto& id : ids) held.push_back(locks_->Lock(id));
 
@@ -512,7 +512,7 @@ StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_
   if (!IsVolumeId(source_volume_id)) {
     return NotFound("source volume " + QuoteId(source_volume_id) + " of snapshot \"" + name + "\" not found");
   }
-  std::shared_lock op(reconcile_mu_);
+  ReaderMutexLock op(reconcile_mu_);
   auto name_lock = locks_->Lock("snapname:" + name);
   if (auto existing = pool_->FindSnapshotByName(name)) {
     if (existing->source_volume_id != source_volume_id) {
@@ -542,7 +542,7 @@ StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_
 
 Status LocalBackend::DeleteSnapshot(const std::string& snapshot_id) {
   if (!IsSnapshotId(snapshot_id)) return OkStatus();
-  std::shared_lock op(reconcile_mu_);
+  ReaderMutexLock op(reconcile_mu_);
   auto lock = locks_->Lock(snapshot_id);
   if (!pool_->GetSnapshot(snapshot_id)) return OkStatus();
   BLOCKCSI_RETURN_IF_ERROR(pool_->DeleteSnapshot(snapshot_id));

@@ -15,11 +15,8 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +25,7 @@
 #include "backend/local/exporter.h"
 #include "backend/local/pool.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 
 namespace blockcsi {
 
@@ -110,16 +108,16 @@ class LocalBackend final : public VolumeBackend {
   std::shared_ptr<Exporter> exporter_;
   std::unique_ptr<KeyedLock> locks_;
   // Operations hold it shared; a reconcile pass holds it exclusively.
-  std::shared_mutex reconcile_mu_;
+  SharedMutex reconcile_mu_;
 
-  mutable std::mutex chap_mu_;
+  mutable Mutex chap_mu_;
   // volume id → initiator IQN → credentials. Memory only, by design.
-  std::map<std::string, std::map<std::string, ChapCredentials>> chap_;  // guarded by chap_mu_
+  std::map<std::string, std::map<std::string, ChapCredentials>> chap_ GUARDED_BY(chap_mu_);
 
-  mutable std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool stopping_ = false;  // guarded by loop_mu_
-  uint64_t passes_ = 0;    // guarded by loop_mu_
+  mutable Mutex loop_mu_;
+  CondVar loop_cv_;
+  bool stopping_ GUARDED_BY(loop_mu_) = false;
+  uint64_t passes_ GUARDED_BY(loop_mu_) = 0;
   std::thread loop_;
 };
 

@@ -66,7 +66,7 @@ StatusOr<std::vector<std::string>> LocalBackend::ReconcileNow() {
   size_t desired_count = 0;
   Status status;
   {
-    std::unique_lock exclusive(reconcile_mu_);
+    WriterMutexLock exclusive(reconcile_mu_);
     std::vector<DesiredExport> desired;
     for (const auto& record : pool_->ListVolumes()) desired.push_back(DesiredFor(record));
     desired_count = desired.size();
@@ -80,27 +80,31 @@ StatusOr<std::vector<std::string>> LocalBackend::ReconcileNow() {
   for (const auto& line : repairs) LogInfo("reconcile: repaired", {{"repair", line}});
   RecordReconcile(status, repairs, desired_count);
   {
-    std::lock_guard lock(loop_mu_);
+    MutexLock lock(loop_mu_);
     ++passes_;
   }
-  loop_cv_.notify_all();
+  loop_cv_.SignalAll();
   if (!status.ok()) return status;
   return repairs;
 }
 
 uint64_t LocalBackend::reconcile_passes() const {
-  std::lock_guard lock(loop_mu_);
+  MutexLock lock(loop_mu_);
   return passes_;
 }
 
 void LocalBackend::LoopMain() {
-  std::unique_lock lock(loop_mu_);
-  while (!stopping_) {
-    if (loop_cv_.wait_for(lock, options_.reconcile_interval, [this] { return stopping_; })) break;
-    lock.unlock();
+  while (true) {
+    {
+      MutexLock lock(loop_mu_);
+      // A pass's own SignalAll wakes this wait too: keep the deadline.
+      const auto deadline = std::chrono::steady_clock::now() + options_.reconcile_interval;
+      while (!stopping_ && loop_cv_.WaitUntil(loop_mu_, deadline)) {
+      }
+      if (stopping_) return;
+    }
     auto result = ReconcileNow();
     if (!result.ok()) LogWarn("reconcile failed", {{"error", result.status().ToString()}});
-    lock.lock();
   }
 }
 

@@ -130,7 +130,7 @@ Status Pool::Load() {
       BLOCKCSI_RETURN_IF_ERROR(files_.Resize(ImagePath(id), record.size_bytes));
     }
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   volumes_.clear();
   volume_names_.clear();
   for (const auto& [id, record] : volumes) IndexVolumeLocked(record);
@@ -155,21 +155,21 @@ void Pool::UnindexVolumeLocked(const std::string& id) {
 }
 
 std::optional<VolumeRecord> Pool::GetVolume(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = volumes_.find(id);
   if (it == volumes_.end()) return std::nullopt;
   return it->second;
 }
 
 std::optional<VolumeRecord> Pool::FindVolumeByName(const std::string& name) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto named = volume_names_.lower_bound({name, ""});
   if (named == volume_names_.end() || named->first != name) return std::nullopt;
   return volumes_.at(named->second);
 }
 
 std::vector<VolumeRecord> Pool::ListVolumes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<VolumeRecord> out;
   out.reserve(volumes_.size());
   for (const auto& [id, record] : volumes_) out.push_back(record);
@@ -178,7 +178,7 @@ std::vector<VolumeRecord> Pool::ListVolumes() const {
 
 std::vector<VolumeRecord> Pool::ListVolumesFrom(const std::string& start_id, size_t max_entries,
                                                 std::string* next_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<VolumeRecord> out;
   auto it = volumes_.lower_bound(start_id);
   for (; it != volumes_.end() && (max_entries == 0 || out.size() < max_entries); ++it) out.push_back(it->second);
@@ -226,7 +226,7 @@ Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint6
 Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_image, CopyMethod* method) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(record.id));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (volumes_.count(record.id)) return AlreadyExists("volume " + record.id + " already exists in the pool");
   }
   BLOCKCSI_ASSIGN_OR_RETURN(RoomReservation room, ReserveRoom(record.size_bytes, true, "volume " + record.id));
@@ -241,7 +241,7 @@ Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_
     (void)files_.Remove(ImagePath(record.id));
     return written;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   IndexVolumeLocked(record);
   return OkStatus();
 }
@@ -256,7 +256,7 @@ Status Pool::UpdateVolume(const VolumeRecord& record) {
   // let the revoked node in again once reconcile restores its ACL
   // (fencing, issue #21). The same holds for an expand's new size.
   BLOCKCSI_RETURN_IF_ERROR(files_.WriteRecord(VolumeRecordPath(record.id), VolumeToJson(record)));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   IndexVolumeLocked(record);
   return OkStatus();
 }
@@ -284,7 +284,7 @@ Status Pool::DeleteVolume(const std::string& id) {
   // deleted never comes back.
   BLOCKCSI_RETURN_IF_ERROR(files_.RemoveDurably(VolumeRecordPath(id)));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     UnindexVolumeLocked(id);
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete.record-removed"));
@@ -295,14 +295,14 @@ Status Pool::DeleteVolume(const std::string& id) {
 }
 
 std::optional<SnapshotRecord> Pool::GetSnapshot(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = snapshots_.find(id);
   if (it == snapshots_.end()) return std::nullopt;
   return it->second;
 }
 
 std::optional<SnapshotRecord> Pool::FindSnapshotByName(const std::string& name) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, record] : snapshots_) {
     if (record.name == name) return record;
   }
@@ -310,7 +310,7 @@ std::optional<SnapshotRecord> Pool::FindSnapshotByName(const std::string& name) 
 }
 
 std::vector<SnapshotRecord> Pool::ListSnapshots() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<SnapshotRecord> out;
   for (const auto& [id, record] : snapshots_) out.push_back(record);
   return out;
@@ -320,7 +320,7 @@ Status Pool::CreateSnapshot(const SnapshotRecord& record, CopyMethod* method) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateSnapshotId(record.id));
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(record.source_volume_id));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (snapshots_.count(record.id)) return AlreadyExists("snapshot " + record.id + " already exists in the pool");
   }
   // A snapshot is provisioned like a volume: without a reflink its copy
@@ -331,7 +331,7 @@ Status Pool::CreateSnapshot(const SnapshotRecord& record, CopyMethod* method) {
   // Commit point of the snapshot (record file and snapshots/ fsynced): a
   // snapshot the CO was told exists survives a crash, as a volume does.
   BLOCKCSI_RETURN_IF_ERROR(files_.WriteRecord(SnapshotRecordPath(record.id), SnapshotToJson(record)));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   snapshots_[record.id] = record;
   return OkStatus();
 }
@@ -342,7 +342,7 @@ Status Pool::DeleteSnapshot(const std::string& id) {
   // without an fsync (an orphan image is removed by Open()).
   BLOCKCSI_RETURN_IF_ERROR(files_.RemoveDurably(SnapshotRecordPath(id)));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     snapshots_.erase(id);
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete-snapshot.record-removed"));
@@ -377,13 +377,13 @@ uint64_t Scaled(uint64_t bytes, double ratio) {
 
 Pool::RoomReservation::~RoomReservation() {
   if (pool_ == nullptr) return;
-  std::lock_guard lock(pool_->mu_);
+  MutexLock lock(pool_->mu_);
   pool_->reserved_bytes_ -= bytes_;
   if (volume_) --pool_->reserved_volumes_;
 }
 
 uint64_t Pool::ProvisionedBytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return ProvisionedBytesLocked();
 }
 
@@ -416,7 +416,7 @@ StatusOr<Pool::RoomReservation> Pool::ReserveRoom(uint64_t bytes, bool new_volum
     return ResourceExhausted(what + ": " + std::to_string(bytes) + " bytes is more than the pool allows now (" +
                              std::to_string(free) + " bytes: its free space times the overcommit ratio " + ratio + ")");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t committed = ProvisionedBytesLocked();
   if (committed > total || bytes > total - committed) {
     return ResourceExhausted(what + ": " + std::to_string(bytes) + " bytes more would provision " +

@@ -26,7 +26,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -37,6 +36,7 @@
 #include "backend/backend.h"
 #include "backend/local/image_files.h"
 #include "common/fault_points.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace blockcsi {
@@ -155,27 +155,27 @@ class Pool {
     bool volume_;
   };
   StatusOr<RoomReservation> ReserveRoom(uint64_t bytes, bool new_volume, const std::string& what);
-  uint64_t ProvisionedBytesLocked() const;  // needs mu_
+  uint64_t ProvisionedBytesLocked() const REQUIRES(mu_);
   std::string VolumeRecordPath(std::string_view id) const;
   std::string SnapshotRecordPath(std::string_view id) const;
   // Puts `record` in the in-memory index (replacing the one of its id) /
-  // takes it out. Need mu_.
-  void IndexVolumeLocked(const VolumeRecord& record);
-  void UnindexVolumeLocked(const std::string& id);
+  // takes it out.
+  void IndexVolumeLocked(const VolumeRecord& record) REQUIRES(mu_);
+  void UnindexVolumeLocked(const std::string& id) REQUIRES(mu_);
 
   const std::string dir_;
   const PoolOptions options_;
   ImageFiles& files_;                     // *options_.files
   const std::unique_ptr<HeldLock> lock_;  // the pool's lock, held while this object lives
-  mutable std::mutex mu_;
-  std::map<std::string, VolumeRecord> volumes_;  // guarded by mu_, by id
+  mutable Mutex mu_;
+  std::map<std::string, VolumeRecord> volumes_ GUARDED_BY(mu_);  // by id
   // (name, id) of every volume: FindVolumeByName without a scan of the pool
-  // (the first id of a name, as a scan in id order would find). Guarded by mu_.
-  std::set<std::pair<std::string, std::string>> volume_names_;
-  std::map<std::string, SnapshotRecord> snapshots_;  // guarded by mu_, by id
-  // Held by RoomReservations in flight. Guarded by mu_.
-  uint64_t reserved_bytes_ = 0;
-  size_t reserved_volumes_ = 0;
+  // (the first id of a name, as a scan in id order would find).
+  std::set<std::pair<std::string, std::string>> volume_names_ GUARDED_BY(mu_);
+  std::map<std::string, SnapshotRecord> snapshots_ GUARDED_BY(mu_);  // by id
+  // Held by RoomReservations in flight.
+  uint64_t reserved_bytes_ GUARDED_BY(mu_) = 0;
+  size_t reserved_volumes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace blockcsi

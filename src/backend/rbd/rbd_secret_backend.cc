@@ -3,9 +3,9 @@
 #include <openssl/evp.h>
 
 #include <map>
-#include <mutex>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace blockcsi {
 namespace {
@@ -34,9 +34,9 @@ struct RbdConnectionEntry {
 // The connections opened so far, shared by the backend and every view a
 // request binds to its secrets (WithSecrets).
 struct RbdConnections {
-  std::mutex mu;
-  std::map<std::string, RbdConnectionEntry> by_key;  // guarded by mu; "<user>/<sha256(key)>"
-  uint64_t clock = 0;                                // guarded by mu
+  Mutex mu;
+  std::map<std::string, RbdConnectionEntry> by_key GUARDED_BY(mu);  // by "<user>/<sha256(key)>"
+  uint64_t clock GUARDED_BY(mu) = 0;
 };
 
 class RbdSecretBackend final : public VolumeBackend {
@@ -110,7 +110,7 @@ class RbdSecretBackend final : public VolumeBackend {
   Status Healthy() override {
     std::shared_ptr<VolumeBackend> latest;
     {
-      std::lock_guard lock(connections_->mu);
+      MutexLock lock(connections_->mu);
       latest = MostRecentLocked();
     }
     return latest == nullptr ? OkStatus() : latest->Healthy();
@@ -123,7 +123,7 @@ class RbdSecretBackend final : public VolumeBackend {
   }
 
  private:
-  std::shared_ptr<VolumeBackend> MostRecentLocked() {
+  std::shared_ptr<VolumeBackend> MostRecentLocked() REQUIRES(connections_->mu) {
     RbdConnectionEntry* best = nullptr;
     for (auto& [key, entry] : connections_->by_key) {
       if (best == nullptr || entry.last_used > best->last_used) best = &entry;
@@ -139,7 +139,7 @@ class RbdSecretBackend final : public VolumeBackend {
     RbdBackendOptions options = options_;
     if (!secrets_.values.empty()) BLOCKCSI_RETURN_IF_ERROR(ApplyRbdSecrets(secrets_.values, &options));
     if (options.key.empty()) {
-      std::lock_guard lock(connections_->mu);
+      MutexLock lock(connections_->mu);
       if (auto latest = MostRecentLocked()) return latest;
       return FailedPrecondition(std::string("no cephx credentials: the rbd backend has no --ceph-user, and this call "
                                             "carried no secret with \"") +
@@ -149,7 +149,7 @@ class RbdSecretBackend final : public VolumeBackend {
     }
     const std::string key = options.ceph_user + "/" + Sha256Hex(options.key);
     {
-      std::lock_guard lock(connections_->mu);
+      MutexLock lock(connections_->mu);
       if (auto it = connections_->by_key.find(key); it != connections_->by_key.end()) {
         it->second.last_used = ++connections_->clock;
         return it->second.backend;
@@ -160,7 +160,7 @@ class RbdSecretBackend final : public VolumeBackend {
     auto opened = MakeRbdBackend(options);
     options.key.clear();
     if (!opened.ok()) return opened.status().WithContext("with the cephx credentials of the call's secret");
-    std::lock_guard lock(connections_->mu);
+    MutexLock lock(connections_->mu);
     auto& by_key = connections_->by_key;
     auto [it, inserted] = by_key.try_emplace(key, RbdConnectionEntry{*opened, 0});
     it->second.last_used = ++connections_->clock;

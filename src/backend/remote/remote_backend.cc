@@ -3,13 +3,12 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include <mutex>
-
 #include "backend/remote/target_proto.h"
 #include "backend/volume_id.h"
 #include "common/atomic_file.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "target.grpc.pb.h"
 
 namespace blockcsi {
@@ -31,22 +30,22 @@ class RemoteBackend final : public VolumeBackend {
       LogWarn("target agent not answering yet", {{"agent", options_.target}, {"error", st.error_message()}});
       return;
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     name_ = info.name();
     granularity_ = info.allocation_granularity();
     parameters_.assign(info.supported_parameters().begin(), info.supported_parameters().end());
   }
 
   std::string Name() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return "remote-" + name_;
   }
   uint64_t AllocationGranularity() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return granularity_;
   }
   std::vector<std::string> SupportedParameters() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return parameters_;
   }
 
@@ -190,10 +189,10 @@ class RemoteBackend final : public VolumeBackend {
 
   const RemoteBackendOptions options_;
   std::unique_ptr<TargetAgent::Stub> stub_;
-  mutable std::mutex mu_;
-  std::string name_ = "target";               // guarded by mu_
-  uint64_t granularity_ = uint64_t{1} << 20;  // guarded by mu_
-  std::vector<std::string> parameters_;       // guarded by mu_
+  mutable Mutex mu_;
+  std::string name_ GUARDED_BY(mu_) = "target";
+  uint64_t granularity_ GUARDED_BY(mu_) = uint64_t{1} << 20;
+  std::vector<std::string> parameters_ GUARDED_BY(mu_);
 };
 
 }  // namespace
