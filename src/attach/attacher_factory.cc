@@ -2,13 +2,13 @@
 
 #include <map>
 
-#include "attach/initiator.h"
 #include "attach/iscsi_connector.h"
 #include "attach/krbd_connector.h"
 #include "attach/transport_router.h"
 #include "attach/userspace_connector.h"
 #include "attach/volume_attacher_impl.h"
 #include "bridge/bridge_cgroup.h"
+#include "contract/initiator.h"
 
 namespace blockcsi {
 

@@ -7,10 +7,10 @@
 #include <mutex>
 #include <set>
 
-#include "attach/iscsi_names.h"
 #include "attach/iscsi_sysfs.h"
 #include "common/keyed_lock.h"
 #include "common/logging.h"
+#include "contract/iscsi_names.h"
 
 namespace blockcsi {
 namespace {

@@ -11,7 +11,6 @@
 #include <set>
 
 #include "attach/attach_record_store.h"
-#include "attach/initiator.h"
 #include "attach/process_exit.h"
 #include "bridge/bridge_cgroup.h"
 #include "bridge/bridge_protocol.h"
@@ -20,6 +19,7 @@
 #include "common/logging.h"
 #include "common/loop_devices.h"
 #include "common/span.h"
+#include "contract/initiator.h"
 
 namespace blockcsi {
 

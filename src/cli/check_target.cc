@@ -14,12 +14,12 @@
 #include <ostream>
 
 #include "attach/attach_record_store.h"
-#include "attach/initiator.h"
 #include "cli/table.h"
 #include "cli/verb.h"
 #include "common/atomic_file.h"
 #include "common/endpoint.h"
 #include "common/host.h"
+#include "contract/initiator.h"
 #include "csi.grpc.pb.h"
 #include "node/node_wiring.h"
 

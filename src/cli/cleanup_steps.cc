@@ -1,8 +1,8 @@
 #include "cli/cleanup_steps.h"
 
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
 #include "common/mounter.h"
+#include "contract/initiator.h"
 
 namespace blockcsi::cli {
 namespace {

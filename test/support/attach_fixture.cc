@@ -11,14 +11,14 @@
 #include <cstring>
 #include <filesystem>
 
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "attach/userspace_connector.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/host.h"
 #include "common/loop_devices.h"
 #include "common/mounter.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi::testing {
 

@@ -15,8 +15,8 @@
 #include <filesystem>
 #include "attach/attach_record_store.h"
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
 
 namespace {
 

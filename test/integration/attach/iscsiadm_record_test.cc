@@ -16,10 +16,10 @@
 
 #include "attach/attach_spec.h"
 #include "attach/iscsi_connector.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
+#include "contract/publish_context.h"
 #include "support/proc_watch.h"
 #include "support/test_util.h"
 

@@ -21,13 +21,13 @@
 #include <future>
 #include <thread>
 
-#include "attach/publish_context.h"
 #include "common/atomic_file.h"
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "common/host.h"
 #include "common/logging.h"
 #include "common/mounter.h"
+#include "contract/publish_context.h"
 #include "integration/node/loop_attacher.h"
 #include "node/node_service.h"
 #include "support/csi_capabilities.h"

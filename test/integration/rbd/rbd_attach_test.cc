@@ -28,8 +28,6 @@
 #include <vector>
 
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "attach/userspace_connector.h"
 #include "backend/rbd/rbd_backend.h"
 #include "bridge/bridge_protocol.h"
@@ -37,6 +35,8 @@
 #include "common/executor.h"
 #include "common/host.h"
 #include "common/mounter.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/block_io.h"
 #include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"

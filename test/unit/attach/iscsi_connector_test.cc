@@ -9,12 +9,12 @@
 #include <functional>
 #include <mutex>
 
-#include "attach/initiator.h"
 #include "attach/iscsi_connector.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/fake_executor.h"
 #include "support/test_util.h"
 

@@ -11,10 +11,10 @@
 
 #include "attach/attach_record_store.h"
 #include "attach/krbd_connector.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "contract/publish_context.h"
 #include "support/fake_executor.h"
 #include "support/krbd_captured.h"
 #include "support/test_util.h"

@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "attach/attacher_factory.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
+#include "contract/publish_context.h"
 #include "support/fake_executor.h"
 #include "support/test_util.h"
 

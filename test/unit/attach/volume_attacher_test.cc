@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include "attach/attach_record_store.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
