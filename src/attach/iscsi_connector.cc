@@ -32,7 +32,6 @@ class IscsiConnector final : public Connector {
  public:
   explicit IscsiConnector(IscsiConnectorOptions o) : options_(std::move(o)) {
     if (!options_.executor) options_.executor = MakeProcessExecutor();
-    if (!options_.host_fs) options_.host_fs = RealHost();
     if (!options_.clock) options_.clock = RealClock();
   }
 

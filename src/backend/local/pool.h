@@ -47,7 +47,7 @@ struct PoolOptions {
   // controller.delete-snapshot.record-removed); an error stops the operation
   // right there, leaving the disk as a crash at that point would.
   FaultHook fault_hook;
-  // Thin provisioning (issue #21): images are sparse, so a new volume (or
+  // Thin provisioning: images are sparse, so a new volume (or
   // the growth of one) is allowed up to the pool file system's free space
   // times this ratio, RESOURCE_EXHAUSTED past it; more than the whole file
   // system times this ratio is OUT_OF_RANGE (no delete would make room).
@@ -83,7 +83,7 @@ class Pool {
   // One page, ordered by id: up to `max_entries` (0: all) records from the
   // first id >= `start_id`; *next_id is the id the next page starts at, empty
   // after the last. Costs the page, not the pool (a ListVolumes page of 100
-  // copied all 1,000 records, issue #18).
+  // copied all 1,000 records).
   std::vector<VolumeRecord> ListVolumesFrom(const std::string& start_id, size_t max_entries,
                                             std::string* next_id) const;
   // Builds the image (empty sparse file, or a copy of `source_image`, grown
@@ -106,6 +106,8 @@ class Pool {
   // The largest new volume the overcommit policy allows now: free space
   // times the ratio.
   StatusOr<uint64_t> AvailableBytes() const;
+  // The file system the pool is on, as it is (no overcommit): for metrics.
+  StatusOr<PoolSpace> FileSystemSpace() const;
   // The overcommit policy for `bytes` more of sparse image; `what` names
   // the volume in the message.
   Status CheckRoom(uint64_t bytes, const std::string& what) const;

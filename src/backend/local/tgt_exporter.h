@@ -44,7 +44,7 @@ class TgtExporter final : public Exporter {
               std::chrono::milliseconds timeout = std::chrono::seconds(20),
               const std::string& socket_dir = kDefaultSocketDir,
               std::chrono::milliseconds listing_max_age = std::chrono::seconds(10),
-              std::shared_ptr<Host> host = RealHost());
+              std::shared_ptr<Host> host = MachineHost());
   static constexpr char kDefaultTgtadm[] = "/usr/sbin/tgtadm";
   static constexpr char kDefaultSocketDir[] = "/var/run/tgtd";
 

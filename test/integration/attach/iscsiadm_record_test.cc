@@ -121,7 +121,8 @@ TEST(IscsiadmRecordTest, ChapIsStoredInTheRealNodeRecordWithoutAnySecretInArgv) 
   o.iface = iface;
   o.initiator_iqn = initiator;
   o.login_retries = 0;
-  VolumeAttacherImpl attacher(dir.Join("state"), MakeIscsiConnector(std::move(o)));
+  o.host_fs = MachineHost();
+  VolumeAttacherImpl attacher(dir.Join("state"), MachineHost(), MakeIscsiConnector(std::move(o)));
   ASSERT_TRUE(attacher.Start().ok());
   auto spec = ParseAttachSpec("vol-rec",
                               {{publish_context::kPortals, kPortal},

@@ -160,7 +160,7 @@ TEST(TransportRouterTest, ReconcileGivesEachConnectorOnlyItsRecords) {
 TEST(TransportRouterTest, FacadeReattachesThroughTheRouterByItsStableName) {
   testing::TempDir dir;
   std::vector<std::string> log;
-  VolumeAttacherImpl attacher(dir.Join("state"), Router(&log));
+  VolumeAttacherImpl attacher(dir.Join("state"), MachineHost(), Router(&log));
   ASSERT_TRUE(attacher.Start().ok());
   auto first = attacher.Attach(SpecOf("vol-r", "rbd"));
   ASSERT_TRUE(first.ok()) << first.status().ToString();
@@ -194,7 +194,8 @@ TEST_P(AttacherFactoryTest, KernelConnectorServesRbdVolumesThroughKrbd) {
   options.state_dir = dir.Join("state");
   options.node_id = "worker-1";
   options.executor = executor;
-  options.host_fs = MakeRootedHost(root);
+  options.host_fs = HostRootedAt(root);
+  options.state_files = MachineHost();
   auto attacher = MakeVolumeAttacher(options);
   ASSERT_TRUE(attacher.ok()) << attacher.status().ToString();
 
