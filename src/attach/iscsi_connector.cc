@@ -35,7 +35,7 @@ class IscsiConnector final : public Connector {
     if (!options_.clock) options_.clock = RealClock();
   }
 
-  std::string name() const override { return "iscsi"; }
+  std::string family() const override { return "iscsi"; }
 
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     record->connector_state["iface"] = IfaceFor(spec);

@@ -175,7 +175,7 @@ class KrbdConnector final : public Connector {
     if (!options_.executor) options_.executor = MakeProcessExecutor();
   }
 
-  std::string name() const override { return "krbd"; }
+  std::string family() const override { return "krbd"; }
 
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     // The only thing an attempt leaves outside the kernel is the key file,

@@ -84,7 +84,7 @@ class UserspaceConnector final : public Connector {
     if (start.ok()) self_start_ = std::to_string(*start);
   }
 
-  std::string name() const override { return "userspace"; }
+  std::string family() const override { return "userspace"; }
 
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     BridgePaths p = BridgePathsFor(options_.state_dir, spec.volume_id);

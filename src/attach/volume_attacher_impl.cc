@@ -94,7 +94,7 @@ StatusOr<VolumeAttacherImpl::EarlierAttach> VolumeAttacherImpl::ExamineEarlierAt
     const AttachSpec& spec, const std::optional<AttachRecord>& existing) {
   EarlierAttach out;
   if (!existing) return out;
-  if (!RecordMatchesSpec(*existing, spec) || existing->connector != connector_->name()) {
+  if (!RecordMatchesSpec(*existing, spec) || existing->connector != connector_->family()) {
     if (existing->state == kAttachStateAttached) {
       return FailedPrecondition("volume \"" + spec.volume_id + "\" is already attached on this node as " +
                                 DescribeSource(existing->transport, existing->target_iqn, existing->lun,
@@ -153,7 +153,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachOver(const AttachSpec& spec,
   BLOCKCSI_ASSIGN_OR_RETURN(EarlierAttach earlier, ExamineEarlierAttach(spec, existing));
   if (earlier.reuse) return Reuse(std::move(*earlier.reuse), spec);
   const std::optional<AttachRecord>& in_use = earlier.in_use;
-  AttachRecord record = earlier.resume ? *earlier.resume : NewAttachRecord(spec, connector_->name());
+  AttachRecord record = earlier.resume ? *earlier.resume : NewAttachRecord(spec, connector_->family());
   record.state = kAttachStateAttaching;
   connector_->Prepare(spec, &record);
   // Written before anything exists on the node, so that a crash from here
@@ -162,7 +162,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachOver(const AttachSpec& spec,
 
   LogInfo("attaching volume",
           {{"volume_id", spec.volume_id},
-           {"connector", connector_->name()},
+           {"connector", connector_->family()},
            {"source", DescribeSource(spec.transport, spec.target_iqn, spec.lun, spec.rbd.pool, spec.rbd.image)}});
   auto connected = connector_->Connect(spec, &record);
   if (!connected.ok()) {

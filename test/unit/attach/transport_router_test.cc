@@ -21,7 +21,7 @@ namespace {
 class RecordingConnector final : public Connector {
  public:
   RecordingConnector(std::string name, std::vector<std::string>* log) : name_(std::move(name)), log_(log) {}
-  std::string name() const override { return name_; }
+  std::string family() const override { return name_; }
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     log_->push_back(name_ + " prepare " + spec.volume_id);
     record->connector_state["prepared_by"] = name_;
@@ -94,7 +94,7 @@ AttachRecord RecordOf(const std::string& volume_id, const std::string& transport
 TEST(TransportRouterTest, RoutesEveryCallByTransport) {
   std::vector<std::string> log;
   auto router = Router(&log);
-  EXPECT_EQ(router->name(), "iscsi");
+  EXPECT_EQ(router->family(), "iscsi") << "records of both transports name the kernel family";
 
   AttachRecord rbd = RecordOf("vol-r", "rbd");
   router->Prepare(SpecOf("vol-r", "rbd"), &rbd);

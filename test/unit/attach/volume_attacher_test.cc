@@ -26,7 +26,7 @@ struct Script {
 class FakeConnector final : public Connector {
  public:
   explicit FakeConnector(Script* s) : s_(s) {}
-  std::string name() const override { return "fake"; }
+  std::string family() const override { return "fake"; }
   void Prepare(const AttachSpec&, AttachRecord* record) override {
     s_->calls.push_back("prepare");
     record->connector_state["cleanup_key"] = "x";

@@ -47,7 +47,7 @@ class RecordReadCountingHost final : public RootedHost {
 class WorldConnector final : public Connector {
  public:
   explicit WorldConnector(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
-  std::string name() const override { return "world"; }
+  std::string family() const override { return "world"; }
   void Prepare(const AttachSpec&, AttachRecord*) override {}
   StatusOr<ConnectResult> Connect(const AttachSpec& spec, AttachRecord*) override {
     testing::FakeDevice device;
