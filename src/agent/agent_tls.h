@@ -22,10 +22,11 @@ namespace blockcsi {
 Status CheckTlsFiles(const Host& host, const std::string& cert_path, const std::string& key_path,
                      const std::string& ca_path);
 
-// Admits a call when its client certificate's common name or one of its
-// subject alternative names is in `allowed`; PERMISSION_DENIED otherwise.
-// Installed on the mTLS credentials only (a unix socket's clients are
-// local, guarded by the socket's mode).
+// Admits a call when its client certificate's common name or one of its DNS
+// subject alternative names is in `allowed` and its extended key usage lists
+// clientAuth; PERMISSION_DENIED otherwise (email, URI and IP names never
+// match). Installed on the mTLS credentials only (a unix socket's clients
+// are local, guarded by the socket's mode).
 std::shared_ptr<grpc::AuthMetadataProcessor> MakeClientAllowList(std::set<std::string> allowed);
 
 }  // namespace blockcsi

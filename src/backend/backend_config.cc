@@ -32,8 +32,8 @@ bool IsAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); 
 // Which keys belong to which kind; `kind` and `default` belong to all.
 const std::set<std::string_view>& KeysOf(std::string_view kind) {
   static const std::set<std::string_view> local{
-      "pool",          "tgt-control-port", "portal",      "iqn-prefix",         "target",
-      "configfs-root", "tgtadm",           "tgt-control", "reconcile-interval", "overcommit-ratio"};
+      "pool",        "tgt-control-port",   "portal",           "iqn-prefix", "target", "configfs-root", "tgtadm",
+      "tgt-control", "reconcile-interval", "overcommit-ratio", "max-volumes"};
   static const std::set<std::string_view> remote{"target-agent", "tls-cert", "tls-key", "tls-ca", "insecure"};
   static const std::set<std::string_view> rbd{"ceph-conf", "ceph-user", "ceph-keyring", "rbd-pool"};
   static const std::set<std::string_view> none;
@@ -67,6 +67,13 @@ Status ApplyKey(std::string_view key, std::string_view value, BackendOptions& o)
     o.tgt_control = v;
   } else if (key == "overcommit-ratio") {
     BLOCKCSI_ASSIGN_OR_RETURN(o.overcommit_ratio, ParseOvercommitRatio(v));
+  } else if (key == "max-volumes") {
+    size_t count = 0;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), count);
+    if (ec != std::errc() || end != v.data() + v.size()) {
+      return InvalidArgument("want a number of volumes (0: no limit), not \"" + v + "\"");
+    }
+    o.max_volumes = count;
   } else if (key == "portal") {
     o.portals.push_back(v);
   } else if (key == "iqn-prefix") {

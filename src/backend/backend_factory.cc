@@ -5,7 +5,8 @@
 #include "backend/local/lio_exporter.h"
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
-#include "backend/local/tgtd_socket.h"
+#include "backend/local/tgtadm_control.h"
+#include "backend/local/tgtd_socket_control.h"
 #include "backend/remote/remote_backend.h"
 #include "common/executor.h"
 #include "common/fault_points.h"
@@ -32,15 +33,16 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& optio
       if (options.tgtadm.empty() || options.tgtadm.front() != '/') {
         return InvalidArgument("--tgtadm must be an absolute path, not \"" + options.tgtadm + "\"");
       }
-      std::shared_ptr<Executor> control;
+      std::shared_ptr<TgtdControl> control;
       if (options.tgt_control == "socket") {
-        control = std::make_shared<TgtdSocketExecutor>();
+        control = std::make_shared<TgtdSocketControl>(options.tgt_control_port);
       } else if (options.tgt_control == "tgtadm") {
-        control = std::shared_ptr<Executor>(MakeProcessExecutor());
+        control = std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()),
+                                                  options.tgt_control_port, options.tgtadm);
       } else {
         return InvalidArgument("--tgt-control must be socket or tgtadm, not \"" + options.tgt_control + "\"");
       }
-      exporter = std::make_shared<TgtExporter>(std::move(control), options.tgt_control_port, options.tgtadm);
+      exporter = std::make_shared<TgtExporter>(std::move(control), options.tgt_control_port);
     } else if (options.target == "lio") {
       exporter = std::make_shared<LioExporter>(options.configfs_root, options.portals);
     } else {
@@ -51,6 +53,7 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& optio
     local.iqn_prefix = options.iqn_prefix;
     local.reconcile_interval = options.reconcile_interval;
     local.overcommit_ratio = options.overcommit_ratio;
+    local.max_volumes = options.max_volumes;
     BLOCKCSI_ASSIGN_OR_RETURN(auto backend, LocalBackend::Open(options.pool_dir, std::move(exporter), local));
     return std::shared_ptr<VolumeBackend>(std::move(backend));
   }

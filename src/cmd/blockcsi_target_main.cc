@@ -70,10 +70,16 @@ void AddFlags(CLI::App& app, AgentConfig& c) {
                  "How tgtd is driven: socket (its management socket; no CHAP secret in any argv) or tgtadm")
       ->check(CLI::IsMember({"socket", "tgtadm"}))
       ->capture_default_str();
-  app.add_option("--overcommit-ratio", c.pool.overcommit_ratio,
-                 "Thin provisioning: a new volume (or a grow) may take up to the pool's free space times this; "
-                 "more is RESOURCE_EXHAUSTED (more than the whole pool file system times this: OUT_OF_RANGE)")
+  app.add_option(
+         "--overcommit-ratio", c.pool.overcommit_ratio,
+         "Thin provisioning: all volumes and snapshots together may be provisioned up to the pool file system's "
+         "size times this, and one new volume (or a grow) up to its free space times this; more is "
+         "RESOURCE_EXHAUSTED (more than the whole pool file system times this: OUT_OF_RANGE)")
       ->check(CLI::Range(0.001, 1000.0))
+      ->capture_default_str();
+  app.add_option("--max-volumes", c.pool.max_volumes,
+                 "The most volumes the pool holds (0: no limit); CreateVolume past it is RESOURCE_EXHAUSTED. Each "
+                 "volume is a tgtd LUN whose I/O threads each take a pid")
       ->capture_default_str();
   app.add_option("--portal", c.pool.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")->required();
   app.add_option("--iqn-prefix", c.pool.iqn_prefix, "IQN prefix of our targets")->capture_default_str();

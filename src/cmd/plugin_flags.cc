@@ -113,6 +113,10 @@ void RegisterControllerFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& te
       ->check(CLI::Range(0.001, 1000.0))
       ->group(controller)
       ->capture_default_str();
+  app.add_option("--max-volumes", c.backend.max_volumes,
+                 "--backend local: the most volumes the pool holds (0: no limit); more is RESOURCE_EXHAUSTED")
+      ->group(controller)
+      ->capture_default_str();
   app.add_option("--portal", c.backend.portals, "iSCSI portal HOST:PORT advertised to nodes (repeatable)")
       ->group(controller);
   app.add_option("--known-node-ids", c.known_node_ids,
@@ -183,9 +187,9 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
   // backend next to it would be silently ignored, so it is refused.
   if (!config.backend_config.empty()) {
     for (const char* flag :
-         {"--backend", "--pool", "--tgt-control-port", "--tgtadm", "--tgt-control", "--overcommit-ratio", "--portal",
-          "--iqn-prefix", "--reconcile-interval", "--target-agent", "--tls-cert", "--tls-key", "--tls-ca", "--insecure",
-          "--ceph-conf", "--ceph-user", "--ceph-keyring", "--rbd-pool"}) {
+         {"--backend", "--pool", "--tgt-control-port", "--tgtadm", "--tgt-control", "--overcommit-ratio",
+          "--max-volumes", "--portal", "--iqn-prefix", "--reconcile-interval", "--target-agent", "--tls-cert",
+          "--tls-key", "--tls-ca", "--insecure", "--ceph-conf", "--ceph-user", "--ceph-keyring", "--rbd-pool"}) {
       if (app.count(flag) > 0) {
         std::cerr << "blockcsi: " << flag << " cannot be combined with --backend-config (set it in the file)\n";
         return 2;

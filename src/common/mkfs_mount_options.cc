@@ -44,20 +44,101 @@ bool IsValueToken(std::string_view v, size_t max_len = 32) {
   });
 }
 
+// How an mkfs option's value is read. Most values are one short token (a
+// size, a label, a feature list). Some of mkfs.xfs's and mke2fs's options take
+// a comma-separated list of sub-options instead, and among those sub-options
+// some name a file or device that mkfs then opens and writes (mkfs.xfs -d
+// file=/name=, -l logdev=, -r rtdev=): those lists are read key by key
+// against an allow-list, so that no spelling of a value can name a path.
+struct MkfsValue {
+  // Empty: the value is a single token. Otherwise: the sub-option keys
+  // allowed in the value's comma-separated "key[=token]" list.
+  std::set<std::string, std::less<>> sub_options;
+};
+
 struct MkfsRule {
   // Options that take a value in the next argument.
-  std::set<std::string, std::less<>> with_value;
+  std::map<std::string, MkfsValue, std::less<>> with_value;
   // Options that stand alone.
   std::set<std::string, std::less<>> alone;
 };
 
-// Force flags (-f, -F) and anything naming a file (-d file=, -p protofile,
-// -r rootdir, -J device=) are absent on purpose.
+const MkfsValue kToken{};
+
+// Force flags (-f, -F) and every option or sub-option that names a file or
+// device (-d file=/name=, -l logdev=, -r rtdev=, -p protofile, -r rootdir,
+// -J device=, -d rootdir, -l badblocks file, -z undo file) are absent on
+// purpose: mkfs would write into, or read from, whatever they name.
 const std::map<std::string, MkfsRule, std::less<>> kMkfsRules = {
-    {"ext4", {{"-b", "-C", "-i", "-I", "-m", "-N", "-L", "-O", "-E", "-T", "-g", "-G", "-e", "-U"}, {"-j", "-q"}}},
-    {"xfs", {{"-b", "-m", "-i", "-L", "-n", "-d", "-l", "-s", "-r"}, {"-q", "-K"}}},
-    {"btrfs", {{"-L", "-n", "-s", "-m", "-d", "-O", "-R", "--csum", "-U"}, {"-q", "-K", "--nodiscard"}}},
+    {"ext4",
+     {{{"-b", kToken},
+       {"-C", kToken},
+       {"-i", kToken},
+       {"-I", kToken},
+       {"-m", kToken},
+       {"-N", kToken},
+       {"-L", kToken},
+       {"-O", kToken},
+       {"-E",
+        {{"stride", "stripe_width", "stripe-width", "resize", "lazy_itable_init", "lazy_journal_init",
+          "packed_meta_blocks", "root_owner", "test_fs", "discard", "nodiscard", "quotatype", "num_backup_sb",
+          "mmp_update_interval", "encoding", "encoding_flags", "orphan_file_size", "assume_storage_prezeroed"}}},
+       {"-T", kToken},
+       {"-g", kToken},
+       {"-G", kToken},
+       {"-e", kToken},
+       {"-U", kToken}},
+      {"-j", "-q"}}},
+    {"xfs",
+     {{{"-b", {{"size", "log"}}},
+       {"-m", {{"crc", "finobt", "uuid", "rmapbt", "reflink", "bigtime", "inobtcount"}}},
+       {"-i", {{"size", "log", "perblock", "maxpct", "align", "attr", "projid32bit", "sparse", "nrext64"}}},
+       {"-L", kToken},
+       {"-n", {{"size", "log", "version", "ftype"}}},
+       {"-d",
+        {{"agcount", "agsize", "cowextsize", "noalign", "size", "sunit", "su", "swidth", "sw", "extszinherit",
+          "daxinherit", "projinherit"}}},
+       {"-l", {{"internal", "size", "version", "sunit", "su", "lazy-count"}}},
+       {"-s", {{"size", "log"}}},
+       {"-r", {{"extsize", "size", "noalign"}}}},
+      {"-q", "-K"}}},
+    {"btrfs",
+     {{{"-L", kToken},
+       {"-n", kToken},
+       {"-s", kToken},
+       {"-m", kToken},
+       {"-d", kToken},
+       {"-O", kToken},
+       {"-R", kToken},
+       {"--csum", kToken},
+       {"-U", kToken}},
+      {"-q", "-K", "--nodiscard"}}},
 };
+
+// Why `value` may not follow an option read as `how`; "" when it may.
+std::string RefusedValue(const MkfsValue& how, std::string_view value) {
+  // Values are short tokens: no paths (no '/'), nothing a program could read
+  // as another option.
+  if (!IsValueToken(value, 128) || value.front() == '-') return "is not allowed";
+  if (how.sub_options.empty()) return "";
+  std::string_view rest = value;
+  for (bool more = true; more;) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    more = comma != std::string_view::npos;
+    if (more) rest.remove_prefix(comma + 1);
+    const size_t eq = item.find('=');
+    const std::string_view key = item.substr(0, eq);
+    if (!how.sub_options.contains(key)) return "has sub-option \"" + std::string(key) + "\", which is not allowed";
+    if (eq != std::string_view::npos) {
+      const std::string_view sub_value = item.substr(eq + 1);
+      if (sub_value.empty() || sub_value.find('=') != std::string_view::npos) {
+        return "has a malformed sub-option \"" + std::string(item) + "\"";
+      }
+    }
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -126,13 +207,12 @@ StatusOr<std::vector<std::string>> ParseMkfsOptions(std::string_view volume_id, 
     const std::string& t = tokens[i];
     if (rule->second.alone.contains(t)) {
       out.push_back(t);
-    } else if (rule->second.with_value.contains(t)) {
+    } else if (auto how = rule->second.with_value.find(t); how != rule->second.with_value.end()) {
       if (i + 1 >= tokens.size()) return bad("option " + t + " needs a value");
       const std::string& v = tokens[++i];
-      // Values are short tokens: no paths (no '/'), nothing a program could
-      // read as another option.
-      if (!IsValueToken(v, 128) || v.front() == '-') return bad("value \"" + v + "\" of " + t + " is not allowed");
-      if (fs_type == "xfs" && t == "-d" && v.find("file") != std::string::npos) return bad("-d file= is not allowed");
+      if (std::string why = RefusedValue(how->second, v); !why.empty()) {
+        return bad("value \"" + v + "\" of " + t + " " + why);
+      }
       out.push_back(t);
       out.push_back(v);
     } else {

@@ -18,13 +18,27 @@
 #endif
 
 // The names abseil and the clang documentation use, so that they read as
-// everyone knows them.
+// everyone knows them. abseil's internal thread_annotations.h (which gRPC's
+// headers include) defines five of them to the same attributes; it comes
+// first here, so that those five have one definition in every file, whatever
+// order the file includes gRPC and this header in.
+#if __has_include(<absl/base/internal/thread_annotations.h>)
+#include <absl/base/internal/thread_annotations.h>
+#endif
 #define CAPABILITY(x) BLOCKCSI_THREAD_ANNOTATION(capability(x))
 #define SCOPED_CAPABILITY BLOCKCSI_THREAD_ANNOTATION(scoped_lockable)
+#ifndef GUARDED_BY
 #define GUARDED_BY(x) BLOCKCSI_THREAD_ANNOTATION(guarded_by(x))
+#endif
+#ifndef PT_GUARDED_BY
 #define PT_GUARDED_BY(x) BLOCKCSI_THREAD_ANNOTATION(pt_guarded_by(x))
+#endif
+#ifndef ACQUIRED_BEFORE
 #define ACQUIRED_BEFORE(...) BLOCKCSI_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
+#endif
+#ifndef ACQUIRED_AFTER
 #define ACQUIRED_AFTER(...) BLOCKCSI_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
+#endif
 #define REQUIRES(...) BLOCKCSI_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define ACQUIRE(...) BLOCKCSI_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) BLOCKCSI_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
@@ -32,7 +46,9 @@
 #define EXCLUDES(...) BLOCKCSI_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define ASSERT_CAPABILITY(x) BLOCKCSI_THREAD_ANNOTATION(assert_capability(x))
 #define RETURN_CAPABILITY(x) BLOCKCSI_THREAD_ANNOTATION(lock_returned(x))
+#ifndef NO_THREAD_SAFETY_ANALYSIS
 #define NO_THREAD_SAFETY_ANALYSIS BLOCKCSI_THREAD_ANNOTATION(no_thread_safety_analysis)
+#endif
 
 namespace blockcsi {
 

@@ -35,7 +35,8 @@
 
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
-#include "backend/local/tgtd_socket.h"
+#include "backend/local/tgtadm_control.h"
+#include "backend/local/tgtd_socket_control.h"
 #include "bench/bench_args.h"
 #include "bench/bench_report.h"
 #include "common/executor.h"
@@ -48,20 +49,19 @@
 namespace blockcsi::bench {
 namespace {
 
-// Counts the requests the backend makes of tgtd, through either executor
+// Counts the requests the backend makes of tgtd, through either control
 // (a figure of the report).
-class CountingExecutor final : public Executor {
+class CountingControl final : public TgtdControl {
  public:
-  explicit CountingExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
-  StatusOr<CommandResult> Run(const Command& command) override {
-    const std::string& program = command.args().empty() ? std::string() : command.args().front().value;
-    if (program.size() >= 6 && program.compare(program.size() - 6, 6, "tgtadm") == 0) ++tgtadm_;
-    return inner_->Run(command);
+  explicit CountingControl(std::unique_ptr<TgtdControl> inner) : inner_(std::move(inner)) {}
+  StatusOr<TgtdAnswer> Send(const TgtdRequest& request) override {
+    ++tgtadm_;
+    return inner_->Send(request);
   }
   long tgtadm() const { return tgtadm_.load(); }
 
  private:
-  std::unique_ptr<Executor> inner_;
+  std::unique_ptr<TgtdControl> inner_;
   std::atomic<long> tgtadm_{0};
 };
 
@@ -73,7 +73,7 @@ class CountingExecutor final : public Executor {
 struct PoolUnderTest {
   std::unique_ptr<testing::TgtdHarness> tgtd;
   testing::TempDir dir;
-  std::shared_ptr<CountingExecutor> counting;
+  std::shared_ptr<CountingControl> counting;
   std::shared_ptr<LocalBackend> backend;
   std::unique_ptr<ControllerService> service;
   std::unique_ptr<grpc::Server> server;
@@ -94,13 +94,14 @@ std::unique_ptr<PoolUnderTest> StartPool(const std::string& name_prefix, const t
   pool->name_prefix = name_prefix;
   pool->tgtd = testing::TgtdHarness::Start(tgtd_options, error);
   if (!pool->tgtd) return nullptr;
-  std::unique_ptr<Executor> driver;
+  std::unique_ptr<TgtdControl> driver;
   if (control == "socket") {
-    driver = std::make_unique<TgtdSocketExecutor>();
+    driver = std::make_unique<TgtdSocketControl>(pool->tgtd->control_port());
   } else {
-    driver = MakeProcessExecutor();
+    driver =
+        std::make_unique<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), pool->tgtd->control_port());
   }
-  pool->counting = std::make_shared<CountingExecutor>(std::move(driver));
+  pool->counting = std::make_shared<CountingControl>(std::move(driver));
   auto exporter = std::make_shared<TgtExporter>(pool->counting, pool->tgtd->control_port());
   LocalBackendOptions options;
   options.portals = {pool->tgtd->portal()};
@@ -392,7 +393,7 @@ int Main(int argc, char** argv) {
 
   // The checks of one page, the old way and the batched way, same ids.
   LocalBackend& backend = *large->backend;
-  CountingExecutor& counting = *large->counting;
+  CountingControl& counting = *large->counting;
   auto listed = backend.ListVolumes("", page);
   std::vector<double> one_by_one, batched;
   long one_by_one_calls = 0, batched_calls = 0;

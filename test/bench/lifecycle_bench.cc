@@ -42,7 +42,8 @@
 #include <sstream>
 #include <thread>
 
-#include "backend/local/tgtd_socket.h"
+#include "contract/initiator.h"
+#include "backend/local/tgtd_socket_control.h"
 #include "bench/bench_args.h"
 #include "bench/bench_report.h"
 #include "bench/process_rss.h"
@@ -136,12 +137,14 @@ class LifecycleBench {
     if (!r.ok()) std::fprintf(stderr, "lifecycle_bench: %s\n", r.status().ToString().c_str());
     return r.ok();
   }
-  bool Tgtadm(const std::vector<std::string>& args) {
-    Command c("/usr/sbin/tgtadm");
-    c.Arg("-C").Arg(std::to_string(tgtd_->control_port())).Arg("--lld").Arg("iscsi").Args(args);
-    auto r = RunChecked(tgtd_socket_, c);
-    if (!r.ok()) std::fprintf(stderr, "lifecycle_bench: tgtd %s: %s\n", args[1].c_str(), r.status().ToString().c_str());
-    return r.ok();
+  // One request over tgtd's socket, as blockcsi-target sends it by default.
+  bool Tgtd(const TgtdRequest& request) {
+    auto r = TgtdSocketControl(tgtd_->control_port()).Send(request);
+    if (!r.ok() || !r->ok()) {
+      std::fprintf(stderr, "lifecycle_bench: tgtd %s: %s\n", request.Describe().c_str(),
+                   r.ok() ? std::string(TgtdErrorText(r->error)).c_str() : r.status().ToString().c_str());
+    }
+    return r.ok() && r->ok();
   }
   bool BareCreate(Bare& b) {
     std::string t = std::to_string(b.tid);
@@ -150,14 +153,11 @@ class LifecycleBench {
       std::fprintf(stderr, "lifecycle_bench: create %s: %s\n", b.image.c_str(), std::strerror(errno));
       return false;
     }
-    return Tgtadm({"--op", "new", "--mode", "target", "--tid", t, "-T", b.iqn}) &&
-           Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", t, "--lun", "1", "-b", b.image}) &&
-           Tgtadm({"--op", "update", "--mode", "logicalunit", "--tid", t, "--lun", "1", "--params",
-                   "scsi_sn=bare" + t + ",scsi_id=60000000000000000000000000b" + t});
+    return Tgtd(TgtdRequest::NewTarget(b.tid, b.iqn)) && Tgtd(TgtdRequest::NewLun(b.tid, 1, b.image)) &&
+           Tgtd(TgtdRequest::SetLunIdentity(b.tid, 1, "bare" + t, "60000000000000000000000000b" + t));
   }
   bool BareControllerPublish(Bare& b) {
-    return Tgtadm({"--op", "bind", "--mode", "target", "--tid", std::to_string(b.tid), "--initiator-name",
-                   InitiatorIqnForNode(kBareInitiatorNode)});
+    return Tgtd(TgtdRequest::BindInitiator(b.tid, InitiatorIqnForNode(kBareInitiatorNode)));
   }
   static bool MountOk(const Status& st) {
     if (!st.ok()) std::fprintf(stderr, "lifecycle_bench: bare mount: %s\n", st.ToString().c_str());
@@ -196,11 +196,10 @@ class LifecycleBench {
     return ok;
   }
   bool BareControllerUnpublish(Bare& b) {
-    return Tgtadm({"--op", "unbind", "--mode", "target", "--tid", std::to_string(b.tid), "--initiator-name",
-                   InitiatorIqnForNode(kBareInitiatorNode)});
+    return Tgtd(TgtdRequest::UnbindInitiator(b.tid, InitiatorIqnForNode(kBareInitiatorNode)));
   }
   bool BareDelete(Bare& b) {
-    bool ok = Tgtadm({"--op", "delete", "--mode", "target", "--tid", std::to_string(b.tid), "--force"});
+    bool ok = Tgtd(TgtdRequest::DeleteTarget(b.tid));
     return ::unlink(b.image.c_str()) == 0 && ok;
   }
 
@@ -486,7 +485,6 @@ class LifecycleBench {
   std::string dir_;
   uint64_t size_bytes_;
   std::unique_ptr<Executor> exec_;
-  TgtdSocketExecutor tgtd_socket_;
   const testing::CsiCalls calls_{kNode};
   std::unique_ptr<Mounter> mounter_ = MakeLibmountMounter();
 };

@@ -1,6 +1,6 @@
 // tgtd_control_bench: one tgtd management call through tgtd's socket
-// (TgtdSocketExecutor, what blockcsi-target uses by default) against the
-// same call through an exec of /usr/sbin/tgtadm (issue #21), on a real
+// (TgtdSocketControl, what blockcsi-target uses by default) against the
+// same call through an exec of /usr/sbin/tgtadm (TgtadmControl), on a real
 // tgtd holding --targets targets. Per call: `--op show --mode target` and
 // the secret-carrying pair `account new` + `account delete`. Rounds
 // alternate which side goes first; the first --warmup rounds are dropped;
@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include "backend/local/tgt_exporter.h"
-#include "backend/local/tgtd_socket.h"
+#include "backend/local/tgtadm_control.h"
+#include "backend/local/tgtd_socket_control.h"
 #include "bench/bench_args.h"
 #include "bench/bench_report.h"
 #include "common/executor.h"
@@ -32,40 +32,33 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "tgtd_control_bench: %s\n", error.c_str());
     return 1;
   }
-  auto exec = MakeProcessExecutor();
-  TgtdSocketExecutor socket;
-  auto tgtadm = [&](std::vector<std::string> args) {
-    Command c(TgtExporter::kDefaultTgtadm);
-    c.Args({"-C", std::to_string(tgtd->control_port()), "--lld", "iscsi"}).Args(args);
-    return c;
-  };
+  TgtadmControl exec(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd->control_port());
+  TgtdSocketControl socket(tgtd->control_port());
   for (int t = 1; t <= targets; ++t) {
-    auto r = socket.Run(tgtadm({"--op", "new", "--mode", "target", "--tid", std::to_string(t), "-T",
-                                "iqn.2026-11.io.blockcsi:bench-" + std::to_string(t)}));
-    if (!r.ok() || r->exit_code != 0) {
+    auto r = socket.Send(TgtdRequest::NewTarget(t, "iqn.2026-11.io.blockcsi:bench-" + std::to_string(t)));
+    if (!r.ok() || !r->ok()) {
       std::fprintf(stderr, "tgtd_control_bench: cannot create target %d\n", t);
       return 1;
     }
   }
-  Command show = tgtadm({"--op", "show", "--mode", "target"});
-  Command add = tgtadm({"--op", "new", "--mode", "account", "--user", "benchuser", "--password"});
-  add.Secret("bench-pass-1234");
-  Command del = tgtadm({"--op", "delete", "--mode", "account", "--user", "benchuser"});
+  const TgtdRequest show = TgtdRequest::ShowTargets();
+  const TgtdRequest add = TgtdRequest::NewAccount("benchuser", "bench-pass-1234");
+  const TgtdRequest del = TgtdRequest::DeleteAccount("benchuser");
 
   std::vector<double> show_exec, show_socket, pair_exec, pair_socket;
   long failures = 0;
-  auto time_one = [&](Executor& e, const Command& c) {
+  auto time_one = [&](TgtdControl& control, const TgtdRequest& request) {
     auto t0 = Clock::now();
-    auto r = e.Run(c);
+    auto r = control.Send(request);
     double ms = Ms(Clock::now() - t0);
-    if (!r.ok() || r->exit_code != 0) ++failures;
+    if (!r.ok() || !r->ok()) ++failures;
     return ms;
   };
   for (int round = 0; round < rounds + warmup; ++round) {
     bool keep = round >= warmup;
     for (int side = 0; side < 2; ++side) {
       bool use_socket = (round + side) % 2 == 0;  // alternate who goes first
-      Executor& e = use_socket ? static_cast<Executor&>(socket) : *exec;
+      TgtdControl& e = use_socket ? static_cast<TgtdControl&>(socket) : exec;
       double s = time_one(e, show);
       double p = time_one(e, add) + time_one(e, del);
       if (!keep) continue;

@@ -73,7 +73,10 @@ class StaticPvTest : public ::testing::Test {
     std::ofstream(seed + "/hello.txt") << kContent;
     image_ = dir_.Join("array-disk1.img");
     ExecResult mkfs = Exec({"mkfs.ext4", "-q", "-F", "-d", seed, image_, "64M"});
-    if (mkfs.code != 0) GTEST_SKIP() << "requires mkfs.ext4 with -d: " << mkfs.out;
+    if (mkfs.code != 0) {
+      if (std::string why = testing::MissingProgramOption("mkfs.ext4", "-d"); !why.empty()) GTEST_SKIP() << why;
+      FAIL() << "mkfs.ext4 -d failed although it has the option: " << mkfs.out;
+    }
     uuid_ = Uuid();
     ASSERT_FALSE(uuid_.empty());
     Tgtadm({"--op", "new", "--mode", "target", "--tid", "7", "-T", kArrayIqn});
@@ -320,7 +323,10 @@ TEST_F(StaticPvTest, APvcResizeGrowsTheFilesystemOnceTheAdminGrewTheLun) {
   ExecResult mkfs = Exec({"truncate", "-s", "320M", image});
   ASSERT_EQ(mkfs.code, 0) << mkfs.out;
   mkfs = Exec({"mkfs.xfs", "-q", "-f", image});
-  if (mkfs.code != 0) GTEST_SKIP() << "requires mkfs.xfs: " << mkfs.out;
+  if (mkfs.code != 0) {
+    if (!testing::HaveProgram("mkfs.xfs")) GTEST_SKIP() << "requires mkfs.xfs (Debian package xfsprogs)";
+    FAIL() << "mkfs.xfs failed: " << mkfs.out;
+  }
   const std::string iqn = "iqn.2003-01.org.example:array.disk2";
   Tgtadm({"--op", "new", "--mode", "target", "--tid", "8", "-T", iqn});
   Tgtadm({"--op", "new", "--mode", "logicalunit", "--tid", "8", "--lun", "1", "-b", image});

@@ -1,10 +1,10 @@
-// Fuzz target "agent_acl" (issue #21): arbitrary volume names, initiator
+// Fuzz target "agent_acl": arbitrary volume names, initiator
 // names and CHAP credentials go through the agent's backend (LocalBackend +
 // TgtExporter) driving a scripted tgtd, and after every operation the
 // invariant must hold: no target's ACL holds an initiator its volume's record
-// does not list. The scripted tgtd is faithful where the issue's attack
-// lived: tgtadm's "key=value,..." request is split on ',' and '=' as tgtd
-// does, and `show` prints names raw, newlines and all.
+// does not list. The scripted tgtd is faithful where an injection would
+// live: the "key=value,..." parameters tgtd receives are split on ',' and
+// '=' as tgtd does, and `show` prints names raw, newlines and all.
 //
 // Input: one operation per line, fields separated by '|', "\n" inside a
 // field is a newline:
@@ -34,7 +34,7 @@
 
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
-#include "common/executor.h"
+#include "backend/local/tgtd_control.h"
 #include "common/logging.h"
 
 #define FUZZ_CHECK(cond)       \
@@ -44,12 +44,18 @@
 
 namespace {
 
-using blockcsi::Command;
-using blockcsi::CommandResult;
 using blockcsi::StatusOr;
+using blockcsi::TgtdAnswer;
+using blockcsi::TgtdError;
+using blockcsi::TgtdRequest;
+using Mode = blockcsi::TgtdMode;
+using Op = blockcsi::TgtdOp;
 
-// An in-memory tgtd behind tgtadm's command line.
-class ScriptedTgtd final : public blockcsi::Executor {
+// An in-memory tgtd behind the TgtdControl interface. It refuses what
+// both real controls refuse (CheckTgtdRequest), then reads the parameters
+// from the "key=value,..." text tgtd receives (TgtdParameters), split on ','
+// and '=' as tgtd splits it, and answers tgtd's error numbers.
+class ScriptedTgtd final : public blockcsi::TgtdControl {
  public:
   struct Target {
     std::string name;
@@ -58,105 +64,80 @@ class ScriptedTgtd final : public blockcsi::Executor {
     std::vector<std::string> in, out, acls;
   };
 
-  StatusOr<CommandResult> Run(const Command& command) override {
-    std::map<std::string, std::string> opt;
-    std::vector<std::string> order;
-    const auto& args = command.args();
-    for (size_t i = 1; i < args.size(); ++i) {
-      const std::string& k = args[i].value;
-      if (k == "--outgoing" || k == "--force") {
-        opt[k] = "1";
-      } else if (i + 1 < args.size()) {
-        opt[k] = args[++i].value;
-      }
-    }
-    // tgtadm's request parameters, then tgtd's reading of them.
-    std::string params;
-    auto add = [&](const char* key, const char* opt_name) {
-      if (opt.count(opt_name)) params += (params.empty() ? "" : ",") + std::string(key) + "=" + opt[opt_name];
-    };
-    add("path", "-b");
-    add("targetname", "-T");
-    add("initiator-address", "-I");
-    add("initiator-name", "--initiator-name");
-    add("user", "--user");
-    add("password", "--password");
+  StatusOr<TgtdAnswer> Send(const TgtdRequest& request) override {
+    if (auto checked = blockcsi::CheckTgtdRequest(request); !checked.ok()) return checked;
     std::map<std::string, std::string> p;
-    std::stringstream ss(params);
+    std::stringstream ss(blockcsi::TgtdParameters(request));
     for (std::string item; std::getline(ss, item, ',');) {
       auto eq = item.find('=');
       if (eq != std::string::npos) p[item.substr(0, eq)] = item.substr(eq + 1);
     }
-    const std::string op = opt["--op"], mode = opt["--mode"];
-    int tid = opt.count("--tid") ? std::atoi(opt["--tid"].c_str()) : -1;
+    const Mode mode = request.mode;
+    const Op op = request.op;
+    int tid = request.tid.value_or(-1);
     Target* t = targets_.count(tid) ? &targets_[tid] : nullptr;
-    auto fail = [](const char* why) {
-      CommandResult r;
-      r.exit_code = 22;
-      r.stderr_text = std::string("tgtadm: ") + why + "\n";
-      return r;
-    };
-    CommandResult ok;
-    ok.exit_code = 0;
-    if (mode == "target" && op == "show") {
-      ok.stdout_text = ShowTargets();
-    } else if (mode == "account" && op == "show") {
-      if (!accounts_.empty()) ok.stdout_text = "Account list:\n";
-      for (const auto& [name, pw] : accounts_) ok.stdout_text += "    " + name + "\n";
-    } else if (mode == "target" && op == "new") {
-      if (t != nullptr) return fail("this target already exists");
+    auto fail = [](TgtdError error) { return TgtdAnswer{error, ""}; };
+    TgtdAnswer ok;
+    if (mode == Mode::kTarget && op == Op::kShow) {
+      ok.text = ShowTargets();
+    } else if (mode == Mode::kAccount && op == Op::kShow) {
+      if (!accounts_.empty()) ok.text = "Account list:\n";
+      for (const auto& [name, pw] : accounts_) ok.text += "    " + name + "\n";
+    } else if (mode == Mode::kTarget && op == Op::kNew) {
+      if (t != nullptr) return fail(TgtdError::kTargetExists);
       targets_[tid].name = p["targetname"];
-    } else if (mode == "target" && op == "delete") {
-      if (t == nullptr) return fail("can't find the target");
+    } else if (mode == Mode::kTarget && op == Op::kDelete) {
+      if (t == nullptr) return fail(TgtdError::kNoTarget);
       targets_.erase(tid);
-    } else if (mode == "target" && (op == "bind" || op == "unbind")) {
-      if (t == nullptr) return fail("can't find the target");
+    } else if (mode == Mode::kTarget && (op == Op::kBind || op == Op::kUnbind)) {
+      if (t == nullptr) return fail(TgtdError::kNoTarget);
       std::string who = p.count("initiator-name") ? p["initiator-name"] : p["initiator-address"];
       bool has = std::find(t->acls.begin(), t->acls.end(), who) != t->acls.end();
-      if (op == "bind") {
-        if (has) return fail("this access control rule already exists");
+      if (op == Op::kBind) {
+        if (has) return fail(TgtdError::kAclExists);
         t->acls.push_back(who);
       } else {
-        if (!has) return fail("this access control rule does not exist");
+        if (!has) return fail(TgtdError::kAclDoesNotExist);
         std::erase(t->acls, who);
       }
-    } else if (mode == "logicalunit") {
-      if (t == nullptr) return fail("can't find the target");
-      if (op == "new") {
+    } else if (mode == Mode::kLogicalUnit) {
+      if (t == nullptr) return fail(TgtdError::kNoTarget);
+      if (op == Op::kNew) {
         t->lun = true;
         t->path = p["path"];
-      } else if (op == "delete") {
+      } else if (op == Op::kDelete) {
         t->lun = false;
-      } else if (op == "update") {
-        std::string ops = opt["--params"];
-        auto sn = ops.find("scsi_sn=");
-        if (sn != std::string::npos) t->serial = ops.substr(sn + 8, ops.find(',', sn) - sn - 8);
+      } else if (op == Op::kUpdate) {
+        t->serial = request.scsi_sn;
       }
-    } else if (mode == "account" && op == "new") {
-      if (accounts_.count(p["user"])) return fail("this account already exists");
-      accounts_[p["user"]] = p["password"];  // "a,b" makes account "a": half-made, as tgtd does
-    } else if (mode == "account" && op == "delete") {
-      if (!accounts_.erase(p["user"])) return fail("can't find the account");
+    } else if (mode == Mode::kAccount && op == Op::kNew) {
+      if (accounts_.count(p["user"])) return fail(TgtdError::kUserExists);
+      accounts_[p["user"]] = p["password"];
+    } else if (mode == Mode::kAccount && op == Op::kDelete) {
+      if (!accounts_.erase(p["user"])) return fail(TgtdError::kNoUser);
       for (auto& [id, target] : targets_) {
         std::erase(target.in, p["user"]);
         std::erase(target.out, p["user"]);
       }
-    } else if (mode == "account" && (op == "bind" || op == "unbind")) {
-      if (t == nullptr) return fail("can't find the target");
-      if (!accounts_.count(p["user"])) return fail("can't find the account");
-      auto& list = opt.count("--outgoing") ? t->out : t->in;
+    } else if (mode == Mode::kAccount && (op == Op::kBind || op == Op::kUnbind)) {
+      if (t == nullptr) return fail(TgtdError::kNoTarget);
+      if (!accounts_.count(p["user"])) return fail(TgtdError::kNoUser);
+      auto& list = request.outgoing ? t->out : t->in;
       bool has = std::find(list.begin(), list.end(), p["user"]) != list.end();
-      if (op == "bind") {
-        if (has) return fail("this binding already exists");
+      if (op == Op::kBind) {
+        // tgtd's answers: an incoming account bound twice, any outgoing one
+        // while the target has one.
+        if (request.outgoing && !list.empty()) return fail(TgtdError::kOutgoingAccountExists);
+        if (has) return fail(TgtdError::kUserExists);
         list.push_back(p["user"]);
       } else {
-        if (!has) return fail("can't find the binding");
+        if (!has) return fail(TgtdError::kNoUser);
         std::erase(list, p["user"]);
       }
-    } else if (mode == "conn") {
-      return fail("can't find the connection");
+    } else if (mode == Mode::kConnection) {
+      return fail(TgtdError::kNoSession);
     } else {
-      return fail("invalid request");
+      return fail(TgtdError::kInvalidRequest);
     }
     return ok;
   }

@@ -53,7 +53,10 @@ TEST_F(KubeStaticPv, AnExistingLunIsUsedAsIsThroughTheRealAttacher) {
   const std::string image = dir + "/disk1.img";
   int code = 0;
   std::string out = RunTool({"mkfs.ext4", "-q", "-F", "-d", dir + "/seed", image, "64M"}, &code);
-  if (code != 0) GTEST_SKIP() << "requires mkfs.ext4 with -d: " << out;
+  if (code != 0) {
+    if (std::string why = testing::MissingProgramOption("mkfs.ext4", "-d"); !why.empty()) GTEST_SKIP() << why;
+    FAIL() << "mkfs.ext4 -d failed although it has the option: " << out;
+  }
   auto uuid = [&] { return RunTool({"blkid", "-p", "-o", "value", "-s", "UUID", image}, &code); };
   const std::string uuid_before = uuid();
   for (const std::vector<std::string>& args :

@@ -142,6 +142,17 @@ std::vector<std::string> NeededLibraries(const std::string& program, std::string
   return needed;
 }
 
+std::string MissingProgramOption(const std::string& program, const std::string& option) {
+  if (!HaveProgram(program)) return program + " is not installed";
+  // An option no version has: the program prints its usage and exits.
+  std::string usage;
+  RunProgram({program, "-Z"}, &usage, std::chrono::seconds(30));
+  if (usage.find("[" + option + " ") == std::string::npos && usage.find("[" + option + "]") == std::string::npos) {
+    return program + " has no " + option + " option (its usage does not list it)";
+  }
+  return "";
+}
+
 bool HaveProgram(const std::string& program) {
   std::string path = "/usr/sbin:/sbin";
   if (const char* env = std::getenv("PATH"); env != nullptr) path = std::string(env) + ":" + path;

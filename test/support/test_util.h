@@ -75,6 +75,11 @@ bool IsRoot();
 // Whether `program` is an executable on $PATH (or /sbin, /usr/sbin): a
 // missing program is a missing capability of the machine, a failing one is not.
 bool HaveProgram(const std::string& program);
+// Why `program` cannot take `option` on this machine ("" when it can): it is
+// not installed, or its usage text does not list the option (mke2fs before
+// 1.43 has no "-d root-directory"). A test whose setup runs such a program
+// skips only for this reason; any other failure of the program is a failure.
+std::string MissingProgramOption(const std::string& program, const std::string& option);
 // The shared libraries `program` names (the NEEDED entries of `readelf -d`),
 // or the reason readelf gave when it failed (empty list).
 std::vector<std::string> NeededLibraries(const std::string& program, std::string* error);

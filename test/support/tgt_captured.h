@@ -1,19 +1,97 @@
 // The captured tgtadm listings (test/testdata/tgtadm) and the exports they
 // hold, shared by the TgtExporter unit tests: target 2 is recorded as
 // vol-1111111111111111 on /tmp/bk/b.img, granted to nodes n1 and n2;
-// vol-2222222222222222 is in none of them.
+// vol-2222222222222222 is in none of them. FakeTgtd: a strict TgtdControl
+// that expects an exact sequence of typed requests and answers each with a
+// canned error number (and text) or status. Thread-safe.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "backend/local/tgt_exporter.h"
-#include "support/fake_executor.h"
+#include "backend/local/tgtd_control.h"
+#include "common/mutex.h"
 #include "support/test_util.h"
 
 namespace blockcsi::tgt_captured {
+
+// Anything but the next expected request fails the running test and is
+// answered INTERNAL.
+class FakeTgtd final : public TgtdControl {
+ public:
+  FakeTgtd& Expect(TgtdRequest request, StatusOr<TgtdAnswer> answer) {
+    MutexLock lock(mu_);
+    expected_.push_back({std::move(request), std::move(answer), nullptr});
+    return *this;
+  }
+  FakeTgtd& ExpectOk(TgtdRequest request, std::string text = "") {
+    return Expect(std::move(request), TgtdAnswer{TgtdError::kSuccess, std::move(text)});
+  }
+  // tgtd answers `error`.
+  FakeTgtd& ExpectRefused(TgtdRequest request, TgtdError error) {
+    return Expect(std::move(request), TgtdAnswer{error, ""});
+  }
+  // tgtd was not reached (Send returns `status`).
+  FakeTgtd& ExpectError(TgtdRequest request, Status status) { return Expect(std::move(request), std::move(status)); }
+  // Runs `action` when the last queued request arrives, before it is answered.
+  FakeTgtd& Then(std::function<void()> action) {
+    MutexLock lock(mu_);
+    if (!expected_.empty()) expected_.back().action = std::move(action);
+    return *this;
+  }
+
+  StatusOr<TgtdAnswer> Send(const TgtdRequest& request) override {
+    std::function<void()> action;
+    StatusOr<TgtdAnswer> answer = Internal("unexpected tgtd request " + request.Describe());
+    {
+      MutexLock lock(mu_);
+      sent_.push_back(request);
+      if (next_ >= expected_.size()) {
+        ADD_FAILURE() << "unexpected tgtd request: " << request.Describe();
+        return answer;
+      }
+      const Expected& want = expected_[next_];
+      if (!(want.request == request)) {
+        ADD_FAILURE() << "tgtd request " << next_ << ": got " << request.Describe() << "\n  want "
+                      << want.request.Describe();
+        return answer;
+      }
+      ++next_;
+      answer = want.answer;
+      action = want.action;
+    }
+    if (action) action();  // outside the lock: it may send requests of its own
+    return answer;
+  }
+
+  // Expectations not yet consumed, described.
+  std::vector<std::string> Pending() const {
+    MutexLock lock(mu_);
+    std::vector<std::string> out;
+    for (size_t i = next_; i < expected_.size(); ++i) out.push_back(expected_[i].request.Describe());
+    return out;
+  }
+  // Every request received, in order.
+  std::vector<TgtdRequest> Sent() const {
+    MutexLock lock(mu_);
+    return sent_;
+  }
+
+ private:
+  struct Expected {
+    TgtdRequest request;
+    StatusOr<TgtdAnswer> answer;
+    std::function<void()> action;
+  };
+  mutable Mutex mu_;
+  std::vector<Expected> expected_ GUARDED_BY(mu_);
+  size_t next_ GUARDED_BY(mu_) = 0;
+  std::vector<TgtdRequest> sent_ GUARDED_BY(mu_);
+};
 
 inline constexpr char kN1[] = "iqn.2026-11.io.blockcsi:node:n1";
 inline constexpr char kN2[] = "iqn.2026-11.io.blockcsi:node:n2";
@@ -33,13 +111,6 @@ inline std::string Edited(std::string text, const std::string& from, const std::
   EXPECT_NE(at, std::string::npos) << "captured output lacks: " << from;
   if (at != std::string::npos) text.replace(at, from.size(), to);
   return text;
-}
-
-// The argv the exporter runs for `args` against tgtd's control port `port`.
-inline std::vector<std::string> TgtadmArgv(int port, std::vector<std::string> args) {
-  std::vector<std::string> argv = {"/usr/sbin/tgtadm", "-C", std::to_string(port), "--lld", "iscsi"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
 }
 
 inline DesiredAcl Allow(const std::string& initiator, const std::string& chap_username = "") {
@@ -74,20 +145,14 @@ inline DesiredExport NewVolume() {
           .chap = {}};
 }
 
-// Expects, on `executor`, the tgtadm commands (tgtd's control port `port`)
-// that make `d` from nothing as target `tid`: the target, LUN 1 on d's image
-// with its serial and SCSI id, then one bind per ACL (ACLs without CHAP).
-inline void ExpectExportMade(testing::FakeExecutor& executor, int port, int tid, const DesiredExport& d) {
-  const std::string t = std::to_string(tid);
-  executor.ExpectOk(TgtadmArgv(port, {"--op", "new", "--mode", "target", "--tid", t, "-T", d.iqn}));
-  executor.ExpectOk(
-      TgtadmArgv(port, {"--op", "new", "--mode", "logicalunit", "--tid", t, "--lun", "1", "-b", d.image_path}));
-  executor.ExpectOk(TgtadmArgv(port, {"--op", "update", "--mode", "logicalunit", "--tid", t, "--lun", "1", "--params",
-                                      "scsi_sn=" + d.serial + ",scsi_id=" + TgtExporter::ScsiIdFor(d.volume_id)}));
-  for (const auto& acl : d.acls) {
-    executor.ExpectOk(
-        TgtadmArgv(port, {"--op", "bind", "--mode", "target", "--tid", t, "--initiator-name", acl.initiator_iqn}));
-  }
+// Expects, on `tgtd`, the requests that make `d` from nothing as target
+// `tid`: the target, LUN 1 on d's image with its serial and SCSI id, then one
+// bind per ACL (ACLs without CHAP).
+inline void ExpectExportMade(FakeTgtd& tgtd, int tid, const DesiredExport& d) {
+  tgtd.ExpectOk(TgtdRequest::NewTarget(tid, d.iqn));
+  tgtd.ExpectOk(TgtdRequest::NewLun(tid, 1, d.image_path));
+  tgtd.ExpectOk(TgtdRequest::SetLunIdentity(tid, 1, d.serial, TgtExporter::ScsiIdFor(d.volume_id)));
+  for (const auto& acl : d.acls) tgtd.ExpectOk(TgtdRequest::BindInitiator(tid, acl.initiator_iqn));
 }
 
 }  // namespace blockcsi::tgt_captured

@@ -139,6 +139,7 @@ StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& po
   PoolOptions pool_options;
   pool_options.fault_hook = options.fault_hook;
   pool_options.overcommit_ratio = options.overcommit_ratio;
+  pool_options.max_volumes = options.max_volumes;
   BLOCKCSI_ASSIGN_OR_RETURN(auto pool, Pool::Open(pool_dir, pool_options));
   std::shared_ptr<LocalBackend> backend(new LocalBackend(std::move(pool), std::move(exporter), std::move(options)));
   if (auto r = backend->ReconcileNow(); !r.ok()) {

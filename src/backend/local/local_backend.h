@@ -38,6 +38,8 @@ struct LocalBackendOptions {
   std::chrono::milliseconds reconcile_interval{std::chrono::seconds(30)};
   // The pool's thin-provisioning policy (PoolOptions::overcommit_ratio).
   double overcommit_ratio = 1.0;
+  // The most volumes the pool holds (PoolOptions::max_volumes; 0: no limit).
+  size_t max_volumes = 0;
   // Test-only: sees every fault point of the backend and its pool
   // (common/fault_points.h); an error fails the call at that step.
   FaultHook fault_hook;

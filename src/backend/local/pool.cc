@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 #include "backend/volume_id.h"
@@ -228,7 +229,7 @@ Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_
     std::lock_guard lock(mu_);
     if (volumes_.count(record.id)) return AlreadyExists("volume " + record.id + " already exists in the pool");
   }
-  BLOCKCSI_RETURN_IF_ERROR(CheckRoom(record.size_bytes, "volume " + record.id));
+  BLOCKCSI_ASSIGN_OR_RETURN(RoomReservation room, ReserveRoom(record.size_bytes, true, "volume " + record.id));
   BLOCKCSI_RETURN_IF_ERROR(PlaceImage("create", record.id, record.size_bytes, source_image, method));
   // The commit point: from here on the volume exists. Its two fsyncs (the
   // record file, then volumes/) are the crash points of CreateVolume's
@@ -266,7 +267,9 @@ Status Pool::GrowImage(const std::string& id, uint64_t size_bytes) {
   auto size = files_.Size(path);
   if (!size.ok()) return size.status().WithContext("image of volume " + id);
   if (*size >= size_bytes) return OkStatus();
-  BLOCKCSI_RETURN_IF_ERROR(CheckRoom(size_bytes - *size, "growth of volume " + id));
+  // Held until the image is grown; the caller's UpdateVolume then records
+  // the size that accounts for it.
+  BLOCKCSI_ASSIGN_OR_RETURN(RoomReservation room, ReserveRoom(size_bytes - *size, false, "growth of volume " + id));
   // Resize fsyncs: the grown size is durable before the record says so, so
   // a record never claims more than its image has after a crash (Load()
   // rolls an image bigger than its record forward, never the reverse).
@@ -320,6 +323,9 @@ Status Pool::CreateSnapshot(const SnapshotRecord& record, CopyMethod* method) {
     std::lock_guard lock(mu_);
     if (snapshots_.count(record.id)) return AlreadyExists("snapshot " + record.id + " already exists in the pool");
   }
+  // A snapshot is provisioned like a volume: without a reflink its copy
+  // takes as much space as its source has written.
+  BLOCKCSI_ASSIGN_OR_RETURN(RoomReservation room, ReserveRoom(record.size_bytes, false, "snapshot " + record.id));
   BLOCKCSI_RETURN_IF_ERROR(
       PlaceImage("snapshot", record.id, record.size_bytes, ImagePath(record.source_volume_id), method));
   // Commit point of the snapshot (record file and snapshots/ fsynced): a
@@ -369,14 +375,36 @@ uint64_t Scaled(uint64_t bytes, double ratio) {
 
 }  // namespace
 
+Pool::RoomReservation::~RoomReservation() {
+  if (pool_ == nullptr) return;
+  std::lock_guard lock(pool_->mu_);
+  pool_->reserved_bytes_ -= bytes_;
+  if (volume_) --pool_->reserved_volumes_;
+}
+
+uint64_t Pool::ProvisionedBytes() const {
+  std::lock_guard lock(mu_);
+  return ProvisionedBytesLocked();
+}
+
+uint64_t Pool::ProvisionedBytesLocked() const {
+  uint64_t total = reserved_bytes_;
+  for (const auto& [id, record] : volumes_) total += record.size_bytes;
+  for (const auto& [id, record] : snapshots_) total += record.size_bytes;
+  return total;
+}
+
 StatusOr<PoolSpace> Pool::FileSystemSpace() const { return files_.Space(dir_); }
 
 StatusOr<uint64_t> Pool::AvailableBytes() const {
   BLOCKCSI_ASSIGN_OR_RETURN(PoolSpace space, files_.Space(dir_));
-  return Scaled(space.available_bytes, options_.overcommit_ratio);
+  const uint64_t allowed = Scaled(space.total_bytes, options_.overcommit_ratio);
+  const uint64_t provisioned = ProvisionedBytes();
+  const uint64_t unprovisioned = allowed > provisioned ? allowed - provisioned : 0;
+  return std::min(Scaled(space.available_bytes, options_.overcommit_ratio), unprovisioned);
 }
 
-Status Pool::CheckRoom(uint64_t bytes, const std::string& what) const {
+StatusOr<Pool::RoomReservation> Pool::ReserveRoom(uint64_t bytes, bool new_volume, const std::string& what) {
   BLOCKCSI_ASSIGN_OR_RETURN(PoolSpace space, files_.Space(dir_));
   const uint64_t total = Scaled(space.total_bytes, options_.overcommit_ratio);
   const uint64_t free = Scaled(space.available_bytes, options_.overcommit_ratio);
@@ -390,7 +418,22 @@ Status Pool::CheckRoom(uint64_t bytes, const std::string& what) const {
     return ResourceExhausted(what + ": " + std::to_string(bytes) + " bytes is more than the pool allows now (" +
                              std::to_string(free) + " bytes: its free space times the overcommit ratio " + ratio + ")");
   }
-  return OkStatus();
+  std::lock_guard lock(mu_);
+  const uint64_t committed = ProvisionedBytesLocked();
+  if (committed > total || bytes > total - committed) {
+    return ResourceExhausted(what + ": " + std::to_string(bytes) + " bytes more would provision " +
+                             std::to_string(committed + bytes) + " bytes, more than the pool allows (" +
+                             std::to_string(total) + " bytes: its file system times the overcommit ratio " + ratio +
+                             ")");
+  }
+  if (new_volume && options_.max_volumes != 0 && volumes_.size() + reserved_volumes_ >= options_.max_volumes) {
+    return ResourceExhausted(what + ": the pool holds " + std::to_string(volumes_.size() + reserved_volumes_) +
+                             " volumes, the most it is allowed (--max-volumes " + std::to_string(options_.max_volumes) +
+                             ")");
+  }
+  reserved_bytes_ += bytes;
+  if (new_volume) ++reserved_volumes_;
+  return RoomReservation(this, bytes, new_volume);
 }
 
 Status Pool::Healthy() const { return files_.CheckAccess(dir_ + "/volumes"); }

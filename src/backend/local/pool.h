@@ -31,6 +31,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -47,12 +48,18 @@ struct PoolOptions {
   // controller.delete-snapshot.record-removed); an error stops the operation
   // right there, leaving the disk as a crash at that point would.
   FaultHook fault_hook;
-  // Thin provisioning: images are sparse, so a new volume (or
-  // the growth of one) is allowed up to the pool file system's free space
-  // times this ratio, RESOURCE_EXHAUSTED past it; more than the whole file
-  // system times this ratio is OUT_OF_RANGE (no delete would make room).
-  // 1.0: no volume bigger than the free space; 3.0: up to three times it.
+  // Thin provisioning: images are sparse, so the pool may provision (the
+  // sizes of all its volumes and snapshots) up to its file system's size
+  // times this ratio, and one new volume or growth may take up to the free
+  // space times it; RESOURCE_EXHAUSTED past either, OUT_OF_RANGE for more
+  // than the whole file system times it (no delete would make room).
+  // 1.0: never more than the disk holds; 3.0: up to three times it.
   double overcommit_ratio = 1.0;
+  // The most volumes the pool holds (0: no limit); CreateVolume past it is
+  // RESOURCE_EXHAUSTED. Each exported volume costs the target daemon threads
+  // and memory (a tgtd LUN takes its I/O threads, each a pid), so without a
+  // cap one class's author could exhaust the storage host's pids.
+  size_t max_volumes = 0;
   // Where the pool's files live; null: the machine's (MakeImageFiles).
   // Tests pass one that controls free space or records the durable steps.
   std::shared_ptr<ImageFiles> files;
@@ -103,14 +110,15 @@ class Pool {
   Status CreateSnapshot(const SnapshotRecord& record, CopyMethod* method = nullptr);
   Status DeleteSnapshot(const std::string& id);
 
-  // The largest new volume the overcommit policy allows now: free space
-  // times the ratio.
+  // The largest new volume the overcommit policy allows now: the least of
+  // free space times the ratio and what the ratio leaves of the file system
+  // beyond the bytes already provisioned (volumes, snapshots, and those
+  // being made).
   StatusOr<uint64_t> AvailableBytes() const;
   // The file system the pool is on, as it is (no overcommit): for metrics.
   StatusOr<PoolSpace> FileSystemSpace() const;
-  // The overcommit policy for `bytes` more of sparse image; `what` names
-  // the volume in the message.
-  Status CheckRoom(uint64_t bytes, const std::string& what) const;
+  // Every volume's and snapshot's size, and those being made or grown.
+  uint64_t ProvisionedBytes() const;
   // The pool directory is readable and writable.
   Status Healthy() const;
 
@@ -128,6 +136,28 @@ class Pool {
   // `operation` names its fault points: "controller.<operation>.image-placed".
   Status PlaceImage(std::string_view operation, const std::string& id, uint64_t size_bytes,
                     const std::string& source_image, CopyMethod* method);
+  // Room for `bytes` more of sparse image under the overcommit policy (and,
+  // for a new volume, under max_volumes), held for the caller until the
+  // returned reservation is destroyed, by which time the record that
+  // accounts for it is indexed: concurrent calls are checked against each
+  // other's bytes, not each against the pool alone. `what` names the object.
+  class RoomReservation {
+   public:
+    RoomReservation(Pool* pool, uint64_t bytes, bool volume) : pool_(pool), bytes_(bytes), volume_(volume) {}
+    RoomReservation(RoomReservation&& other) noexcept
+        : pool_(std::exchange(other.pool_, nullptr)), bytes_(other.bytes_), volume_(other.volume_) {}
+    RoomReservation& operator=(RoomReservation&&) = delete;
+    RoomReservation(const RoomReservation&) = delete;
+    RoomReservation& operator=(const RoomReservation&) = delete;
+    ~RoomReservation();
+
+   private:
+    Pool* pool_;
+    uint64_t bytes_;
+    bool volume_;
+  };
+  StatusOr<RoomReservation> ReserveRoom(uint64_t bytes, bool new_volume, const std::string& what);
+  uint64_t ProvisionedBytesLocked() const;  // needs mu_
   std::string VolumeRecordPath(std::string_view id) const;
   std::string SnapshotRecordPath(std::string_view id) const;
   // Puts `record` in the in-memory index (replacing the one of its id) /
@@ -145,6 +175,9 @@ class Pool {
   // (the first id of a name, as a scan in id order would find). Guarded by mu_.
   std::set<std::pair<std::string, std::string>> volume_names_;
   std::map<std::string, SnapshotRecord> snapshots_;  // guarded by mu_, by id
+  // Held by RoomReservations in flight. Guarded by mu_.
+  uint64_t reserved_bytes_ = 0;
+  size_t reserved_volumes_ = 0;
 };
 
 }  // namespace blockcsi

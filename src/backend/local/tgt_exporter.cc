@@ -25,15 +25,26 @@ bool Contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+// An account bind tgtd refuses as already so: an incoming account bound
+// twice is USER_EXIST (BINDING_EXIST in tgt versions that have it). An
+// outgoing bind is refused with OUTACCOUNT_EXIST whichever account holds the
+// target's one outgoing slot, so that is never taken as "already so": the
+// slot was emptied first, per a fresh read, and someone else's account in it
+// must fail the call rather than pass for ours.
+TgtdErrors AlreadyBound(bool outgoing) {
+  return outgoing ? TgtdErrors{} : TgtdErrors{TgtdError::kUserExists, TgtdError::kBindingExists};
+}
+
+// An account unbind of an account the target does not bind: tgtd answers
+// NO_USER (for either direction).
+const TgtdErrors kNotBound = {TgtdError::kNoUser, TgtdError::kNoBinding};
+
 }  // namespace
 
-TgtExporter::TgtExporter(std::shared_ptr<Executor> executor, int control_port, std::string tgtadm,
-                         std::chrono::milliseconds timeout, const std::string& socket_dir,
+TgtExporter::TgtExporter(std::shared_ptr<TgtdControl> control, int control_port, const std::string& socket_dir,
                          std::chrono::milliseconds listing_max_age, std::shared_ptr<Host> host)
-    : executor_(std::move(executor)),
+    : control_(std::move(control)),
       control_port_(control_port),
-      tgtadm_(std::move(tgtadm)),
-      timeout_(timeout),
       socket_path_(socket_dir + "/socket." + std::to_string(control_port)),
       listing_max_age_(listing_max_age),
       host_(std::move(host)) {}
@@ -44,36 +55,31 @@ ExportedLunIdentity TgtExporter::IdentityFor(const std::string& volume_id) const
   return {"bcsi" + HexOf(volume_id), "60000000" + ScsiIdFor(volume_id)};
 }
 
-Command TgtExporter::Tgtadm() const {
-  Command c(tgtadm_);
-  c.Arg("-C").Arg(std::to_string(control_port_)).Arg("--lld").Arg("iscsi").Timeout(timeout_);
-  return c;
-}
-
-Status TgtExporter::Run(const Command& command, const std::string& what, const std::string& tolerated) {
-  auto ran = executor_->Run(command);
+Status TgtExporter::Run(const TgtdRequest& request, const std::string& what, TgtdErrors tolerated) {
+  auto answer = control_->Send(request);
   listing_.read_back_of.clear();  // tgtd may have changed: no longer a read-back of the last ACL change
   // Any refusal, even one tolerated as "already so", means tgtd was not
   // what the kept listing said: the next call reads it again.
-  if (!ran.ok() || !ran->ok()) listing_.valid = false;
-  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, std::move(ran));
-  if (result.ok()) return OkStatus();
-  if (!tolerated.empty() && result.stderr_text.find(tolerated) != std::string::npos) return OkStatus();
-  std::string err = FailureLine(command, result);
-  // tgtadm exits 107 when it cannot reach tgtd at all.
-  StatusCode code = result.exit_code == 107 ? StatusCode::kUnavailable : StatusCode::kInternal;
-  return Status(code, what + ": " + command.Redacted() + " exited " + std::to_string(result.exit_code) + ": " + err);
+  if (!answer.ok() || !answer->ok()) listing_.valid = false;
+  if (!answer.ok()) return Status(answer.status().code(), what + ": " + answer.status().message());
+  if (answer->ok() || tolerated.Has(answer->error)) return OkStatus();
+  return Internal(what + ": tgtd on control port " + std::to_string(control_port_) + " refused " + request.Describe() +
+                  ": " + std::string(TgtdErrorText(answer->error)) + " (tgtd error " +
+                  std::to_string(static_cast<uint32_t>(answer->error)) + ")");
+}
+
+StatusOr<std::string> TgtExporter::Show(const TgtdRequest& request) {
+  BLOCKCSI_ASSIGN_OR_RETURN(TgtdAnswer answer, control_->Send(request));
+  if (!answer.ok()) {
+    return Unavailable("tgtd on control port " + std::to_string(control_port_) + " does not answer " +
+                       request.Describe() + ": " + std::string(TgtdErrorText(answer.error)));
+  }
+  return std::move(answer.text);
 }
 
 StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
-  Command c = Tgtadm();
-  c.Args({"--op", "show", "--mode", "target"});
-  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(c));
-  if (!result.ok()) {
-    return Unavailable("tgtd on control port " + std::to_string(control_port_) +
-                       " does not answer: " + FailureLine(c, result));
-  }
-  auto parsed = ParseTgtadmTargets(result.stdout_text);
+  BLOCKCSI_ASSIGN_OR_RETURN(std::string text, Show(TgtdRequest::ShowTargets()));
+  auto parsed = ParseTgtadmTargets(text);
   // Output we cannot account for is tgtd's (or a forger's) problem, not the
   // caller's bad input: INTERNAL, and nothing is changed on its strength.
   if (!parsed.ok()) {
@@ -84,14 +90,8 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
-  Command c = Tgtadm();
-  c.Args({"--op", "show", "--mode", "account"});
-  BLOCKCSI_ASSIGN_OR_RETURN(CommandResult result, executor_->Run(c));
-  if (!result.ok()) {
-    return Unavailable("tgtd on control port " + std::to_string(control_port_) +
-                       " does not answer: " + FailureLine(c, result));
-  }
-  auto parsed = ParseTgtadmAccounts(result.stdout_text);
+  BLOCKCSI_ASSIGN_OR_RETURN(std::string text, Show(TgtdRequest::ShowAccounts()));
+  auto parsed = ParseTgtadmAccounts(text);
   if (!parsed.ok()) {
     return Internal("tgtd's account list cannot be trusted, nothing changed: " + parsed.status().message() +
                     kUntrustedHint);
@@ -152,15 +152,10 @@ std::vector<Status> TgtExporter::VerifyAclsLocked(const std::vector<AclCheck>& c
 }
 
 Status TgtExporter::AddLun(int tid, const DesiredExport& d) {
-  std::string t = std::to_string(tid);
-  Command add = Tgtadm();
-  add.Args({"--op", "new", "--mode", "logicalunit", "--tid", t, "--lun", "1", "-b", d.image_path});
-  BLOCKCSI_RETURN_IF_ERROR(Run(add, "add LUN 1 of volume " + d.volume_id));
-  // This tgtadm takes LUN parameters only on update, not with --op new.
-  Command params = Tgtadm();
-  params.Args({"--op", "update", "--mode", "logicalunit", "--tid", t, "--lun", "1", "--params",
-               "scsi_sn=" + d.serial + ",scsi_id=" + ScsiIdFor(d.volume_id)});
-  return Run(params, "set serial of volume " + d.volume_id);
+  BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::NewLun(tid, 1, d.image_path), "add LUN 1 of volume " + d.volume_id));
+  // tgtd takes a LUN's serial and SCSI id only on update, not with new.
+  return Run(TgtdRequest::SetLunIdentity(tid, 1, d.serial, ScsiIdFor(d.volume_id)),
+             "set serial of volume " + d.volume_id);
 }
 
 Status TgtExporter::EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
@@ -177,21 +172,16 @@ Status TgtExporter::EnsureAccount(const std::string& user, const std::string& pa
       if (Contains(t.incoming_accounts, user)) bound.emplace_back(t.tid, false);
       if (Contains(t.outgoing_accounts, user)) bound.emplace_back(t.tid, true);
     }
-    Command del = Tgtadm();
-    del.Args({"--op", "delete", "--mode", "account", "--user", user});
-    BLOCKCSI_RETURN_IF_ERROR(Run(del, "replace CHAP account " + user, "can't find the account"));
+    BLOCKCSI_RETURN_IF_ERROR(
+        Run(TgtdRequest::DeleteAccount(user), "replace CHAP account " + user, {TgtdError::kNoUser}));
   }
-  Command add = Tgtadm();
-  add.Args({"--op", "new", "--mode", "account", "--user", user, "--password"}).Secret(password);
-  BLOCKCSI_RETURN_IF_ERROR(Run(add, "create CHAP account " + user));
+  BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::NewAccount(user, password), "create CHAP account " + user));
   account_passwords_[user] = password;
   if (!exists) live_accounts.push_back(user);
   repairs.push_back(std::string(exists ? "reset" : "created") + " CHAP account " + user);
   for (auto [tid, outgoing] : bound) {
-    Command bind = Tgtadm();
-    bind.Args({"--op", "bind", "--mode", "account", "--tid", std::to_string(tid), "--user", user});
-    if (outgoing) bind.Arg("--outgoing");
-    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "re-bind CHAP account " + user, "already"));
+    BLOCKCSI_RETURN_IF_ERROR(
+        Run(TgtdRequest::BindAccount(tid, user, outgoing), "re-bind CHAP account " + user, AlreadyBound(outgoing)));
   }
   return OkStatus();
 }
@@ -201,9 +191,9 @@ StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std
   if (TgtTarget* target = FindLocked(live, d.iqn); target != nullptr) return target;
   int tid = 1;
   for (const auto& t : live) tid = std::max(tid, t.tid + 1);
-  Command add = Tgtadm();
-  add.Args({"--op", "new", "--mode", "target", "--tid", std::to_string(tid), "-T", d.iqn});
-  BLOCKCSI_RETURN_IF_ERROR(Run(add, "create target of volume " + d.volume_id));
+  // Not even TARGET_EXIST is tolerated: the tid was chosen from a listing
+  // (maybe a kept one) and may be another name's; the next call reads again.
+  BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::NewTarget(tid, d.iqn), "create target of volume " + d.volume_id));
   TgtTarget fresh;
   fresh.tid = tid;
   fresh.iqn = d.iqn;
@@ -222,9 +212,8 @@ Status TgtExporter::EnsureLunLocked(TgtTarget& target, const DesiredExport& d, s
                 lun->size_mb == TgtadmShownMegabytes(d.size_bytes);
   if (lun_ok) return OkStatus();
   if (lun != nullptr) {
-    Command del = Tgtadm();
-    del.Args({"--op", "delete", "--mode", "logicalunit", "--tid", std::to_string(target.tid), "--lun", "1"});
-    BLOCKCSI_RETURN_IF_ERROR(Run(del, "refresh LUN 1 of volume " + d.volume_id, "can't find the logical unit"));
+    BLOCKCSI_RETURN_IF_ERROR(
+        Run(TgtdRequest::DeleteLun(target.tid, 1), "refresh LUN 1 of volume " + d.volume_id, {TgtdError::kNoLun}));
   }
   const bool added = lun == nullptr;
   BLOCKCSI_RETURN_IF_ERROR(AddLun(target.tid, d));
@@ -249,26 +238,23 @@ Status TgtExporter::EnsureChapLocked(const DesiredExport& d, std::vector<TgtTarg
     }
   }
   TgtTarget* target = FindLocked(live, d.iqn);  // EnsureAccount may not move it, but stay safe
-  const std::string tid = std::to_string(target->tid);
+  const int tid = target->tid;
   for (const auto& user : want_in) {
     if (Contains(target->incoming_accounts, user)) continue;
-    Command bind = Tgtadm();
-    bind.Args({"--op", "bind", "--mode", "account", "--tid", tid, "--user", user});
-    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "bind CHAP account to volume " + d.volume_id, "already"));
+    BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::BindAccount(tid, user, false),
+                                 "bind CHAP account to volume " + d.volume_id, AlreadyBound(false)));
     target->incoming_accounts.push_back(user);
     repairs.push_back("bound CHAP account " + user + " to " + d.iqn);
   }
   for (const auto& user : want_out) {
     if (Contains(target->outgoing_accounts, user)) continue;
     for (const auto& other : target->outgoing_accounts) {  // tgtd allows one outgoing account
-      Command unbind = Tgtadm();
-      unbind.Args({"--op", "unbind", "--mode", "account", "--tid", tid, "--user", other, "--outgoing"});
-      BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind mutual CHAP of volume " + d.volume_id, "can't find"));
+      BLOCKCSI_RETURN_IF_ERROR(
+          Run(TgtdRequest::UnbindAccount(tid, other, true), "unbind mutual CHAP of volume " + d.volume_id, kNotBound));
     }
     target->outgoing_accounts.clear();
-    Command bind = Tgtadm();
-    bind.Args({"--op", "bind", "--mode", "account", "--tid", tid, "--user", user, "--outgoing"});
-    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "bind mutual CHAP to volume " + d.volume_id, "already"));
+    BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::BindAccount(tid, user, true), "bind mutual CHAP to volume " + d.volume_id,
+                                 AlreadyBound(true)));
     target->outgoing_accounts.push_back(user);
     repairs.push_back("bound mutual CHAP account " + user + " to " + d.iqn);
   }
@@ -282,11 +268,9 @@ Status TgtExporter::EnsureChapLocked(const DesiredExport& d, std::vector<TgtTarg
     const std::set<std::string>& want = outgoing ? want_out : want_in;
     for (const auto& user : std::vector<std::string>(bound)) {
       if (want.count(user)) continue;
-      Command unbind = Tgtadm();
-      unbind.Args({"--op", "unbind", "--mode", "account", "--tid", tid, "--user", user});
-      if (outgoing) unbind.Arg("--outgoing");
       const std::string what = outgoing ? "mutual CHAP" : "CHAP account";
-      BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "unbind " + what + " from volume " + d.volume_id, "can't find"));
+      BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::UnbindAccount(tid, user, outgoing),
+                                   "unbind " + what + " from volume " + d.volume_id, kNotBound));
       unbound_accounts_.insert(user);
       std::erase(bound, user);
       repairs.push_back("unbound " + std::string(outgoing ? "mutual CHAP account " : "CHAP account ") + user +
@@ -298,30 +282,24 @@ Status TgtExporter::EnsureChapLocked(const DesiredExport& d, std::vector<TgtTarg
 
 StatusOr<bool> TgtExporter::EnsureAclLocked(const DesiredExport& d, TgtTarget& target,
                                             const std::set<std::string>& want_acl, std::vector<std::string>& repairs) {
-  const std::string tid = std::to_string(target.tid);
   bool changed = false;
   for (const auto& initiator : want_acl) {
     if (Contains(target.acls, initiator)) continue;
     changed = true;
-    Command bind = Tgtadm();
-    bind.Args({"--op", "bind", "--mode", "target", "--tid", tid, "--initiator-name", initiator});
-    BLOCKCSI_RETURN_IF_ERROR(Run(bind, "allow " + initiator + " on volume " + d.volume_id, "already exists"));
+    BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::BindInitiator(target.tid, initiator),
+                                 "allow " + initiator + " on volume " + d.volume_id, {TgtdError::kAclExists}));
     target.acls.push_back(initiator);
     repairs.push_back("allowed " + initiator + " on " + d.iqn);
   }
   for (const auto& acl : std::vector<std::string>(target.acls)) {
     if (want_acl.count(acl)) continue;
     changed = true;
-    Command unbind = Tgtadm();
-    // An ACL entry we did not make could be an address; tgtadm unbinds those with -I.
+    // An ACL entry we did not make could be an address; tgtd unbinds those by address.
     bool by_name = acl.find(':') != std::string::npos || acl.rfind("iqn.", 0) == 0 || acl.rfind("eui.", 0) == 0;
-    unbind.Args({"--op", "unbind", "--mode", "target", "--tid", tid});
-    if (by_name) {
-      unbind.Args({"--initiator-name", acl});
-    } else {
-      unbind.Args({"-I", acl});
-    }
-    BLOCKCSI_RETURN_IF_ERROR(Run(unbind, "disallow " + acl + " on volume " + d.volume_id, "does not exist"));
+    TgtdRequest unbind =
+        by_name ? TgtdRequest::UnbindInitiator(target.tid, acl) : TgtdRequest::UnbindAddress(target.tid, acl);
+    BLOCKCSI_RETURN_IF_ERROR(
+        Run(unbind, "disallow " + acl + " on volume " + d.volume_id, {TgtdError::kAclDoesNotExist}));
     std::erase(target.acls, acl);
     repairs.push_back("disallowed " + acl + " on " + d.iqn);
   }
@@ -370,9 +348,7 @@ void TgtExporter::DropUnusedAccountsLocked(const std::vector<TgtTarget>& live) {
       return Contains(t.incoming_accounts, user) || Contains(t.outgoing_accounts, user);
     });
     if (bound) continue;
-    Command del = Tgtadm();
-    del.Args({"--op", "delete", "--mode", "account", "--user", user});
-    Status st = Run(del, "delete unused CHAP account " + user, "can't find the account");
+    Status st = Run(TgtdRequest::DeleteAccount(user), "delete unused CHAP account " + user, {TgtdError::kNoUser});
     if (!st.ok()) {
       LogWarn("cannot delete an unused CHAP account", {{"user", user}, {"error", st.ToString()}});
       continue;
@@ -422,7 +398,7 @@ std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyBatchLocked(co
 
 StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<DesiredExport>& desired,
                                                           const std::string& iqn_prefix) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * read, ReadLiveLocked());
   std::vector<TgtTarget>& live = *read;
   BLOCKCSI_ASSIGN_OR_RETURN(auto accounts, ShowAccounts());
@@ -454,9 +430,8 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
   std::string ns = iqn_prefix + ":";
   for (const auto& t : live) {
     if (t.iqn.rfind(ns, 0) != 0 || wanted.count(t.iqn)) continue;
-    Command del = Tgtadm();
-    del.Args({"--op", "delete", "--mode", "target", "--tid", std::to_string(t.tid), "--force"});
-    BLOCKCSI_RETURN_IF_ERROR(Run(del, "remove target " + t.iqn + " that has no volume", "can't find the target"));
+    BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::DeleteTarget(t.tid), "remove target " + t.iqn + " that has no volume",
+                                 {TgtdError::kNoTarget}));
     unbound_accounts_.insert(t.incoming_accounts.begin(), t.incoming_accounts.end());
     unbound_accounts_.insert(t.outgoing_accounts.begin(), t.outgoing_accounts.end());
     repairs.push_back("removed target " + t.iqn + " that has no volume");
@@ -472,14 +447,14 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
 }
 
 Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& initiator_iqn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // A few rounds: a session that was logging in while we looked shows up on
   // the next read (the ACL is already gone, so it cannot come back after).
   // tgtd's management interface is request/response only, with no event for
   // a connection that has ended, so the read is repeated after a pause that
   // doubles from 2 ms (tgtd has usually let go by then) to 64 ms, 126 ms in
-  // all (it was a flat 20 ms per round, 100 ms in all). Reached only when a session was open:
-  // an unpublish after the node has logged out never waits.
+  // all. Reached only when a session was open: an unpublish after the node
+  // has logged out never waits.
   constexpr std::chrono::milliseconds kPauses[] = {std::chrono::milliseconds(2),  std::chrono::milliseconds(4),
                                                    std::chrono::milliseconds(8),  std::chrono::milliseconds(16),
                                                    std::chrono::milliseconds(32), std::chrono::milliseconds(64)};
@@ -489,7 +464,7 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
     // read-back, with no request sent to tgtd since and the initiator not
     // in the ACL it shows, was taken after the ACL was gone, so it lists
     // every session that can still exist, as a read now would (one tgtd
-    // request less per ControllerUnpublish, issue #18).
+    // request less per ControllerUnpublish).
     std::vector<TgtTarget>* live = nullptr;
     if (pause == kPauses[0] && listing_.read_back_of.count(iqn) && ListingCurrentLocked()) {
       TgtTarget* kept = FindLocked(listing_.targets, iqn);
@@ -505,10 +480,10 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
       if (s.initiator != initiator_iqn) continue;
       for (const auto& c : s.connections) {
         any = true;
-        Command del = Tgtadm();
-        del.Args({"--op", "delete", "--mode", "conn", "--tid", std::to_string(target->tid), "--sid",
-                  std::to_string(s.sid), "--cid", std::to_string(c.cid)});
-        BLOCKCSI_RETURN_IF_ERROR(Run(del, "close session of " + initiator_iqn + " on " + iqn, "can't find"));
+        // Gone already (the initiator logged out meanwhile) is what is wanted.
+        BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::DeleteConnection(target->tid, s.sid, c.cid),
+                                     "close session of " + initiator_iqn + " on " + iqn,
+                                     {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget}));
         LogInfo("closed session (fencing)",
                 {{"target", iqn}, {"initiator", initiator_iqn}, {"sid", std::to_string(s.sid)}});
       }
@@ -520,16 +495,14 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
 }
 
 Status TgtExporter::Remove(const std::string& iqn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // A fresh read: the target is deleted by its tid, which must be the one
   // tgtd has for this name now.
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * read, ReadLiveLocked());
   std::vector<TgtTarget>& live = *read;
   TgtTarget* target = FindLocked(live, iqn);
   if (target == nullptr) return OkStatus();
-  Command del = Tgtadm();
-  del.Args({"--op", "delete", "--mode", "target", "--tid", std::to_string(target->tid), "--force"});
-  BLOCKCSI_RETURN_IF_ERROR(Run(del, "remove target " + iqn, "can't find the target"));
+  BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::DeleteTarget(target->tid), "remove target " + iqn, {TgtdError::kNoTarget}));
   // Deleting the target unbound its accounts: drop the ones nothing else uses.
   unbound_accounts_.insert(target->incoming_accounts.begin(), target->incoming_accounts.end());
   unbound_accounts_.insert(target->outgoing_accounts.begin(), target->outgoing_accounts.end());

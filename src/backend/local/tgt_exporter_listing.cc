@@ -1,4 +1,4 @@
-// TgtExporter's kept listing of tgtd's targets (issue #18): when a call may
+// TgtExporter's kept listing of tgtd's targets: when a call may
 // use it instead of reading tgtd again, and the two entry points that
 // decide, Apply and ApplyEach. Reading and changing tgtd: tgt_exporter.cc.
 #include <algorithm>
@@ -57,8 +57,8 @@ void TgtExporter::ReindexLocked() {
 }
 
 TgtTarget* TgtExporter::FindLocked(std::vector<TgtTarget>& live, const std::string& iqn) {
-  // A scan of 1,000 targets per volume made a checked page of 100 grow with
-  // the pool (issue #18).
+  // By the index when it can: a scan of 1,000 targets per volume would make
+  // a checked page of 100 grow with the pool.
   if (&live != &listing_.targets) {
     auto found = std::find_if(live.begin(), live.end(), [&](const TgtTarget& t) { return t.iqn == iqn; });
     return found == live.end() ? nullptr : &*found;
@@ -85,11 +85,11 @@ std::vector<TgtTarget>* TgtExporter::CachedLocked(const std::vector<const Desire
 StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desired) {
   QueuedApply mine;
   mine.desired = &desired;
-  std::unique_lock lock(queue_mu_);
+  queue_mu_.Lock();
   queue_.push_back(&mine);
   while (!mine.result.has_value()) {
     if (batch_running_) {
-      queue_cv_.wait(lock);
+      queue_cv_.Wait(queue_mu_);
       continue;
     }
     // Nobody is at tgtd: this call applies the next batch, its own export
@@ -97,7 +97,7 @@ StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desir
     // in that batch, theirs alone, and then waits for its own turn).
     batch_running_ = true;
     std::vector<QueuedApply*> batch = TakeBatchLocked();
-    lock.unlock();
+    queue_mu_.Unlock();
     std::vector<StatusOr<std::vector<std::string>>> results;
     try {
       std::vector<DesiredExport> exports;
@@ -108,13 +108,14 @@ StatusOr<std::vector<std::string>> TgtExporter::Apply(const DesiredExport& desir
       // The others of the batch must not wait for ever (nor every later call).
       results.assign(batch.size(), Internal(std::string("tgt export: ") + e.what()));
     }
-    lock.lock();
+    queue_mu_.Lock();
     for (size_t i = 0; i < batch.size(); ++i) {
       batch[i]->result = i < results.size() ? std::move(results[i]) : Internal("tgt export: no result");
     }
     batch_running_ = false;
-    queue_cv_.notify_all();
+    queue_cv_.SignalAll();
   }
+  queue_mu_.Unlock();
   return std::move(*mine.result);
 }
 
@@ -129,12 +130,12 @@ std::vector<TgtExporter::QueuedApply*> TgtExporter::TakeBatchLocked() {
 }
 
 size_t TgtExporter::WaitingApplies() {
-  std::lock_guard lock(queue_mu_);
+  MutexLock lock(queue_mu_);
   return queue_.size();
 }
 
 std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyEach(const std::vector<DesiredExport>& desired) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (desired.empty()) return {};
   std::vector<const DesiredExport*> wanted;
   for (const auto& d : desired) wanted.push_back(&d);

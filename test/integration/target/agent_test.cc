@@ -21,6 +21,7 @@
 
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
+#include "backend/local/tgtadm_control.h"
 #include "backend/remote/remote_backend.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
@@ -58,19 +59,43 @@ struct TestPki {
         return false;
       }
     }
-    auto leaf = [&](const std::string& name, const std::string& ca, bool san) {
-      return RunsOk({"openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + name, "-keyout",
-                     d + "/" + name + ".key", "-out", d + "/" + name + ".csr"}) &&
-             RunsOk(san ? std::vector<std::string>{"openssl", "x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
-                                                   d + "/" + ca + ".crt", "-CAkey", d + "/" + ca + ".key",
-                                                   "-CAcreateserial", "-days", "2", "-extfile", ext, "-out",
-                                                   d + "/" + name + ".crt"}
-                        : std::vector<std::string>{"openssl", "x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
-                                                   d + "/" + ca + ".crt", "-CAkey", d + "/" + ca + ".key",
-                                                   "-CAcreateserial", "-days", "2", "-out", d + "/" + name + ".crt"});
+    // A leaf certificate `name` (its key, and CN `cn`, default `name`)
+    // signed by `ca`, with the X.509v3 extensions in `extensions` ("" none).
+    auto leaf = [&](const std::string& name, const std::string& ca, const std::string& extensions,
+                    const std::string& cn = "") {
+      std::vector<std::string> sign = {"openssl",
+                                       "x509",
+                                       "-req",
+                                       "-in",
+                                       d + "/" + name + ".csr",
+                                       "-CA",
+                                       d + "/" + ca + ".crt",
+                                       "-CAkey",
+                                       d + "/" + ca + ".key",
+                                       "-CAcreateserial",
+                                       "-days",
+                                       "2",
+                                       "-out",
+                                       d + "/" + name + ".crt"};
+      if (!extensions.empty()) {
+        const std::string file = d + "/" + name + ".ext";
+        if (!WriteFileAtomically(file, extensions).ok()) return false;
+        sign.insert(sign.end(), {"-extfile", file});
+      }
+      return RunsOk({"openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + (cn.empty() ? name : cn),
+                     "-keyout", d + "/" + name + ".key", "-out", d + "/" + name + ".csr"}) &&
+             RunsOk(sign);
     };
-    return leaf("server", "ca", true) && leaf("client", "ca", false) && leaf("rogue", "rogue-ca", false) &&
-           leaf("intruder", "ca", false);
+    const std::string for_clients = "extendedKeyUsage=clientAuth\n";
+    return leaf("server", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost\n") && leaf("client", "ca", for_clients) &&
+           leaf("rogue", "rogue-ca", for_clients) && leaf("intruder", "ca", for_clients) &&
+           // The allowed name, but not where --allowed-client looks, or
+           // without saying the certificate is for TLS clients.
+           leaf("no-client-usage", "ca", "", "client") &&
+           leaf("server-usage", "ca", "extendedKeyUsage=serverAuth\n", "client") &&
+           leaf("email-san", "ca", "subjectAltName=email:client\n" + for_clients) &&
+           leaf("uri-san", "ca", "subjectAltName=URI:client\n" + for_clients) &&
+           leaf("dns-san", "ca", "subjectAltName=DNS:client\n" + for_clients);
   }
   std::string Path(const std::string& f) const { return d + "/" + f; }
   std::string d;
@@ -247,8 +272,8 @@ TEST_F(AgentTest, TlsFilesAreCheckedAtStartAndNamedInTheError) {
   EXPECT_NE(log.find("is not the key of the certificate"), std::string::npos) << log;
 }
 
-// Issue #21 item 7: with --allowed-client, a certificate from the same CA
-// but another name is refused on every call.
+// With --allowed-client, a certificate from the same CA but another name is
+// refused on every call.
 TEST_F(AgentTest, AllowedClientListIsEnforced) {
   auto args = AgentArgs();
   args.insert(args.end(), {"--tls-cert", pki_.Path("server.crt"), "--tls-key", pki_.Path("server.key"), "--tls-ca",
@@ -268,6 +293,46 @@ TEST_F(AgentTest, AllowedClientListIsEnforced) {
   EXPECT_EQ((*intruder)->CreateVolume(spec).status().code(), StatusCode::kPermissionDenied);
   EXPECT_TRUE((*good)->ListVolumes("", 0)->items.empty()) << "the refused call created a volume";
   EXPECT_NE(testing::ReadFileOrEmpty(tmp_.Join("agent.log")).find("intruder"), std::string::npos);
+
+  // The allowed name counts only as the subject's common name or a DNS
+  // name, and only on a certificate whose extended key usage is clientAuth.
+  for (const std::string refused : {"no-client-usage", "email-san", "uri-san"}) {
+    auto backend = MakeRemoteBackend(Remote(refused + ".crt", refused + ".key"));
+    ASSERT_TRUE(backend.ok());
+    EXPECT_EQ((*backend)->Healthy().code(), StatusCode::kPermissionDenied) << refused << " was admitted";
+  }
+  // A certificate for servers only fails TLS itself (OpenSSL checks the
+  // client purpose), before the allow-list.
+  auto server_only = MakeRemoteBackend(Remote("server-usage.crt", "server-usage.key"));
+  ASSERT_TRUE(server_only.ok());
+  EXPECT_FALSE((*server_only)->Healthy().ok()) << "a certificate for servers only was admitted as a client";
+  auto by_dns_name = MakeRemoteBackend(Remote("dns-san.crt", "dns-san.key"));
+  ASSERT_TRUE(by_dns_name.ok());
+  EXPECT_TRUE((*by_dns_name)->Healthy().ok()) << "a certificate whose DNS name is allowed was refused";
+}
+
+// A client that retries a refused call in a loop gets PERMISSION_DENIED every
+// time, but the agent's log gets one line for it, not one per call.
+TEST_F(AgentTest, RefusedClientDoesNotFloodTheLog) {
+  auto args = AgentArgs();
+  args.insert(args.end(), {"--tls-cert", pki_.Path("server.crt"), "--tls-key", pki_.Path("server.key"), "--tls-ca",
+                           pki_.Path("ca.crt"), "--allowed-client", "client"});
+  ChildProcess agent(args, tmp_.Join("agent.log"));
+  ASSERT_TRUE(WaitForTcp(port_, std::chrono::seconds(20))) << testing::ReadFileOrEmpty(tmp_.Join("agent.log"));
+  auto intruder = MakeRemoteBackend(Remote("intruder.crt", "intruder.key"));
+  ASSERT_TRUE(intruder.ok());
+  constexpr int kCalls = 50;
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_EQ((*intruder)->Healthy().code(), StatusCode::kPermissionDenied) << "call " << i;
+  }
+  const std::string log = testing::ReadFileOrEmpty(tmp_.Join("agent.log"));
+  size_t lines = 0;
+  for (size_t at = log.find("refused by --allowed-client"); at != std::string::npos;
+       at = log.find("refused by --allowed-client", at + 1)) {
+    ++lines;
+  }
+  EXPECT_GE(lines, 1U) << "the refusal was not logged at all";
+  EXPECT_LT(lines, 5U) << kCalls << " refused calls wrote " << lines << " log lines";
 }
 
 // Issue #21 item 5: 3,000 idle TCP connections with no TLS handshake were
@@ -432,7 +497,9 @@ TEST(TargetMeasurements, CycleRatioAndReconcileOfHundredVolumes) {
   LocalBackendOptions options;
   options.portals = {tgtd->portal()};
   options.reconcile_interval = std::chrono::milliseconds(0);
-  auto exporter = std::make_shared<TgtExporter>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd->control_port());
+  auto exporter = std::make_shared<TgtExporter>(
+      std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd->control_port()),
+      tgtd->control_port());
   auto backend = LocalBackend::Open(pool.path(), exporter, options);
   ASSERT_TRUE(backend.ok());
   constexpr int kCycles = 20;

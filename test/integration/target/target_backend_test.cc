@@ -16,6 +16,7 @@
 
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
+#include "backend/local/tgtadm_control.h"
 #include "backend/local/tgtadm_parser.h"
 #include "common/executor.h"
 #include "common/logging.h"
@@ -59,8 +60,9 @@ class TargetBackendTest : public testing::TgtdTest {
     options.iqn_prefix = kPrefix;
     options.reconcile_interval = interval;
     options.fault_hook = std::move(hook);
-    auto exporter =
-        std::make_shared<TgtExporter>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd_->control_port());
+    auto exporter = std::make_shared<TgtExporter>(
+        std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd_->control_port()),
+        tgtd_->control_port());
     auto backend = LocalBackend::Open(pool_.path(), exporter, options);
     EXPECT_TRUE(backend.ok()) << backend.status().ToString();
     return backend.ok() ? *backend : nullptr;

@@ -14,7 +14,7 @@
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
 #include "backend/local/tgtadm_parser.h"
-#include "backend/local/tgtd_socket.h"
+#include "backend/local/tgtd_socket_control.h"
 #include "common/executor.h"
 #include "common/logging.h"
 #include "support/leak_check.h"
@@ -42,7 +42,8 @@ class TgtdInputTest : public testing::TgtdTest {
     options.iqn_prefix = kPrefix;
     options.reconcile_interval = std::chrono::milliseconds(0);
     // Over tgtd's management socket, as blockcsi-target runs by default.
-    auto exporter = std::make_shared<TgtExporter>(std::make_shared<TgtdSocketExecutor>(), tgtd_->control_port());
+    auto exporter = std::make_shared<TgtExporter>(std::make_shared<TgtdSocketControl>(tgtd_->control_port()),
+                                                  tgtd_->control_port());
     auto backend = LocalBackend::Open(pool_.path(), exporter, options);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;

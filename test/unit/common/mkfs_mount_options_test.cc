@@ -45,6 +45,51 @@ TEST(MkfsMountOptionsTest, MkfsOptionsAreAllowListed) {
   ASSERT_TRUE(xfs.ok()) << xfs.status().ToString();
 }
 
+// mkfs.xfs opens and writes what -d file=/name=, -l logdev= and -r rtdev=
+// name (a relative name lands in the plugin's working directory), and
+// mke2fs's -E list is read the same way: every sub-option that can name a
+// path is refused, however it is spelled, and the sub-options that only tune
+// the format still pass.
+TEST(MkfsMountOptionsTest, NoMkfsOptionNamesAPath) {
+  const std::vector<std::pair<const char*, const char*>> refused = {
+      {"xfs", "-r rtdev=NAME"},
+      {"xfs", "-l logdev=NAME"},
+      {"xfs", "-d name=NAME"},
+      {"xfs", "-d file=1,name=NAME"},
+      {"xfs", "-d agcount=4,file=1"},
+      {"xfs", "-l internal=0,logdev=x"},
+      {"xfs", "-r extsize=64k,rtdev=x"},
+      {"xfs", "-l file=1,name=x"},
+      {"xfs", "-p proto"},
+      {"xfs", "-m crc=1=2"},
+      {"xfs", "-d agcount="},
+      {"xfs", "-d ,"},
+      {"ext4", "-E offset=4096"},
+      {"ext4", "-E stride=16,root=x"},
+      {"ext4", "-J device=x"},
+      {"ext4", "-d dir"},
+      {"ext4", "-l badblocks"},
+      {"ext4", "-z undo"},
+      {"btrfs", "-r dir"},
+      {"btrfs", "--rootdir dir"},
+  };
+  for (const auto& [fs, options] : refused) {
+    auto parsed = ParseMkfsOptions("vol7", fs, options);
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << fs << " " << options;
+    EXPECT_NE(parsed.status().message().find("vol7"), std::string::npos) << parsed.status().message();
+  }
+  const std::vector<std::pair<const char*, const char*>> allowed = {
+      {"xfs", "-d agcount=4,su=64k,sw=2 -l size=64m,lazy-count=1 -n ftype=1 -r extsize=64k -d noalign"},
+      {"xfs", "-m reflink=1,crc=1,bigtime=1 -i size=512,sparse=1 -b size=4096 -s size=4096"},
+      {"ext4", "-E stride=16,stripe_width=32,root_owner=0:0,lazy_itable_init=1 -O ^has_journal -T news"},
+      {"btrfs", "-m single -d single -O no-holes --csum xxhash"},
+  };
+  for (const auto& [fs, options] : allowed) {
+    auto parsed = ParseMkfsOptions("v", fs, options);
+    EXPECT_TRUE(parsed.ok()) << fs << " " << options << ": " << parsed.status().ToString();
+  }
+}
+
 TEST(MkfsMountOptionsTest, MkfsArgvHasFastSafeDefaultsAndNoForce) {
   EXPECT_EQ(MkfsArgv("ext4", "/dev/loop3", {}),
             (std::vector<std::string>{"mkfs.ext4", "-q", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1",

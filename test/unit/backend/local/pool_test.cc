@@ -357,6 +357,65 @@ TEST(PoolTest, OvercommitRatioBoundsEachNewVolumeAndEachGrow) {
   }
 }
 
+// Thin images leave the free space where it was, so a ratio checked against
+// each request alone let any number of volumes through: the policy is on the
+// total provisioned (volumes and snapshots), and GetCapacity says what is left.
+TEST(PoolTest, OvercommitRatioBoundsWhatIsProvisionedInTotal) {
+  TempDir dir;
+  // 1 GiB file system, all free, ratio 2: 2 GiB may be provisioned in all.
+  SizedPool sized(dir, kGiB, kGiB, 2.0);
+  ASSERT_NE(sized.pool, nullptr);
+  Pool& pool = *sized.pool;
+  std::vector<VolumeRecord> volumes;
+  for (int i = 0; i < 3; ++i) {
+    volumes.push_back(Record("pvc-" + std::to_string(i), 600 * kMiB));
+    ASSERT_TRUE(pool.CreateVolume(volumes.back(), "").ok()) << i;
+  }
+  EXPECT_EQ(pool.ProvisionedBytes(), 1800 * kMiB);
+  EXPECT_EQ(*pool.AvailableBytes(), 248 * kMiB) << "GetCapacity: what the ratio leaves beyond what is provisioned";
+  Status st = pool.CreateVolume(Record("pvc-one-too-many", 600 * kMiB), "");
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("provision"), std::string::npos) << st.message();
+  EXPECT_TRUE(Names(dir.Join("tmp")).empty());
+  // A grow counts the same way; so does a snapshot, which is a copy.
+  const std::string first = volumes.front().id;
+  EXPECT_EQ(pool.GrowImage(first, 900 * kMiB).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(*pool.ImageSize(first), 600 * kMiB);
+  SnapshotRecord snap{NewSnapshotId(), "snap-over", first, 600 * kMiB, 1700000000, true};
+  EXPECT_EQ(pool.CreateSnapshot(snap).code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(pool.GetSnapshot(snap.id).has_value());
+  // What fits still fits, and a delete gives its share back.
+  ASSERT_TRUE(pool.CreateVolume(Record("pvc-fits", 200 * kMiB), "").ok());
+  ASSERT_TRUE(pool.DeleteVolume(first).ok());
+  EXPECT_TRUE(pool.CreateVolume(Record("pvc-after-delete", 600 * kMiB), "").ok());
+}
+
+TEST(PoolTest, MaxVolumesCapsTheVolumeCountWithResourceExhausted) {
+  TempDir dir;
+  auto files = std::make_shared<testing::RecordingImageFiles>(dir.path());
+  files->SetSpace(kGiB, kGiB);
+  PoolOptions options;
+  options.files = files;
+  options.max_volumes = 2;
+  auto opened = Pool::Open(dir.path(), options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Pool& pool = **opened;
+  VolumeRecord a = Record("pvc-a", kMiB), b = Record("pvc-b", kMiB);
+  ASSERT_TRUE(pool.CreateVolume(a, "").ok());
+  ASSERT_TRUE(pool.CreateVolume(b, "").ok());
+  VolumeRecord third = Record("pvc-c", kMiB);
+  Status st = pool.CreateVolume(third, "");
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("--max-volumes 2"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(third.id), std::string::npos) << st.message();
+  EXPECT_TRUE(Names(dir.Join("tmp")).empty());
+  EXPECT_FALSE(pool.GetVolume(third.id).has_value());
+  // A grow makes no new volume.
+  EXPECT_TRUE(pool.GrowImage(a.id, 2 * kMiB).ok());
+  ASSERT_TRUE(pool.DeleteVolume(b.id).ok());
+  EXPECT_TRUE(pool.CreateVolume(third, "").ok()) << "a deleted volume frees its place";
+}
+
 // The order of the durable steps is what makes every crash point
 // recoverable (pool.h): an image's name durable before its record, a
 // record's removal durable before its image goes.

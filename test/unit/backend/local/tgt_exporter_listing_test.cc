@@ -1,8 +1,8 @@
-// TgtExporter's kept listing (issue #18): which calls may skip reading
-// tgtd's targets again, and which must not. tgtd's management socket is a
-// plain file in a temp dir here (only its identity is looked at), the
-// listings are the captured ones (test/testdata/tgtadm) and the strict
-// FakeExecutor fails on any show a test does not expect, or a missing one.
+// TgtExporter's kept listing: which calls may skip reading tgtd's targets
+// again, and which must not. tgtd's management socket is a plain file in a
+// temp dir here (only its identity is looked at), the listings are the
+// captured ones (test/testdata/tgtadm) and the strict FakeTgtd fails on any
+// show a test does not expect, or a missing one.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,31 +14,27 @@
 #include <vector>
 
 #include "backend/local/tgt_exporter.h"
-#include "support/fake_executor.h"
 #include "support/test_util.h"
 #include "support/tgt_captured.h"
 
 namespace blockcsi {
 namespace {
 
-using testing::FakeExecutor;
 using namespace tgt_captured;  // the captured listings and their exports
 
 constexpr int kPort = 3262;
 
 std::string Without(const std::string& text, const std::string& from) { return Edited(text, from, ""); }
 
-std::vector<std::string> Tgtadm(std::vector<std::string> args) { return TgtadmArgv(kPort, std::move(args)); }
+const TgtdRequest kShowTargets = TgtdRequest::ShowTargets();
 
-const std::vector<std::string> kShowTargets = Tgtadm({"--op", "show", "--mode", "target"});
-
-void ExpectNewTarget(FakeExecutor& executor, int tid) { ExpectExportMade(executor, kPort, tid, NewVolume()); }
+void ExpectNewTarget(FakeTgtd& tgtd, int tid) { ExpectExportMade(tgtd, tid, NewVolume()); }
 
 class TgtExporterListingTest : public ::testing::Test {
  protected:
   TgtExporterListingTest() { MakeSocket(); }
   void TearDown() override {
-    EXPECT_TRUE(executor_->Pending().empty()) << "expected tgtadm commands never ran: " << executor_->Pending().front();
+    EXPECT_TRUE(tgtd_->Pending().empty()) << "expected tgtd requests never sent: " << tgtd_->Pending().front();
   }
   // What a (re)started tgtd does: a new socket file. Made beside the old one
   // and renamed over it, so that it cannot get the old one's inode number
@@ -50,13 +46,12 @@ class TgtExporterListingTest : public ::testing::Test {
   std::string socket_path() const { return dir_.Join("socket." + std::to_string(kPort)); }
 
   testing::TempDir dir_;
-  std::shared_ptr<FakeExecutor> executor_ = std::make_shared<FakeExecutor>();
-  TgtExporter exporter_{
-      executor_, kPort, TgtExporter::kDefaultTgtadm, std::chrono::seconds(20), dir_.path(), std::chrono::hours(1)};
+  std::shared_ptr<FakeTgtd> tgtd_ = std::make_shared<FakeTgtd>();
+  TgtExporter exporter_{tgtd_, kPort, dir_.path(), std::chrono::hours(1)};
 };
 
 TEST_F(TgtExporterListingTest, AnExportAlreadyInPlaceIsCheckedWithoutReadingTgtdAgain) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));  // once, for all three
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));  // once, for all three
   for (int i = 0; i < 3; ++i) {
     auto repairs = exporter_.Apply(Volume2());
     ASSERT_TRUE(repairs.ok()) << repairs.status().ToString();
@@ -65,9 +60,9 @@ TEST_F(TgtExporterListingTest, AnExportAlreadyInPlaceIsCheckedWithoutReadingTgtd
 }
 
 TEST_F(TgtExporterListingTest, ANewTargetIsMadeOnTheKeptListingAndKeptInStep) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
-  ExpectNewTarget(*executor_, 6);  // the next tid after the listing's 5, no read
+  ExpectNewTarget(*tgtd_, 6);  // the next tid after the listing's 5, no read
   auto made = exporter_.Apply(NewVolume());
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   EXPECT_EQ(made->size(), 2u);  // target created, LUN added
@@ -79,13 +74,13 @@ TEST_F(TgtExporterListingTest, ANewTargetIsMadeOnTheKeptListingAndKeptInStep) {
 
 TEST_F(TgtExporterListingTest, AnAclChangeIsDecidedOnAFreshReadAndReadBack) {
   const std::string listing = Captured("show_target_no_sessions.txt");
-  executor_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowTargets, listing);
   ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
   // Revoking n2: a fresh read before the unbind, the read-back after.
   const std::string without_n2 = Without(listing, std::string("        ") + kN2 + "\n");
-  executor_->ExpectOk(kShowTargets, listing);
-  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
-  executor_->ExpectOk(kShowTargets, without_n2);
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(2, kN2));
+  tgtd_->ExpectOk(kShowTargets, without_n2);
   DesiredExport d = Volume2();
   d.acls = {Allow(kN1)};
   auto revoked = exporter_.Apply(d);
@@ -134,20 +129,20 @@ TEST_F(TgtExporterListingTest, CallsThatComeWhileOneIsAtTgtdShareTheNextReadAndR
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   };
-  executor_->ExpectOk(kShowTargets, listing + target3).Then([&] {
+  tgtd_->ExpectOk(kShowTargets, listing + target3).Then([&] {
     second_call = std::thread([&] { second_result = exporter_.Apply(second); });
     wait_for_waiting(1);
     third_call = std::thread([&] { third_result = exporter_.Apply(third); });
     wait_for_waiting(2);
   });
-  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
+  tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(2, kN2));
   const std::string after_first = Without(listing, n2_line) + target3;
-  executor_->ExpectOk(kShowTargets, after_first);  // the first call's read-back
+  tgtd_->ExpectOk(kShowTargets, after_first);  // the first call's read-back
   // The other two: one fresh read, both changes, one read-back.
-  executor_->ExpectOk(kShowTargets, after_first);
-  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "3", "--initiator-name", kN2}));
-  executor_->ExpectOk(Tgtadm({"--op", "bind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
-  executor_->ExpectOk(kShowTargets, listing + Without(target3, n2_line));
+  tgtd_->ExpectOk(kShowTargets, after_first);
+  tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(3, kN2));
+  tgtd_->ExpectOk(TgtdRequest::BindInitiator(2, kN2));
+  tgtd_->ExpectOk(kShowTargets, listing + Without(target3, n2_line));
 
   auto first_result = exporter_.Apply(first);
   if (second_call.joinable()) second_call.join();
@@ -161,41 +156,40 @@ TEST_F(TgtExporterListingTest, CallsThatComeWhileOneIsAtTgtdShareTheNextReadAndR
 }
 
 TEST_F(TgtExporterListingTest, ARestartedTgtdIsReadAgain) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
   MakeSocket();
   // The same export, in place on the kept listing, is read again from the
   // new tgtd, which has lost it: made again, at tid 1.
-  executor_->ExpectOk(kShowTargets, "");
-  ExpectExportMade(*executor_, kPort, 1, Volume2());
-  executor_->ExpectOk(kShowTargets, "");  // the read-back: tgtd shows no target 1 (a fake tgtd)
+  tgtd_->ExpectOk(kShowTargets, "");
+  ExpectExportMade(*tgtd_, 1, Volume2());
+  tgtd_->ExpectOk(kShowTargets, "");  // the read-back: tgtd shows no target 1 (a fake tgtd)
   EXPECT_EQ(exporter_.Apply(Volume2()).status().code(), StatusCode::kInternal);
 }
 
 TEST_F(TgtExporterListingTest, ARefusedCommandMakesTheNextCallReadAgain) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
   // Someone else took tid 6 behind our back: tgtd refuses it, the call reads
   // again and makes the target at the tid the fresh listing leaves free.
-  executor_->ExpectFail(Tgtadm({"--op", "new", "--mode", "target", "--tid", "6", "-T", kNewIqn}), 22,
-                        "tgtadm: this target already exists\n");
+  tgtd_->ExpectRefused(TgtdRequest::NewTarget(6, kNewIqn), TgtdError::kTargetExists);
   const std::string listing = Captured("show_target_no_sessions.txt");
   std::string other = listing.substr(listing.find("Target 5:"));
   other.replace(0, other.find('\n'), "Target 6: iqn.2003-01.org.example:other");
   const std::string taken = listing + other;
-  executor_->ExpectOk(kShowTargets, taken);
-  ExpectNewTarget(*executor_, 7);
+  tgtd_->ExpectOk(kShowTargets, taken);
+  ExpectNewTarget(*tgtd_, 7);
   auto made = exporter_.Apply(NewVolume());
   ASSERT_TRUE(made.ok()) << made.status().ToString();
 }
 
 TEST_F(TgtExporterListingTest, RemoveAndCloseSessionsReadFreshOutsideARevoke) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN1).ok());
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
-  executor_->ExpectOk(Tgtadm({"--op", "delete", "--mode", "target", "--tid", "2", "--force"}));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(TgtdRequest::DeleteTarget(2));
   EXPECT_TRUE(exporter_.Remove(kIqn2).ok());
 }
 
@@ -203,49 +197,44 @@ TEST_F(TgtExporterListingTest, RemoveAndCloseSessionsReadFreshOutsideARevoke) {
 // gone and with nothing sent since, is the first session read.
 TEST_F(TgtExporterListingTest, CloseSessionsRightAfterARevokeUsesItsReadBack) {
   const std::string listing = Captured("show_target_no_sessions.txt");
-  executor_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowTargets, listing);
   ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
-  executor_->ExpectOk(kShowTargets, listing);
-  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
-  executor_->ExpectOk(kShowTargets, Without(listing, std::string("        ") + kN2 + "\n"));
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(2, kN2));
+  tgtd_->ExpectOk(kShowTargets, Without(listing, std::string("        ") + kN2 + "\n"));
   DesiredExport d = Volume2();
   d.acls = {Allow(kN1)};
   ASSERT_TRUE(exporter_.Apply(d).ok());
-  EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN2).ok());  // no request: the strict executor has none queued
+  EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN2).ok());  // no request: the strict fake has none queued
   // Another initiator (still in the ACL) or a second call is not covered by it.
-  executor_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowTargets, listing);
   EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN1).ok());
-  executor_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowTargets, listing);
   EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN2).ok());
 }
 
 // A session the read-back shows is closed, and the next round reads fresh.
 TEST_F(TgtExporterListingTest, ASessionInTheRevokeReadBackIsClosedThenReadAgain) {
   const std::string listing = Captured("show_target_sessions.txt");
-  executor_->ExpectOk(kShowTargets, listing);
-  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN1}));
-  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(2, kN1));
+  tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(2, kN2));
   const std::string no_acl = Without(listing, std::string("        ") + kN1 + "\n        " + kN2 + "\n");
-  executor_->ExpectOk(kShowTargets, no_acl);
+  tgtd_->ExpectOk(kShowTargets, no_acl);
   DesiredExport d = Volume2();
   d.acls = {};
   ASSERT_TRUE(exporter_.Apply(d).ok());
-  executor_->ExpectOk(Tgtadm({"--op", "delete", "--mode", "conn", "--tid", "2", "--sid", "9", "--cid", "0"}));
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(2, 9, 0));
   const std::string nexus = std::string("        I_T nexus: 9\n            Initiator: ") + kN1 +
                             " alias: none\n            Connection: 0\n                IP Address: 127.0.0.1\n";
-  executor_->ExpectOk(kShowTargets, Without(no_acl, nexus));  // the second round: fresh, the session gone
+  tgtd_->ExpectOk(kShowTargets, Without(no_acl, nexus));  // the second round: fresh, the session gone
   EXPECT_TRUE(exporter_.CloseSessions(kIqn2, kN1).ok());
 }
 
 TEST_F(TgtExporterListingTest, AListingOlderThanItsMaximumAgeIsReadAgain) {
-  TgtExporter short_lived{executor_,
-                          kPort,
-                          TgtExporter::kDefaultTgtadm,
-                          std::chrono::seconds(20),
-                          dir_.path(),
-                          std::chrono::milliseconds(0)};
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  TgtExporter short_lived{tgtd_, kPort, dir_.path(), std::chrono::milliseconds(0)};
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   ASSERT_TRUE(short_lived.Apply(Volume2()).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past an age of 0, whatever the clock's grain
   ASSERT_TRUE(short_lived.Apply(Volume2()).ok());
@@ -253,8 +242,8 @@ TEST_F(TgtExporterListingTest, AListingOlderThanItsMaximumAgeIsReadAgain) {
 
 TEST_F(TgtExporterListingTest, WithoutASocketToIdentifyTgtdNothingIsKept) {
   std::filesystem::remove(socket_path());
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
   ASSERT_TRUE(exporter_.Apply(Volume2()).ok());
 }

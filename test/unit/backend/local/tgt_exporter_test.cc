@@ -1,8 +1,8 @@
 // TgtExporter against what tgtadm printed on a real tgtd (test/testdata/
-// tgtadm), through the strict FakeExecutor: the exact tgtadm commands each
-// change needs, the read-back of every ACL change, CHAP secrets kept out of
-// what a log sees, and listings that cannot be trusted refused before any
-// change.
+// tgtadm), through the strict FakeTgtd: the exact tgtd requests each change
+// needs, the read-back of every ACL change, which of tgtd's error numbers
+// count as "already so" and which fail, CHAP secrets kept out of what the
+// caller sees, and listings that cannot be trusted refused before any change.
 #include "backend/local/tgt_exporter.h"
 
 #include <gtest/gtest.h>
@@ -11,35 +11,31 @@
 #include <string>
 #include <vector>
 
-#include "support/fake_executor.h"
 #include "support/test_util.h"
 #include "support/tgt_captured.h"
 
 namespace blockcsi {
 namespace {
 
-using testing::FakeExecutor;
 using namespace tgt_captured;  // the captured listings and their exports
 
 constexpr int kPort = 3261;
 
-std::vector<std::string> Tgtadm(std::vector<std::string> args) { return TgtadmArgv(kPort, std::move(args)); }
-
-const std::vector<std::string> kShowTargets = Tgtadm({"--op", "show", "--mode", "target"});
-const std::vector<std::string> kShowAccounts = Tgtadm({"--op", "show", "--mode", "account"});
+const TgtdRequest kShowTargets = TgtdRequest::ShowTargets();
+const TgtdRequest kShowAccounts = TgtdRequest::ShowAccounts();
 
 class TgtExporterTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    EXPECT_TRUE(executor_->Pending().empty()) << "expected tgtadm commands never ran: " << executor_->Pending().front();
+    EXPECT_TRUE(tgtd_->Pending().empty()) << "expected tgtd requests never sent: " << tgtd_->Pending().front();
   }
 
-  std::shared_ptr<FakeExecutor> executor_ = std::make_shared<FakeExecutor>();
-  TgtExporter exporter_{executor_, kPort};
+  std::shared_ptr<FakeTgtd> tgtd_ = std::make_shared<FakeTgtd>();
+  TgtExporter exporter_{tgtd_, kPort};
 };
 
 TEST_F(TgtExporterTest, AMatchingTargetIsLeftAlone) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   auto repairs = exporter_.Apply(Volume2());
   ASSERT_TRUE(repairs.ok()) << repairs.status().ToString();
   EXPECT_TRUE(repairs->empty());
@@ -47,9 +43,9 @@ TEST_F(TgtExporterTest, AMatchingTargetIsLeftAlone) {
 
 TEST_F(TgtExporterTest, RevokingAnInitiatorUnbindsItAndReadsTheAclBack) {
   const std::string listing = Captured("show_target_no_sessions.txt");
-  executor_->ExpectOk(kShowTargets, listing);
-  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
-  executor_->ExpectOk(kShowTargets, Edited(listing, std::string("        ") + kN2 + "\n", ""));
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(2, kN2));
+  tgtd_->ExpectOk(kShowTargets, Edited(listing, std::string("        ") + kN2 + "\n", ""));
   DesiredExport d = Volume2();
   d.acls = {Allow(kN1)};
   auto repairs = exporter_.Apply(d);
@@ -59,9 +55,9 @@ TEST_F(TgtExporterTest, RevokingAnInitiatorUnbindsItAndReadsTheAclBack) {
 
 TEST_F(TgtExporterTest, AnAclThatReadsBackOtherwiseIsInternalNamingTheVolume) {
   const std::string listing = Captured("show_target_no_sessions.txt");
-  executor_->ExpectOk(kShowTargets, listing);
-  executor_->ExpectOk(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}));
-  executor_->ExpectOk(kShowTargets, listing);  // tgtd still lets n2 in
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(2, kN2));
+  tgtd_->ExpectOk(kShowTargets, listing);  // tgtd still lets n2 in
   DesiredExport d = Volume2();
   d.acls = {Allow(kN1)};
   auto repairs = exporter_.Apply(d);
@@ -78,9 +74,9 @@ TEST_F(TgtExporterTest, ANewVolumeGetsTheNextFreeTidItsLunIdentityAndItsAcl) {
                               std::string("        ") + kN2 + "\n", "");
   DesiredExport d = NewVolume();
   d.acls = {Allow(kN1)};
-  executor_->ExpectOk(kShowTargets, listing);
-  ExpectExportMade(*executor_, kPort, 6, d);
-  executor_->ExpectOk(kShowTargets, listing + block6);
+  tgtd_->ExpectOk(kShowTargets, listing);
+  ExpectExportMade(*tgtd_, 6, d);
+  tgtd_->ExpectOk(kShowTargets, listing + block6);
   auto repairs = exporter_.Apply(d);
   ASSERT_TRUE(repairs.ok()) << repairs.status().ToString();
   EXPECT_EQ(repairs->size(), 3u);  // target created, LUN added, n1 allowed
@@ -88,12 +84,11 @@ TEST_F(TgtExporterTest, ANewVolumeGetsTheNextFreeTidItsLunIdentityAndItsAcl) {
   EXPECT_EQ(exporter_.IdentityFor(kNewVol).wwn, "60000000b10cc5a12222222222222222");
 }
 
-TEST_F(TgtExporterTest, ChapAccountIsMadeWithItsSecretMarkedAndBoundToTheTarget) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
-  executor_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
-  executor_->ExpectOk(
-      Tgtadm({"--op", "new", "--mode", "account", "--user", "bob", "--password", FakeExecutor::Secret("s3cret-pw")}));
-  executor_->ExpectOk(Tgtadm({"--op", "bind", "--mode", "account", "--tid", "2", "--user", "bob"}));
+TEST_F(TgtExporterTest, ChapAccountIsMadeAndBoundToTheTargetWithItsSecretInNoRepair) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
+  tgtd_->ExpectOk(TgtdRequest::NewAccount("bob", "s3cret-pw"));
+  tgtd_->ExpectOk(TgtdRequest::BindAccount(2, "bob", false));
   DesiredExport d = Volume2();
   d.acls = {Allow(kN1, "bob"), Allow(kN2)};
   ChapCredentials bob;
@@ -102,12 +97,11 @@ TEST_F(TgtExporterTest, ChapAccountIsMadeWithItsSecretMarkedAndBoundToTheTarget)
   d.chap = {bob};
   auto repairs = exporter_.Apply(d);
   ASSERT_TRUE(repairs.ok()) << repairs.status().ToString();
-  for (const auto& line : executor_->RedactedLog()) EXPECT_EQ(line.find("s3cret-pw"), std::string::npos) << line;
   for (const auto& line : *repairs) EXPECT_EQ(line.find("s3cret-pw"), std::string::npos) << line;
 }
 
 TEST_F(TgtExporterTest, AListingWithADuplicateTidChangesNothing) {
-  executor_->ExpectOk(kShowTargets, Edited(Captured("show_target_no_sessions.txt"), "Target 5:", "Target 2:"));
+  tgtd_->ExpectOk(kShowTargets, Edited(Captured("show_target_no_sessions.txt"), "Target 5:", "Target 2:"));
   DesiredExport d = Volume2();
   d.acls = {Allow(kN1)};
   auto repairs = exporter_.Apply(d);
@@ -115,15 +109,18 @@ TEST_F(TgtExporterTest, AListingWithADuplicateTidChangesNothing) {
 }
 
 TEST_F(TgtExporterTest, ATgtdThatDoesNotAnswerIsUnavailable) {
-  executor_->ExpectFail(kShowTargets, 107,
-                        "tgtadm: failed to send request hdr to tgt daemon, Transport endpoint is not connected\n");
+  tgtd_->ExpectError(kShowTargets, Unavailable("tgtd on control port 3261 does not answer"));
+  EXPECT_EQ(exporter_.Apply(Volume2()).status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(TgtExporterTest, ATgtdThatRefusesToListIsUnavailable) {
+  tgtd_->ExpectRefused(kShowTargets, TgtdError::kNoDriver);
   EXPECT_EQ(exporter_.Apply(Volume2()).status().code(), StatusCode::kUnavailable);
 }
 
 TEST_F(TgtExporterTest, AFailedChangeIsInternalNamingTheVolume) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
-  executor_->ExpectFail(Tgtadm({"--op", "unbind", "--mode", "target", "--tid", "2", "--initiator-name", kN2}), 22,
-                        "tgtadm: invalid request\n");
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectRefused(TgtdRequest::UnbindInitiator(2, kN2), TgtdError::kInvalidRequest);
   DesiredExport d = Volume2();
   d.acls = {Allow(kN1)};
   auto repairs = exporter_.Apply(d);
@@ -132,22 +129,85 @@ TEST_F(TgtExporterTest, AFailedChangeIsInternalNamingTheVolume) {
 }
 
 TEST_F(TgtExporterTest, CloseSessionsDeletesOnlyThatInitiatorsConnections) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_sessions.txt"));
-  executor_->ExpectOk(Tgtadm({"--op", "delete", "--mode", "conn", "--tid", "1", "--sid", "10", "--cid", "0"}));
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_sessions.txt"));
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   EXPECT_TRUE(exporter_.CloseSessions("iqn.2026-11.io.blockcsi:vol-0123456789abcdef", kN1).ok());
 }
 
 TEST_F(TgtExporterTest, RemovingATargetDropsTheAccountNothingElseBinds) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
-  executor_->ExpectOk(Tgtadm({"--op", "delete", "--mode", "target", "--tid", "1", "--force"}));
-  executor_->ExpectOk(Tgtadm({"--op", "delete", "--mode", "account", "--user", "alice"}));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(TgtdRequest::DeleteTarget(1));
+  tgtd_->ExpectOk(TgtdRequest::DeleteAccount("alice"));
   EXPECT_TRUE(exporter_.Remove("iqn.2026-11.io.blockcsi:vol-0123456789abcdef").ok());
 }
 
 TEST_F(TgtExporterTest, RemovingATargetThatIsGoneIsOk) {
-  executor_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   EXPECT_TRUE(exporter_.Remove("iqn.2026-11.io.blockcsi:vol-9999999999999999").ok());
+}
+
+// tgtd's "already so" answers to the change a step asked for count as done;
+// the same error number for another step does not.
+TEST_F(TgtExporterTest, AnAclRuleTgtdAlreadyHasOrAlreadyLacksIsTolerated) {
+  const std::string listing = Captured("show_target_no_sessions.txt");
+  const std::string without_n2 = Edited(listing, std::string("        ") + kN2 + "\n", "");
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectRefused(TgtdRequest::UnbindInitiator(2, kN2), TgtdError::kAclDoesNotExist);
+  tgtd_->ExpectOk(kShowTargets, without_n2);
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1)};
+  auto revoked = exporter_.Apply(d);
+  ASSERT_TRUE(revoked.ok()) << revoked.status().ToString();
+
+  tgtd_->ExpectOk(kShowTargets, without_n2);
+  tgtd_->ExpectRefused(TgtdRequest::BindInitiator(2, kN2), TgtdError::kAclExists);
+  tgtd_->ExpectOk(kShowTargets, listing);
+  auto granted = exporter_.Apply(Volume2());
+  ASSERT_TRUE(granted.ok()) << granted.status().ToString();
+}
+
+TEST_F(TgtExporterTest, AnErrorNumberToleratedElsewhereFailsAnotherStep) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  // "already exists" for a rule that was to be removed: not "already so".
+  tgtd_->ExpectRefused(TgtdRequest::UnbindInitiator(2, kN2), TgtdError::kAclExists);
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1)};
+  EXPECT_EQ(exporter_.Apply(d).status().code(), StatusCode::kInternal);
+}
+
+// tgtd refuses an outgoing bind while any account holds the target's one
+// outgoing slot: after the listing showed it empty, that is someone else's
+// account, and the grant fails instead of passing for mutual CHAP.
+TEST_F(TgtExporterTest, AnOutgoingSlotTgtdSaysIsTakenFailsTheGrant) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
+  tgtd_->ExpectOk(TgtdRequest::NewAccount("bob", "s3cret-pw"));
+  tgtd_->ExpectOk(TgtdRequest::NewAccount("tgt-bob", "mutual-pw-123"));
+  tgtd_->ExpectOk(TgtdRequest::BindAccount(2, "bob", false));
+  tgtd_->ExpectRefused(TgtdRequest::BindAccount(2, "tgt-bob", true), TgtdError::kOutgoingAccountExists);
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1, "bob")};
+  ChapCredentials bob;
+  bob.username = "bob";
+  bob.password = "s3cret-pw";
+  bob.mutual_username = "tgt-bob";
+  bob.mutual_password = "mutual-pw-123";
+  d.chap = {bob};
+  EXPECT_EQ(exporter_.Apply(d).status().code(), StatusCode::kInternal);
+}
+
+TEST_F(TgtExporterTest, ANewTargetWhoseTidTgtdAlreadyHasFails) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectRefused(TgtdRequest::NewTarget(6, kNewIqn), TgtdError::kTargetExists);
+  EXPECT_EQ(exporter_.Apply(NewVolume()).status().code(), StatusCode::kInternal);
+}
+
+TEST_F(TgtExporterTest, RemovingATargetTgtdNoLongerHasIsOk) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectRefused(TgtdRequest::DeleteTarget(1), TgtdError::kNoTarget);
+  tgtd_->ExpectRefused(TgtdRequest::DeleteAccount("alice"), TgtdError::kNoUser);
+  EXPECT_TRUE(exporter_.Remove("iqn.2026-11.io.blockcsi:vol-0123456789abcdef").ok());
 }
 
 }  // namespace
