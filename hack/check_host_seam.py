@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Fails on a direct filesystem, process or sleep call in src/ outside the seams.
 
-Issue #16 item 2: every filesystem, sysfs, configfs, mount, exec and sleep
-goes through one host seam, so that a test can point it at a temp tree
-(MakeRootedHost) or a fake. The seams are common/host.h (files, paths,
+Every filesystem, sysfs, configfs, mount, exec and sleep goes through one
+host seam, so that a test can point it at a temp tree (HostRootedAt) or a
+fake. And the seam is handed in: only the programs' wiring (src/cmd, and
+the bridge, which is its own program) names the machine itself,
+MachineHost() or a host rooted at "/" -- any other code that did could not
+be pointed anywhere else. The seams are common/host.h (files, paths,
 detached processes, process exits), Executor (programs run to completion),
 Mounter (mount/umount), BlockProbe (signatures), Clock (time and sleeps) and
 atomic_file.h (the crash-safe write the seams themselves use). Only their
@@ -36,6 +39,13 @@ SEAMS = {
     "common/lazy_http.cc": "the http module's location beside the program",
 }
 EXEMPT_DIRS = ("bridge/",)
+# Where MachineHost() is defined and declared.
+MACHINE_SEAM = {"common/host.cc", "common/host.h"}
+# Files allowed to name the machine's host outside the wiring, each with why.
+MACHINE_ALLOWED = {
+    "backend/local/tgt_exporter.h": "its host is the last of its defaulted constructor parameters, after "
+                                    "the socket dir and listing age most callers leave as they are",
+}
 
 # System calls (and libc wrappers) that touch files, processes or time.
 # A call is the bare or ::-qualified name followed by "(", not a member
@@ -62,12 +72,33 @@ FACILITIES = [
     (re.compile(r"\bSYS_pidfd_open\b"), "pidfd_open"),
 ]
 
+# The machine itself, named outside the wiring. The literal root is matched
+# before literals are blanked.
+MACHINE = re.compile(r'(?<![\w.>])(?:::\s*)?(MachineHost\s*\(|(?:HostRootedAt|RootedHost)\s*[({<]?[^;]*?\(\s*"/?"\s*\))')
+WIRING_DIRS = ("cmd/", "bridge/")
+
 # Comments and literals say what they like: blank them, keeping line numbers.
 TOKENS = re.compile(r'//[^\n]*|/\*.*?\*/|R"([^(]*)\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
 
 def blank(match: re.Match) -> str:
     return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def comments_blanked(text: str) -> str:
+    return TOKENS.sub(lambda m: blank(m) if m.group(0).startswith("/") else m.group(0), text)
+
+
+def machine_uses(path: pathlib.Path, relative: str) -> list:
+    code = comments_blanked(path.read_text())
+    found = []
+    for number, line in enumerate(code.split("\n"), start=1):
+        if line.lstrip().startswith("#"):
+            continue
+        if MACHINE.search(line):
+            found.append(f"src/{relative}:{number}: names the machine's host; take a Host from the caller "
+                         "(only src/cmd wires MachineHost())")
+    return found
 
 
 def problems_in(path: pathlib.Path, relative: str) -> list:
@@ -92,6 +123,8 @@ def main() -> int:
         if path.suffix not in (".h", ".cc") or not path.is_file():
             continue
         relative = path.relative_to(root).as_posix()
+        if not relative.startswith(WIRING_DIRS) and relative not in MACHINE_SEAM and relative not in MACHINE_ALLOWED:
+            problems += machine_uses(path, relative)
         if relative in SEAMS or relative.startswith(EXEMPT_DIRS):
             continue
         problems += problems_in(path, relative)

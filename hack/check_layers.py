@@ -11,11 +11,13 @@ import re
 import sys
 
 # Lowest first. Folders on one level do not include each other.
+# contract holds what controller, backends and node agree on (publish_context
+# keys, the initiator IQN rule, CHAP rules): the backends follow it without
+# knowing how a node attaches, so attach and backend share a level.
 LAYERS = [
     {"common"},
-    {"bridge"},
-    {"attach"},
-    {"backend"},
+    {"bridge", "contract"},
+    {"attach", "backend"},
     {"controller", "agent", "node"},
     {"cli"},
     {"cmd"},

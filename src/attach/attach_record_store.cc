@@ -71,8 +71,8 @@ StatusOr<AttachRecord> AttachRecordFromJson(const std::string& text, const std::
   }
 }
 
-AttachRecordStore::AttachRecordStore(std::string state_dir, FaultHook fault_hook)
-    : dir_(std::move(state_dir) + "/attachments"), fault_hook_(std::move(fault_hook)) {}
+AttachRecordStore::AttachRecordStore(std::string state_dir, std::shared_ptr<const Host> files, FaultHook fault_hook)
+    : dir_(std::move(state_dir) + "/attachments"), files_(std::move(files)), fault_hook_(std::move(fault_hook)) {}
 
 Status AttachRecordStore::Init() {
   BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(dir_, 0700));
@@ -80,7 +80,7 @@ Status AttachRecordStore::Init() {
   // left "<record>.tmp-<n>": never a record (List skips it), and no one else
   // would ever remove it. Init runs at the start of the one plugin that owns
   // this directory, before any Put, so every temp file here is such a leftover.
-  auto names = RealHost()->ListDir(dir_);
+  auto names = files_->ListDir(dir_);
   for (const std::string& name : names.ok() ? *names : std::vector<std::string>{}) {
     if (name.find(".json.tmp-") == std::string::npos) continue;
     if (Status st = RemoveFileDurably(dir_ + "/" + name); !st.ok()) {
@@ -92,8 +92,16 @@ Status AttachRecordStore::Init() {
   return OkStatus();
 }
 
+namespace {
+std::string RecordFileName(const std::string& volume_id) { return EscapeVolumeIdForFile(volume_id) + ".json"; }
+}  // namespace
+
+std::string AttachRecordPath(const std::string& state_dir, const std::string& volume_id) {
+  return state_dir + "/attachments/" + RecordFileName(volume_id);
+}
+
 std::string AttachRecordStore::PathFor(const std::string& volume_id) const {
-  return dir_ + "/" + EscapeVolumeIdForFile(volume_id) + ".json";
+  return dir_ + "/" + RecordFileName(volume_id);
 }
 
 Status AttachRecordStore::Put(const AttachRecord& record, bool sync_directory) {
@@ -111,7 +119,7 @@ Status AttachRecordStore::Put(const AttachRecord& record, bool sync_directory) {
 StatusOr<AttachRecord> AttachRecordStore::Get(const std::string& volume_id) const {
   Span span("record_read");
   std::string path = PathFor(volume_id);
-  auto text = ReadFileToString(path);
+  auto text = files_->ReadFile(path);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) {
       return NotFound("no attach record for volume \"" + volume_id + "\"");
@@ -123,7 +131,7 @@ StatusOr<AttachRecord> AttachRecordStore::Get(const std::string& volume_id) cons
 
 StatusOr<std::vector<AttachRecord>> AttachRecordStore::List() const {
   std::vector<AttachRecord> out;
-  auto listed = RealHost()->ListDir(dir_);  // sorted
+  auto listed = files_->ListDir(dir_);  // sorted
   if (!listed.ok() && listed.status().code() != StatusCode::kNotFound) return listed.status();
   std::vector<std::string> paths;
   for (const std::string& name : listed.ok() ? *listed : std::vector<std::string>{}) {
@@ -131,7 +139,7 @@ StatusOr<std::vector<AttachRecord>> AttachRecordStore::List() const {
     if (name.size() > 5 && name.ends_with(".json") && name[0] != '.') paths.push_back(dir_ + "/" + name);
   }
   for (const auto& path : paths) {
-    auto text = ReadFileToString(path);
+    auto text = files_->ReadFile(path);
     if (!text.ok()) {
       LogWarn("cannot read attach record", {{"path", path}, {"error", text.status().ToString()}});
       continue;

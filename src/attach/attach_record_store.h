@@ -5,11 +5,13 @@
 // writes of one volume.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "attach/volume_attacher.h"
 #include "common/fault_points.h"
+#include "common/host.h"
 #include "common/status.h"
 #include "common/strings.h"
 
@@ -23,10 +25,14 @@ inline constexpr char kAttachStateAttached[] = "attached";
 std::string AttachRecordToJson(const AttachRecord& record);
 StatusOr<AttachRecord> AttachRecordFromJson(const std::string& text, const std::string& what);
 
+// <state_dir>/attachments/<escaped volume id>.json
+std::string AttachRecordPath(const std::string& state_dir, const std::string& volume_id);
+
 class AttachRecordStore {
  public:
+  // `files`: the host the state dir is on (its listings go through it).
   // `fault_hook`: also told of the node.record.* points of each Put (tests).
-  explicit AttachRecordStore(std::string state_dir, FaultHook fault_hook = {});
+  AttachRecordStore(std::string state_dir, std::shared_ptr<const Host> files, FaultHook fault_hook = {});
 
   // Creates the directory (0700) and removes the temp files of writes a
   // crash interrupted. Only the directory's owner (the plugin, at start).
@@ -43,6 +49,7 @@ class AttachRecordStore {
 
  private:
   std::string dir_;
+  std::shared_ptr<const Host> files_;
   FaultHook fault_hook_;
 };
 

@@ -3,10 +3,10 @@
 #include <cctype>
 #include <string_view>
 
-#include "attach/chap_rules.h"
-#include "attach/iscsi_names.h"
-#include "attach/publish_context.h"
 #include "common/strings.h"
+#include "contract/chap_rules.h"
+#include "contract/iscsi_names.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi {
 namespace {

@@ -2,13 +2,13 @@
 
 #include <map>
 
-#include "attach/initiator.h"
 #include "attach/iscsi_connector.h"
 #include "attach/krbd_connector.h"
 #include "attach/transport_router.h"
 #include "attach/userspace_connector.h"
 #include "attach/volume_attacher_impl.h"
 #include "bridge/bridge_cgroup.h"
+#include "contract/initiator.h"
 
 namespace blockcsi {
 
@@ -20,7 +20,10 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
         "--bridge-cgroup applies to --connector userspace only (the kernel connector has no bridges)");
   }
   std::shared_ptr<Executor> executor = options.executor ? options.executor : MakeProcessExecutor();
-  std::shared_ptr<Host> host_fs = options.host_fs ? options.host_fs : RealHost();
+  if (!options.host_fs || !options.state_files) {
+    return InvalidArgument("attacher: the host seams (host_fs, state_files) are required");
+  }
+  const std::shared_ptr<Host>& host_fs = options.host_fs;
   std::shared_ptr<Clock> clock = options.clock ? options.clock : RealClock();
   std::unique_ptr<Connector> connector;
   if (options.connector == "userspace") {
@@ -28,6 +31,7 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
     o.state_dir = options.state_dir;
     o.bridge_dir = options.bridge_dir;
     o.host_fs = host_fs;
+    o.state_files = options.state_files;
     o.clock = clock;
     o.io_timeout = options.bridge_io_timeout;
     o.start_timeout = options.bridge_start_timeout;
@@ -56,6 +60,7 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
     KrbdConnectorOptions k;
     k.executor = executor;
     k.host_fs = host_fs;
+    k.state_files = options.state_files;
     k.state_dir = options.state_dir;
     k.ceph_conf = options.ceph_conf;
     k.command_timeout = options.rbd_command_timeout;
@@ -76,7 +81,8 @@ StatusOr<std::unique_ptr<Connector>> MakeConnector(const AttacherOptions& option
 
 StatusOr<std::unique_ptr<VolumeAttacher>> MakeVolumeAttacher(const AttacherOptions& options) {
   BLOCKCSI_ASSIGN_OR_RETURN(std::unique_ptr<Connector> connector, MakeConnector(options));
-  auto attacher = std::make_unique<VolumeAttacherImpl>(options.state_dir, std::move(connector), options.fault_hook);
+  auto attacher = std::make_unique<VolumeAttacherImpl>(options.state_dir, options.state_files, std::move(connector),
+                                                       options.fault_hook);
   if (options.adopt) BLOCKCSI_RETURN_IF_ERROR(attacher->Start());
   return std::unique_ptr<VolumeAttacher>(std::move(attacher));
 }

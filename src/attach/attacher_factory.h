@@ -36,8 +36,11 @@ struct AttacherOptions {
   // empty: beside the running program.
   std::string bridge_dir;
   std::shared_ptr<Executor> executor;  // default: MakeProcessExecutor()
-  std::shared_ptr<Host> host_fs;       // default: the real / (sysfs, /dev)
-  std::shared_ptr<Clock> clock;        // default: RealClock()
+  // Required: the view of /sys, /dev and /proc (a test roots it at a temp
+  // tree), and the files of state_dir and of this program (the machine's).
+  std::shared_ptr<Host> host_fs;
+  std::shared_ptr<Host> state_files;
+  std::shared_ptr<Clock> clock;  // default: RealClock()
 
   // iSCSI login: per portal, bounded in time, retried. Slow arrays take
   // longer than open-iscsi's 3 s examples; these are the sane defaults.

@@ -26,7 +26,12 @@ struct ConnectResult {
 class Connector {
  public:
   virtual ~Connector() = default;
-  virtual std::string name() const = 0;
+  // The connector family this one belongs to: stamped on each record it
+  // makes (record.connector) and required of a record it attaches again.
+  // "iscsi" for the kernel family (open-iscsi, and krbd behind the
+  // TransportRouter: record.transport tells which), "userspace" for the
+  // bridge; a connector used on its own is its own family.
+  virtual std::string family() const = 0;
 
   // Called before the "attaching" record is first written: records the
   // names (sockets, mount points, iface) under which this attempt's

@@ -6,11 +6,11 @@
 #include <map>
 #include <set>
 
-#include "attach/iscsi_names.h"
 #include "attach/iscsi_sysfs.h"
 #include "common/keyed_lock.h"
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "contract/iscsi_names.h"
 
 namespace blockcsi {
 namespace {
@@ -32,11 +32,10 @@ class IscsiConnector final : public Connector {
  public:
   explicit IscsiConnector(IscsiConnectorOptions o) : options_(std::move(o)) {
     if (!options_.executor) options_.executor = MakeProcessExecutor();
-    if (!options_.host_fs) options_.host_fs = RealHost();
     if (!options_.clock) options_.clock = RealClock();
   }
 
-  std::string name() const override { return "iscsi"; }
+  std::string family() const override { return "iscsi"; }
 
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     record->connector_state["iface"] = IfaceFor(spec);

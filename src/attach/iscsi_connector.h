@@ -24,7 +24,7 @@ namespace blockcsi {
 
 struct IscsiConnectorOptions {
   std::shared_ptr<Executor> executor;
-  std::shared_ptr<Host> host_fs;
+  std::shared_ptr<Host> host_fs;  // required: /sys, /dev and the node records
   std::shared_ptr<Clock> clock;
   std::string iface = "blockcsi";
   // open-iscsi's node database (host path, read and written through

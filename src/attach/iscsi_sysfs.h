@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "attach/iscsi_names.h"
 #include "common/host.h"
 #include "common/lun_identity.h"
 #include "common/status.h"
+#include "contract/iscsi_names.h"
 
 namespace blockcsi {
 

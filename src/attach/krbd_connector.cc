@@ -173,10 +173,9 @@ class KrbdConnector final : public Connector {
  public:
   explicit KrbdConnector(KrbdConnectorOptions o) : options_(std::move(o)) {
     if (!options_.executor) options_.executor = MakeProcessExecutor();
-    if (!options_.host_fs) options_.host_fs = RealHost();
   }
 
-  std::string name() const override { return "krbd"; }
+  std::string family() const override { return "krbd"; }
 
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     // The only thing an attempt leaves outside the kernel is the key file,
@@ -509,9 +508,7 @@ class KrbdConnector final : public Connector {
     }
   }
 
-  // The state dir is this machine's, whatever root host_fs's view of /sys
-  // and /dev has.
-  static const Host& StateHost() { return *RealHost(); }
+  const Host& StateHost() const { return *options_.state_files; }
 
   KrbdConnectorOptions options_;
 };

@@ -23,7 +23,10 @@ namespace blockcsi {
 
 struct KrbdConnectorOptions {
   std::shared_ptr<Executor> executor;
-  std::shared_ptr<Host> host_fs;  // /sys and /dev
+  std::shared_ptr<Host> host_fs;  // required: /sys and /dev
+  // Required: the files of state_dir (the key files), the machine's
+  // whatever root host_fs's view of /sys and /dev has.
+  std::shared_ptr<Host> state_files;
   // Key files live in <state_dir>/krbd (0700) for the duration of one map.
   std::string state_dir;
   std::string rbd_binary = "rbd";

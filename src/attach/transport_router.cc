@@ -10,10 +10,10 @@ namespace {
 
 class TransportRouter final : public Connector {
  public:
-  TransportRouter(std::string name, std::map<std::string, std::unique_ptr<Connector>> routes)
-      : name_(std::move(name)), routes_(std::move(routes)) {}
+  TransportRouter(std::string family, std::map<std::string, std::unique_ptr<Connector>> routes)
+      : family_(std::move(family)), routes_(std::move(routes)) {}
 
-  std::string name() const override { return name_; }
+  std::string family() const override { return family_; }
 
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     // An unserved transport fails in Connect, where an error can be returned.
@@ -96,18 +96,18 @@ class TransportRouter final : public Connector {
     std::string served;
     for (const auto& [t, c] : routes_) served += (served.empty() ? "" : ", ") + t;
     return InvalidArgument("volume \"" + volume_id + "\": transport \"" + transport +
-                           "\" is not served by this node's \"" + name_ + "\" connector (it serves " + served + ")");
+                           "\" is not served by this node's \"" + family_ + "\" connector (it serves " + served + ")");
   }
 
-  const std::string name_;
+  const std::string family_;
   const std::map<std::string, std::unique_ptr<Connector>> routes_;
 };
 
 }  // namespace
 
-std::unique_ptr<Connector> MakeTransportRouter(std::string name,
+std::unique_ptr<Connector> MakeTransportRouter(std::string family,
                                                std::map<std::string, std::unique_ptr<Connector>> by_transport) {
-  return std::make_unique<TransportRouter>(std::move(name), std::move(by_transport));
+  return std::make_unique<TransportRouter>(std::move(family), std::move(by_transport));
 }
 
 }  // namespace blockcsi

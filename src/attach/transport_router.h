@@ -5,13 +5,12 @@
 // before RBD existed). Reconcile hands each inner connector only its own
 // records and merges the refreshed ones back.
 //
-// name(): the facade stamps one connector name on every record and
-// re-attaches a volume only through a connector of that name, and the
-// Connector interface has no per-record name. So the router reports the
-// one name it was built with (the node's --connector value, "iscsi"), for
-// records of every transport: record.connector says which connector
-// *family* made the record, record.transport which inner connector owns
-// it. Records written by the plain iSCSI connector stay valid unchanged.
+// family(): the facade stamps the connector's family on every record and
+// re-attaches a volume only through a connector of that family. The router
+// is one family (the kernel's, "iscsi", what the iSCSI connector alone
+// always called itself) for records of every transport: record.connector
+// says which family made the record, record.transport which inner
+// connector owns it, so records of the plain iSCSI connector stay valid.
 // Thread-safe as far as the inner connectors are; the routing table is
 // fixed at construction.
 #pragma once
@@ -24,7 +23,7 @@
 
 namespace blockcsi {
 
-std::unique_ptr<Connector> MakeTransportRouter(std::string name,
+std::unique_ptr<Connector> MakeTransportRouter(std::string family,
                                                std::map<std::string, std::unique_ptr<Connector>> by_transport);
 
 }  // namespace blockcsi

@@ -11,7 +11,6 @@
 #include <set>
 
 #include "attach/attach_record_store.h"
-#include "attach/initiator.h"
 #include "attach/process_exit.h"
 #include "bridge/bridge_cgroup.h"
 #include "bridge/bridge_protocol.h"
@@ -20,6 +19,7 @@
 #include "common/logging.h"
 #include "common/loop_devices.h"
 #include "common/span.h"
+#include "contract/initiator.h"
 
 namespace blockcsi {
 
@@ -54,13 +54,13 @@ bool IsBridgeArgv(const std::vector<std::string>& argv) {
   std::string_view program = argv[0];
   program = program.substr(program.find_last_of('/') + 1);
   if (program == "blockcsi-bridge") return true;
-  return argv.size() > 1 && argv[1] == "bridge";  // the plugin's own binary, before issue #17
+  return argv.size() > 1 && argv[1] == "bridge";  // the plugin's own binary (see the header)
 }
 
-std::string BridgeProgramFor(const std::string& bridge_dir) {
+std::string BridgeProgramFor(const Host& host, const std::string& bridge_dir) {
   std::string dir = bridge_dir;
   if (dir.empty()) {
-    auto exe = RealHost()->ReadLink("/proc/self/exe");
+    auto exe = host.ReadLink("/proc/self/exe");
     if (exe.ok()) dir = exe->substr(0, exe->rfind('/'));
   }
   return dir + "/blockcsi-bridge";
@@ -77,7 +77,6 @@ constexpr std::chrono::milliseconds kExitWait{std::chrono::seconds(2)};
 class UserspaceConnector final : public Connector {
  public:
   explicit UserspaceConnector(UserspaceConnectorOptions o) : options_(std::move(o)) {
-    if (!options_.host_fs) options_.host_fs = RealHost();
     if (!options_.clock) options_.clock = RealClock();
     if (!options_.mounter) options_.mounter = MakeLibmountMounter();
     self_pid_ = ::getpid();
@@ -85,7 +84,7 @@ class UserspaceConnector final : public Connector {
     if (start.ok()) self_start_ = std::to_string(*start);
   }
 
-  std::string name() const override { return "userspace"; }
+  std::string family() const override { return "userspace"; }
 
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     BridgePaths p = BridgePathsFor(options_.state_dir, spec.volume_id);
@@ -110,8 +109,8 @@ class UserspaceConnector final : public Connector {
     }
     // Anything else left under that name is debris: clear it first. No bridge
     // dir, no debris: a bridge starts only in the dir made below, which goes
-    // only after its bridge (no /proc scan on a first attach, issue #18).
-    if (options_.host_fs->Exists(p.dir)) BLOCKCSI_RETURN_IF_ERROR(CleanupBridge(p, spec.volume_id));
+    // only after its bridge (no /proc scan on a first attach).
+    if (options_.state_files->Exists(p.dir)) BLOCKCSI_RETURN_IF_ERROR(CleanupBridge(p, spec.volume_id));
     BLOCKCSI_RETURN_IF_ERROR(MakeDirectories(p.dir, 0700));
     BLOCKCSI_ASSIGN_OR_RETURN(nlohmann::json ready, SpawnBridge(spec, p));
     Status started = StatusFromReply(ready);
@@ -148,7 +147,7 @@ class UserspaceConnector final : public Connector {
     // starts one): once it is seen gone, /proc holds no other to kill.
     // A bridge that answered the shutdown and exited detached the one loop
     // device it made, the record's: that device is checked, not every loop
-    // device of the node (issue #18).
+    // device of the node.
     std::string loop;
     if (exited) {
       auto it = record.connector_state.find("loop_device");
@@ -254,9 +253,8 @@ class UserspaceConnector final : public Connector {
       }
     }
     // Bridges no record names: reported and removed.
-    // The state dir is this machine's, whatever root host_fs's view has.
     std::string dir = BridgesDir(options_.state_dir);
-    auto entries = RealHost()->ListDir(dir);  // none when it does not exist
+    auto entries = options_.state_files->ListDir(dir);  // none when it does not exist
     for (const std::string& name : entries.ok() ? *entries : std::vector<std::string>{}) {
       std::string path = dir + "/" + name;
       if (known.count(path) > 0) continue;
@@ -439,7 +437,7 @@ class UserspaceConnector final : public Connector {
       if (i == 49) return Unavailable("FUSE mount " + p.mountpoint + " stays busy");
       options_.clock->Sleep(std::chrono::milliseconds(100));
     }
-    return RealHost()->RemoveTree(p.dir);
+    return options_.state_files->RemoveTree(p.dir);
   }
 
   // The bridge's argv and the secrets it reads from stdin (JSON; empty:
@@ -447,7 +445,7 @@ class UserspaceConnector final : public Connector {
   // readable by everyone on the node.
   StatusOr<std::vector<std::string>> BridgeArgv(const AttachSpec& spec, const BridgePaths& p,
                                                 std::string* secrets) const {
-    std::vector<std::string> argv = {BridgeProgramFor(options_.bridge_dir),
+    std::vector<std::string> argv = {BridgeProgramFor(*options_.state_files, options_.bridge_dir),
                                      "--volume-id",
                                      spec.volume_id,
                                      "--control-socket",

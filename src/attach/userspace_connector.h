@@ -24,8 +24,12 @@ struct UserspaceConnectorOptions {
   // Where blockcsi-bridge is; empty: the directory
   // of the running program (/proc/self/exe), as installed in bin/ and the image.
   std::string bridge_dir{};
-  std::shared_ptr<Host> host_fs;  // /sys, /proc and the bridge processes
-  std::shared_ptr<Clock> clock;   // default: RealClock()
+  std::shared_ptr<Host> host_fs;  // required: /sys, /proc and the bridge processes
+  // Required: the files of state_dir (bridge dirs) and of this program
+  // (/proc/self/exe, to find blockcsi-bridge beside it): the machine's,
+  // whatever root host_fs's view has.
+  std::shared_ptr<Host> state_files;
+  std::shared_ptr<Clock> clock;  // default: RealClock()
   // Unmounts what a dead bridge left (its FUSE mount); default: libmount.
   std::shared_ptr<Mounter> mounter;
   std::chrono::milliseconds io_timeout{std::chrono::seconds(30)};
@@ -66,11 +70,12 @@ std::unique_ptr<Connector> MakeUserspaceConnector(UserspaceConnectorOptions opti
 std::vector<int> FindBridgePids(const Host& fs, const std::string& control_socket);
 
 // True when `argv` (a /proc/<pid>/cmdline, split) is a bridge's: the
-// blockcsi-bridge programs, or `<blockcsi> bridge ...` of a plugin before
-// issue #17.
+// blockcsi-bridge programs, or `<blockcsi> bridge ...`, as an older plugin
+// started them (still running after an upgrade).
 bool IsBridgeArgv(const std::vector<std::string>& argv);
 
-// blockcsi-bridge in `bridge_dir` (empty: the running program's directory).
-std::string BridgeProgramFor(const std::string& bridge_dir);
+// blockcsi-bridge in `bridge_dir` (empty: the running program's directory,
+// read through `host`).
+std::string BridgeProgramFor(const Host& host, const std::string& bridge_dir);
 
 }  // namespace blockcsi

@@ -2,13 +2,24 @@
 // AttachSpec into a verified local block device and back, keeping a
 // crash-safe attach record per volume (<state-dir>/attachments/<id>.json,
 // mode 0600, no secrets) so that a retry or a restarted plugin finds and
-// reuses — or cleans up — what an earlier attempt left. Thread-safe; the
-// caller serialises operations on one volume (the node's in-flight guard).
+// reuses — or cleans up — what an earlier attempt left.
+//
+// Who serialises what: the caller holds a volume for the whole of each
+// Attach, Detach, Annotate and Rescan of it (the node service: its
+// per-volume in-flight guard, the one lock per volume, which also answers a
+// second CSI call with ABORTED; blockctl: it runs alone on the volume it
+// cleans up, the plugin's adoption runs at start before any call). The
+// attacher takes no lock of its own per volume, so one operation costs one
+// serialisation. Get, List and Check only read and may run beside an
+// operation (they see the record before or after its write, never a torn
+// one). Different volumes proceed in parallel: implementations are
+// thread-safe for them.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +46,7 @@ struct AttachRecord {
   std::string rbd_monitors;
   std::string rbd_user;
   bool read_only = false;
-  // A LUN blockcsi did not create (a static PV, issue #24): shown as such
+  // A LUN blockcsi did not create (a static PV): shown as such
   // by blockctl; the identity fields may be empty.
   bool static_volume = false;
   // "attaching" (written before login) → "attached" (device known and verified).
@@ -67,7 +78,18 @@ class VolumeAttacher {
   // an existing healthy attachment of the same volume is reused. Identity
   // mismatch → detach, FAILED_PRECONDITION. CHAP rejected → PERMISSION_DENIED
   // or FAILED_PRECONDITION with a clear message; unreachable → UNAVAILABLE.
-  virtual StatusOr<AttachRecord> Attach(const AttachSpec& spec) = 0;
+  // The record returned (and stored) carries spec.annotations, also when an
+  // attachment is reused.
+  // `earlier`: the volume's record as the caller read it (Get) while
+  // holding the volume, nullopt when it has none: the caller decided on it
+  // already, so the attacher does not read it again.
+  virtual StatusOr<AttachRecord> Attach(const AttachSpec& spec, const std::optional<AttachRecord>& earlier) = 0;
+  // The same for a caller that has not read the record.
+  StatusOr<AttachRecord> Attach(const AttachSpec& spec) {
+    auto earlier = Get(spec.volume_id);
+    if (!earlier.ok() && earlier.status().code() != StatusCode::kNotFound) return earlier.status();
+    return Attach(spec, earlier.ok() ? std::optional<AttachRecord>(std::move(*earlier)) : std::nullopt);
+  }
   // Undoes everything the record names; each step tolerates "already gone";
   // removes the record last. No record → OK.
   virtual Status Detach(const std::string& volume_id) = 0;

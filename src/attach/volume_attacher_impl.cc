@@ -22,9 +22,11 @@ std::string DescribeSource(const std::string& transport, const std::string& targ
   return target_iqn + " lun " + std::to_string(lun);
 }
 
-VolumeAttacherImpl::VolumeAttacherImpl(std::string state_dir, std::unique_ptr<Connector> connector,
-                                       FaultHook fault_hook)
-    : store_(std::move(state_dir), fault_hook), connector_(std::move(connector)), fault_hook_(std::move(fault_hook)) {}
+VolumeAttacherImpl::VolumeAttacherImpl(std::string state_dir, std::shared_ptr<const Host> state_files,
+                                       std::unique_ptr<Connector> connector, FaultHook fault_hook)
+    : store_(std::move(state_dir), std::move(state_files), fault_hook),
+      connector_(std::move(connector)),
+      fault_hook_(std::move(fault_hook)) {}
 
 Status VolumeAttacherImpl::Start() {
   BLOCKCSI_RETURN_IF_ERROR(store_.Init());
@@ -42,13 +44,6 @@ Status VolumeAttacherImpl::Start() {
             {{"volume_id", r.volume_id}, {"state", r.state}, {"device", r.device_path}, {"connector", r.connector}});
   }
   return OkStatus();
-}
-
-StatusOr<AttachRecord> VolumeAttacherImpl::Attach(const AttachSpec& spec) {
-  auto lock = volume_locks_.Lock(spec.volume_id);
-  auto attached = AttachLocked(spec);
-  RecordOperation("attach", attached.status());
-  return attached;
 }
 
 void VolumeAttacherImpl::Abandon(const AttachRecord& record, const Status& why) {
@@ -95,12 +90,11 @@ AttachRecord NewAttachRecord(const AttachSpec& spec, const std::string& connecto
   return record;
 }
 
-StatusOr<VolumeAttacherImpl::EarlierAttach> VolumeAttacherImpl::ExamineEarlierAttach(const AttachSpec& spec) {
+StatusOr<VolumeAttacherImpl::EarlierAttach> VolumeAttacherImpl::ExamineEarlierAttach(
+    const AttachSpec& spec, const std::optional<AttachRecord>& existing) {
   EarlierAttach out;
-  auto existing = store_.Get(spec.volume_id);
-  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) return existing.status();
-  if (!existing.ok()) return out;
-  if (!RecordMatchesSpec(*existing, spec) || existing->connector != connector_->name()) {
+  if (!existing) return out;
+  if (!RecordMatchesSpec(*existing, spec) || existing->connector != connector_->family()) {
     if (existing->state == kAttachStateAttached) {
       return FailedPrecondition("volume \"" + spec.volume_id + "\" is already attached on this node as " +
                                 DescribeSource(existing->transport, existing->target_iqn, existing->lun,
@@ -133,11 +127,33 @@ StatusOr<VolumeAttacherImpl::EarlierAttach> VolumeAttacherImpl::ExamineEarlierAt
   return out;
 }
 
-StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) {
-  BLOCKCSI_ASSIGN_OR_RETURN(EarlierAttach earlier, ExamineEarlierAttach(spec));
-  if (earlier.reuse) return *earlier.reuse;
+StatusOr<AttachRecord> VolumeAttacherImpl::Reuse(AttachRecord record, const AttachSpec& spec) {
+  bool changed = false;
+  for (const auto& [key, value] : spec.annotations) {
+    std::string& held = record.annotations[key];
+    changed = changed || held != value;
+    held = value;
+  }
+  if (changed) BLOCKCSI_RETURN_IF_ERROR(store_.Put(record));
+  return record;
+}
+
+StatusOr<AttachRecord> VolumeAttacherImpl::Attach(const AttachSpec& spec, const std::optional<AttachRecord>& earlier) {
+  if (earlier && earlier->volume_id != spec.volume_id) {
+    return Internal("attach of volume \"" + spec.volume_id + "\" was handed the record of \"" + earlier->volume_id +
+                    "\"");
+  }
+  auto attached = AttachOver(spec, earlier);
+  RecordOperation("attach", attached.status());
+  return attached;
+}
+
+StatusOr<AttachRecord> VolumeAttacherImpl::AttachOver(const AttachSpec& spec,
+                                                      const std::optional<AttachRecord>& existing) {
+  BLOCKCSI_ASSIGN_OR_RETURN(EarlierAttach earlier, ExamineEarlierAttach(spec, existing));
+  if (earlier.reuse) return Reuse(std::move(*earlier.reuse), spec);
   const std::optional<AttachRecord>& in_use = earlier.in_use;
-  AttachRecord record = earlier.resume ? *earlier.resume : NewAttachRecord(spec, connector_->name());
+  AttachRecord record = earlier.resume ? *earlier.resume : NewAttachRecord(spec, connector_->family());
   record.state = kAttachStateAttaching;
   connector_->Prepare(spec, &record);
   // Written before anything exists on the node, so that a crash from here
@@ -146,7 +162,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
 
   LogInfo("attaching volume",
           {{"volume_id", spec.volume_id},
-           {"connector", connector_->name()},
+           {"connector", connector_->family()},
            {"source", DescribeSource(spec.transport, spec.target_iqn, spec.lun, spec.rbd.pool, spec.rbd.image)}});
   auto connected = connector_->Connect(spec, &record);
   if (!connected.ok()) {
@@ -174,7 +190,7 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
   record.state = kAttachStateAttached;
   for (const auto& [key, value] : spec.annotations) record.annotations[key] = value;
   // The directory is not synced after this write (one fsync fewer per
-  // attach, issue #18): the "attaching" record written above is durable and
+  // attach): the "attaching" record written above is durable and
   // names everything that outlives a reboot (connector_state from Prepare:
   // the iscsi iface, the krbd key file, the bridge dir); what this one adds
   // (device, session, bridge pid, staged facts) does not outlive one. If a
@@ -194,13 +210,12 @@ StatusOr<AttachRecord> VolumeAttacherImpl::AttachLocked(const AttachSpec& spec) 
 }
 
 Status VolumeAttacherImpl::Detach(const std::string& volume_id) {
-  auto lock = volume_locks_.Lock(volume_id);
-  Status st = DetachLocked(volume_id);
+  Status st = DetachRecorded(volume_id);
   RecordOperation("detach", st);
   return st;
 }
 
-Status VolumeAttacherImpl::DetachLocked(const std::string& volume_id) {
+Status VolumeAttacherImpl::DetachRecorded(const std::string& volume_id) {
   auto record = store_.Get(volume_id);
   if (!record.ok()) {
     if (record.status().code() == StatusCode::kNotFound) return OkStatus();
@@ -218,7 +233,6 @@ StatusOr<AttachRecord> VolumeAttacherImpl::Get(const std::string& volume_id) { r
 StatusOr<std::vector<AttachRecord>> VolumeAttacherImpl::List() { return store_.List(); }
 
 Status VolumeAttacherImpl::Annotate(const std::string& volume_id, const std::string& key, const std::string& value) {
-  auto lock = volume_locks_.Lock(volume_id);
   BLOCKCSI_ASSIGN_OR_RETURN(AttachRecord record, store_.Get(volume_id));
   if (value.empty()) {
     record.annotations.erase(key);
@@ -229,7 +243,6 @@ Status VolumeAttacherImpl::Annotate(const std::string& volume_id, const std::str
 }
 
 StatusOr<uint64_t> VolumeAttacherImpl::Rescan(const std::string& volume_id) {
-  auto lock = volume_locks_.Lock(volume_id);
   BLOCKCSI_ASSIGN_OR_RETURN(AttachRecord record, store_.Get(volume_id));
   if (record.state != kAttachStateAttached) {
     return FailedPrecondition("volume \"" + volume_id + "\" is not attached (state " + record.state + ")");
@@ -241,7 +254,6 @@ StatusOr<uint64_t> VolumeAttacherImpl::Rescan(const std::string& volume_id) {
 }
 
 AttachHealth VolumeAttacherImpl::Check(const std::string& volume_id) {
-  auto lock = volume_locks_.Lock(volume_id);
   auto record = store_.Get(volume_id);
   if (!record.ok()) return {true, record.status().message()};
   if (record->state != kAttachStateAttached) return {true, "attachment is incomplete (state " + record->state + ")"};

@@ -1,34 +1,35 @@
 // The VolumeAttacher behind MakeVolumeAttacher: records + one Connector +
-// the LUN identity check. Thread-safe: a KeyedLock by volume id orders the
-// record writes of that volume; different volumes proceed in parallel.
+// the LUN identity check. Thread-safe for different volumes; the caller
+// holds each volume for its operations (volume_attacher.h says who).
 #pragma once
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 
 #include "attach/attach_record_store.h"
 #include "attach/connector.h"
 #include "attach/volume_attacher.h"
 #include "common/fault_points.h"
-#include "common/keyed_lock.h"
+#include "common/host.h"
 
 namespace blockcsi {
 
 class VolumeAttacherImpl final : public VolumeAttacher {
  public:
-  VolumeAttacherImpl(std::string state_dir, std::unique_ptr<Connector> connector, FaultHook fault_hook = {});
+  // `state_files`: the host the state dir (its records) is on.
+  VolumeAttacherImpl(std::string state_dir, std::shared_ptr<const Host> state_files,
+                     std::unique_ptr<Connector> connector, FaultHook fault_hook = {});
   VolumeAttacherImpl(const VolumeAttacherImpl&) = delete;
   VolumeAttacherImpl& operator=(const VolumeAttacherImpl&) = delete;
 
   // Creates the record directory and reconciles records with reality.
   Status Start();
 
-  StatusOr<AttachRecord> Attach(const AttachSpec& spec) override;
+  using VolumeAttacher::Attach;
+  StatusOr<AttachRecord> Attach(const AttachSpec& spec, const std::optional<AttachRecord>& earlier) override;
   Status Detach(const std::string& volume_id) override;
   StatusOr<AttachRecord> Get(const std::string& volume_id) override;
   StatusOr<std::vector<AttachRecord>> List() override;
@@ -37,7 +38,6 @@ class VolumeAttacherImpl final : public VolumeAttacher {
   AttachHealth Check(const std::string& volume_id) override;
 
  private:
-  StatusOr<AttachRecord> AttachLocked(const AttachSpec& spec);
   // What an earlier record of the volume means for this attach: a healthy
   // attachment of the same LUN to reuse, one to attach again (kept as
   // `in_use` so a failure puts it back), or nothing (an earlier attempt of
@@ -47,8 +47,12 @@ class VolumeAttacherImpl final : public VolumeAttacher {
     std::optional<AttachRecord> resume;
     std::optional<AttachRecord> in_use;
   };
-  StatusOr<EarlierAttach> ExamineEarlierAttach(const AttachSpec& spec);
-  Status DetachLocked(const std::string& volume_id);
+  StatusOr<AttachRecord> AttachOver(const AttachSpec& spec, const std::optional<AttachRecord>& existing);
+  StatusOr<EarlierAttach> ExamineEarlierAttach(const AttachSpec& spec, const std::optional<AttachRecord>& existing);
+  // A reused attachment gets the spec's annotations in one write, as a
+  // new one gets them in the write that marks it attached.
+  StatusOr<AttachRecord> Reuse(AttachRecord record, const AttachSpec& spec);
+  Status DetachRecorded(const std::string& volume_id);
   // Disconnects and removes the record after a failed attach; the first
   // error is what the caller sees, cleanup trouble is logged.
   void Abandon(const AttachRecord& record, const Status& why);
@@ -59,7 +63,6 @@ class VolumeAttacherImpl final : public VolumeAttacher {
   AttachRecordStore store_;
   std::unique_ptr<Connector> connector_;
   FaultHook fault_hook_;
-  KeyedLock volume_locks_;  // orders the calls of one volume
 };
 
 // True when `record` describes the same LUN, through the same portals, as `spec`.

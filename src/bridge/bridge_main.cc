@@ -111,7 +111,7 @@ nlohmann::json Bridge::StatusReply(bool refresh_identity) {
 }
 
 Status Bridge::Teardown(bool check_in_use) {
-  auto fs = MakeRootedHost("");
+  auto fs = HostRootedAt("");
   if (!device_.empty()) {
     if (check_in_use) {
       auto mountinfo = ReadFileToString("/proc/self/mountinfo");
@@ -273,7 +273,7 @@ int RunBridgeMain(int argc, char** argv) {
     // First, before any session, mount or loop device exists: a bridge that
     // cannot leave the plugin's cgroup would die with the plugin's container
     // and fail the filesystem above it, so it refuses to start instead.
-    auto fs = MakeRootedHost("");
+    auto fs = HostRootedAt("");
     st = PrepareBridgeCgroup(*fs, args.cgroup);
     if (st.ok()) st = MoveIntoCgroup(*fs, args.cgroup, ::getpid());
     if (!st.ok()) {

@@ -18,10 +18,11 @@ bool RegisterVerb(VerbFactory factory) {
   return true;
 }
 
-int RunBlockctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
+int RunBlockctl(int argc, char** argv, std::ostream& out, std::ostream& err, std::shared_ptr<Host> host) {
   CLI::App app{"blockctl: inspect and repair blockcsi volumes on this node", "blockctl"};
   app.require_subcommand(1);
   GlobalOptions options;
+  options.host = std::move(host);
   app.add_option("--state-dir", options.state_dir, "The plugin's state directory")->capture_default_str();
   app.add_option("--endpoint", options.endpoint, "The plugin's CSI socket")->capture_default_str();
   app.add_option("-o,--output", options.output, "Output format: table or json")

@@ -14,12 +14,12 @@
 #include <ostream>
 
 #include "attach/attach_record_store.h"
-#include "attach/initiator.h"
 #include "cli/table.h"
 #include "cli/verb.h"
 #include "common/atomic_file.h"
 #include "common/endpoint.h"
 #include "common/host.h"
+#include "contract/initiator.h"
 #include "csi.grpc.pb.h"
 #include "node/node_wiring.h"
 
@@ -90,7 +90,7 @@ struct NodeIdChoice {
 // left its id in the state dir (node-id, else the initiator name of any
 // attach record); a node named after its host is the last guess.
 StatusOr<NodeIdChoice> FindNodeId(const GlobalOptions& options) {
-  if (auto socket = ParseUnixEndpoint(options.endpoint); socket.ok() && RealHost()->Exists(*socket)) {
+  if (auto socket = ParseUnixEndpoint(options.endpoint); socket.ok() && options.host->Exists(*socket)) {
     auto channel = grpc::CreateChannel("unix:" + *socket, grpc::InsecureChannelCredentials());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
@@ -101,16 +101,16 @@ StatusOr<NodeIdChoice> FindNodeId(const GlobalOptions& options) {
     }
   }
   const std::string recorded = options.state_dir + "/" + kNodeIdFileName;
-  if (auto text = RealHost()->ReadFile(recorded); text.ok()) {
+  if (auto text = options.host->ReadFile(recorded); text.ok()) {
     std::string id = *text;
     while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
     if (ValidateNodeId(id).ok()) return NodeIdChoice{id, "the state dir (" + recorded + ")"};
   }
   const std::string records_dir = options.state_dir + "/attachments";
-  auto names = RealHost()->ListDir(records_dir);
+  auto names = options.host->ListDir(records_dir);
   for (const std::string& name : names.ok() ? *names : std::vector<std::string>{}) {
     const std::string path = records_dir + "/" + name;
-    auto text = RealHost()->ReadFile(path);
+    auto text = options.host->ReadFile(path);
     if (!text.ok()) continue;
     auto record = AttachRecordFromJson(*text, path);
     if (!record.ok()) continue;

@@ -46,7 +46,7 @@ class CleanupVerb final : public Verb {
   }
 
   int Run(const GlobalOptions& options, const Io& io) override {
-    NodeSnapshot snapshot = GatherHostSnapshot(options.state_dir);
+    NodeSnapshot snapshot = GatherHostSnapshot(options.host, options.state_dir);
     snapshot.plugin_reachable = AskPlugin(options.endpoint).reachable;
     for (const auto& e : snapshot.errors) io.Error(e);
     CleanupPlan plan = PlanCleanup(snapshot);
@@ -58,7 +58,7 @@ class CleanupVerb final : public Verb {
           results[i] = "not attempted";
           continue;
         }
-        Status st = ApplyCleanupStep(snapshot, plan.steps[i]);
+        Status st = ApplyCleanupStep(snapshot, plan.steps[i], {.host_fs = options.host, .state_files = options.host});
         results[i] =
             st.ok() ? (plan.steps[i].kind == Kind::kManual ? "left to you" : "done") : "failed: " + st.message();
         if (!st.ok()) {

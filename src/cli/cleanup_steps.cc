@@ -1,8 +1,8 @@
 #include "cli/cleanup_steps.h"
 
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
 #include "common/mounter.h"
+#include "contract/initiator.h"
 
 namespace blockcsi::cli {
 namespace {
@@ -23,6 +23,7 @@ AttacherOptions OptionsFor(const NodeSnapshot& snapshot, const std::string& conn
   }
   o.executor = seams.executor;
   o.host_fs = seams.host_fs;
+  o.state_files = seams.state_files;
   // One volume only: no reconcile, which would stop or adopt the others.
   o.adopt = false;
   return o;

@@ -15,10 +15,13 @@
 namespace blockcsi::cli {
 
 struct CleanupSeams {
-  std::shared_ptr<Executor> executor;  // default: the real one
-  std::shared_ptr<Host> host_fs;       // default: the real / (sysfs, /proc, /dev)
+  std::shared_ptr<Executor> executor{};  // default: the real one
+  // Required, as AttacherOptions's: the view of /sys, /proc and /dev, and
+  // the files of the state dir.
+  std::shared_ptr<Host> host_fs;
+  std::shared_ptr<Host> state_files;
 };
 
-Status ApplyCleanupStep(const NodeSnapshot& snapshot, const CleanupStep& step, const CleanupSeams& seams = {});
+Status ApplyCleanupStep(const NodeSnapshot& snapshot, const CleanupStep& step, const CleanupSeams& seams);
 
 }  // namespace blockcsi::cli

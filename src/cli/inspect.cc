@@ -25,14 +25,14 @@ class InspectVerb final : public Verb {
   }
 
   int Run(const GlobalOptions& options, const Io& io) override {
-    auto device_number = RealHost()->DeviceNumber(device_);
+    auto device_number = options.host->DeviceNumber(device_);
     if (!device_number.ok()) {
       io.Error(device_ + " is not a block device");
       return kExitProblems;
     }
     const std::string& major_minor = *device_number;
     std::string name = device_.substr(device_.rfind('/') + 1);
-    auto sys = MakeRootedHost(sys_root_);
+    auto sys = HostRootedAt(sys_root_);
 
     nlohmann::json j;
     j["device"] = device_;
@@ -60,8 +60,7 @@ class InspectVerb final : public Verb {
     }
     std::string mount_text;
     {
-      auto fs = RealHost();
-      auto text = fs->ReadFile(mountinfo_);
+      auto text = options.host->ReadFile(mountinfo_);
       if (text.ok()) mount_text = *text;
     }
     nlohmann::json mounts = nlohmann::json::array();

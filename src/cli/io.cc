@@ -23,9 +23,9 @@ namespace {
 
 // The bridges' directories under the state dir: one per volume, named by
 // the escaped volume id (whether or not an attach record still names it).
-std::vector<std::string> BridgeVolumeIds(const std::string& state_dir, const Io& io) {
+std::vector<std::string> BridgeVolumeIds(const Host& host, const std::string& state_dir, const Io& io) {
   std::vector<std::string> ids;
-  auto names = RealHost()->ListDir(BridgesDir(state_dir));
+  auto names = host.ListDir(BridgesDir(state_dir));
   if (!names.ok()) return ids;  // no bridge ever ran here
   for (const std::string& name : *names) {
     auto id = UnescapeVolumeIdFromFile(name);
@@ -62,7 +62,7 @@ class IoVerb final : public Verb {
     nlohmann::json listing = nlohmann::json::array();
     Table table({"volume", "reads", "read bytes", "read avg ms", "writes", "write bytes", "write avg ms", "flushes",
                  "errors", "reconnects"});
-    for (const std::string& id : BridgeVolumeIds(options.state_dir, io)) {
+    for (const std::string& id : BridgeVolumeIds(*options.host, options.state_dir, io)) {
       nlohmann::json entry{{"volume_id", id}};
       auto reply = CallBridge(BridgePathsFor(options.state_dir, id).control_socket, {{"op", "status"}},
                               std::chrono::milliseconds(timeout_ms_));

@@ -251,7 +251,7 @@ std::vector<Finding> Classify(const NodeSnapshot& s) {
   std::vector<Finding> out;
   std::vector<VolumeView> views = DescribeVolumes(s);
   for (size_t i = 0; i < views.size(); ++i) out.push_back(ClassifyVolume(views[i], s.records[i]));
-  // A static PV's LUN (issue #24) belongs to the array's admin, not to a
+  // A static PV's LUN belongs to the array's admin, not to a
   // blockcsi backend: say so next to whatever else is found.
   for (size_t i = 0; i < out.size() && i < views.size(); ++i) {
     if (views[i].origin == kOriginStatic) out[i].detail = "static LUN " + views[i].source + "; " + out[i].detail;
@@ -326,7 +326,7 @@ std::vector<CleanupStep> StaleRecordSteps(const NodeSnapshot& s, const std::vect
   }
   steps.push_back({Kind::kDetachRecord, f.subject, f.subject,
                    "detach volume " + f.subject + " through the attach layer: " + what + "remove record " +
-                       AttachRecordStore(s.state_dir).PathFor(f.subject)});
+                       AttachRecordPath(s.state_dir, f.subject)});
   return steps;
 }
 
@@ -550,11 +550,12 @@ void GatherStagedUsage(const Host& host, NodeSnapshot& s) {
 
 }  // namespace
 
-NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Host& host_fs, const std::string& mountinfo_text,
-                                int bridge_timeout_ms) {
+NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, std::shared_ptr<const Host> host,
+                                const std::string& mountinfo_text, int bridge_timeout_ms) {
   NodeSnapshot s;
   s.state_dir = state_dir;
-  AttachRecordStore store(state_dir);
+  const Host& host_fs = *host;
+  AttachRecordStore store(state_dir, std::move(host));
   if (auto records = store.List(); records.ok()) {
     s.records = std::move(*records);
   } else {
@@ -573,10 +574,9 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Host& host_f
   return s;
 }
 
-NodeSnapshot GatherHostSnapshot(const std::string& state_dir) {
-  auto fs = RealHost();
-  auto mountinfo = fs->ReadFile("/proc/self/mountinfo");
-  NodeSnapshot s = GatherNodeSnapshot(state_dir, *fs, mountinfo.ok() ? *mountinfo : "", 2000);
+NodeSnapshot GatherHostSnapshot(std::shared_ptr<const Host> host, const std::string& state_dir) {
+  auto mountinfo = host->ReadFile("/proc/self/mountinfo");
+  NodeSnapshot s = GatherNodeSnapshot(state_dir, host, mountinfo.ok() ? *mountinfo : "", 2000);
   if (!mountinfo.ok()) s.errors.push_back("cannot read the mount table: " + mountinfo.status().ToString());
   return s;
 }

@@ -86,7 +86,7 @@ inline StagedAnnotation ParseStagedAnnotation(const AttachRecord& record) { retu
 bool MountUsesDevice(const MountEntry& entry, const std::string& device, const std::string& major_minor);
 
 inline constexpr char kOriginProvisioned[] = "provisioned";
-inline constexpr char kOriginStatic[] = "static";  // a static PV's LUN (issue #24)
+inline constexpr char kOriginStatic[] = "static";  // a static PV's LUN
 
 struct VolumeView {
   std::string volume_id;
@@ -177,11 +177,11 @@ CleanupPlan PlanCleanup(const NodeSnapshot& snapshot);
 // Reads the real node: records through AttachRecordStore, `mountinfo_text`,
 // bridges (status over their control sockets, bounded by `bridge_timeout_ms`),
 // sysfs through `host_fs`.
-NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, const Host& host_fs, const std::string& mountinfo_text,
-                                int bridge_timeout_ms);
+NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, std::shared_ptr<const Host> host_fs,
+                                const std::string& mountinfo_text, int bridge_timeout_ms);
 
 // The same for the real host: /sys and /proc at /, /proc/self/mountinfo,
 // 2 s per bridge.
-NodeSnapshot GatherHostSnapshot(const std::string& state_dir);
+NodeSnapshot GatherHostSnapshot(std::shared_ptr<const Host> host, const std::string& state_dir);
 
 }  // namespace blockcsi::cli

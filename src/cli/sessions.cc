@@ -19,7 +19,7 @@ class SessionsVerb final : public Verb {
   void Configure(CLI::App& /*command*/) override {}
 
   int Run(const GlobalOptions& options, const Io& io) override {
-    NodeSnapshot s = GatherHostSnapshot(options.state_dir);
+    NodeSnapshot s = GatherHostSnapshot(options.host, options.state_dir);
     for (const auto& e : s.errors) io.Error(e);
     Table table({"kind", "id", "state", "target", "portal", "device", "volumes"});
     for (const auto& b : s.bridges) {

@@ -28,7 +28,7 @@ class StatusVerb final : public Verb {
 
   int Run(const GlobalOptions& options, const Io& io) override {
     PluginState plugin = AskPlugin(options.endpoint);
-    NodeSnapshot snapshot = GatherHostSnapshot(options.state_dir);
+    NodeSnapshot snapshot = GatherHostSnapshot(options.host, options.state_dir);
     for (const auto& e : snapshot.errors) io.Error(e);
     std::vector<Finding> findings = Classify(snapshot);
     bool all_healthy = true;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/host.h"
+
 namespace CLI {
 class App;
 }
@@ -26,6 +28,8 @@ struct GlobalOptions {
   std::string state_dir = "/var/lib/blockcsi";
   std::string endpoint = "unix:///var/lib/kubelet/plugins/blockcsi.io/csi.sock";
   std::string output = "table";
+  // The machine's files and processes, as the program's main hands them in.
+  std::shared_ptr<Host> host;
   OutputFormat format() const { return output == "json" ? OutputFormat::kJson : OutputFormat::kTable; }
 };
 
@@ -56,7 +60,7 @@ bool RegisterVerb(VerbFactory factory);
 #define BLOCKCTL_REGISTER_VERB(Class) \
   static const bool Class##_registered = ::blockcsi::cli::RegisterVerb([] { return std::make_unique<Class>(); })
 
-// The whole program, for main() and for golden tests.
-int RunBlockctl(int argc, char** argv, std::ostream& out, std::ostream& err);
+// The whole program, for main() and for golden tests; `host`: the machine.
+int RunBlockctl(int argc, char** argv, std::ostream& out, std::ostream& err, std::shared_ptr<Host> host);
 
 }  // namespace blockcsi::cli

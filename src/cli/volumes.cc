@@ -20,7 +20,7 @@ class VolumesVerb final : public Verb {
   void Configure(CLI::App& /*command*/) override {}
 
   int Run(const GlobalOptions& options, const Io& io) override {
-    NodeSnapshot snapshot = GatherHostSnapshot(options.state_dir);
+    NodeSnapshot snapshot = GatherHostSnapshot(options.host, options.state_dir);
     for (const auto& e : snapshot.errors) io.Error(e);
     Table table({"volume", "state", "origin", "device", "serial", "wwn", "access", "fs type", "staging path",
                  "publish paths", "size", "used", "attachment"});

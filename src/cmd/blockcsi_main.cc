@@ -17,6 +17,7 @@
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/fs_minimums.h"
+#include "common/host.h"
 #include "common/logging.h"
 #include "common/metrics_server.h"
 #include "common/version.h"
@@ -42,10 +43,10 @@ Status StateDirWritable(const std::string& state_dir) {
 StatusOr<std::shared_ptr<KubeNodeDirectory>> NodeDirectory(const PluginConfig& config) {
   StatusOr<KubeApiAccess> access = NotFound("");
   if (!config.kubeconfig.empty()) {
-    access = KubeAccessFromKubeconfig(config.kubeconfig);
+    access = KubeAccessFromKubeconfig(config.kubeconfig, *MachineHost());
     if (!access.ok()) return access.status();
   } else {
-    access = KubeAccessInCluster("/var/run/secrets/kubernetes.io/serviceaccount");
+    access = KubeAccessInCluster("/var/run/secrets/kubernetes.io/serviceaccount", *MachineHost());
     if (!access.ok()) {
       if (access.status().code() != StatusCode::kNotFound) {
         LogWarn("no Kubernetes node check: service account unusable", {{"error", access.status().message()}});
@@ -54,7 +55,7 @@ StatusOr<std::shared_ptr<KubeNodeDirectory>> NodeDirectory(const PluginConfig& c
     }
   }
   LogInfo("node check: CSINode objects", {{"server", access->server}});
-  return std::make_shared<KubeNodeDirectory>(MakeKubeApiClient(*std::move(access)), config.driver_name);
+  return std::make_shared<KubeNodeDirectory>(MakeKubeApiClient(*std::move(access), MachineHost()), config.driver_name);
 }
 
 // The controller's answer to "does this node exist" (ControllerPublish of an
@@ -109,6 +110,7 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildNode(const PluginConfig& config, c
   wiring.zone = config.zone;
   wiring.max_volumes_per_node = config.max_volumes_per_node;
   wiring.fs_minimum_bytes = fs_minimum_bytes;
+  wiring.host = MachineHost();
   AttacherOptions& attacher = wiring.attacher;
   attacher.connector = config.connector;
   attacher.state_dir = config.state_dir;
@@ -163,7 +165,8 @@ int Main(int argc, char** argv) {
   std::vector<ReadinessCheck> checks;
   // One answer to "how small may a volume of this filesystem be", shared
   // by CreateVolume (sizes volumes) and NodeStageVolume (refuses devices).
-  auto fs_minimums = std::make_shared<FilesystemMinimums>(std::shared_ptr<Executor>(MakeProcessExecutor()));
+  auto fs_minimums =
+      std::make_shared<FilesystemMinimums>(std::shared_ptr<Executor>(MakeProcessExecutor()), MachineHost());
   auto fs_minimum_bytes = [fs_minimums](const std::string& fs_type) { return fs_minimums->MinimumBytes(fs_type); };
   std::vector<std::shared_ptr<grpc::Service>> owned_services;
   if (config.runs_node()) {

@@ -165,7 +165,7 @@ void RaiseFileLimit() {
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const AgentConfig& c, bool tls) {
   if (!tls) return grpc::InsecureServerCredentials();
   // Before anything else starts: a broken or exposed key fails here, by name.
-  BLOCKCSI_RETURN_IF_ERROR(CheckTlsFiles(*RealHost(), c.tls_cert, c.tls_key, c.tls_ca));
+  BLOCKCSI_RETURN_IF_ERROR(CheckTlsFiles(*MachineHost(), c.tls_cert, c.tls_key, c.tls_ca));
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   BLOCKCSI_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFileToString(c.tls_ca));
   BLOCKCSI_ASSIGN_OR_RETURN(std::string cert, ReadFileToString(c.tls_cert));
@@ -187,7 +187,7 @@ int ServeUntilSignalled(const AgentConfig& c, const AgentSettings& settings,
   std::vector<int> ports(c.listen.size(), 0);
   for (size_t i = 0; i < c.listen.size(); ++i) builder.AddListeningPort(c.listen[i], tcp_credentials, &ports[i]);
   if (!c.socket.empty()) {
-    if (Status st = PrepareUnixSocket(*RealHost(), c.socket); !st.ok()) return Fail(st.message(), 1);
+    if (Status st = PrepareUnixSocket(*MachineHost(), c.socket); !st.ok()) return Fail(st.message(), 1);
     builder.AddListeningPort("unix:" + c.socket, grpc::InsecureServerCredentials());
   }
   builder.RegisterService(service);
@@ -200,7 +200,7 @@ int ServeUntilSignalled(const AgentConfig& c, const AgentSettings& settings,
   ::umask(old_umask);
   if (!server) return Fail("cannot listen on the given addresses", 1);
   if (!c.socket.empty()) {
-    if (Status st = RealHost()->SetPermissions(c.socket, settings.socket_mode); !st.ok()) {
+    if (Status st = MachineHost()->SetPermissions(c.socket, settings.socket_mode); !st.ok()) {
       return Fail("cannot set mode of " + c.socket + ": " + st.message(), 1);
     }
   }
@@ -214,7 +214,7 @@ int ServeUntilSignalled(const AgentConfig& c, const AgentSettings& settings,
   server->Shutdown(std::chrono::system_clock::now() + settings.shutdown_grace);
   server->Wait();
   if (!c.socket.empty()) {
-    if (Status st = RealHost()->RemovePath(c.socket); !st.ok()) {
+    if (Status st = MachineHost()->RemovePath(c.socket); !st.ok()) {
       LogWarn("cannot remove the socket", {{"error", st.ToString()}});
     }
   }

@@ -58,7 +58,7 @@ const char* WaitForTerminationSignal() {
 Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Service*>& services,
                         std::chrono::milliseconds grace) {
   BLOCKCSI_ASSIGN_OR_RETURN(std::string socket_path, ParseUnixEndpoint(endpoint));
-  BLOCKCSI_RETURN_IF_ERROR(PrepareUnixSocket(*RealHost(), socket_path));
+  BLOCKCSI_RETURN_IF_ERROR(PrepareUnixSocket(*MachineHost(), socket_path));
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
@@ -78,7 +78,7 @@ Status ServeUntilSignal(const std::string& endpoint, const std::vector<grpc::Ser
   // Shutdown stops new calls at once and cancels what still runs at the deadline.
   server->Shutdown(std::chrono::system_clock::now() + grace);
   server->Wait();
-  if (Status st = RealHost()->RemovePath(socket_path); !st.ok()) {
+  if (Status st = MachineHost()->RemovePath(socket_path); !st.ok()) {
     LogWarn("cannot remove the socket", {{"error", st.ToString()}});
   }
   LogInfo("stopped");

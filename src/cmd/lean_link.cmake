@@ -79,7 +79,7 @@ find_library(BLOCKCSI_ARCHIVE_inih NAMES libinih.a)
 # `regex` become `replacement` (a generator expression that picks per
 # program, by a property the program carries).
 function(blockcsi_rewrite_library_deps regex replacement)
-  foreach(dir common bridge attach backend controller agent node)
+  foreach(dir common bridge contract attach backend controller agent node)
     get_property(targets DIRECTORY ${PROJECT_SOURCE_DIR}/src/${dir} PROPERTY BUILDSYSTEM_TARGETS)
     foreach(target ${targets})
       get_target_property(type ${target} TYPE)

@@ -58,8 +58,8 @@ uint64_t ParseBtrfsMinimum(std::string_view text) {
   return NumberAfter(text, "minimum size for each btrfs device is ");
 }
 
-FilesystemMinimums::FilesystemMinimums(std::shared_ptr<Executor> executor, std::string scratch_parent,
-                                       std::shared_ptr<const Host> host)
+FilesystemMinimums::FilesystemMinimums(std::shared_ptr<Executor> executor, std::shared_ptr<const Host> host,
+                                       std::string scratch_parent)
     : executor_(std::move(executor)), scratch_parent_(std::move(scratch_parent)), host_(std::move(host)) {}
 
 uint64_t FilesystemMinimums::MinimumBytes(const std::string& fs_type) {

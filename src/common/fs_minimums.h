@@ -35,8 +35,8 @@ class FilesystemMinimums {
  public:
   // `scratch_parent`: where the probe's private directory is made, through
   // `host`.
-  explicit FilesystemMinimums(std::shared_ptr<Executor> executor, std::string scratch_parent = "/tmp",
-                              std::shared_ptr<const Host> host = RealHost());
+  FilesystemMinimums(std::shared_ptr<Executor> executor, std::shared_ptr<const Host> host,
+                     std::string scratch_parent = "/tmp");
   FilesystemMinimums(const FilesystemMinimums&) = delete;
   FilesystemMinimums& operator=(const FilesystemMinimums&) = delete;
 

@@ -278,9 +278,9 @@ StatusOr<int> RootedHost::WatchExit(pid_t pid) const {
   return ErrnoToStatus(errno, "pidfd_open " + std::to_string(pid));
 }
 
-std::unique_ptr<Host> MakeRootedHost(std::string root) { return std::make_unique<RootedHost>(std::move(root)); }
+std::unique_ptr<Host> HostRootedAt(std::string root) { return std::make_unique<RootedHost>(std::move(root)); }
 
-std::shared_ptr<Host> RealHost() {
+std::shared_ptr<Host> MachineHost() {
   static std::shared_ptr<Host> host = std::make_shared<RootedHost>("");
   return host;
 }

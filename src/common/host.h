@@ -3,7 +3,7 @@
 // detached bridge processes). Mounts go through Mounter, programs run to
 // completion through Executor, signatures through BlockProbe and time
 // through Clock; everything else that touches the host goes through here,
-// so tests point it at a temp tree (MakeRootedHost) or an in-memory fake.
+// so tests point it at a temp tree (HostRootedAt) or an in-memory fake.
 // Paths passed in are absolute host paths ("/sys/class/iscsi_session"); a
 // rooted host prepends its root. Implementations must be thread-safe.
 #pragma once
@@ -172,10 +172,15 @@ class RootedHost : public Host {
   std::string root_;
 };
 
-// `root` "" or "/" means the real host.
-std::unique_ptr<Host> MakeRootedHost(std::string root);
-// The machine itself, shared (stateless).
-std::shared_ptr<Host> RealHost();
+// The machine's tree seen from `root` (a test's temp dir): every path is
+// taken under it; processes are the machine's. "" or "/" is the machine
+// itself: say MachineHost() for that.
+std::unique_ptr<Host> HostRootedAt(std::string root);
+// The machine itself, shared (stateless). Only the programs' wiring (src/cmd,
+// the bridge's own main) and tests call it; everything else is handed the
+// Host it uses, so a test can point any of them at a temp tree or a fake
+// (hack/check_host_seam.py enforces it).
+std::shared_ptr<Host> MachineHost();
 
 // ReadFile with surrounding whitespace trimmed (sysfs values end in '\n').
 StatusOr<std::string> ReadTrimmed(const Host& host, const std::string& path);

@@ -6,13 +6,13 @@
 #include <limits>
 #include <set>
 
-#include "attach/chap_rules.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
-#include "attach/static_volume.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/mkfs_mount_options.h"
+#include "contract/chap_rules.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
+#include "contract/static_volume.h"
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"
@@ -28,7 +28,7 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 // OK with the same publish_context (the grant is confirmed again, which also
 // heals an ACL lost on the target); another capability or readonly on the
 // same node → ALREADY_EXISTS. The node's initiator IQN is derived from
-// node_id alone (attach/initiator.h).
+// node_id alone (contract/initiator.h).
 grpc::Status ControllerService::ControllerPublishVolume(grpc::ServerContext*,
                                                         const csi::v1::ControllerPublishVolumeRequest* request,
                                                         csi::v1::ControllerPublishVolumeResponse* response) {

@@ -6,13 +6,13 @@
 #include <limits>
 #include <set>
 
-#include "attach/chap_rules.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
-#include "attach/static_volume.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/mkfs_mount_options.h"
+#include "contract/chap_rules.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
+#include "contract/static_volume.h"
 #include "controller/capabilities.h"
 #include "controller/controller_internal.h"
 #include "controller/parameters.h"

@@ -1,5 +1,5 @@
 // The controller's answer to "is this node in the cluster" from the
-// Kubernetes API (issue #20): a node id is known when the CSINode of that
+// Kubernetes API: a node id is known when the CSINode of that
 // name lists this driver with that node id (kubelet writes it when the node
 // plugin registers; blockcsi's node id is the Kubernetes node name). One
 // HTTPS GET of /apis/storage.k8s.io/v1/csinodes/<node> per question, with
@@ -31,11 +31,11 @@ struct KubeApiAccess {
 // Block or flow YAML, or JSON. INVALID_ARGUMENT naming the file when it
 // cannot be read, has none of these, or names several clusters or users.
 // Both readers read through `files` (tests pass a rooted host).
-StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path, const Host& files = *RealHost());
+StatusOr<KubeApiAccess> KubeAccessFromKubeconfig(const std::string& path, const Host& files);
 // From the pod's service account: KUBERNETES_SERVICE_HOST/_PORT and the
 // files under `sa_dir` (/var/run/secrets/kubernetes.io/serviceaccount).
 // NOT_FOUND when not in a pod (no env or no token file).
-StatusOr<KubeApiAccess> KubeAccessInCluster(const std::string& sa_dir, const Host& files = *RealHost());
+StatusOr<KubeApiAccess> KubeAccessInCluster(const std::string& sa_dir, const Host& files);
 
 // The network effect: a GET of an API path. A fake in unit tests.
 struct KubeApiResponse {
@@ -49,7 +49,7 @@ class KubeApiClient {
   virtual StatusOr<KubeApiResponse> Get(const std::string& path) = 0;
 };
 // `files` reads the token file at each request.
-std::unique_ptr<KubeApiClient> MakeKubeApiClient(KubeApiAccess access, std::shared_ptr<const Host> files = RealHost());
+std::unique_ptr<KubeApiClient> MakeKubeApiClient(KubeApiAccess access, std::shared_ptr<const Host> files);
 
 class KubeNodeDirectory {
  public:

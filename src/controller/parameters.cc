@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "attach/publish_context.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi {
 

@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "common/fault_points.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/mkfs_mount_options.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "node/fs_maintenance.h"
 #include "node/node_service.h"
 
@@ -140,12 +140,12 @@ inline std::map<std::string, std::string> ToMap(const google::protobuf::Map<std:
 // one superblock, so both paths serve and an unstage of one leaves the
 // other), and restaging a raw block volume as a filesystem would format
 // what the pod wrote to the device. A record whose staging is gone (a
-// crash mid-unstage) is no staging: the retry may go anywhere.
-inline Status CheckRecordedStaging(VolumeAttacher& attacher, const Host& host, const std::string& volume_id,
+// crash mid-unstage) is no staging: the retry may go anywhere. `record`:
+// the volume's attach record, null when it has none.
+inline Status CheckRecordedStaging(const AttachRecord* record, const Host& host, const std::string& volume_id,
                                    const std::string& staging_path, bool block, const std::string& fs_type,
                                    const std::vector<MountEntry>& table) {
-  auto record = attacher.Get(volume_id);
-  if (!record.ok()) return record.status().code() == StatusCode::kNotFound ? OkStatus() : record.status();
+  if (record == nullptr) return OkStatus();
   StagedFacts staged = StagedFacts::Of(*record);
   if (staged.staging_path.empty()) return OkStatus();  // a stage died before recording; redoing it is safe
   bool still_staged = staged.block() || FindMountAt(table, staged.staging_path) != nullptr;

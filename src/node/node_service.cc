@@ -5,13 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "common/fault_points.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/mkfs_mount_options.h"
 #include "common/topology.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "node/fs_maintenance.h"
 #include "node/node_internal.h"
 

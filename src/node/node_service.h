@@ -4,7 +4,10 @@
 // VolumeAttacher::Annotate) and in the kernel's mount table, so a restarted
 // plugin keeps serving what it staged and a retried RPC converges.
 // Thread-safe: RPCs on different volumes run in parallel; a second RPC on a
-// volume that has one in flight gets ABORTED.
+// volume that has one in flight gets ABORTED. That in-flight guard is the
+// volume's one lock on this node: the attacher takes none of its own and
+// relies on it (volume_attacher.h). NodeGetVolumeStats only reads and takes
+// no lease.
 #pragma once
 
 #include <cstdint>
@@ -100,9 +103,10 @@ class NodeService final : public csi::v1::Node::Service {
   // Everything of NodeStageVolume after the attach: record our facts, then
   // (filesystem) probe, format a blank device, check, mount.
   Status FinishStage(const StagePlan& plan, const AttachRecord& record);
-  void RollBackAttach(const std::string& volume_id, const Status& why);
+  void RollBackAttach(const AttachRecord& record, const Status& why);
   Status StageMount(const StagePlan& plan, const AttachRecord& record);
-  Status CheckExistingStaging(const StagePlan& plan, const MountEntry& entry, bool* already_staged);
+  Status CheckExistingStaging(const StagePlan& plan, const MountEntry& entry, const AttachRecord* record,
+                              bool* already_staged);
   Status RequireNoUsers(const std::string& volume_id, const AttachRecord& record, const std::string& staging_path,
                         const std::vector<MountEntry>& table);
   // Read-only raw block publishes of a writable attachment go through a

@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "common/fault_points.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/mkfs_mount_options.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "node/fs_maintenance.h"
 #include "node/node_internal.h"
 
@@ -79,16 +79,27 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
   plan.spec.annotations[kStagedAnnotation] = FactsOf(plan.block, plan.fs_type, plan.staging_path).Encode();
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(plan.volume_id, "NodeStageVolume"));
+  // The one read of the volume's attach record in this call. The lease is
+  // the volume's only lock (the attacher takes none, volume_attacher.h), so
+  // nothing rewrites the record before the attach below, which decides on
+  // this same copy.
+  std::optional<AttachRecord> earlier;
+  if (auto read = options_.attacher->Get(plan.volume_id); read.ok()) {
+    earlier = std::move(*read);
+  } else if (read.status().code() != StatusCode::kNotFound) {
+    return read.status();
+  }
+  const AttachRecord* recorded = earlier ? &*earlier : nullptr;
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
-  BLOCKCSI_RETURN_IF_ERROR(CheckRecordedStaging(*options_.attacher, *options_.host, plan.volume_id, plan.staging_path,
-                                                plan.block, plan.fs_type, table));
+  BLOCKCSI_RETURN_IF_ERROR(CheckRecordedStaging(recorded, *options_.host, plan.volume_id, plan.staging_path, plan.block,
+                                                plan.fs_type, table));
   if (const MountEntry* entry = FindMountAt(table, plan.staging_path)) {
     bool already_staged = false;
-    BLOCKCSI_RETURN_IF_ERROR(CheckExistingStaging(plan, *entry, &already_staged));
+    BLOCKCSI_RETURN_IF_ERROR(CheckExistingStaging(plan, *entry, recorded, &already_staged));
     if (already_staged) return OkStatus();
   }
 
-  auto attached = options_.attacher->Attach(plan.spec);
+  auto attached = options_.attacher->Attach(plan.spec, earlier);
   if (!attached.ok()) {
     Status failed = attached.status();
     // A static PV's target is not ours: "target not found" there means a
@@ -105,18 +116,18 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
   // kubelet never calls NodeUnstageVolume after a final failure: whatever
   // this call attached must go now, or it stays forever. (An uncertain
   // failure keeps it: kubelet retries, or unstages, later.)
-  if (IsFinalFailure(staged)) RollBackAttach(plan.volume_id, staged);
+  if (IsFinalFailure(staged)) RollBackAttach(record, staged);
   return staged;
 }
 
 // After a final failure of NodeStageVolume: detaches what the attach made
 // (bridge, loop device, session, record) unless something still uses the
 // device — an attachment that was already serving before this call.
-void NodeService::RollBackAttach(const std::string& volume_id, const Status& why) {
-  auto record = options_.attacher->Get(volume_id);
-  if (!record.ok()) return;  // nothing attached (or the attacher undid it already)
+// `record`: what the attach returned, still current under the lease.
+void NodeService::RollBackAttach(const AttachRecord& record, const Status& why) {
+  const std::string& volume_id = record.volume_id;
   auto table = options_.mounter->List();
-  Status unused = table.ok() ? RequireNoUsers(volume_id, *record, /*staging_path=*/"", *table) : table.status();
+  Status unused = table.ok() ? RequireNoUsers(volume_id, record, /*staging_path=*/"", *table) : table.status();
   if (!unused.ok()) {
     LogWarn("stage failed; keeping the attachment, it is in use",
             {{"volume_id", volume_id}, {"error", why.ToString()}, {"kept_because", unused.ToString()}});
@@ -135,15 +146,10 @@ Status NodeService::FinishStage(const StagePlan& plan, const AttachRecord& recor
   if (record.device_path.empty()) {
     return Internal("volume " + plan.volume_id + ": the attacher reported no device path");
   }
-  // Our facts go into the attach record before anything is formatted or
-  // mounted, so that a restarted plugin (or blockctl) knows what this
-  // device is for even if we die in the middle.
-  // A new attachment got them in the write that marked it attached (one
-  // record write and its fsyncs fewer per stage); a reused one may not.
-  std::string facts = FactsOf(plan.block, plan.fs_type, plan.staging_path).Encode();
-  if (StagedFacts::Of(record).Encode() != facts) {
-    BLOCKCSI_RETURN_IF_ERROR(options_.attacher->Annotate(plan.volume_id, kStagedAnnotation, facts));
-  }
+  // Our facts went into the attach record (plan.spec.annotations, written
+  // by the attach itself, for a new attachment and a reused one alike)
+  // before anything is formatted or mounted, so that a restarted plugin (or
+  // blockctl) knows what this device is for even if we die in the middle.
   if (plan.block) {
     LogInfo("staged raw block volume", {{"volume_id", plan.volume_id}, {"device", record.device_path}});
     return OkStatus();
@@ -151,18 +157,14 @@ Status NodeService::FinishStage(const StagePlan& plan, const AttachRecord& recor
   return StageMount(plan, record);
 }
 
-Status NodeService::CheckExistingStaging(const StagePlan& plan, const MountEntry& entry, bool* already_staged) {
+Status NodeService::CheckExistingStaging(const StagePlan& plan, const MountEntry& entry, const AttachRecord* record,
+                                         bool* already_staged) {
   auto something_else = [&] {
     return FailedPrecondition("volume " + plan.volume_id + ": staging path " + plan.staging_path +
                               " already has a mount of " + entry.source + " (" + entry.fs_type +
                               ") that is not this volume");
   };
-  auto record = options_.attacher->Get(plan.volume_id);
-  if (!record.ok()) {
-    if (record.status().code() == StatusCode::kNotFound) return something_else();
-    return record.status();
-  }
-  if (record->device_path.empty()) return something_else();
+  if (record == nullptr || record->device_path.empty()) return something_else();
   auto devnum = options_.host->DeviceNumber(record->device_path);
   if (!devnum.ok() || *devnum != entry.major_minor) return something_else();
   if (plan.block) {

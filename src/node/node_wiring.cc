@@ -21,7 +21,7 @@ namespace {
 // which have no staging mount).
 void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string& state_dir, MetricsRegistry& registry);
 
-void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, const std::string& state_dir,
+void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, const Host& host, const std::string& state_dir,
                         MetricsRegistry& registry) {
   auto& staged = registry.Gauge("blockcsi_node_staged_volumes", "Volumes staged on this node (NodeStageVolume done)");
   auto& attached = registry.Gauge("blockcsi_node_attached_volumes",
@@ -37,7 +37,7 @@ void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, const std::s
     if (record.annotations.count(kStagedAnnotation) == 0) continue;
     ++staged_count;
     if (record.device_path.empty()) continue;
-    auto device_number = RealHost()->DeviceNumber(record.device_path);
+    auto device_number = host.DeviceNumber(record.device_path);
     if (!device_number.ok()) continue;
     const std::string& major_minor = *device_number;
     std::string node_root = record.device_path.substr(record.device_path.rfind('/'));
@@ -110,7 +110,11 @@ void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string
 StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring) {
   const std::string& state_dir = wiring.attacher.state_dir;
   const std::string& node_id = wiring.attacher.node_id;
-  auto attacher = MakeVolumeAttacher(wiring.attacher);
+  if (!wiring.host) return InvalidArgument("node service: no host seam");
+  AttacherOptions attacher_options = wiring.attacher;
+  if (!attacher_options.host_fs) attacher_options.host_fs = wiring.host;
+  if (!attacher_options.state_files) attacher_options.state_files = wiring.host;
+  auto attacher = MakeVolumeAttacher(attacher_options);
   if (!attacher.ok()) return attacher.status().WithContext("node service: attacher");
   // For the node admin's tools (blockctl check-target) when the plugin is
   // down: which node this state belongs to. Not fatal: nothing here needs it.
@@ -119,9 +123,9 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   }
 
   std::shared_ptr<VolumeAttacher> shared_attacher(std::move(*attacher));
-  Metrics().AddCollector([weak = std::weak_ptr<VolumeAttacher>(shared_attacher), state_dir,
+  Metrics().AddCollector([weak = std::weak_ptr<VolumeAttacher>(shared_attacher), state_dir, host = wiring.host,
                           mounter = std::shared_ptr<Mounter>(MakeLibmountMounter())](MetricsRegistry& registry) {
-    if (auto live = weak.lock()) CollectNodeVolumes(*live, *mounter, state_dir, registry);
+    if (auto live = weak.lock()) CollectNodeVolumes(*live, *mounter, *host, state_dir, registry);
   });
 
   NodeServiceOptions options;
@@ -132,7 +136,7 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   options.mounter = MakeLibmountMounter();
   options.probe = MakeBlkidProbe();
   options.executor = MakeProcessExecutor();
-  options.host = RealHost();
+  options.host = wiring.host;
   options.fs_minimum_bytes = wiring.fs_minimum_bytes;
   auto node = std::make_shared<NodeService>(std::move(options));
   node->LogAdoptedVolumes();

@@ -20,9 +20,12 @@ inline constexpr char kNodeIdFileName[] = "node-id";
 
 struct NodeWiring {
   // How volumes attach: the connector, state_dir, node_id and the bridge's
-  // and kernel initiators' settings (attacher_factory.h). The OS seams are
-  // left empty: the real ones.
+  // and kernel initiators' settings (attacher_factory.h). Its host seams
+  // left empty are `host`.
   AttacherOptions attacher;
+  // Required: the machine's files and processes, for the node service, the
+  // attacher and the metrics that read the node's state.
+  std::shared_ptr<Host> host;
   std::string zone;  // --zone; empty: none
   int64_t max_volumes_per_node = 0;
   // The smallest device each filesystem formats (FilesystemMinimums); empty: not checked.

@@ -21,6 +21,8 @@ inline StatusOr<std::unique_ptr<VolumeAttacher>> MakeBenchAttacher(const std::st
   ao.node_id = "bench";
   ao.bridge_dir = bridge_dir;
   ao.bridge_sessions = bridge_sessions;
+  ao.host_fs = MachineHost();
+  ao.state_files = MachineHost();
   return MakeVolumeAttacher(ao);
 }
 

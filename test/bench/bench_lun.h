@@ -16,9 +16,9 @@
 
 #include "attach/attach_spec.h"
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "bench/bench_attacher.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"

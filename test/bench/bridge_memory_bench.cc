@@ -19,8 +19,6 @@
 #include <sstream>
 
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "bench/bench_args.h"
 #include "bench/bench_attacher.h"
 #include "bench/bench_report.h"
@@ -29,6 +27,8 @@
 #include "common/executor.h"
 #include "common/host.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 

@@ -42,7 +42,7 @@
 #include <sstream>
 #include <thread>
 
-#include "attach/initiator.h"
+#include "contract/initiator.h"
 #include "backend/local/tgtd_socket_control.h"
 #include "bench/bench_args.h"
 #include "bench/bench_report.h"
@@ -54,6 +54,7 @@
 #include "common/logging.h"
 #include "common/mounter.h"
 #include "common/unique_fd.h"
+#include "contract/initiator.h"
 #include "support/csi_calls.h"
 #include "support/plugin_under_test.h"
 

@@ -27,8 +27,6 @@
 
 #include "attach/attach_spec.h"
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "backend/rbd/rbd_backend.h"
 #include "bench/bench_args.h"
 #include "bench/bench_attacher.h"
@@ -36,6 +34,8 @@
 #include "bench/fio_job.h"
 #include "common/executor.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/ceph_test_cluster.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"

@@ -17,8 +17,8 @@
 #include <set>
 #include <vector>
 
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "csi.grpc.pb.h"
 #include "integration/controller/tgt_acls.h"
 #include "support/csi_requests.h"

@@ -29,7 +29,7 @@
 #include <set>
 #include <sstream>
 
-#include "attach/publish_context.h"
+#include "contract/publish_context.h"
 #include "csi.grpc.pb.h"
 #include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"

@@ -15,8 +15,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attach/initiator.h"
 #include "common/executor.h"
+#include "contract/initiator.h"
 #include "e2e/co_simulator.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"

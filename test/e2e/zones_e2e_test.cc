@@ -29,10 +29,10 @@
 #include <thread>
 #include <vector>
 
-#include "attach/publish_context.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/topology.h"
+#include "contract/publish_context.h"
 #include "e2e/co_simulator.h"
 #include "e2e/e2e_env.h"
 #include "e2e/netns_topology.h"

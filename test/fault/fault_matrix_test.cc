@@ -41,12 +41,12 @@
 #include <thread>
 #include <vector>
 
-#include "attach/initiator.h"
 #include "backend/local/pool.h"
 #include "backend/local/tgtadm_parser.h"
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "common/mounter.h"
+#include "contract/initiator.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"

@@ -27,9 +27,9 @@
 #include <string>
 #include <thread>
 
-#include "attach/publish_context.h"
 #include "common/executor.h"
 #include "common/status.h"
+#include "contract/publish_context.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"

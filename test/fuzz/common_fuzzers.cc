@@ -8,11 +8,11 @@
 
 #include <google/protobuf/stubs/logging.h>
 #include <nlohmann/json.hpp>
-#include "attach/initiator.h"
 #include "common/duration.h"
 #include "common/endpoint.h"
 #include "common/mounter.h"
 #include "common/redaction.h"
+#include "contract/initiator.h"
 #include "csi.pb.h"
 
 // Properties, not just "does not crash": a violated one aborts.

@@ -15,12 +15,12 @@
 
 #include "attach/attach_record_store.h"
 #include "attach/attach_spec.h"
-#include "attach/iscsi_names.h"
 #include "attach/iscsi_sysfs.h"
 #include "backend/local/tgtadm_parser.h"
 #include "backend/volume_id.h"
 #include "common/lun_identity.h"
 #include "common/mkfs_mount_options.h"
+#include "contract/iscsi_names.h"
 #include "controller/parameters.h"
 
 #define FUZZ_CHECK(cond)       \

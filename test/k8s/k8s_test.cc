@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "attach/initiator.h"
+#include "contract/initiator.h"
 #include "k8s/k8s_test_base.h"
 
 namespace blockcsi::testing {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "attach/initiator.h"
+#include "contract/initiator.h"
 
 namespace blockcsi::testing {
 namespace {

@@ -11,14 +11,14 @@
 #include <cstring>
 #include <filesystem>
 
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "attach/userspace_connector.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/host.h"
 #include "common/loop_devices.h"
 #include "common/mounter.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi::testing {
 
@@ -135,6 +135,8 @@ StatusOr<std::unique_ptr<VolumeAttacher>> AttachIntegrationTest::NewAttacher(int
   o.bridge_dir = bridge_dir.empty() ? BinDir() : bridge_dir;
   o.bridge_io_timeout = std::chrono::seconds(5);
   o.bridge_sessions = bridge_sessions;
+  o.host_fs = MachineHost();
+  o.state_files = MachineHost();
   return MakeVolumeAttacher(o);
 }
 
@@ -155,7 +157,7 @@ StatusOr<AttachRecord> AttachIntegrationTest::AttachEdited(const TestTarget& t, 
 
 std::vector<int> AttachIntegrationTest::BridgePids() const {
   std::vector<int> out;
-  auto fs = RealHost();
+  auto fs = MachineHost();
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/bridges", ec)) {
     for (int pid : FindBridgePids(*fs, e.path().string() + "/ctl.sock")) out.push_back(pid);
@@ -165,7 +167,7 @@ std::vector<int> AttachIntegrationTest::BridgePids() const {
 
 std::vector<std::string> AttachIntegrationTest::LoopDevicesUnderState() const {
   std::vector<std::string> out;
-  auto fs = RealHost();
+  auto fs = MachineHost();
   auto names = fs->ListDir("/sys/block");
   if (!names.ok()) return out;
   for (const auto& n : *names) {

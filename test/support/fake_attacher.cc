@@ -62,7 +62,7 @@ void FakeAttacher::SetHealth(const std::string& volume_id, AttachHealth health) 
   health_[volume_id] = std::move(health);
 }
 
-StatusOr<AttachRecord> FakeAttacher::Attach(const AttachSpec& spec) {
+StatusOr<AttachRecord> FakeAttacher::Attach(const AttachSpec& spec, const std::optional<AttachRecord>&) {
   std::lock_guard lock(mu_);
   {
     std::lock_guard wlock(world_->mu);
@@ -70,7 +70,11 @@ StatusOr<AttachRecord> FakeAttacher::Attach(const AttachSpec& spec) {
   }
   if (!attach_error_.ok()) return attach_error_;
   auto it = records_.find(spec.volume_id);
-  if (it != records_.end()) return it->second;
+  if (it != records_.end()) {
+    // A reused attachment gets the spec's annotations too, as from the real attacher.
+    for (const auto& [key, value] : spec.annotations) it->second.annotations[key] = value;
+    return it->second;
+  }
   std::string device;
   if (auto d = devices_.find(spec.volume_id); d != devices_.end()) {
     device = d->second;

@@ -56,7 +56,8 @@ class FakeAttacher final : public VolumeAttacher {
   void FailAttachWith(Status st);
   void SetHealth(const std::string& volume_id, AttachHealth health);
 
-  StatusOr<AttachRecord> Attach(const AttachSpec& spec) override;
+  using VolumeAttacher::Attach;
+  StatusOr<AttachRecord> Attach(const AttachSpec& spec, const std::optional<AttachRecord>& earlier) override;
   Status Detach(const std::string& volume_id) override;
   StatusOr<AttachRecord> Get(const std::string& volume_id) override;
   StatusOr<std::vector<AttachRecord>> List() override;

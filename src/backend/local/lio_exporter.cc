@@ -43,7 +43,7 @@ Status RemoveConfigDir(const Host& host, const std::string& path) {
 }  // namespace
 
 LioExporter::LioExporter(std::string configfs_root, std::vector<std::string> portals)
-    : host_(MakeRootedHost(std::move(configfs_root))), portals_(std::move(portals)) {}
+    : host_(HostRootedAt(std::move(configfs_root))), portals_(std::move(portals)) {}
 
 std::string LioExporter::LioWwnForSerial(const std::string& serial) {
   std::string wwn = "6001405";

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <chrono>
 
-#include "attach/chap_rules.h"
-#include "attach/iscsi_names.h"
 #include "backend/volume_id.h"
 #include "common/fault_points.h"
 #include "common/keyed_lock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "contract/chap_rules.h"
+#include "contract/iscsi_names.h"
 
 namespace blockcsi {
 

@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
-#include "attach/chap_rules.h"
-#include "attach/iscsi_names.h"
 #include "backend/volume_id.h"
 #include "common/fault_points.h"
-#include "common/host.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "contract/chap_rules.h"
+#include "contract/iscsi_names.h"
 
 // The local backend's reconcile loop and pool metrics: re-creating the
 // exports a restarted target daemon lost.
@@ -50,7 +49,7 @@ void LocalBackend::CollectPoolMetrics(MetricsRegistry& registry) {
                      "Sum of the sizes of the pool's volumes (thin: may exceed what they use)", {"pool"});
   auto& volumes = registry.Gauge("blockcsi_target_pool_volumes", "Volumes in the pool", {"pool"});
   const std::string& dir = pool_->dir();
-  if (auto fs = RealHost()->StatFs(dir); fs.ok()) {
+  if (auto fs = pool_->FileSystemSpace(); fs.ok()) {
     capacity.Set({dir}, static_cast<double>(fs->total_bytes));
     free_bytes.Set({dir}, static_cast<double>(fs->available_bytes));
   }

@@ -191,7 +191,7 @@ Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint6
                         const std::string& source_image, CopyMethod* method) {
   std::string staged = dir_ + "/tmp/" + id + ".img";
   if (source_image.empty()) {
-    // No fsync of the empty image (one of CreateVolume's four, issue #18):
+    // No fsync of the empty image (one of CreateVolume's four):
     // it has no data, and its size protects nothing a crash could lose. A
     // crash can leave it shorter than its record only if no flush ever
     // reached it (any fsync or fdatasync of tgtd's makes the size durable
@@ -254,7 +254,7 @@ Status Pool::UpdateVolume(const VolumeRecord& record) {
   // would take a published node's access away. A revoke is recorded
   // durably before the call answers: a grant a crash brought back would
   // let the revoked node in again once reconcile restores its ACL
-  // (fencing, issue #21). The same holds for an expand's new size.
+  // (fencing). The same holds for an expand's new size.
   BLOCKCSI_RETURN_IF_ERROR(files_.WriteRecord(VolumeRecordPath(record.id), VolumeToJson(record)));
   MutexLock lock(mu_);
   IndexVolumeLocked(record);
@@ -288,7 +288,7 @@ Status Pool::DeleteVolume(const std::string& id) {
     UnindexVolumeLocked(id);
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.delete.record-removed"));
-  // No fsync of images/ (one of DeleteVolume's two, issue #18): an image
+  // No fsync of images/ (one of DeleteVolume's two): an image
   // whose unlink a crash undoes has no record, which the next Open()
   // removes, as after a crash between the two steps.
   return files_.Remove(ImagePath(id));
@@ -393,6 +393,8 @@ uint64_t Pool::ProvisionedBytesLocked() const {
   for (const auto& [id, record] : snapshots_) total += record.size_bytes;
   return total;
 }
+
+StatusOr<PoolSpace> Pool::FileSystemSpace() const { return files_.Space(dir_); }
 
 StatusOr<uint64_t> Pool::AvailableBytes() const {
   BLOCKCSI_ASSIGN_OR_RETURN(PoolSpace space, files_.Space(dir_));

@@ -90,7 +90,7 @@ class Pool {
   // One page, ordered by id: up to `max_entries` (0: all) records from the
   // first id >= `start_id`; *next_id is the id the next page starts at, empty
   // after the last. Costs the page, not the pool (a ListVolumes page of 100
-  // copied all 1,000 records, issue #18).
+  // copied all 1,000 records).
   std::vector<VolumeRecord> ListVolumesFrom(const std::string& start_id, size_t max_entries,
                                             std::string* next_id) const;
   // Builds the image (empty sparse file, or a copy of `source_image`, grown
@@ -115,6 +115,8 @@ class Pool {
   // beyond the bytes already provisioned (volumes, snapshots, and those
   // being made).
   StatusOr<uint64_t> AvailableBytes() const;
+  // The file system the pool is on, as it is (no overcommit): for metrics.
+  StatusOr<PoolSpace> FileSystemSpace() const;
   // Every volume's and snapshot's size, and those being made or grown.
   uint64_t ProvisionedBytes() const;
   // The pool directory is readable and writable.

@@ -40,7 +40,7 @@ class TgtExporter final : public Exporter {
   // at most `listing_max_age` (see CachedLocked).
   TgtExporter(std::shared_ptr<TgtdControl> control, int control_port, const std::string& socket_dir = kDefaultSocketDir,
               std::chrono::milliseconds listing_max_age = std::chrono::seconds(10),
-              std::shared_ptr<Host> host = RealHost());
+              std::shared_ptr<Host> host = MachineHost());
   static constexpr char kDefaultSocketDir[] = "/var/run/tgtd";
 
   std::string Kind() const override { return "tgt"; }

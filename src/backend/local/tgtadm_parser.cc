@@ -4,8 +4,8 @@
 #include <optional>
 #include <set>
 
-#include "attach/chap_rules.h"
 #include "common/strings.h"
+#include "contract/chap_rules.h"
 
 namespace blockcsi {
 namespace {

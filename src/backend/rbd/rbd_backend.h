@@ -54,9 +54,9 @@
 #include <memory>
 #include <string>
 
-#include "attach/publish_context.h"
 #include "backend/backend.h"
 #include "common/status.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi {
 
@@ -77,7 +77,7 @@ struct RbdBackendOptions {
 };
 
 // Keys of the publish transport_params (VolumeRecord) for transport "rbd".
-// The names are the publish_context schema's (attach/publish_context.h).
+// The names are the publish_context schema's (contract/publish_context.h).
 namespace rbd_params {
 inline constexpr const char* kPool = publish_context::kRbdPool;
 inline constexpr const char* kImage = publish_context::kRbdImage;

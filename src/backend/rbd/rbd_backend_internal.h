@@ -20,13 +20,13 @@
 #include <utility>
 #include <vector>
 
-#include "attach/initiator.h"
 #include "backend/rbd/rbd_backend.h"
 #include "common/ceph_lazy.h"
 #include "common/keyed_lock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/strings.h"
+#include "contract/initiator.h"
 
 namespace blockcsi::rbd_internal {
 

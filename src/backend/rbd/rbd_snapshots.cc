@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "attach/initiator.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "contract/initiator.h"
 
 #include "backend/rbd/rbd_backend_internal.h"
 

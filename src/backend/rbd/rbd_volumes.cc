@@ -17,10 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "attach/initiator.h"
 #include "common/fault_points.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "contract/initiator.h"
 
 #include "backend/rbd/rbd_backend_internal.h"
 

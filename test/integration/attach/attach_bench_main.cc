@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "bench/bench_attacher.h"
 #include "bridge/libiscsi_session.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
 

@@ -15,8 +15,8 @@
 #include <filesystem>
 #include "attach/attach_record_store.h"
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
 
 namespace {
 
@@ -29,6 +29,8 @@ int Attach(std::map<std::string, std::string> flags) {
   options.connector = "userspace";
   options.state_dir = flags["--state-dir"];
   options.node_id = flags["--node-id"];
+  options.host_fs = blockcsi::MachineHost();
+  options.state_files = blockcsi::MachineHost();
   // attach_tool lives in build/tests, the bridge programs in build/bin.
   std::error_code ec;
   options.bridge_dir =

@@ -14,8 +14,8 @@
 #include <sstream>
 
 #include "attach/attach_record_store.h"
-#include "attach/initiator.h"
 #include "common/atomic_file.h"
+#include "contract/initiator.h"
 #include "support/attach_fixture.h"
 
 namespace blockcsi::testing {

@@ -16,10 +16,10 @@
 
 #include "attach/attach_spec.h"
 #include "attach/iscsi_connector.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
+#include "contract/publish_context.h"
 #include "support/proc_watch.h"
 #include "support/test_util.h"
 
@@ -121,7 +121,8 @@ TEST(IscsiadmRecordTest, ChapIsStoredInTheRealNodeRecordWithoutAnySecretInArgv) 
   o.iface = iface;
   o.initiator_iqn = initiator;
   o.login_retries = 0;
-  VolumeAttacherImpl attacher(dir.Join("state"), MakeIscsiConnector(std::move(o)));
+  o.host_fs = MachineHost();
+  VolumeAttacherImpl attacher(dir.Join("state"), MachineHost(), MakeIscsiConnector(std::move(o)));
   ASSERT_TRUE(attacher.Start().ok());
   auto spec = ParseAttachSpec("vol-rec",
                               {{publish_context::kPortals, kPortal},

@@ -17,11 +17,11 @@
 #include <thread>
 
 #include "attach/attach_record_store.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "bridge/bridge_protocol.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/attach_fixture.h"
 
 namespace blockcsi::testing {

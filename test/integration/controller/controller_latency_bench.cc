@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "attach/initiator.h"
 #include "backend/backend_factory.h"
+#include "contract/initiator.h"
 #include "controller/controller_service.h"
 #include "csi.grpc.pb.h"
 #include "support/test_util.h"

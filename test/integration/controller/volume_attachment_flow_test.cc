@@ -17,9 +17,9 @@
 #include <set>
 #include <thread>
 
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "backend/backend_factory.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "controller/controller_service.h"
 #include "csi.grpc.pb.h"
 #include "integration/controller/tgt_acls.h"

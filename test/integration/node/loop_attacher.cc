@@ -95,7 +95,7 @@ Status LoopAttacher::Save(const AttachRecord& record) {
   return WriteFileAtomically(RecordPath(record.volume_id), ToJson(record).dump());
 }
 
-StatusOr<AttachRecord> LoopAttacher::Attach(const AttachSpec& spec) {
+StatusOr<AttachRecord> LoopAttacher::Attach(const AttachSpec& spec, const std::optional<AttachRecord>&) {
   std::lock_guard lock(mu_);
   auto existing = Load(spec.volume_id);
   AttachRecord record;
@@ -124,6 +124,7 @@ StatusOr<AttachRecord> LoopAttacher::Attach(const AttachSpec& spec) {
   }
   BLOCKCSI_ASSIGN_OR_RETURN(record.size_bytes, DeviceSize(record.device_path));
   record.state = "attached";
+  for (const auto& [key, value] : spec.annotations) record.annotations[key] = value;
   BLOCKCSI_RETURN_IF_ERROR(Save(record));
   return record;
 }

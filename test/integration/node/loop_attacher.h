@@ -28,7 +28,8 @@ class LoopAttacher final : public VolumeAttacher {
   // Loop devices currently backed by the volume's image.
   std::vector<std::string> LoopsOf(const std::string& volume_id);
 
-  StatusOr<AttachRecord> Attach(const AttachSpec& spec) override;
+  using VolumeAttacher::Attach;
+  StatusOr<AttachRecord> Attach(const AttachSpec& spec, const std::optional<AttachRecord>& earlier) override;
   Status Detach(const std::string& volume_id) override;
   StatusOr<AttachRecord> Get(const std::string& volume_id) override;
   StatusOr<std::vector<AttachRecord>> List() override;

@@ -21,13 +21,13 @@
 #include <future>
 #include <thread>
 
-#include "attach/publish_context.h"
 #include "common/atomic_file.h"
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "common/host.h"
 #include "common/logging.h"
 #include "common/mounter.h"
+#include "contract/publish_context.h"
 #include "integration/node/loop_attacher.h"
 #include "node/node_service.h"
 #include "support/csi_capabilities.h"
@@ -96,7 +96,7 @@ class NodeRealTest : public ::testing::Test {
     o.mounter = MakeLibmountMounter();
     o.probe = MakeBlkidProbe();
     o.executor = executor_;
-    o.host = RealHost();
+    o.host = MachineHost();
     o.fault_hook = std::move(fault_hook);
     return std::make_unique<NodeService>(std::move(o));
   }
@@ -291,7 +291,7 @@ TEST_F(NodeRealTest, XfsLifecycleAndOnlineGrowVisibleInStats) {
 }
 
 TEST_F(NodeRealTest, Ext4OnlineGrowReportsMissingCapSysResource) {
-  if (RealHost()->HasCapSysResource()) GTEST_SKIP() << "this host has CAP_SYS_RESOURCE";
+  if (MachineHost()->HasCapSysResource()) GTEST_SKIP() << "this host has CAP_SYS_RESOURCE";
   const std::string v = "ext4grow";
   ASSERT_TRUE(node_->Stage(StageRequest(v, "ext4")).ok());
   ASSERT_EQ(::truncate(attacher_->ImagePath(v).c_str(), 640LL << 20), 0);

@@ -204,7 +204,7 @@ class PluginRestartTest : public testing::PluginSuiteTest {
   std::map<std::string, pid_t> BridgePids() {
     std::map<std::string, pid_t> out;
     for (const auto& [id, _] : written_) {
-      auto pids = FindBridgePids(*RealHost(), plugin_->state_dir() + "/bridges/" + id + "/ctl.sock");
+      auto pids = FindBridgePids(*MachineHost(), plugin_->state_dir() + "/bridges/" + id + "/ctl.sock");
       out[id] = pids.size() == 1 ? pids.front() : -1;
     }
     return out;
@@ -278,8 +278,8 @@ void PluginRestartTest::Scenario(bool new_version) {
   std::map<std::string, pid_t> bridges = BridgePids();
   for (const auto& [id, pid] : bridges) {
     ASSERT_GT(pid, 0) << "no single bridge for " << id;
-    EXPECT_TRUE(InCgroup(*RealHost(), bridge_cgroup_, pid)) << "bridge of " << id;
-    EXPECT_FALSE(InCgroup(*RealHost(), first, pid)) << "bridge of " << id;
+    EXPECT_TRUE(InCgroup(*MachineHost(), bridge_cgroup_, pid)) << "bridge of " << id;
+    EXPECT_FALSE(InCgroup(*MachineHost(), first, pid)) << "bridge of " << id;
     // No pipe, file or socket of the plugin's (its log included) stays open
     // in the bridge: stdin and stdout are /dev/null, stderr its own log.
     std::string fd = "/proc/" + std::to_string(pid) + "/fd/";
@@ -385,7 +385,7 @@ void PluginRestartTest::Scenario(bool new_version) {
   }
   for (const auto& [id, pid] : BridgePids()) {
     ASSERT_GT(pid, 0);
-    EXPECT_TRUE(InCgroup(*RealHost(), bridge_cgroup_, pid));
+    EXPECT_TRUE(InCgroup(*MachineHost(), bridge_cgroup_, pid));
     if (new_version) {
       std::error_code ec;
       EXPECT_EQ(std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).string(),
@@ -421,7 +421,7 @@ TEST_F(PluginRestartTest, WithoutBridgeCgroupTheKillFailsTheFilesystem) {
   ASSERT_EQ(WriteAndCheck(v, "before-kill"), "");
   pid_t bridge = BridgePids()[v.id];
   ASSERT_GT(bridge, 0);
-  EXPECT_TRUE(InCgroup(*RealHost(), first, bridge)) << "the bridge left the plugin's cgroup";
+  EXPECT_TRUE(InCgroup(*MachineHost(), first, bridge)) << "the bridge left the plugin's cgroup";
 
   KillCgroup(first);
   ASSERT_TRUE(plugin_->WaitKilledByFaultPoint());
@@ -466,7 +466,7 @@ TEST_F(PluginRestartTest, ABridgeThatCannotMoveRefusesAndLeavesNothing) {
   EXPECT_NE(st.error_message().find(bridge_cgroup_), std::string::npos) << st.error_message();
   // Nothing left: no bridge, FUSE mount, loop device, bridge dir or record.
   std::string bridge_dir = plugin_->state_dir() + "/bridges/" + v.id;
-  EXPECT_EQ(FindBridgePids(*RealHost(), bridge_dir + "/ctl.sock"), std::vector<int>{});
+  EXPECT_EQ(FindBridgePids(*MachineHost(), bridge_dir + "/ctl.sock"), std::vector<int>{});
   EXPECT_EQ(testing::MountsUnder(dir_.path()), std::vector<std::string>{});
   EXPECT_EQ(testing::LoopDevicesUnder(dir_.path()), std::vector<std::string>{});
   EXPECT_FALSE(std::filesystem::exists(bridge_dir));

@@ -28,8 +28,6 @@
 #include <vector>
 
 #include "attach/attacher_factory.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "attach/userspace_connector.h"
 #include "backend/rbd/rbd_backend.h"
 #include "bridge/bridge_protocol.h"
@@ -37,6 +35,8 @@
 #include "common/executor.h"
 #include "common/host.h"
 #include "common/mounter.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/block_io.h"
 #include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"
@@ -127,7 +127,7 @@ class RbdAttachTest : public testing::CephSuiteTest {
 
   static std::vector<int> BridgePids(const Node& node) {
     std::vector<int> out;
-    auto fs = RealHost();
+    auto fs = MachineHost();
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(node.state_dir + "/bridges", ec)) {
       for (int pid : FindBridgePids(*fs, e.path().string() + "/ctl.sock")) out.push_back(pid);
@@ -185,6 +185,8 @@ class RbdAttachTest : public testing::CephSuiteTest {
     o.node_id = id;
     o.bridge_dir = BinDir();
     o.bridge_io_timeout = io_timeout;
+    o.host_fs = MachineHost();
+    o.state_files = MachineHost();
     auto attacher = MakeVolumeAttacher(o);
     EXPECT_TRUE(attacher.ok()) << attacher.status().ToString();
     if (attacher.ok()) node->attacher = std::move(*attacher);

@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "attach/initiator.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
 #include "support/ceph_client.h"
 #include "support/ceph_test_cluster.h"
 #include "support/rbd_backend_env.h"

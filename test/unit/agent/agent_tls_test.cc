@@ -15,7 +15,7 @@ namespace {
 class AgentTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    host_ = MakeRootedHost(dir_.path());
+    host_ = HostRootedAt(dir_.path());
     ASSERT_TRUE(host_->MakeDirectory("/etc/blockcsi", 0755).ok());
   }
   void Put(const std::string& path, const std::string& text, mode_t mode) {

@@ -41,7 +41,7 @@ AttachRecord SampleRecord(const std::string& id) {
 
 TEST(AttachRecordStoreTest, RoundTripsEveryField) {
   testing::TempDir dir;
-  AttachRecordStore store(dir.path());
+  AttachRecordStore store(dir.path(), MachineHost());
   ASSERT_TRUE(store.Init().ok());
   AttachRecord r = SampleRecord("vol-1");
   ASSERT_TRUE(store.Put(r).ok());
@@ -61,7 +61,7 @@ TEST(AttachRecordStoreTest, RoundTripsEveryField) {
 
 TEST(AttachRecordStoreTest, MissingIsNotFoundAndRemoveIsIdempotent) {
   testing::TempDir dir;
-  AttachRecordStore store(dir.path());
+  AttachRecordStore store(dir.path(), MachineHost());
   ASSERT_TRUE(store.Init().ok());
   EXPECT_EQ(store.Get("nope").status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(store.Remove("nope").ok());
@@ -86,7 +86,7 @@ TEST(AttachRecordStoreTest, AnyVolumeIdMapsToOneSafeFileName) {
 
 TEST(AttachRecordStoreTest, ListSkipsTempAndMalformedFiles) {
   testing::TempDir dir;
-  AttachRecordStore store(dir.path());
+  AttachRecordStore store(dir.path(), MachineHost());
   ASSERT_TRUE(store.Init().ok());
   ASSERT_TRUE(store.Put(SampleRecord("a")).ok());
   ASSERT_TRUE(store.Put(SampleRecord("pool/b")).ok());
@@ -117,7 +117,7 @@ TEST(AttachRecordStoreDeathTest, KilledInsidePutLeavesTheOldRecordOrTheNew) {
   for (const char* point :
        {"node.record.temp-written", "node.record.temp-synced", "node.record.renamed", "node.record.dir-synced"}) {
     SCOPED_TRACE(point);
-    AttachRecordStore store(base + "/" + point);
+    AttachRecordStore store(base + "/" + point, MachineHost());
     ASSERT_TRUE(store.Init().ok());
     AttachRecord old_record = SampleRecord("vol-1");
     old_record.state = kAttachStateAttaching;
@@ -146,7 +146,7 @@ TEST(AttachRecordStoreDeathTest, KilledInsidePutLeavesTheOldRecordOrTheNew) {
 
 TEST(AttachRecordStoreTest, NoDirectoryMeansNoRecords) {
   testing::TempDir dir;
-  AttachRecordStore store(dir.Join("never-created"));
+  AttachRecordStore store(dir.Join("never-created"), MachineHost());
   auto list = store.List();
   ASSERT_TRUE(list.ok());
   EXPECT_TRUE(list->empty());

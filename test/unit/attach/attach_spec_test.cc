@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include "attach/initiator.h"
-#include "attach/iscsi_names.h"
-#include "attach/publish_context.h"
+#include "contract/initiator.h"
+#include "contract/iscsi_names.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi {
 namespace {

@@ -9,12 +9,12 @@
 #include <functional>
 #include <mutex>
 
-#include "attach/initiator.h"
 #include "attach/iscsi_connector.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/fake_executor.h"
 #include "support/test_util.h"
 
@@ -81,7 +81,7 @@ class IscsiConnectorTest : public ::testing::Test {
   std::unique_ptr<VolumeAttacherImpl> MakeAttacher() {
     IscsiConnectorOptions o;
     o.executor = executor_;
-    o.host_fs = MakeRootedHost(root_);
+    o.host_fs = HostRootedAt(root_);
     o.clock = clock_;
     o.iface = "blockcsi";
     o.initiator_iqn = kInitiator;
@@ -89,7 +89,7 @@ class IscsiConnectorTest : public ::testing::Test {
     o.login_retries = 2;
     o.device_wait = std::chrono::seconds(60);
     o.multipath_wait = std::chrono::seconds(30);
-    auto a = std::make_unique<VolumeAttacherImpl>(state_, MakeIscsiConnector(std::move(o)));
+    auto a = std::make_unique<VolumeAttacherImpl>(state_, MachineHost(), MakeIscsiConnector(std::move(o)));
     EXPECT_TRUE(a->Start().ok());
     return a;
   }

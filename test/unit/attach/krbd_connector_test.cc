@@ -11,10 +11,10 @@
 
 #include "attach/attach_record_store.h"
 #include "attach/krbd_connector.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "contract/publish_context.h"
 #include "support/fake_executor.h"
 #include "support/krbd_captured.h"
 #include "support/test_util.h"
@@ -70,14 +70,15 @@ class KrbdConnectorTest : public ::testing::Test {
   KrbdConnectorOptions Options() {
     KrbdConnectorOptions o;
     o.executor = executor_;
-    o.host_fs = MakeRootedHost(root_);
+    o.host_fs = HostRootedAt(root_);
+    o.state_files = MachineHost();
     o.state_dir = state_;
     o.command_timeout = std::chrono::seconds(120);
     return o;
   }
 
   std::unique_ptr<VolumeAttacherImpl> MakeAttacher() {
-    auto a = std::make_unique<VolumeAttacherImpl>(state_, MakeKrbdConnector(Options()));
+    auto a = std::make_unique<VolumeAttacherImpl>(state_, MachineHost(), MakeKrbdConnector(Options()));
     EXPECT_TRUE(a->Start().ok());
     return a;
   }
@@ -234,7 +235,7 @@ TEST_F(KrbdConnectorTest, CephConfAndMapOptionsArePassed) {
   KrbdConnectorOptions o = Options();
   o.ceph_conf = "/etc/ceph/cluster-a.conf";
   o.map_options = "ms_mode=prefer-crc";
-  VolumeAttacherImpl attacher(state_, MakeKrbdConnector(std::move(o)));
+  VolumeAttacherImpl attacher(state_, MachineHost(), MakeKrbdConnector(std::move(o)));
   ASSERT_TRUE(attacher.Start().ok());
   executor_
       ->ExpectOk({"rbd", "device", "map", "--pool", "rbd", "--id", "blockcsi", "-m", "127.0.0.1:20372", "--keyfile",
@@ -415,7 +416,7 @@ TEST_F(KrbdConnectorTest, ReconcileRefreshesMovedDevicesReportsOrphansAndRemoves
   // mapping of one of our images, and a key file a crash left behind.
   Install("rbd0");
   Install("rbd1_orphan");
-  AttachRecordStore store(state_);
+  AttachRecordStore store(state_, MachineHost());
   ASSERT_TRUE(store.Init().ok());
   AttachRecord r = krbd_captured::ImageRecord("vol-1", "krbd", "/dev/rbd3");
   r.connector_state["rbd_dev_id"] = "3";
@@ -469,7 +470,7 @@ TEST_F(KrbdConnectorTest, AKeyFileIsNeverWrittenThroughASymlink) {
 
 TEST_F(KrbdConnectorTest, SysfsParserReadsTheKernelsAttributes) {
   Install("rbd0");
-  auto fs = MakeRootedHost(root_);
+  auto fs = HostRootedAt(root_);
   auto m = ReadKrbdMapping(*fs, "0");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->pool, "rbd");
@@ -485,7 +486,7 @@ TEST_F(KrbdConnectorTest, SysfsParserReadsTheKernelsAttributes) {
   auto all = ListKrbdMappings(*fs);
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[1].image, kOrphanImage);
-  EXPECT_TRUE(ListKrbdMappings(*MakeRootedHost(dir_.Join("empty"))).empty());
+  EXPECT_TRUE(ListKrbdMappings(*HostRootedAt(dir_.Join("empty"))).empty());
 }
 
 }  // namespace

@@ -2,15 +2,15 @@
 // publish_context the controller makes from a PV's attributes parses into an
 // AttachSpec; identity is optional only when static; the PV's initiatorName
 // replaces the node's only when static; the attach record keeps "static".
-#include "attach/static_volume.h"
+#include "contract/static_volume.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "attach/attach_record_store.h"
 #include "attach/attach_spec.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi {
 namespace {

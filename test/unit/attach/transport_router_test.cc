@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "attach/attacher_factory.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
+#include "contract/publish_context.h"
 #include "support/fake_executor.h"
 #include "support/test_util.h"
 
@@ -21,7 +21,7 @@ namespace {
 class RecordingConnector final : public Connector {
  public:
   RecordingConnector(std::string name, std::vector<std::string>* log) : name_(std::move(name)), log_(log) {}
-  std::string name() const override { return name_; }
+  std::string family() const override { return name_; }
   void Prepare(const AttachSpec& spec, AttachRecord* record) override {
     log_->push_back(name_ + " prepare " + spec.volume_id);
     record->connector_state["prepared_by"] = name_;
@@ -94,7 +94,7 @@ AttachRecord RecordOf(const std::string& volume_id, const std::string& transport
 TEST(TransportRouterTest, RoutesEveryCallByTransport) {
   std::vector<std::string> log;
   auto router = Router(&log);
-  EXPECT_EQ(router->name(), "iscsi");
+  EXPECT_EQ(router->family(), "iscsi") << "records of both transports name the kernel family";
 
   AttachRecord rbd = RecordOf("vol-r", "rbd");
   router->Prepare(SpecOf("vol-r", "rbd"), &rbd);
@@ -160,7 +160,7 @@ TEST(TransportRouterTest, ReconcileGivesEachConnectorOnlyItsRecords) {
 TEST(TransportRouterTest, FacadeReattachesThroughTheRouterByItsStableName) {
   testing::TempDir dir;
   std::vector<std::string> log;
-  VolumeAttacherImpl attacher(dir.Join("state"), Router(&log));
+  VolumeAttacherImpl attacher(dir.Join("state"), MachineHost(), Router(&log));
   ASSERT_TRUE(attacher.Start().ok());
   auto first = attacher.Attach(SpecOf("vol-r", "rbd"));
   ASSERT_TRUE(first.ok()) << first.status().ToString();
@@ -194,7 +194,8 @@ TEST_P(AttacherFactoryTest, KernelConnectorServesRbdVolumesThroughKrbd) {
   options.state_dir = dir.Join("state");
   options.node_id = "worker-1";
   options.executor = executor;
-  options.host_fs = MakeRootedHost(root);
+  options.host_fs = HostRootedAt(root);
+  options.state_files = MachineHost();
   auto attacher = MakeVolumeAttacher(options);
   ASSERT_TRUE(attacher.ok()) << attacher.status().ToString();
 

@@ -45,7 +45,8 @@ class UserspaceReconcileTest : public ::testing::Test {
   std::unique_ptr<Connector> MakeConnectorUnderTest() {
     UserspaceConnectorOptions o;
     o.state_dir = state_.path();
-    o.host_fs = MakeRootedHost(root_.path());
+    o.host_fs = HostRootedAt(root_.path());
+    o.state_files = MachineHost();
     return MakeUserspaceConnector(std::move(o));
   }
 

@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include "attach/attach_record_store.h"
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "attach/volume_attacher_impl.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -26,7 +26,7 @@ struct Script {
 class FakeConnector final : public Connector {
  public:
   explicit FakeConnector(Script* s) : s_(s) {}
-  std::string name() const override { return "fake"; }
+  std::string family() const override { return "fake"; }
   void Prepare(const AttachSpec&, AttachRecord* record) override {
     s_->calls.push_back("prepare");
     record->connector_state["cleanup_key"] = "x";
@@ -71,12 +71,12 @@ class VolumeAttacherTest : public ::testing::Test {
   void SetUp() override {
     script_.identity.serial = "sn1";
     script_.identity.naa = {"6000000000000000000000007f3a9c2e"};
-    script_.record_path = AttachRecordStore(dir_.path()).PathFor("vol-1");
-    attacher_ = std::make_unique<VolumeAttacherImpl>(dir_.path(), std::make_unique<FakeConnector>(&script_),
-                                                     [this](std::string_view point) {
-                                                       steps_.push_back(std::string(point));
-                                                       return OkStatus();
-                                                     });
+    script_.record_path = AttachRecordPath(dir_.path(), "vol-1");
+    attacher_ = std::make_unique<VolumeAttacherImpl>(
+        dir_.path(), MachineHost(), std::make_unique<FakeConnector>(&script_), [this](std::string_view point) {
+          steps_.push_back(std::string(point));
+          return OkStatus();
+        });
     ASSERT_TRUE(attacher_->Start().ok());
   }
 
@@ -236,7 +236,7 @@ TEST_F(VolumeAttacherTest, RestartFindsRecordsAndReconciles) {
   ASSERT_TRUE(attacher_->Attach(Spec()).ok());
   Script second = script_;
   second.calls.clear();
-  VolumeAttacherImpl restarted(dir_.path(), std::make_unique<FakeConnector>(&second));
+  VolumeAttacherImpl restarted(dir_.path(), MachineHost(), std::make_unique<FakeConnector>(&second));
   ASSERT_TRUE(restarted.Start().ok());
   EXPECT_EQ(second.calls, (std::vector<std::string>{"reconcile"}));
   auto list = restarted.List();

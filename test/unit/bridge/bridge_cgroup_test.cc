@@ -20,7 +20,7 @@ class BridgeCgroupTest : public ::testing::Test {
     std::ofstream(root_.path() + path) << text;
   }
   testing::TempDir root_;
-  std::unique_ptr<Host> fs_ = MakeRootedHost(root_.path());
+  std::unique_ptr<Host> fs_ = HostRootedAt(root_.path());
 };
 
 TEST_F(BridgeCgroupTest, StartTimeCountsFieldsFromTheLastParenthesis) {

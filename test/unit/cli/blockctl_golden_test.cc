@@ -26,7 +26,7 @@ RunResult Blockctl(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   std::ostringstream out, err;
-  int code = RunBlockctl(static_cast<int>(argv.size()), argv.data(), out, err);
+  int code = RunBlockctl(static_cast<int>(argv.size()), argv.data(), out, err, MachineHost());
   return {code, out.str(), err.str()};
 }
 

@@ -40,13 +40,14 @@ class CleanupStepsTest : public ::testing::Test {
     snapshot.state_dir = state_;
     snapshot.records = {Record()};
     CleanupStep step{CleanupStep::Kind::kDetachRecord, "vol-rbd", "vol-rbd", "detach volume vol-rbd"};
-    return ApplyCleanupStep(snapshot, step, {.executor = executor_, .host_fs = MakeRootedHost(root_)});
+    return ApplyCleanupStep(snapshot, step,
+                            {.executor = executor_, .host_fs = HostRootedAt(root_), .state_files = MachineHost()});
   }
 
   testing::TempDir dir_;
   std::string root_ = dir_.Join("root");
   std::string state_ = dir_.Join("state");
-  AttachRecordStore store_{state_};
+  AttachRecordStore store_{state_, MachineHost()};
   std::shared_ptr<testing::FakeExecutor> executor_ = std::make_shared<testing::FakeExecutor>();
 };
 

@@ -39,7 +39,7 @@ TEST(EndpointTest, StaleSocketIsRemoved) {
   int fd = BindSocket(path, /*listen_on_it=*/false);
   ::close(fd);  // the file stays, nobody answers: stale
   ASSERT_EQ(::access(path.c_str(), F_OK), 0);
-  EXPECT_TRUE(PrepareUnixSocket(*MakeRootedHost(dir.path()), "/csi.sock").ok());
+  EXPECT_TRUE(PrepareUnixSocket(*HostRootedAt(dir.path()), "/csi.sock").ok());
   EXPECT_NE(::access(path.c_str(), F_OK), 0);
 }
 
@@ -48,7 +48,7 @@ TEST(EndpointTest, LiveServerIsNotDisplaced) {
   std::string path = dir.Join("csi.sock");
   int fd = BindSocket(path, /*listen_on_it=*/true);
   // The probe dials the socket under the host's root.
-  Status st = PrepareUnixSocket(*MakeRootedHost(dir.path()), "/csi.sock");
+  Status st = PrepareUnixSocket(*HostRootedAt(dir.path()), "/csi.sock");
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("already listening"), std::string::npos) << st.message();
   EXPECT_EQ(::access(path.c_str(), F_OK), 0);
@@ -59,13 +59,13 @@ TEST(EndpointTest, RegularFileIsNeverRemoved) {
   testing::TempDir dir;
   std::string path = dir.Join("csi.sock");
   ASSERT_TRUE(WriteFileAtomically(path, "precious").ok());
-  EXPECT_EQ(PrepareUnixSocket(*MakeRootedHost(dir.path()), "/csi.sock").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(PrepareUnixSocket(*HostRootedAt(dir.path()), "/csi.sock").code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(*ReadFileToString(path), "precious");
 }
 
 TEST(EndpointTest, CreatesMissingDirectory) {
   testing::TempDir dir;
-  EXPECT_TRUE(PrepareUnixSocket(*MakeRootedHost(dir.path()), "/a/b/csi.sock").ok());
+  EXPECT_TRUE(PrepareUnixSocket(*HostRootedAt(dir.path()), "/a/b/csi.sock").ok());
   EXPECT_EQ(::access(dir.Join("a/b").c_str(), F_OK), 0);
 }
 

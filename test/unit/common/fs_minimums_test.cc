@@ -35,7 +35,7 @@ TEST(FsMinimumsTest, ProgramMissingFallsBackToDebianFigures) {
   };
   auto exec = std::make_shared<NothingInstalled>();
   testing::TempDir scratch;
-  FilesystemMinimums minimums(exec, scratch.path());
+  FilesystemMinimums minimums(exec, MachineHost(), scratch.path());
   EXPECT_EQ(minimums.MinimumBytes("ext4"), 0u);
   EXPECT_EQ(minimums.MinimumBytes("xfs"), kXfsMinimumBytesFallback);
   EXPECT_EQ(minimums.MinimumBytes("xfs"), kXfsMinimumBytesFallback);
@@ -47,7 +47,7 @@ TEST(FsMinimumsTest, ProgramMissingFallsBackToDebianFigures) {
 // names for Debian 12, and nothing left in the scratch directory.
 TEST(FsMinimumsTest, AskedOfThisHostsMkfs) {
   testing::TempDir scratch;
-  FilesystemMinimums minimums(std::shared_ptr<Executor>(MakeProcessExecutor()), scratch.path());
+  FilesystemMinimums minimums(std::shared_ptr<Executor>(MakeProcessExecutor()), MachineHost(), scratch.path());
   if (::access("/usr/sbin/mkfs.xfs", X_OK) == 0) {
     EXPECT_EQ(minimums.MinimumBytes("xfs"), uint64_t{300} << 20);
   }
@@ -78,7 +78,7 @@ TEST(FsMinimumsTest, TheProbeWorksThroughTheHostAndLeavesNothing) {
   testing::TempDir root;
   ASSERT_TRUE(MakeDirectories(root.Join("scratch")).ok());
   auto mkfs = std::make_shared<RecordingMkfs>();
-  FilesystemMinimums minimums(mkfs, "/scratch", MakeRootedHost(root.path()));
+  FilesystemMinimums minimums(mkfs, HostRootedAt(root.path()), "/scratch");
   EXPECT_EQ(minimums.MinimumBytes("btrfs"), 114294784u);
   EXPECT_TRUE(mkfs->image.starts_with(root.Join("scratch/blockcsi-fsmin-"))) << mkfs->image;
   EXPECT_EQ(mkfs->image_bytes, uintmax_t{1} << 20);

@@ -29,7 +29,7 @@ bool Readable(int fd, int timeout_ms) {
 
 TEST(HostTest, PermissionsAreReadAndSetUnderTheRoot) {
   testing::TempDir dir;
-  auto host = MakeRootedHost(dir.path());
+  auto host = HostRootedAt(dir.path());
   ASSERT_TRUE(host->MakeDirectory("/etc/blockcsi", 0755).ok());
   ASSERT_TRUE(host->OverwriteFile("/etc/blockcsi/tls.key", "k").ok());
   ASSERT_EQ(::chmod(dir.Join("etc/blockcsi/tls.key").c_str(), 0644), 0);
@@ -48,7 +48,7 @@ TEST(HostTest, PermissionsAreReadAndSetUnderTheRoot) {
 
 TEST(HostTest, KindTellsASocketFromAFile) {
   testing::TempDir dir;
-  auto host = MakeRootedHost(dir.path());
+  auto host = HostRootedAt(dir.path());
   const std::string socket_path = dir.Join("s.sock");
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(fd, 0);
@@ -77,7 +77,7 @@ TEST(HostTest, WatchExitBecomesReadableWhenTheProcessExits) {
   }
   ::close(go[0]);
   // A rooted host watches the machine's processes: they have no root.
-  auto host = MakeRootedHost("/nonexistent-root");
+  auto host = HostRootedAt("/nonexistent-root");
   auto fd = host->WatchExit(child);
   if (!fd.ok() && fd.status().code() == StatusCode::kUnimplemented) {
     ::close(go[1]);

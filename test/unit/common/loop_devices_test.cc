@@ -22,7 +22,7 @@ TEST(LoopDevicesTest, FindsLoopsByBackingFileIncludingDeletedOnes) {
   Write(root.Join("sys/block/loop7/loop/backing_file"), "/var/lib/blockcsi/bridges/vol-a/fuse/lun (deleted)\n");
   std::filesystem::create_directories(root.Join("sys/block/loop2"));  // unused loop: no loop/ dir
   Write(root.Join("sys/block/sda/size"), "100\n");
-  auto fs = MakeRootedHost(root.path());
+  auto fs = HostRootedAt(root.path());
   EXPECT_EQ(FindLoopDevicesBackedBy(*fs, "/var/lib/blockcsi/bridges/vol-a/fuse/lun"),
             (std::vector<std::string>{"/dev/loop0", "/dev/loop7"}));
   EXPECT_TRUE(FindLoopDevicesBackedBy(*fs, "/nothing").empty());
@@ -31,7 +31,7 @@ TEST(LoopDevicesTest, FindsLoopsByBackingFileIncludingDeletedOnes) {
 TEST(LoopDevicesTest, MountPointsMatchByMajorMinor) {
   testing::TempDir root;
   Write(root.Join("sys/block/loop3/dev"), "7:3\n");
-  auto fs = MakeRootedHost(root.path());
+  auto fs = HostRootedAt(root.path());
   std::string mountinfo =
       "36 25 7:3 / /var/lib/kubelet/plugins/blockcsi/staging/vol-a rw,relatime shared:1 - ext4 /dev/loop3 rw\n"
       "37 25 7:30 / /mnt/other rw,relatime shared:2 - ext4 /dev/loop30 rw\n"

@@ -11,9 +11,9 @@
 #include <set>
 #include <tuple>
 
-#include "attach/initiator.h"
-#include "attach/publish_context.h"
 #include "common/logging.h"
+#include "contract/initiator.h"
+#include "contract/publish_context.h"
 #include "support/csi_capabilities.h"
 #include "support/csi_requests.h"
 #include "support/fake_backend.h"

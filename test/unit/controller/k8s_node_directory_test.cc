@@ -122,7 +122,7 @@ contexts:
   context: {cluster: c, user: u}
 current-context: x
 )");
-  auto access = KubeAccessFromKubeconfig(path);
+  auto access = KubeAccessFromKubeconfig(path, *MachineHost());
   ASSERT_TRUE(access.ok()) << access.status().message();
   EXPECT_EQ(access->server, "https://10.0.0.1:6443");
   EXPECT_THAT(access->ca_pem, HasSubstr("BEGIN CERTIFICATE")) << "a relative CA path is the kubeconfig's dir's";
@@ -136,7 +136,7 @@ TEST_F(KubeconfigTest, FlowYamlJsonAndBase64Ca) {
 users:
 - user: {tokenFile: /var/run/token}
 )");
-  auto access = KubeAccessFromKubeconfig(flow);
+  auto access = KubeAccessFromKubeconfig(flow, *MachineHost());
   ASSERT_TRUE(access.ok()) << access.status().message();
   EXPECT_EQ(access->server, "https://[fd00::1]:443");
   EXPECT_EQ(access->ca_pem, "hello");
@@ -144,7 +144,7 @@ users:
 
   std::string json = Write("json", R"({"clusters":[{"cluster":{"server":"https://h:1"}}],
     "users":[{"user":{"token":"t"}}]})");
-  access = KubeAccessFromKubeconfig(json);
+  access = KubeAccessFromKubeconfig(json, *MachineHost());
   ASSERT_TRUE(access.ok()) << access.status().message();
   EXPECT_EQ(access->server, "https://h:1");
   EXPECT_EQ(access->token, "t");
@@ -164,21 +164,22 @@ TEST_F(KubeconfigTest, RefusedKubeconfigsNameTheFileAndNeverTheToken) {
   };
   for (const auto& c : cases) {
     std::string path = Write("bad", c.text);
-    auto access = KubeAccessFromKubeconfig(path);
+    auto access = KubeAccessFromKubeconfig(path, *MachineHost());
     ASSERT_FALSE(access.ok()) << c.text;
     EXPECT_EQ(access.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(access.status().message(), HasSubstr(c.why));
     EXPECT_THAT(access.status().message(), HasSubstr(path));
     EXPECT_THAT(access.status().message(), Not(HasSubstr("s3cret")));
   }
-  EXPECT_EQ(KubeAccessFromKubeconfig(dir_.Join("absent")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(KubeAccessFromKubeconfig(dir_.Join("absent"), *MachineHost()).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // The service account's files are read through the host seam: a rooted
 // host finds them under its root, at the paths a pod has them.
 TEST_F(KubeconfigTest, InClusterAccessReadsTheServiceAccountThroughTheHost) {
   const char* sa = "/var/run/secrets/kubernetes.io/serviceaccount";
-  auto host = MakeRootedHost(dir_.path());
+  auto host = HostRootedAt(dir_.path());
   ASSERT_TRUE(host->MakeDirectory(sa, 0755).ok());
   ::setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
   ::setenv("KUBERNETES_SERVICE_PORT", "6443", 1);

@@ -7,7 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "attach/publish_context.h"
+#include "contract/publish_context.h"
 #include "controller/controller_service.h"
 #include "support/fake_backend.h"
 

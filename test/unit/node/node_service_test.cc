@@ -11,9 +11,9 @@
 #include <mutex>
 #include <thread>
 
-#include "attach/publish_context.h"
 #include "common/logging.h"
 #include "common/topology.h"
+#include "contract/publish_context.h"
 #include "support/csi_capabilities.h"
 #include "support/fake_attacher.h"
 

@@ -1,10 +1,10 @@
-// The one CHAP rule set (issue #21): every case of the issue's probe, and
+// The one CHAP rule set: every limit of chap_rules.h at its edge, and
 // that no message ever carries a value.
-#include "attach/chap_rules.h"
+#include "contract/chap_rules.h"
 
 #include <gtest/gtest.h>
 
-#include "attach/publish_context.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi {
 namespace {

@@ -1,4 +1,4 @@
-#include "attach/initiator.h"
+#include "contract/initiator.h"
 
 namespace blockcsi {
 

@@ -1,4 +1,4 @@
-// Static volumes (issue #24): a LUN blockcsi did not create, named by a
+// Static volumes: a LUN blockcsi did not create, named by a
 // PV's volumeAttributes with the in-tree `iscsi` volume plugin's field names
 // so that an existing PV translates one to one. The controller turns the
 // attributes into a publish_context (granting nothing: the array's admin

@@ -1,4 +1,4 @@
-#include "attach/iscsi_names.h"
+#include "contract/iscsi_names.h"
 
 #include <arpa/inet.h>
 

@@ -1,8 +1,8 @@
-#include "attach/chap_rules.h"
+#include "contract/chap_rules.h"
 
 #include <string>
 
-#include "attach/publish_context.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi {
 namespace {

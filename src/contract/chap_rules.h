@@ -4,7 +4,7 @@
 // agent), the node to NodeStage secrets, so that a value one of them accepts
 // is one all of them accept. Pure functions; thread-safe.
 //
-// Why these limits (issue #21):
+// Why these limits:
 // - tgtadm hands tgtd "user=<name>,password=<secret>" and prints account
 //   names one per line in `--op show`: a ',' or '=' splits the request, a
 //   newline forges output lines, so names are a small allow-list and secrets

@@ -1,10 +1,10 @@
-#include "attach/static_volume.h"
+#include "contract/static_volume.h"
 
 #include <set>
 #include <vector>
 
-#include "attach/iscsi_names.h"
-#include "attach/publish_context.h"
+#include "contract/iscsi_names.h"
+#include "contract/publish_context.h"
 
 namespace blockcsi {
 namespace {
