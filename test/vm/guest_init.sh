@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash
 # /init of the test VM's initramfs (built by hack/vm-kernel.sh, booted by
 # test/vm/vm_run.sh). It mounts the host's root read-only over 9p under a tmpfs
 # overlay, so the build tree's programs run unchanged, runs /job/run inside it
@@ -10,11 +11,12 @@ export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-for module in $(cat /modules/order); do
+while read -r module; do
   insmod "/modules/$module" || echo "init: insmod $module failed"
-done
+done </modules/order
 
 modules_dir=
+# shellcheck disable=SC2013 # the command line is one line of words
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
   blockcsi.modules=*) modules_dir=${arg#blockcsi.modules=} ;;
@@ -34,6 +36,10 @@ mount -t proc proc /newroot/proc
 mount -t sysfs sys /newroot/sys
 mount -t devtmpfs dev /newroot/dev
 mkdir -p /newroot/dev/pts /newroot/dev/shm
+ln -sf /proc/self/fd /newroot/dev/fd
+ln -sf /proc/self/fd/0 /newroot/dev/stdin
+ln -sf /proc/self/fd/1 /newroot/dev/stdout
+ln -sf /proc/self/fd/2 /newroot/dev/stderr
 mount -t devpts devpts /newroot/dev/pts
 mount -t tmpfs shm /newroot/dev/shm
 mount -t tmpfs -o mode=755 run /newroot/run
@@ -43,6 +49,13 @@ mkdir -p /newroot/run/lock
 mkdir -p /newroot/job /newroot/lib/modules
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 job /newroot/job || fail "mount of the job share failed"
 [ -n "$modules_dir" ] && mount -o bind "/newroot$modules_dir" /newroot/lib/modules
+
+# The kernel runs its module loader (crc32c for iscsi_tcp, a fabric at its
+# first configfs mkdir) in init's root, which is this initramfs: send it into
+# the host's root, where the package's modules are.
+printf '#!/bin/sh\nexec /bin/chroot /newroot /sbin/modprobe "$@"\n' >/bin/modprobe-in-root
+chmod 755 /bin/modprobe-in-root
+echo /bin/modprobe-in-root >/proc/sys/kernel/modprobe
 
 ip link set lo up
 if ip link show eth0 >/dev/null 2>&1; then
