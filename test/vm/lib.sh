@@ -39,12 +39,15 @@ wait_for() { # wait_for <seconds> <command...>
   done
 }
 
+# SIGTERM, then SIGKILL for what outlives it by 5 s (tgtd ignores SIGTERM).
 stop_daemons() {
-  local pid
+  local pid deadline=$((SECONDS + 5))
   for pid in "${daemon_pids[@]}"; do
     kill "$pid" 2>/dev/null || true
   done
   for pid in "${daemon_pids[@]}"; do
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
   daemon_pids=()

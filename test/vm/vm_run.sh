@@ -46,6 +46,7 @@ else
   job=$(mktemp -d /tmp/blockcsi-vm.XXXXXX)
 fi
 qemu_pid=
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
   if [ -n "$qemu_pid" ]; then
     kill -KILL "$qemu_pid" 2>/dev/null || true
