@@ -34,7 +34,8 @@ chap_secrets=(--secret-env chap-username=CHAP_USER --secret-env chap-password=CH
 # not in grep's own argv).
 watch_argv() {
   while :; do
-    grep -laF -f <(printf '%s\n' "$CHAP_SECRET") /proc/[0-9]*/cmdline 2>/dev/null >>"$work/argv-leaks"
+    # No match is grep's exit 1: not an error here (set -e).
+    grep -laF -f <(printf '%s\n' "$CHAP_SECRET") /proc/[0-9]*/cmdline 2>/dev/null >>"$work/argv-leaks" || true
     sleep 0.1
   done
 }
@@ -126,7 +127,7 @@ lifecycle ext4 yes
 lifecycle xfs no
 lifecycle block yes
 
-kill "$watcher_pid"
+kill "$watcher_pid" 2>/dev/null || die "the argv watcher stopped before the end"
 wait "$watcher_pid" 2>/dev/null || true
 [ ! -s "$work/argv-leaks" ] || die "the CHAP secret was in the command line of $(sort -u "$work/argv-leaks")"
 for log in "$work"/*.log; do
