@@ -42,6 +42,10 @@ watch_argv() {
 watch_argv &
 watcher_pid=$!
 daemon_pids+=("$watcher_pid")
+# The watcher must see a secret that is in an argv: one, for a second.
+sh -c 'sleep 1' "$CHAP_SECRET"
+wait_for 10 test -s "$work/argv-leaks" || die "the argv watcher did not see a command line with the secret"
+: >"$work/argv-leaks"
 
 # nothing_left <iqn>: no session, no sd disk, no mount of ours.
 nothing_left() {
