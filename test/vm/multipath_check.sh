@@ -68,6 +68,9 @@ stage() {
   [ "$(printf '%d:%d' "0x${major_minor%:*}" "0x${major_minor#*:}")" = "$(cat "/sys/block/$dm/dev")" ] ||
     die "the staging mount ($source) is not the multipath map $dm"
   [ "$(find "/sys/block/$dm/slaves" -mindepth 1 | wc -l)" -eq 2 ] || die "the map $dm does not hold two paths"
+  udevadm settle --timeout 30 || true
+  compgen -G "/dev/disk/by-path/ip-127.0.0.2:3260-iscsi-$iqn-lun-1" >/dev/null ||
+    die "udev made no /dev/disk/by-path link for the second path"
   echo "staged on $source ($dm over $(find "/sys/block/$dm/slaves" -mindepth 1 -printf '%f '))"
 }
 unstage() {

@@ -64,6 +64,9 @@ trap 'exit 130' INT TERM
     case "$name" in BLOCKCSI_*) echo "export $name=$(printf '%q' "${!name}")" ;; esac
   done < <(env)
   echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root"
+  # The script runs chrooted from the initramfs: systemd's tools (udevadm
+  # trigger, settle) would otherwise refuse to act.
+  echo "export SYSTEMD_IGNORE_CHROOT=1"
   printf 'exec %q' "$script"
   for arg in "$@"; do printf ' %q' "$arg"; done
   echo
