@@ -12,6 +12,7 @@ packages=(
   clang clang-format clang-tidy shellcheck yamllint python3 python3-yaml
   ceph-mon ceph-mgr ceph-osd ceph-common librbd-dev librados-dev libcpp-httplib-dev prometheus
   etcd-server
+  qemu-system-x86 busybox-static cpio kmod multipath-tools
 )
 # kubectl (for rendering the kustomize manifests) may come from another
 # package already; Debian's kubernetes-client would clash with it.

@@ -458,7 +458,9 @@ class IscsiConnector final : public Connector {
     while (true) {
       for (const auto& dev : ScsiDevicesOfLun(*options_.host_fs, *session, spec.lun)) {
         auto name = BlockNameOfScsiDevice(*options_.host_fs, dev);
-        if (name.ok()) block = *name;
+        // The disk shows under its SCSI device a moment before the kernel
+        // links it into /sys/block, where its size and identity are read.
+        if (name.ok() && options_.host_fs->Exists("/sys/block/" + *name)) block = *name;
       }
       if (!block.empty()) break;
       if (options_.clock->Now() >= deadline) {

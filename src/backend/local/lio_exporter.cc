@@ -1,6 +1,7 @@
 #include "backend/local/lio_exporter.h"
 
 #include <set>
+#include <string_view>
 
 #include "backend/volume_id.h"
 #include "common/host.h"
@@ -30,13 +31,35 @@ std::vector<std::string> ListDir(const Host& host, const std::string& path) {
   return names.ok() ? *names : std::vector<std::string>{};
 }
 
-// rmdir; in a plain directory tree (tests) the attribute files are real
-// files and are removed with it. On configfs they are not, and rmdir works.
+// The unit serial a backstore reports. configfs shows it as
+// "T10 VPD Unit Serial Number: <serial>"; a plain tree holds what was written.
+std::string ReadUnitSerial(const Host& host, const std::string& core) {
+  constexpr std::string_view kLabel = "T10 VPD Unit Serial Number: ";
+  std::string text = ReadAttr(host, core + "/wwn/vpd_unit_serial");
+  if (text.rfind(kLabel, 0) == 0) text.erase(0, kLabel.size());
+  return text;
+}
+
+// rmdir of a configfs group. configfs refuses (ENOTEMPTY) while the group
+// holds a link or a group made by mkdir (an ACL's mapped LUN): those go first,
+// deepest first. The groups configfs made itself (attrib, auth, ...) refuse
+// their own rmdir (EPERM) and go with their parent. In a plain directory tree
+// (tests) the attribute files are real files and are removed with the tree.
+bool IsNotEmpty(const Status& s) {
+  return s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kAlreadyExists;
+}
+
 Status RemoveConfigDir(const Host& host, const std::string& path) {
+  for (const auto& name : ListDir(host, path)) {
+    if (host.ReadLink(path + "/" + name).ok()) BLOCKCSI_RETURN_IF_ERROR(host.RemovePath(path + "/" + name));
+  }
   Status removed = host.RemovePath(path);
-  if (removed.ok()) return OkStatus();
-  // ENOTEMPTY / EEXIST: a plain tree.
-  if (removed.code() != StatusCode::kFailedPrecondition && removed.code() != StatusCode::kAlreadyExists) return removed;
+  if (removed.ok() || !IsNotEmpty(removed)) return removed;
+  for (const auto& name : ListDir(host, path)) {
+    if (IsDir(host, path + "/" + name)) (void)RemoveConfigDir(host, path + "/" + name);
+  }
+  removed = host.RemovePath(path);
+  if (removed.ok() || !IsNotEmpty(removed)) return removed;
   return host.RemoveTree(path);
 }
 
@@ -102,7 +125,7 @@ Status LioExporter::ApplyAclsLocked(const DesiredExport& d, const std::string& t
     }
     if (!IsDir(*host_, dir + "/lun_1")) {
       BLOCKCSI_RETURN_IF_ERROR(MakeDirs(*host_, dir + "/lun_1"));
-      BLOCKCSI_RETURN_IF_ERROR(host_->Symlink("../../../lun/lun_1", dir + "/lun_1/lun_1"));
+      BLOCKCSI_RETURN_IF_ERROR(host_->Symlink(host_->Resolve(tpg + "/lun/lun_1"), dir + "/lun_1/lun_1"));
     }
     if (fresh) repairs.push_back("allowed " + acl.initiator_iqn + " on " + d.iqn);
   }
@@ -120,12 +143,13 @@ StatusOr<std::vector<std::string>> LioExporter::ApplyLocked(const DesiredExport&
   const std::string core = Core(d.volume_id);
   const std::string tpg = Tpg(d.iqn);
   const std::string lun_dir = tpg + "/lun/lun_1";
-  // Relative links keep the tree valid under any root.
-  const std::string lun_link_target = "../../../../../core/fileio_0/" + d.volume_id;
+  // configfs resolves a link's target when the link is made, relative to the
+  // caller's working directory rather than to the link: links are absolute.
+  const std::string lun_link_target = host_->Resolve(core);
 
   auto known = applied_size_.find(d.iqn);
   bool core_ok = IsDir(*host_, core) && ReadAttr(*host_, core + "/udev_path") == d.image_path &&
-                 ReadAttr(*host_, core + "/wwn/vpd_unit_serial") == d.serial &&
+                 ReadUnitSerial(*host_, core) == d.serial &&
                  (known == applied_size_.end() || known->second == d.size_bytes);
   if (!core_ok && IsDir(*host_, core)) {
     // The backstore is fixed once enabled: unhook it from the LUNs, re-create.

@@ -441,6 +441,23 @@ TEST_F(IscsiConnectorTest, DeviceThatAppearsLateIsFound) {
   ExpectAttachesSdc(*attacher);
 }
 
+TEST_F(IscsiConnectorTest, DiskIsTakenOnlyOnceSysBlockLinksIt) {
+  auto attacher = MakeAttacher();
+  ExpectIfaceOk();
+  ExpectNodeRecord(kP1, Data("node_new_portal1.txt"));
+  // The kernel shows the disk under its SCSI device a moment before it links
+  // it into /sys/block (seen on a real kernel): no size to read there yet.
+  executor_->ExpectOk(Node(kP1, {"--login"}), Data("login_portal1.txt")).Then([this] {
+    Install("session1_lun1");
+    std::filesystem::remove(Sys("/block/sdc"));
+  });
+  clock_->on_sleep_ = [this](int n) {
+    if (n == 3) Install("session1_lun1");
+  };
+  ExpectAttachesSdc(*attacher);
+  EXPECT_GE(clock_->sleeps(), 3);
+}
+
 TEST_F(IscsiConnectorTest, MultipathUsesTheDmDeviceWhenAllPathsAgree) {
   auto attacher = MakeAttacher();
   ExpectIfaceOk();

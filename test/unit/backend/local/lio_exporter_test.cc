@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "support/test_util.h"
 
@@ -64,13 +65,27 @@ TEST(LioExporterTest, CreateWritesBackstoreTargetAndLunWithoutAcl) {
   EXPECT_EQ(ReadFileOrEmpty(tpg + "/attrib/demo_mode_write_protect"), "1\n");
   EXPECT_EQ(ReadFileOrEmpty(tpg + "/attrib/authentication"), "0\n");
   EXPECT_TRUE(IsDir(tpg + "/np/127.0.0.1:3260"));
-  EXPECT_EQ(Link(tpg + "/lun/lun_1/vol-00000000000000aa"), "../../../../../core/fileio_0/vol-00000000000000aa");
+  // configfs resolves a link's target against the caller's working directory: absolute.
+  EXPECT_EQ(Link(tpg + "/lun/lun_1/vol-00000000000000aa"), core);
   EXPECT_TRUE(std::filesystem::exists(tpg + "/lun/lun_1/vol-00000000000000aa")) << "link must resolve";
   EXPECT_FALSE(IsDir(tpg + "/acls")) << "no initiator may log in before a grant";
 
   // Applying again changes nothing.
   auto again = lio.Apply(Desired("/pool/images/vol-00000000000000aa.img"));
   ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty()) << again->front();
+}
+
+TEST(LioExporterTest, SerialAsConfigfsShowsItIsTheSameBackstore) {
+  TempDir root;
+  LioExporter lio(root.path());
+  ASSERT_TRUE(lio.Apply(Desired("/img")).ok());
+  // configfs shows the serial with a label; reading it back must not make
+  // every Apply re-create the backstore (and unhook the LUN under a session).
+  std::string serial = root.Join("target/core/fileio_0/vol-00000000000000aa/wwn/vpd_unit_serial");
+  std::ofstream(serial, std::ios::trunc) << "T10 VPD Unit Serial Number: bcsi00000000000000aa\n";
+  auto again = lio.Apply(Desired("/img"));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(again->empty()) << again->front();
 }
 
@@ -86,7 +101,7 @@ TEST(LioExporterTest, GrantWithMutualChapWritesAclAuthAndMappedLun) {
   EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/password"), "secretpass12\n");
   EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/userid_mut"), "tgtuser\n");
   EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/password_mut"), "mutualpass12\n");
-  EXPECT_EQ(Link(acl + "/lun_1/lun_1"), "../../../lun/lun_1");
+  EXPECT_EQ(Link(acl + "/lun_1/lun_1"), root.Join("target/iscsi/") + kIqn + "/tpgt_1/lun/lun_1");
   EXPECT_EQ(ReadFileOrEmpty(root.Join("target/iscsi/") + kIqn + "/tpgt_1/attrib/authentication"), "1\n");
 
   // Revoke: the ACL directory goes (the kernel then drops the sessions).
