@@ -42,10 +42,7 @@ EXEMPT_DIRS = ("bridge/",)
 # Where MachineHost() is defined and declared.
 MACHINE_SEAM = {"common/host.cc", "common/host.h"}
 # Files allowed to name the machine's host outside the wiring, each with why.
-MACHINE_ALLOWED = {
-    "backend/local/tgt_exporter.h": "its host is the last of its defaulted constructor parameters, after "
-                                    "the socket dir and listing age most callers leave as they are",
-}
+MACHINE_ALLOWED = {}
 
 # System calls (and libc wrappers) that touch files, processes or time.
 # A call is the bare or ::-qualified name followed by "(", not a member

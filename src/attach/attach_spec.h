@@ -47,7 +47,7 @@ struct AttachSpec {
   RbdSource rbd;
   // Set on the record in the same durable write that marks it attached
   // (the node service's staged facts), so that a stage does not write and
-  // fsync the record once more before it formats or mounts (issue #18).
+  // fsync the record once more before it formats or mounts.
   std::map<std::string, std::string> annotations;
 };
 

@@ -322,7 +322,8 @@ StatusOr<BackendConfig> LoadBackendConfig(const std::string& path) {
   return ParseBackendConfig(*text, path);
 }
 
-StatusOr<std::shared_ptr<VolumeBackend>> MakeControllerBackend(const BackendOptions& options) {
+StatusOr<std::shared_ptr<VolumeBackend>> MakeControllerBackend(const BackendOptions& options,
+                                                               std::shared_ptr<Host> host) {
   if (options.kind == "rbd" && options.ceph_user.empty()) {
     if (!options.ceph_keyring.empty()) return InvalidArgument("--ceph-keyring needs --ceph-user");
 #ifdef BLOCKCSI_WITH_RBD
@@ -332,13 +333,13 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeControllerBackend(const BackendOpti
     return MakeRbdSecretBackend(rbd);
 #endif
   }
-  return MakeBackend(options);
+  return MakeBackend(options, std::move(host));
 }
 
-StatusOr<std::shared_ptr<VolumeBackend>> MakeRoutedBackends(const BackendConfig& config) {
+StatusOr<std::shared_ptr<VolumeBackend>> MakeRoutedBackends(const BackendConfig& config, std::shared_ptr<Host> host) {
   std::vector<NamedBackend> backends;
   for (const auto& named : config.backends) {
-    auto backend = MakeControllerBackend(named.options);
+    auto backend = MakeControllerBackend(named.options, host);
     if (!backend.ok()) return backend.status().WithContext("backend \"" + named.name + "\"");
     TopologySegments topology;
     if (!named.zone.empty()) topology[kTopologyZoneKey] = named.zone;

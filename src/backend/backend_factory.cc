@@ -16,7 +16,7 @@
 
 namespace blockcsi {
 
-StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& options) {
+StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& options, std::shared_ptr<Host> host) {
   if (options.kind == "local") {
     if (options.pool_dir.empty() || options.pool_dir.front() != '/') {
       return InvalidArgument("--pool must be an absolute directory for --backend local");
@@ -42,7 +42,7 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& optio
       } else {
         return InvalidArgument("--tgt-control must be socket or tgtadm, not \"" + options.tgt_control + "\"");
       }
-      exporter = std::make_shared<TgtExporter>(std::move(control), options.tgt_control_port);
+      exporter = std::make_shared<TgtExporter>(std::move(control), options.tgt_control_port, host);
     } else if (options.target == "lio") {
       exporter = std::make_shared<LioExporter>(options.configfs_root, options.portals);
     } else {

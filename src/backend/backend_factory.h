@@ -10,12 +10,15 @@
 
 #include "backend/backend.h"
 #include "backend/backend_options.h"
+#include "common/host.h"
 #include "common/status.h"
 
 namespace blockcsi {
 
 // INVALID_ARGUMENT naming the flag when the options do not fit the kind;
-// UNAVAILABLE when the pool or the agent cannot be reached.
-StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& options);
+// UNAVAILABLE when the pool or the agent cannot be reached. `host`: the
+// machine a local backend's target daemon runs on (tgtd's management socket
+// is looked at through it).
+StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& options, std::shared_ptr<Host> host);
 
 }  // namespace blockcsi

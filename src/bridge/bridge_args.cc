@@ -81,7 +81,8 @@ void AddFlags(CLI::App& app, BridgeArgs* a) {
 }  // namespace
 
 Status ParseArgs(int argc, char** argv, BridgeArgs* a) {
-  // A plugin before issue #17 ran `<blockcsi> bridge --flags...`; the same
+  // An older plugin, whose bridge was a mode of blockcsi itself, runs
+  // `<blockcsi> bridge --flags...`: with an upgraded image on disk, that
   // argument list with `bridge` first still starts this program.
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) args.emplace_back(argv[i]);  // CLI11 wants them reversed

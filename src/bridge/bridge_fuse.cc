@@ -185,7 +185,7 @@ Status Bridge::MountFuse() {
   fuse_mounted_ = true;
   // iSCSI: the session's event-loop thread reads /dev/fuse too, so a
   // request is read, sent, and replied to from its completion on one
-  // thread, with no wake-up of a second one in between (issue #17: at
+  // thread, with no wake-up of a second one in between (at
   // queue depth 1 each hand-over cost more than the target's own latency).
   int fd = fuse_session_fd(fuse_);
   int flags = ::fcntl(fd, F_GETFL);

@@ -1,6 +1,6 @@
 // The bridge's loop device, configured in-process with one LOOP_CONFIGURE
 // (what losetup does) and detached with LOOP_CLR_FD, instead of an exec of
-// losetup each way (issue #18).
+// losetup each way.
 //
 // The bridge holds neither the loop device nor the FUSE file open after
 // configuring: it is the FUSE server, so a descriptor of its own FUSE file

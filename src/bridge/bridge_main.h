@@ -1,5 +1,5 @@
-// blockcsi-bridge: the per-volume userspace bridge process, its own program
-// since issue #17 (`<blockcsi> bridge ...` before). It opens
+// blockcsi-bridge: the per-volume userspace bridge process, a program of its
+// own so that each bridge maps only what it links. It opens
 // one volume through a BridgeTransport (`--transport iscsi`: a LUN over
 // libiscsi; `--transport rbd`: an RBD image over librbd, one rados client of
 // its own), serves it as a single FUSE file (direct_io) and puts a loop

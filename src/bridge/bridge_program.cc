@@ -1,4 +1,4 @@
-// main() of blockcsi-bridge: the bridge is its own program (issue #17), so
+// main() of blockcsi-bridge: the bridge is its own program, so
 // each volume's process maps only what it needs.
 #include "bridge/bridge_main.h"
 

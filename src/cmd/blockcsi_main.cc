@@ -85,9 +85,9 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& con
   // One backend keeps its own ids; several (--backend-config) sit behind a
   // RoutingBackend whose ids name the backend.
   auto backend = [&]() -> StatusOr<std::shared_ptr<VolumeBackend>> {
-    if (config.backend_config.empty()) return MakeControllerBackend(config.backend);
+    if (config.backend_config.empty()) return MakeControllerBackend(config.backend, MachineHost());
     BLOCKCSI_ASSIGN_OR_RETURN(BackendConfig backend_config, LoadBackendConfig(config.backend_config));
-    return MakeRoutedBackends(backend_config);
+    return MakeRoutedBackends(backend_config, MachineHost());
   }();
   if (!backend.ok()) return backend.status();
   std::shared_ptr<VolumeBackend> volume_backend = *backend;

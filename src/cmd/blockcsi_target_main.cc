@@ -266,7 +266,7 @@ int Main(int argc, char** argv) {
                        {"tls", settings->tls ? "mtls" : "off"}});
   BackendOptions pool = c.pool;
   pool.reconcile_interval = settings->reconcile_interval;
-  auto backend = MakeBackend(pool);
+  auto backend = MakeBackend(pool, MachineHost());
   if (!backend.ok()) {
     LogError("cannot open the backend", {{"error", backend.status().ToString()}});
     return Fail(backend.status().message(), 1);

@@ -14,7 +14,7 @@
 namespace blockcsi {
 
 // The limits each of our gRPC servers sets on purpose instead of taking
-// gRPC's defaults (issue #21; documented in docs/deploy.md, "Server
+// gRPC's defaults (documented in docs/deploy.md, "Server
 // limits"). Our messages are small (the largest, a ListVolumes page of
 // 1,000 volumes, is under 1 MiB), calls are short, clients are few.
 struct ServerLimits {

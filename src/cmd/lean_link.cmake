@@ -1,5 +1,5 @@
 # How the blockcsi program is linked to keep its resident memory small
-# (issue #18; docs/performance.md section 6 has the figures).
+# (docs/performance.md section 6 has the figures).
 #
 # 1. Static gRPC, protobuf, abseil, re2, upb, c-ares and zlib archives
 # instead of their shared libraries. Why: a shared library's pages count in the process's RSS as soon as they are

@@ -1,5 +1,5 @@
 // Process-wide memory settings of the plugin, applied first thing in main()
-// before any thread exists (issue #18). Not thread-safe: call once.
+// before any thread exists. Not thread-safe: call once.
 #pragma once
 
 namespace blockcsi {

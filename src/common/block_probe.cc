@@ -38,7 +38,7 @@ std::string Value(blkid_probe pr, const char* name) {
 // both ends of the device (each one's superblock offsets), one read after the
 // other. Behind a userspace bridge each read of an uncached page is a round
 // trip to the storage through loop, FUSE and iSCSI; on a fresh volume they
-// made the probe 30-60 ms (issue #18). Asking the kernel for those areas
+// made the probe 30-60 ms. Asking the kernel for those areas
 // first (POSIX_FADV_WILLNEED starts the reads and returns) turns them into a
 // few larger requests queued back to back; the probe then finds the bytes in
 // the page cache: 5-10 ms. The probe reads the same bytes either way, so

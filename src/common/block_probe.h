@@ -42,7 +42,7 @@ std::unique_ptr<BlockProbe> MakeBlkidProbe();
 // otherwise works in 4 KiB blocks once its size allows, so each 1 KiB write
 // of mkfs.ext4 (superblock copies, group descriptors, bitmaps) first reads
 // the whole 4 KiB block; through a userspace bridge that is one synchronous
-// round trip to the target each, 76 for a 64 MiB ext4 (issue #18). With
+// round trip to the target each, 76 for a 64 MiB ext4. With
 // sector-sized blocks a covered block is never read; the same bytes are
 // written. Best effort: a path it cannot open or set (a test's fake device)
 // gives an empty descriptor, and mkfs only runs slower.

@@ -2,7 +2,7 @@
 // Linked normally, the Ceph libraries (librbd, librados, libceph-common and
 // what they pull in: boost, cryptsetup, ibverbs...) cost every blockcsi
 // process ~12 MiB of RSS and their static initialisers' time, although most
-// deployments configure no RBD backend (issue #18). Code that calls Ceph
+// deployments configure no RBD backend. Code that calls Ceph
 // includes this header after (or instead of) <rbd/librbd.h>: each C function
 // it uses becomes a call through a pointer resolved once from the library
 // loaded with dlopen. Where a Ceph component starts (the RBD backend, the

@@ -133,7 +133,7 @@ namespace {
 constexpr size_t kMaxCapture = size_t{16} << 20;
 
 // A program named without a directory is looked up here, in this order, and
-// never through $PATH (issue #21): a directory early in PATH that someone
+// never through $PATH: a directory early in PATH that someone
 // else can write (~/.cargo/bin, /usr/local/sbin) would otherwise run their
 // program as root with our arguments, CHAP secrets included. Programs
 // elsewhere are configured by absolute path (e.g. --tgtadm).

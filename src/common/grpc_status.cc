@@ -9,7 +9,7 @@ namespace {
 
 // gRPC carries the message in a header (grpc-message); clients refuse
 // headers past 8 KiB by default, so an error built from a huge request
-// field could not even be received (issue #21). Control bytes would also
+// field could not even be received. Control bytes would also
 // reach the client's logs raw. Bounded and escaped here, at the boundary.
 constexpr size_t kMaxMessageBytes = 2048;
 

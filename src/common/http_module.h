@@ -3,7 +3,7 @@
 // it with dlopen on first use (common/lazy_http.h): Debian's libcpp-httplib
 // initialises OpenSSL from a static constructor, which cost every plugin
 // ~2 MiB of RSS at start even when it serves no /metrics and asks no
-// Kubernetes API (issue #18). /metrics does not use it: it is served by
+// Kubernetes API. /metrics does not use it: it is served by
 // common/plain_http_server.h, with no OpenSSL behind it. Plain C types only, so that no C++ object or
 // exception crosses between the program and the module.
 #pragma once

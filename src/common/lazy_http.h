@@ -3,7 +3,7 @@
 // with dlopen from the program's directory (or ../bin beside it, for the
 // test and bench programs of a build tree) the first time HttpsGet runs, so
 // a plugin that asks no Kubernetes API never maps httplib or initialises
-// OpenSSL (issue #18). /metrics is served without it
+// OpenSSL. /metrics is served without it
 // (common/plain_http_server.h). Thread-safe.
 #pragma once
 

@@ -66,7 +66,7 @@ std::string Bounded(std::string_view value) {
 
 // Control bytes (NUL, CR, LF, ESC...), DEL and non-ASCII never reach the log
 // raw: a value holding one is printed as an escaped JSON string, so no value
-// can forge a line, move the cursor or hide text (issue #21).
+// can forge a line, move the cursor or hide text.
 bool NeedsEscaping(std::string_view value) {
   for (char c : value) {
     auto u = static_cast<unsigned char>(c);

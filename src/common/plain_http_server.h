@@ -1,7 +1,7 @@
 // A small plain-HTTP/1.1 server for read-only text endpoints (/metrics):
 // GET and HEAD of fixed paths, on one thread of its own that polls every
 // connection, until destroyed. No TLS and no library behind it, so serving
-// /metrics maps no OpenSSL and starts no thread pool (issue #18: the
+// /metrics maps no OpenSSL and starts no thread pool (the
 // cpp-httplib module cost a node plugin ~4 MiB of RSS for one scrape a
 // minute). Bounded: a request head larger than `max_request_bytes` is
 // refused, a request with a body is refused without reading it, at most

@@ -1,8 +1,8 @@
 // A timed step inside a call (an exec, a mount, an fsync, a mountinfo read,
 // a wait), logged at debug level when it ends as
 //   span name=<what> ms=<elapsed> <fields...> request_id=<call>
-// so that a debug log shows where a CSI call's time goes (issue #18;
-// test/bench/lifecycle_bench.cc sums them per step). With debug logging off
+// so that a debug log shows where a CSI call's time goes
+// (test/bench/lifecycle_bench.cc sums them per step). With debug logging off
 // a span reads no clock and logs nothing. Not shared between threads.
 #pragma once
 

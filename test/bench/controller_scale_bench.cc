@@ -102,7 +102,7 @@ std::unique_ptr<PoolUnderTest> StartPool(const std::string& name_prefix, const t
         std::make_unique<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), pool->tgtd->control_port());
   }
   pool->counting = std::make_shared<CountingControl>(std::move(driver));
-  auto exporter = std::make_shared<TgtExporter>(pool->counting, pool->tgtd->control_port());
+  auto exporter = std::make_shared<TgtExporter>(pool->counting, pool->tgtd->control_port(), MachineHost());
   LocalBackendOptions options;
   options.portals = {pool->tgtd->portal()};
   options.reconcile_interval = std::chrono::hours(1);  // no pass during the measurement

@@ -255,7 +255,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.portals = {"127.0.0.1:3260"};
     options.reconcile_interval = std::chrono::milliseconds(0);
     options.overcommit_ratio = 1000;
-    auto exporter = std::make_shared<blockcsi::TgtExporter>(tgtd, 1);
+    auto exporter = std::make_shared<blockcsi::TgtExporter>(tgtd, 1, blockcsi::MachineHost());
     auto opened = blockcsi::LocalBackend::Open(pool, exporter, options);
     FUZZ_CHECK(opened.ok());
     blockcsi::LocalBackend& backend = **opened;

@@ -41,8 +41,8 @@ const TgtdErrors kNotBound = {TgtdError::kNoUser, TgtdError::kNoBinding};
 
 }  // namespace
 
-TgtExporter::TgtExporter(std::shared_ptr<TgtdControl> control, int control_port, const std::string& socket_dir,
-                         std::chrono::milliseconds listing_max_age, std::shared_ptr<Host> host)
+TgtExporter::TgtExporter(std::shared_ptr<TgtdControl> control, int control_port, std::shared_ptr<Host> host,
+                         const std::string& socket_dir, std::chrono::milliseconds listing_max_age)
     : control_(std::move(control)),
       control_port_(control_port),
       socket_path_(socket_dir + "/socket." + std::to_string(control_port)),

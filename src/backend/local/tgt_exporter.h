@@ -38,9 +38,9 @@ class TgtExporter final : public Exporter {
   // tgtd's management socket (socket.<control port>): its identity tells a
   // restarted tgtd from the one a kept listing came from. A listing is kept
   // at most `listing_max_age` (see CachedLocked).
-  TgtExporter(std::shared_ptr<TgtdControl> control, int control_port, const std::string& socket_dir = kDefaultSocketDir,
-              std::chrono::milliseconds listing_max_age = std::chrono::seconds(10),
-              std::shared_ptr<Host> host = MachineHost());
+  TgtExporter(std::shared_ptr<TgtdControl> control, int control_port, std::shared_ptr<Host> host,
+              const std::string& socket_dir = kDefaultSocketDir,
+              std::chrono::milliseconds listing_max_age = std::chrono::seconds(10));
   static constexpr char kDefaultSocketDir[] = "/var/run/tgtd";
 
   std::string Kind() const override { return "tgt"; }

@@ -67,7 +67,7 @@ int Run(int n) {
   options.tgt_control_port = tgtd->control_port();
   options.portals = {tgtd->portal()};
   options.reconcile_interval = std::chrono::hours(1);  // no pass during the measurement
-  auto made = MakeBackend(options);
+  auto made = MakeBackend(options, MachineHost());
   if (!made.ok()) {
     std::fprintf(stderr, "controller_latency_bench: %s\n", made.status().ToString().c_str());
     return 1;

@@ -131,7 +131,7 @@ class VolumeAttachmentFlowTest : public ::testing::Test {
     options.pool_dir = dir_.Join("pool");
     options.tgt_control_port = tgtd_->control_port();
     options.portals = {tgtd_->portal()};
-    auto backend = MakeBackend(options);
+    auto backend = MakeBackend(options, MachineHost());
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
     service_ = std::make_unique<ControllerService>(backend_, ControllerOptions{});

@@ -499,7 +499,7 @@ TEST(TargetMeasurements, CycleRatioAndReconcileOfHundredVolumes) {
   options.reconcile_interval = std::chrono::milliseconds(0);
   auto exporter = std::make_shared<TgtExporter>(
       std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd->control_port()),
-      tgtd->control_port());
+      tgtd->control_port(), MachineHost());
   auto backend = LocalBackend::Open(pool.path(), exporter, options);
   ASSERT_TRUE(backend.ok());
   constexpr int kCycles = 20;

@@ -62,7 +62,7 @@ class TargetBackendTest : public testing::TgtdTest {
     options.fault_hook = std::move(hook);
     auto exporter = std::make_shared<TgtExporter>(
         std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd_->control_port()),
-        tgtd_->control_port());
+        tgtd_->control_port(), MachineHost());
     auto backend = LocalBackend::Open(pool_.path(), exporter, options);
     EXPECT_TRUE(backend.ok()) << backend.status().ToString();
     return backend.ok() ? *backend : nullptr;

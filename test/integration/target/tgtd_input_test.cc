@@ -43,7 +43,7 @@ class TgtdInputTest : public testing::TgtdTest {
     options.reconcile_interval = std::chrono::milliseconds(0);
     // Over tgtd's management socket, as blockcsi-target runs by default.
     auto exporter = std::make_shared<TgtExporter>(std::make_shared<TgtdSocketControl>(tgtd_->control_port()),
-                                                  tgtd_->control_port());
+                                                  tgtd_->control_port(), MachineHost());
     auto backend = LocalBackend::Open(pool_.path(), exporter, options);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;

@@ -53,7 +53,7 @@ class TgtdSocketTest : public testing::TgtdTest {
     options.portals = {tgtd_->portal()};
     options.reconcile_interval = std::chrono::milliseconds(0);
     auto backend = LocalBackend::Open(
-        pool_.path(), std::make_shared<TgtExporter>(std::move(control), tgtd_->control_port()), options);
+        pool_.path(), std::make_shared<TgtExporter>(std::move(control), tgtd_->control_port(), MachineHost()), options);
     EXPECT_TRUE(backend.ok()) << backend.status().ToString();
     return backend.ok() ? *backend : nullptr;
   }

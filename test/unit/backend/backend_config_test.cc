@@ -149,7 +149,7 @@ TEST(BackendConfigTest, RbdWithAKeyringButNoUserIsRefusedNamingTheFlags) {
   options.kind = "rbd";
   options.rbd_pool = "p";
   options.ceph_keyring = "/k";
-  auto backend = MakeControllerBackend(options);
+  auto backend = MakeControllerBackend(options, MachineHost());
   ASSERT_FALSE(backend.ok());
   EXPECT_THAT(backend.status().message(), HasSubstr("--ceph-keyring needs --ceph-user"));
 }

@@ -47,7 +47,7 @@ class TgtExporterListingTest : public ::testing::Test {
 
   testing::TempDir dir_;
   std::shared_ptr<FakeTgtd> tgtd_ = std::make_shared<FakeTgtd>();
-  TgtExporter exporter_{tgtd_, kPort, dir_.path(), std::chrono::hours(1)};
+  TgtExporter exporter_{tgtd_, kPort, MachineHost(), dir_.path(), std::chrono::hours(1)};
 };
 
 TEST_F(TgtExporterListingTest, AnExportAlreadyInPlaceIsCheckedWithoutReadingTgtdAgain) {
@@ -232,7 +232,7 @@ TEST_F(TgtExporterListingTest, ASessionInTheRevokeReadBackIsClosedThenReadAgain)
 }
 
 TEST_F(TgtExporterListingTest, AListingOlderThanItsMaximumAgeIsReadAgain) {
-  TgtExporter short_lived{tgtd_, kPort, dir_.path(), std::chrono::milliseconds(0)};
+  TgtExporter short_lived{tgtd_, kPort, MachineHost(), dir_.path(), std::chrono::milliseconds(0)};
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   ASSERT_TRUE(short_lived.Apply(Volume2()).ok());

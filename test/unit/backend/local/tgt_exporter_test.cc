@@ -31,7 +31,7 @@ class TgtExporterTest : public ::testing::Test {
   }
 
   std::shared_ptr<FakeTgtd> tgtd_ = std::make_shared<FakeTgtd>();
-  TgtExporter exporter_{tgtd_, kPort};
+  TgtExporter exporter_{tgtd_, kPort, MachineHost()};
 };
 
 TEST_F(TgtExporterTest, AMatchingTargetIsLeftAlone) {
