@@ -305,10 +305,11 @@ TEST_F(TgtdInputTest, SecretsAppearInNoLogRecordOrError) {
   // secret, and their errors name none.
   const testing::LeakSnapshot granted = Snapshot();
   std::vector<Status> refused;
-  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"", one_way, "", ""}}));
-  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u,2", one_way, "", ""}}));
-  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u3", one_way, "t3", one_way}}));
-  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u4", "short", "", ""}}));
+  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"", one_way, "", ""}}).status());
+  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u,2", one_way, "", ""}}).status());
+  refused.push_back(
+      backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u3", one_way, "t3", one_way}}).status());
+  refused.push_back(backend_->GrantAccess(v.id, {kAttackerNode, "n", false, "rwo", {"u4", "short", "", ""}}).status());
   for (const Status& st : refused) EXPECT_FALSE(st.ok()) << "a grant with bad CHAP fields was accepted";
   EXPECT_TRUE(testing::NothingLeftSince(granted, Scope(), "the refused grants"));
   ASSERT_TRUE(backend_->ReconcileNow().ok());
