@@ -113,6 +113,13 @@ inline std::string Edited(std::string text, const std::string& from, const std::
   return text;
 }
 
+// One connection as `tgtadm --mode conn --op show --tid N` prints it.
+inline std::string ConnectionListed(uint64_t sid, uint32_t cid, const std::string& initiator,
+                                    const std::string& address = "127.0.0.1") {
+  return "Session: " + std::to_string(sid) + "\n    Connection: " + std::to_string(cid) +
+         "\n        Initiator: " + initiator + "\n        IP Address: " + address + "\n";
+}
+
 inline DesiredAcl Allow(const std::string& initiator, const std::string& chap_username = "") {
   DesiredAcl acl;
   acl.initiator_iqn = initiator;

@@ -78,15 +78,67 @@ StatusOr<std::string> TgtExporter::Show(const TgtdRequest& request) {
 }
 
 StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
-  BLOCKCSI_ASSIGN_OR_RETURN(std::string text, Show(TgtdRequest::ShowTargets()));
-  auto parsed = ParseTgtadmTargets(text);
-  // Output we cannot account for is tgtd's (or a forger's) problem, not the
-  // caller's bad input: INTERNAL, and nothing is changed on its strength.
+  // tgtd prints each session's InitiatorAlias, which the initiator chose
+  // (any bytes but NUL), unescaped in this listing: a line break in it can
+  // forge targets, sections and sessions. A listing that cannot be accounted
+  // for is never acted on; the sessions whose alias broke it (found through
+  // tgtd's alias-free connection listing) are closed and tgtd read again, so
+  // that one initiator cannot stop the agent from serving every volume.
+  constexpr int kRecoveries = 3;
+  for (int round = 0;; ++round) {
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, Show(TgtdRequest::ShowTargets()));
+    auto parsed = ParseTgtadmTargets(text);
+    if (parsed.ok()) return parsed;
+    // Output we cannot account for is tgtd's (or a forger's) problem, not
+    // the caller's bad input: INTERNAL, and nothing is changed on its strength.
+    Status untrusted = Internal("tgtd's target list cannot be trusted, nothing changed: " + parsed.status().message() +
+                                kUntrustedHint);
+    if (round == kRecoveries) return untrusted;
+    BLOCKCSI_ASSIGN_OR_RETURN(size_t closed, CloseForgingSessions(text));
+    if (closed == 0) return untrusted;
+  }
+}
+
+StatusOr<std::vector<TgtConnectionEntry>> TgtExporter::ShowConnections(int tid) {
+  BLOCKCSI_ASSIGN_OR_RETURN(TgtdAnswer answer, control_->Send(TgtdRequest::ShowConnections(tid)));
+  if (answer.error == TgtdError::kNoTarget) return NotFound("tgtd has no target " + std::to_string(tid));
+  if (!answer.ok()) {
+    return Unavailable("tgtd on control port " + std::to_string(control_port_) + " does not answer " +
+                       TgtdRequest::ShowConnections(tid).Describe() + ": " + std::string(TgtdErrorText(answer.error)));
+  }
+  auto parsed = ParseTgtadmConnections(answer.text);
   if (!parsed.ok()) {
-    return Internal("tgtd's target list cannot be trusted, nothing changed: " + parsed.status().message() +
-                    kUntrustedHint);
+    return Internal("tgtd's connection list of target " + std::to_string(tid) +
+                    " cannot be trusted: " + parsed.status().message());
   }
   return parsed;
+}
+
+StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text) {
+  // Every target the listing names, real or forged: tgtd answers NO_TARGET
+  // for a forged one. Of the real ones' sessions, each one the listing does
+  // not show plainly is one whose alias could have made it what it is.
+  size_t closed = 0;
+  for (int tid : TgtadmHeadingTids(text)) {
+    auto connections = ShowConnections(tid);
+    if (connections.status().code() == StatusCode::kNotFound) continue;
+    BLOCKCSI_RETURN_IF_ERROR(connections.status());
+    for (const auto& c : *connections) {
+      if (TgtadmShowsSessionPlainly(text, c.sid, c.initiator)) continue;
+      auto answer = control_->Send(TgtdRequest::DeleteConnection(tid, c.sid, c.cid));
+      BLOCKCSI_RETURN_IF_ERROR(answer.status());
+      const TgtdErrors gone = {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget};
+      if (!answer->ok() && !gone.Has(answer->error)) {
+        return Internal("close the session of " + c.initiator + " on target " + std::to_string(tid) +
+                        " whose alias forges tgtd's target list: tgtd error " +
+                        std::to_string(static_cast<uint32_t>(answer->error)));
+      }
+      ++closed;
+      LogWarn("closed a session whose initiator alias forges tgtd's target list",
+              {{"tid", std::to_string(tid)}, {"initiator", c.initiator}, {"sid", std::to_string(c.sid)}});
+    }
+  }
+  return closed;
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
@@ -448,6 +500,22 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
 
 Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& initiator_iqn) {
   MutexLock lock(mu_);
+  // The target's id from the revoke's ACL read-back when it is the last
+  // thing read from tgtd (and the initiator no longer in that ACL), else
+  // from a fresh read. Its sessions from tgtd's connection listing only:
+  // the target listing prints each session after an alias the initiator
+  // chose, which can forge or hide sessions there.
+  int tid = 0;
+  if (listing_.read_back_of.count(iqn) && ListingCurrentLocked()) {
+    TgtTarget* kept = FindLocked(listing_.targets, iqn);
+    if (kept != nullptr && !Contains(kept->acls, initiator_iqn)) tid = kept->tid;
+  }
+  if (tid == 0) {
+    BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * live, ReadLiveLocked());
+    TgtTarget* target = FindLocked(*live, iqn);
+    if (target == nullptr) return OkStatus();
+    tid = target->tid;
+  }
   // A few rounds: a session that was logging in while we looked shows up on
   // the next read (the ACL is already gone, so it cannot come back after).
   // tgtd's management interface is request/response only, with no event for
@@ -459,34 +527,19 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
                                                    std::chrono::milliseconds(8),  std::chrono::milliseconds(16),
                                                    std::chrono::milliseconds(32), std::chrono::milliseconds(64)};
   for (auto pause : kPauses) {
-    // A fresh read (sessions come and go without us), except in the first
-    // round right after the revoke's ACL change on this target: its
-    // read-back, with no request sent to tgtd since and the initiator not
-    // in the ACL it shows, was taken after the ACL was gone, so it lists
-    // every session that can still exist, as a read now would (one tgtd
-    // request less per ControllerUnpublish).
-    std::vector<TgtTarget>* live = nullptr;
-    if (pause == kPauses[0] && listing_.read_back_of.count(iqn) && ListingCurrentLocked()) {
-      TgtTarget* kept = FindLocked(listing_.targets, iqn);
-      if (kept != nullptr && !Contains(kept->acls, initiator_iqn)) live = &listing_.targets;
-    }
-    if (live == nullptr) {
-      BLOCKCSI_ASSIGN_OR_RETURN(live, ReadLiveLocked());
-    }
-    TgtTarget* target = FindLocked(*live, iqn);
-    if (target == nullptr) return OkStatus();
+    auto connections = ShowConnections(tid);
+    if (connections.status().code() == StatusCode::kNotFound) return OkStatus();  // the target is gone
+    BLOCKCSI_RETURN_IF_ERROR(connections.status());
     bool any = false;
-    for (const auto& s : target->sessions) {
-      if (s.initiator != initiator_iqn) continue;
-      for (const auto& c : s.connections) {
-        any = true;
-        // Gone already (the initiator logged out meanwhile) is what is wanted.
-        BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::DeleteConnection(target->tid, s.sid, c.cid),
-                                     "close session of " + initiator_iqn + " on " + iqn,
-                                     {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget}));
-        LogInfo("closed session (fencing)",
-                {{"target", iqn}, {"initiator", initiator_iqn}, {"sid", std::to_string(s.sid)}});
-      }
+    for (const auto& c : *connections) {
+      if (c.initiator != initiator_iqn) continue;
+      any = true;
+      // Gone already (the initiator logged out meanwhile) is what is wanted.
+      BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::DeleteConnection(tid, c.sid, c.cid),
+                                   "close session of " + initiator_iqn + " on " + iqn,
+                                   {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget}));
+      LogInfo("closed session (fencing)",
+              {{"target", iqn}, {"initiator", initiator_iqn}, {"sid", std::to_string(c.sid)}});
     }
     if (!any) return OkStatus();
     RealClock()->Sleep(pause);

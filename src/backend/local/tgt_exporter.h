@@ -77,7 +77,16 @@ class TgtExporter final : public Exporter {
   Status Run(const TgtdRequest& request, const std::string& what, TgtdErrors tolerated = {}) REQUIRES(mu_);
   // The text of a show; a refusal is UNAVAILABLE, as tgtd not answering.
   StatusOr<std::string> Show(const TgtdRequest& request);
+  // tgtd's targets; a listing an initiator's alias broke is recovered from
+  // by closing the sessions that broke it (CloseForgingSessions) and
+  // reading again, a few times at most.
   StatusOr<std::vector<TgtTarget>> ShowTargets();
+  // Target `tid`'s connections from tgtd's alias-free listing; NOT_FOUND
+  // when tgtd has no such target.
+  StatusOr<std::vector<TgtConnectionEntry>> ShowConnections(int tid);
+  // Closes every session of a target `text` names that `text` (an
+  // unparseable target listing) does not show plainly; how many.
+  StatusOr<size_t> CloseForgingSessions(const std::string& text);
   // Reads tgtd's targets into listing_ (fresh, whatever it held) and
   // returns them.
   StatusOr<std::vector<TgtTarget>*> ReadLiveLocked() REQUIRES(mu_);
@@ -153,8 +162,7 @@ class TgtExporter final : public Exporter {
   Mutex mu_;
   // tgtd's targets as last read, kept in step with every change made here,
   // so that a call at 1,000 targets need not read (and parse) all of them
-  // again. Sessions in it are as last read: used only by
-  // CloseSessions, and only from a read-back of an ACL change (see there).
+  // again. Its sessions are never used (see CloseSessions).
   struct Listing {
     std::vector<TgtTarget> targets;
     std::unordered_map<std::string, size_t> by_iqn;  // index into targets

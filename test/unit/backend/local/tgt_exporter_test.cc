@@ -102,6 +102,9 @@ TEST_F(TgtExporterTest, ChapAccountIsMadeAndBoundToTheTargetWithItsSecretInNoRep
 
 TEST_F(TgtExporterTest, AListingWithADuplicateTidChangesNothing) {
   tgtd_->ExpectOk(kShowTargets, Edited(Captured("show_target_no_sessions.txt"), "Target 5:", "Target 2:"));
+  // No session there could have forged it: refused, nothing closed.
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2));
   DesiredExport d = Volume2();
   d.acls = {Allow(kN1)};
   auto repairs = exporter_.Apply(d);
@@ -130,9 +133,63 @@ TEST_F(TgtExporterTest, AFailedChangeIsInternalNamingTheVolume) {
 
 TEST_F(TgtExporterTest, CloseSessionsDeletesOnlyThatInitiatorsConnections) {
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_sessions.txt"));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1) + ConnectionListed(11, 0, kN2));
   tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
-  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(11, 0, kN2));
   EXPECT_TRUE(exporter_.CloseSessions("iqn.2026-11.io.blockcsi:vol-0123456789abcdef", kN1).ok());
+}
+
+// The sessions to close come from tgtd's alias-free connection listing: an
+// alias that steals the real session's connection lines into a forged
+// I_T nexus block of another initiator does not hide it.
+TEST_F(TgtExporterTest, AnAliasThatForgesASecondNexusDoesNotHideTheSession) {
+  const std::string nexus = std::string("            Initiator: ") + kN1 + " alias: none\n";
+  const std::string forged =
+      std::string("            Initiator: ") + kN1 +
+      " alias: none\n        I_T nexus: 77\n            Initiator: iqn.2026-11.x:ghost alias: y\n";
+  tgtd_->ExpectOk(kShowTargets, Edited(Captured("show_target_sessions.txt"), nexus, forged));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1));
+  EXPECT_TRUE(exporter_.CloseSessions("iqn.2026-11.io.blockcsi:vol-0123456789abcdef", kN1).ok());
+}
+
+// An alias with a line break and a forged target heading makes the listing
+// unparseable: the session whose alias did it (not shown plainly) is closed
+// and tgtd read again, so the call still succeeds; the other session, shown
+// plainly, is left alone.
+TEST_F(TgtExporterTest, ASessionWhoseAliasBreaksTheListingIsClosedAndTgtdReadAgain) {
+  const std::string listing = Captured("show_target_sessions.txt");
+  const std::string plain = std::string("            Initiator: ") + kN1 + " alias: none\n";
+  std::string hostile = Edited(listing, plain,
+                               std::string("            Initiator: ") + kN1 +
+                                   " alias: \nTarget 999: iqn.2026-11.io.blockcsi:vol-9999999999999999\n");
+  tgtd_->ExpectOk(kShowTargets, hostile);
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
+  tgtd_->ExpectRefused(TgtdRequest::ShowConnections(999), TgtdError::kNoTarget);
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
+  tgtd_->ExpectRefused(TgtdRequest::ShowConnections(5), TgtdError::kNoTarget);
+  tgtd_->ExpectOk(kShowTargets, listing);  // read again: the hostile session is gone
+  EXPECT_TRUE(exporter_.Apply(Volume2()).ok());
+}
+
+// A listing that stays broken after the sessions that broke it are closed
+// (the initiator logs in again each time) is refused after a few rounds.
+TEST_F(TgtExporterTest, AListingThatStaysBrokenIsRefusedAfterAFewRecoveries) {
+  std::string hostile = Edited(Captured("show_target_no_sessions.txt"), "    I_T nexus information:\n",
+                               std::string("    I_T nexus information:\n        I_T nexus: 10\n") +
+                                   "            Initiator: " + kN1 + " alias: \nTarget 999: iqn.x\n");
+  for (int round = 0; round < 4; ++round) {
+    tgtd_->ExpectOk(kShowTargets, hostile);
+    if (round == 3) break;
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10 + round, 0, kN1));
+    tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10 + round, 0));
+    tgtd_->ExpectRefused(TgtdRequest::ShowConnections(999), TgtdError::kNoTarget);
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(2));
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
+  }
+  EXPECT_EQ(exporter_.Apply(Volume2()).status().code(), StatusCode::kInternal);
 }
 
 TEST_F(TgtExporterTest, RemovingATargetDropsTheAccountNothingElseBinds) {
