@@ -25,20 +25,6 @@ bool Contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-// An account bind tgtd refuses as already so: an incoming account bound
-// twice is USER_EXIST (BINDING_EXIST in tgt versions that have it). An
-// outgoing bind is refused with OUTACCOUNT_EXIST whichever account holds the
-// target's one outgoing slot, so that is never taken as "already so": the
-// slot was emptied first, per a fresh read, and someone else's account in it
-// must fail the call rather than pass for ours.
-TgtdErrors AlreadyBound(bool outgoing) {
-  return outgoing ? TgtdErrors{} : TgtdErrors{TgtdError::kUserExists, TgtdError::kBindingExists};
-}
-
-// An account unbind of an account the target does not bind: tgtd answers
-// NO_USER (for either direction).
-const TgtdErrors kNotBound = {TgtdError::kNoUser, TgtdError::kNoBinding};
-
 }  // namespace
 
 TgtExporter::TgtExporter(std::shared_ptr<TgtdControl> control, int control_port, const std::string& socket_dir,
@@ -210,34 +196,6 @@ Status TgtExporter::AddLun(int tid, const DesiredExport& d) {
              "set serial of volume " + d.volume_id);
 }
 
-Status TgtExporter::EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
-                                  std::vector<std::string>& live_accounts, std::vector<std::string>& repairs) {
-  auto known = account_passwords_.find(user);
-  bool exists = Contains(live_accounts, user);
-  if (exists && known != account_passwords_.end() && known->second == password) return OkStatus();
-  // tgtd has no password update: delete and re-create. Deleting unbinds the
-  // account from every target, so bind it back to those at once — leaving a
-  // target without its account would let initiators in without CHAP.
-  std::vector<std::pair<int, bool>> bound;  // tid, outgoing
-  if (exists) {
-    for (const auto& t : live) {
-      if (Contains(t.incoming_accounts, user)) bound.emplace_back(t.tid, false);
-      if (Contains(t.outgoing_accounts, user)) bound.emplace_back(t.tid, true);
-    }
-    BLOCKCSI_RETURN_IF_ERROR(
-        Run(TgtdRequest::DeleteAccount(user), "replace CHAP account " + user, {TgtdError::kNoUser}));
-  }
-  BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::NewAccount(user, password), "create CHAP account " + user));
-  account_passwords_[user] = password;
-  if (!exists) live_accounts.push_back(user);
-  repairs.push_back(std::string(exists ? "reset" : "created") + " CHAP account " + user);
-  for (auto [tid, outgoing] : bound) {
-    BLOCKCSI_RETURN_IF_ERROR(
-        Run(TgtdRequest::BindAccount(tid, user, outgoing), "re-bind CHAP account " + user, AlreadyBound(outgoing)));
-  }
-  return OkStatus();
-}
-
 StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
                                                      std::vector<std::string>& repairs) {
   if (TgtTarget* target = FindLocked(live, d.iqn); target != nullptr) return target;
@@ -274,61 +232,6 @@ Status TgtExporter::EnsureLunLocked(TgtTarget& target, const DesiredExport& d, s
   target.luns.push_back(
       {1, "disk", ScsiIdFor(d.volume_id), d.serial, TgtadmShownMegabytes(d.size_bytes), d.image_path});
   repairs.push_back(std::string(added ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
-  return OkStatus();
-}
-
-Status TgtExporter::EnsureChapLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
-                                     std::vector<std::string>& live_accounts, std::vector<std::string>& repairs) {
-  std::set<std::string> want_in, want_out;
-  for (const auto& c : d.chap) {
-    if (!c.enabled()) continue;
-    BLOCKCSI_RETURN_IF_ERROR(EnsureAccount(c.username, c.password, live, live_accounts, repairs));
-    want_in.insert(c.username);
-    if (c.mutual()) {
-      BLOCKCSI_RETURN_IF_ERROR(EnsureAccount(c.mutual_username, c.mutual_password, live, live_accounts, repairs));
-      want_out.insert(c.mutual_username);
-    }
-  }
-  TgtTarget* target = FindLocked(live, d.iqn);  // EnsureAccount may not move it, but stay safe
-  const int tid = target->tid;
-  for (const auto& user : want_in) {
-    if (Contains(target->incoming_accounts, user)) continue;
-    BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::BindAccount(tid, user, false),
-                                 "bind CHAP account to volume " + d.volume_id, AlreadyBound(false)));
-    target->incoming_accounts.push_back(user);
-    repairs.push_back("bound CHAP account " + user + " to " + d.iqn);
-  }
-  for (const auto& user : want_out) {
-    if (Contains(target->outgoing_accounts, user)) continue;
-    for (const auto& other : target->outgoing_accounts) {  // tgtd allows one outgoing account
-      BLOCKCSI_RETURN_IF_ERROR(
-          Run(TgtdRequest::UnbindAccount(tid, other, true), "unbind mutual CHAP of volume " + d.volume_id, kNotBound));
-    }
-    target->outgoing_accounts.clear();
-    BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::BindAccount(tid, user, true), "bind mutual CHAP to volume " + d.volume_id,
-                                 AlreadyBound(true)));
-    target->outgoing_accounts.push_back(user);
-    repairs.push_back("bound mutual CHAP account " + user + " to " + d.iqn);
-  }
-  // Accounts no grant asks for any more. When CHAP is wanted but this process
-  // does not know the secrets (it restarted), the live accounts are the only
-  // thing enforcing CHAP: keep them.
-  bool chap_wanted = std::any_of(d.acls.begin(), d.acls.end(), [](const DesiredAcl& a) { return a.chap; });
-  if (chap_wanted && want_in.empty()) return OkStatus();
-  for (bool outgoing : {false, true}) {
-    std::vector<std::string>& bound = outgoing ? target->outgoing_accounts : target->incoming_accounts;
-    const std::set<std::string>& want = outgoing ? want_out : want_in;
-    for (const auto& user : std::vector<std::string>(bound)) {
-      if (want.count(user)) continue;
-      const std::string what = outgoing ? "mutual CHAP" : "CHAP account";
-      BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::UnbindAccount(tid, user, outgoing),
-                                   "unbind " + what + " from volume " + d.volume_id, kNotBound));
-      unbound_accounts_.insert(user);
-      std::erase(bound, user);
-      repairs.push_back("unbound " + std::string(outgoing ? "mutual CHAP account " : "CHAP account ") + user +
-                        " from " + d.iqn);
-    }
-  }
   return OkStatus();
 }
 
@@ -390,24 +293,6 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
     }
   }
   return repairs;
-}
-
-void TgtExporter::DropUnusedAccountsLocked(const std::vector<TgtTarget>& live) {
-  std::set<std::string> candidates = unbound_accounts_;
-  for (const auto& [user, password] : account_passwords_) candidates.insert(user);
-  for (const auto& user : candidates) {
-    bool bound = std::any_of(live.begin(), live.end(), [&](const TgtTarget& t) {
-      return Contains(t.incoming_accounts, user) || Contains(t.outgoing_accounts, user);
-    });
-    if (bound) continue;
-    Status st = Run(TgtdRequest::DeleteAccount(user), "delete unused CHAP account " + user, {TgtdError::kNoUser});
-    if (!st.ok()) {
-      LogWarn("cannot delete an unused CHAP account", {{"user", user}, {"error", st.ToString()}});
-      continue;
-    }
-    account_passwords_.erase(user);
-    unbound_accounts_.erase(user);
-  }
 }
 
 std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyBatchLocked(const std::vector<DesiredExport>& desired,

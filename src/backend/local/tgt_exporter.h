@@ -133,8 +133,13 @@ class TgtExporter final : public Exporter {
   // The target's ACL made exactly `want_acl`; true when it changed.
   StatusOr<bool> EnsureAclLocked(const DesiredExport& desired, TgtTarget& target, const std::set<std::string>& want_acl,
                                  std::vector<std::string>& repairs) REQUIRES(mu_);
-  Status EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
-                       std::vector<std::string>& live_accounts, std::vector<std::string>& repairs) REQUIRES(mu_);
+  // Account `user` with `password` in tgtd for `d`: FAILED_PRECONDITION when
+  // another target binds that user name with another (or an unknown)
+  // password; replaced in place without a moment where d's target binds no
+  // incoming account.
+  Status EnsureAccount(const DesiredExport& d, const std::string& user, const std::string& password,
+                       std::vector<TgtTarget>& live, std::vector<std::string>& live_accounts,
+                       std::vector<std::string>& repairs) REQUIRES(mu_);
   Status AddLun(int tid, const DesiredExport& desired) REQUIRES(mu_);
   // After ACL changes: reads tgtd again (once) and runs each check; one
   // status per check. Refreshes `live`.
