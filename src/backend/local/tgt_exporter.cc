@@ -265,6 +265,7 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
                                                             std::vector<std::string>& live_accounts,
                                                             std::vector<AclCheck>* deferred, size_t slot) {
   std::vector<std::string> repairs;
+  BLOCKCSI_RETURN_IF_ERROR(CheckChapLocked(d, live, live_accounts));
   BLOCKCSI_ASSIGN_OR_RETURN(TgtTarget * target, EnsureTargetLocked(d, live, repairs));
   BLOCKCSI_RETURN_IF_ERROR(EnsureLunLocked(*target, d, repairs));
   // Accounts before ACLs: an initiator is let in only once CHAP is in force.

@@ -133,10 +133,15 @@ class TgtExporter final : public Exporter {
   // The target's ACL made exactly `want_acl`; true when it changed.
   StatusOr<bool> EnsureAclLocked(const DesiredExport& desired, TgtTarget& target, const std::set<std::string>& want_acl,
                                  std::vector<std::string>& repairs) REQUIRES(mu_);
-  // Account `user` with `password` in tgtd for `d`: FAILED_PRECONDITION when
-  // another target binds that user name with another (or an unknown)
-  // password; replaced in place without a moment where d's target binds no
-  // incoming account.
+  // FAILED_PRECONDITION when d's CHAP credentials cannot be in force
+  // without changing another target's: a user name another target binds
+  // with another (or an unknown) password, or one name with two passwords.
+  // Checked before any change.
+  Status CheckChapLocked(const DesiredExport& d, const std::vector<TgtTarget>& live,
+                         const std::vector<std::string>& live_accounts) REQUIRES(mu_);
+  // Account `user` with `password` in tgtd for `d` (CheckChapLocked passed):
+  // replaced in place without a moment where d's target binds no incoming
+  // account.
   Status EnsureAccount(const DesiredExport& d, const std::string& user, const std::string& password,
                        std::vector<TgtTarget>& live, std::vector<std::string>& live_accounts,
                        std::vector<std::string>& repairs) REQUIRES(mu_);

@@ -34,6 +34,48 @@ const TgtdErrors kNotBound = {TgtdError::kNoUser, TgtdError::kNoBinding};
 
 }  // namespace
 
+Status TgtExporter::CheckChapLocked(const DesiredExport& d, const std::vector<TgtTarget>& live,
+                                    const std::vector<std::string>& live_accounts) {
+  // tgtd has one account per user name, whichever targets bind it, and no
+  // password update: replacing it for this volume would replace it for every
+  // other target that binds it (another volume's password would open this
+  // one, and its nodes could not log in with theirs). So a user name another
+  // target binds is this volume's only with the very password it has there;
+  // after a restart that password is not known here, and the grant waits.
+  // Two grants of this volume cannot give one name two passwords either.
+  std::map<std::string, const std::string*> passwords;
+  for (const auto& c : d.chap) {
+    if (!c.enabled()) continue;
+    for (const auto& [user, password] :
+         {std::pair{&c.username, &c.password}, std::pair{&c.mutual_username, &c.mutual_password}}) {
+      if (user->empty()) continue;
+      auto [it, added] = passwords.emplace(*user, password);
+      if (!added && *it->second != *password) {
+        return FailedPrecondition("CHAP user " + *user + " is given two passwords by the grants of volume " +
+                                  d.volume_id + "; tgtd keeps one account per user name");
+      }
+    }
+  }
+  for (const auto& [user, password] : passwords) {
+    if (!ListHas(live_accounts, user)) continue;
+    auto known = account_passwords_.find(user);
+    if (known != account_passwords_.end() && known->second == *password) continue;
+    std::string elsewhere;
+    for (const auto& t : live) {
+      if (t.iqn == d.iqn || (!ListHas(t.incoming_accounts, user) && !ListHas(t.outgoing_accounts, user))) continue;
+      elsewhere += (elsewhere.empty() ? "" : ", ") + t.iqn;
+    }
+    if (elsewhere.empty()) continue;
+    return FailedPrecondition("CHAP user " + user + " of volume " + d.volume_id + " is the account of " + elsewhere +
+                              (known == account_passwords_.end()
+                                   ? " with a password this agent has not been given since it started"
+                                   : " with another password") +
+                              "; tgtd keeps one account per user name for every target, so give this volume's "
+                              "grant a user name of its own");
+  }
+  return OkStatus();
+}
+
 Status TgtExporter::EnsureAccount(const DesiredExport& d, const std::string& user, const std::string& password,
                                   std::vector<TgtTarget>& live, std::vector<std::string>& live_accounts,
                                   std::vector<std::string>& repairs) {
@@ -41,33 +83,13 @@ Status TgtExporter::EnsureAccount(const DesiredExport& d, const std::string& use
   const bool exists = ListHas(live_accounts, user);
   const bool same_password = known != account_passwords_.end() && known->second == password;
   if (exists && same_password) return OkStatus();
-  // tgtd has one account per user name, whichever targets bind it, and no
-  // password update: replacing it for this volume would replace it for every
-  // other target that binds it (another volume's password would open this
-  // one, and its nodes could not log in with theirs). So a user name another
-  // target binds is this volume's only with the very password it has there;
-  // after a restart that password is not known here, and the grant waits.
   std::vector<std::pair<int, bool>> here;  // this target's binds: tid, outgoing
-  std::string elsewhere;
   if (exists) {
     for (const auto& t : live) {
-      for (bool outgoing : {false, true}) {
-        if (!ListHas(outgoing ? t.outgoing_accounts : t.incoming_accounts, user)) continue;
-        if (t.iqn == d.iqn) {
-          here.emplace_back(t.tid, outgoing);
-        } else if (elsewhere.find(t.iqn) == std::string::npos) {
-          elsewhere += (elsewhere.empty() ? "" : ", ") + t.iqn;
-        }
-      }
+      if (t.iqn != d.iqn) continue;
+      if (ListHas(t.incoming_accounts, user)) here.emplace_back(t.tid, false);
+      if (ListHas(t.outgoing_accounts, user)) here.emplace_back(t.tid, true);
     }
-  }
-  if (!elsewhere.empty()) {
-    return FailedPrecondition("CHAP user " + user + " of volume " + d.volume_id + " is the account of " + elsewhere +
-                              (known == account_passwords_.end()
-                                   ? " with a password this agent has not been given since it started"
-                                   : " with another password") +
-                              "; tgtd keeps one account per user name for every target, so give this volume's "
-                              "grant a user name of its own");
   }
   // Replaced in place. Deleting the account unbinds it: a target with no
   // incoming account lets every initiator in its ACL in without CHAP. So
@@ -115,21 +137,6 @@ Status TgtExporter::EnsureAccount(const DesiredExport& d, const std::string& use
 Status TgtExporter::EnsureChapLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
                                      std::vector<std::string>& live_accounts, std::vector<std::string>& repairs) {
   std::set<std::string> want_in, want_out;
-  // One account per user name: two grants of this volume that give one
-  // name two passwords cannot both be in force.
-  std::map<std::string, const std::string*> passwords;
-  for (const auto& c : d.chap) {
-    if (!c.enabled()) continue;
-    for (const auto& [user, password] :
-         {std::pair{&c.username, &c.password}, {&c.mutual_username, &c.mutual_password}}) {
-      if (user->empty()) continue;
-      auto [it, added] = passwords.emplace(*user, password);
-      if (!added && *it->second != *password) {
-        return FailedPrecondition("CHAP user " + *user + " is given two passwords by the grants of volume " +
-                                  d.volume_id + "; tgtd keeps one account per user name");
-      }
-    }
-  }
   for (const auto& c : d.chap) {
     if (!c.enabled()) continue;
     BLOCKCSI_RETURN_IF_ERROR(EnsureAccount(d, c.username, c.password, live, live_accounts, repairs));

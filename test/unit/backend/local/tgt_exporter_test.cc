@@ -100,6 +100,100 @@ TEST_F(TgtExporterTest, ChapAccountIsMadeAndBoundToTheTargetWithItsSecretInNoRep
   for (const auto& line : *repairs) EXPECT_EQ(line.find("s3cret-pw"), std::string::npos) << line;
 }
 
+ChapCredentials Chap(const std::string& user, const std::string& password) {
+  ChapCredentials c;
+  c.username = user;
+  c.password = password;
+  return c;
+}
+
+// tgtd's accounts are global by user name: volume 2 asking for "alice",
+// which target 1 (another volume) binds, would reset target 1's account to
+// volume 2's password. Refused before any change, naming the other target
+// and no secret.
+TEST_F(TgtExporterTest, AUserNameAnotherVolumeBindsIsRefusedBeforeAnyChange) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1, "alice"), Allow(kN2)};
+  d.chap = {Chap("alice", "volume-two-pw")};
+  auto applied = exporter_.Apply(d);
+  ASSERT_EQ(applied.status().code(), StatusCode::kFailedPrecondition) << applied.status().ToString();
+  EXPECT_NE(applied.status().message().find("iqn.2026-11.io.blockcsi:vol-0123456789abcdef"), std::string::npos)
+      << applied.status().message();
+  EXPECT_EQ(applied.status().message().find("volume-two-pw"), std::string::npos);
+}
+
+// The same name with the very password it already has is one account for
+// both volumes: bound, never replaced. With another password: refused.
+TEST_F(TgtExporterTest, AUserNameSharedWithTheSamePasswordIsOneAccount) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
+  tgtd_->ExpectOk(TgtdRequest::NewAccount("bob", "shared-secret-pw"));
+  tgtd_->ExpectOk(TgtdRequest::BindAccount(2, "bob", false));
+  DesiredExport two = Volume2();
+  two.acls = {Allow(kN1, "bob"), Allow(kN2)};
+  two.chap = {Chap("bob", "shared-secret-pw")};
+  ASSERT_TRUE(exporter_.Apply(two).ok());
+
+  const std::string listing = Edited(Captured("show_target_no_sessions.txt"),
+                                     "    Account information:\n    ACL information:\n        "
+                                     "iqn.2026-11.io.blockcsi:node:n1\n        iqn.2026-11.io.blockcsi:node:n2",
+                                     "    Account information:\n        bob\n    ACL information:\n        "
+                                     "iqn.2026-11.io.blockcsi:node:n1\n        iqn.2026-11.io.blockcsi:node:n2");
+  const std::string accounts = Captured("show_account.txt") + "    bob\n";
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowAccounts, accounts);
+  ExpectExportMade(*tgtd_, 6, NewVolume());
+  tgtd_->ExpectOk(TgtdRequest::BindAccount(6, "bob", false));
+  DesiredExport other = NewVolume();
+  other.chap = {Chap("bob", "shared-secret-pw")};
+  auto shared = exporter_.Apply(other);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowAccounts, accounts);
+  other.chap = {Chap("bob", "another-secret")};
+  EXPECT_EQ(exporter_.Apply(other).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Two grants of one volume giving one name two passwords: one account
+// cannot hold both.
+TEST_F(TgtExporterTest, OneUserNameWithTwoPasswordsInOneVolumeIsRefused) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1, "bob"), Allow(kN2, "bob")};
+  d.chap = {Chap("bob", "first-secret-pw"), Chap("bob", "other-secret-pw")};
+  EXPECT_EQ(exporter_.Apply(d).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Rotation, or the first grant after an agent restart (the password is not
+// known): tgtd has no password update, so the account is deleted and made
+// again; meanwhile a hold account with a random secret keeps the target
+// from letting anyone in without CHAP.
+TEST_F(TgtExporterTest, AnAccountIsReplacedWhileAHoldAccountKeepsTheTargetClosed) {
+  const std::string listing = Edited(Captured("show_target_no_sessions.txt"),
+                                     "    Account information:\n    ACL information:\n        "
+                                     "iqn.2026-11.io.blockcsi:node:n1\n        iqn.2026-11.io.blockcsi:node:n2",
+                                     "    Account information:\n        bob\n    ACL information:\n        "
+                                     "iqn.2026-11.io.blockcsi:node:n1\n        iqn.2026-11.io.blockcsi:node:n2");
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt") + "    bob\n");
+  tgtd_->ExpectHold(TgtdRequest::NewAccount(FakeTgtd::kHold, ""));
+  tgtd_->ExpectHold(TgtdRequest::BindAccount(2, FakeTgtd::kHold, false));
+  tgtd_->ExpectOk(TgtdRequest::DeleteAccount("bob"));
+  tgtd_->ExpectOk(TgtdRequest::NewAccount("bob", "rotated-secret"));
+  tgtd_->ExpectOk(TgtdRequest::BindAccount(2, "bob", false));
+  tgtd_->ExpectHold(TgtdRequest::UnbindAccount(2, FakeTgtd::kHold, false));
+  tgtd_->ExpectHold(TgtdRequest::DeleteAccount(FakeTgtd::kHold));
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1, "bob"), Allow(kN2)};
+  d.chap = {Chap("bob", "rotated-secret")};
+  auto applied = exporter_.Apply(d);
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+}
+
 TEST_F(TgtExporterTest, AListingWithADuplicateTidChangesNothing) {
   tgtd_->ExpectOk(kShowTargets, Edited(Captured("show_target_no_sessions.txt"), "Target 5:", "Target 2:"));
   // No session there could have forged it: refused, nothing closed.
