@@ -1,10 +1,14 @@
-// What an initiator in some volume's ACL can do to the agent through the
-// InitiatorAlias of its login, which tgtd prints unescaped in its target
-// listing: a real tgtd, a real libiscsi login with a hostile alias. Neither
-// a forged target heading (which made every call fail) nor a forged second
-// I_T nexus block (which hid the session from RevokeAccess) may work.
+// What an insider can do through tgtd's global state, against a real tgtd
+// with real libiscsi logins. A node's initiator, through the InitiatorAlias
+// tgtd prints unescaped in its target listing: neither a forged target
+// heading (which made every call fail) nor a forged second I_T nexus block
+// (which hid the session from RevokeAccess) may work. A class author,
+// through tgtd's accounts being global by user name: another volume's user
+// name is refused, and no grant, rotation or restart opens a moment where a
+// login without CHAP gets in.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -46,6 +50,13 @@ class HostileInitiatorTest : public testing::TgtdTest {
     auto backend = LocalBackend::Open(pool_.path(), exporter, options);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
+  }
+
+  // What an agent restart does to the backend: a new process with the same
+  // pool and the same running tgtd, and none of the secrets.
+  void RestartAgent() {
+    backend_.reset();
+    SetUp();
   }
 
   VolumeRecord Create(const std::string& name) {
@@ -116,6 +127,64 @@ TEST_F(HostileInitiatorTest, AnAliasThatForgesASecondNexusDoesNotHideTheSessionF
     if (!fenced) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(fenced) << "the revoked session still reads after RevokeAccess";
+}
+
+AccessGrant ChapGrant(const std::string& node, const std::string& user, const std::string& password) {
+  AccessGrant grant{node, node.substr(node.rfind(':') + 1), false, "rwo", {}};
+  grant.chap.username = user;
+  grant.chap.password = password;
+  return grant;
+}
+
+TEST_F(HostileInitiatorTest, AnotherVolumesChapUserNameIsRefusedAndDoesNotOpenIt) {
+  VolumeRecord a = Create("pvc-chap-a");
+  VolumeRecord b = Create("pvc-chap-b");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, ChapGrant(kNodeA, "shared-user", "password-of-a")).ok());
+  auto refused = backend_->GrantAccess(b.id, ChapGrant(kNodeB, "shared-user", "password-of-b"));
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
+  EXPECT_EQ(refused.status().message().find("password-of"), std::string::npos);
+
+  std::string error;
+  IscsiLogin with_b{tgtd_->portal(), a.target_iqn, kNodeA, "shared-user", "password-of-b", "", ""};
+  EXPECT_EQ(IscsiClient::Login(with_b, &error), nullptr) << "B's password opens A";
+  IscsiLogin with_a{tgtd_->portal(), a.target_iqn, kNodeA, "shared-user", "password-of-a", "", ""};
+  EXPECT_NE(IscsiClient::Login(with_a, &error), nullptr) << "A's node cannot log in with its own password: " << error;
+  // A user name of its own works.
+  EXPECT_TRUE(backend_->GrantAccess(b.id, ChapGrant(kNodeB, "user-of-b", "password-of-b")).ok());
+}
+
+// Rotations, reconcile passes and an agent restart (whose first grant must
+// replace an account it does not know the password of), while an initiator
+// in A's ACL tries to log in without CHAP: not once may it get in.
+TEST_F(HostileInitiatorTest, NoGrantRotationOrRestartLetsALoginWithoutChapIn) {
+  VolumeRecord a = Create("pvc-chap-rotate");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, ChapGrant(kNodeA, "rotating-user", "password-0000")).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> attempts{0}, open{0};
+  std::thread prober([&] {
+    IscsiLogin without_chap{tgtd_->portal(), a.target_iqn, kNodeA, "", "", "", ""};
+    while (!stop) {
+      std::string error;
+      if (IscsiClient::Login(without_chap, &error) != nullptr) ++open;
+      ++attempts;
+    }
+  });
+  for (int round = 1; round <= 6; ++round) {
+    const std::string password = "password-" + std::to_string(1000 + round);
+    auto granted = backend_->GrantAccess(a.id, ChapGrant(kNodeA, "rotating-user", password));
+    EXPECT_TRUE(granted.ok()) << granted.status().ToString();
+    auto reconciled = backend_->ReconcileNow();
+    EXPECT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+    if (round == 3) RestartAgent();
+  }
+  stop = true;
+  prober.join();
+  EXPECT_GT(attempts.load(), 0);
+  EXPECT_EQ(open.load(), 0) << "of " << attempts.load() << " logins without CHAP";
+  std::string error;
+  IscsiLogin current{tgtd_->portal(), a.target_iqn, kNodeA, "rotating-user", "password-1006", "", ""};
+  EXPECT_NE(IscsiClient::Login(current, &error), nullptr) << error;
+  EXPECT_EQ(tgtd_->ShowTargets().find("blockcsi-hold-"), std::string::npos) << "a hold account stayed bound";
 }
 
 }  // namespace
