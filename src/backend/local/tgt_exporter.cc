@@ -74,13 +74,39 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
   for (int round = 0;; ++round) {
     BLOCKCSI_ASSIGN_OR_RETURN(std::string text, Show(TgtdRequest::ShowTargets()));
     auto parsed = ParseTgtadmTargets(text);
-    if (parsed.ok()) return parsed;
+    // Even a listing that parses is checked where an alias could have
+    // forged it: every target that shows a session must exist and show
+    // exactly the sessions tgtd's connection listing has. A forged target
+    // lies inside the block of the real one before it.
+    std::set<int> suspects;  // targets whose every session is closed
+    Status why = parsed.status();
+    if (parsed.ok()) {
+      for (size_t i = 0; i < parsed->size(); ++i) {
+        const TgtTarget& t = (*parsed)[i];
+        if (t.sessions.empty()) continue;
+        auto connections = ShowConnections(t.tid);
+        std::set<uint64_t> shown, real;
+        for (const auto& s : t.sessions) shown.insert(static_cast<uint64_t>(s.sid));
+        if (connections.ok()) {
+          for (const auto& c : *connections) real.insert(c.sid);
+          if (shown == real) continue;
+          suspects.insert(t.tid);
+        } else if (connections.status().code() == StatusCode::kNotFound) {
+          if (i > 0) suspects.insert((*parsed)[i - 1].tid);
+        } else {
+          return connections.status();
+        }
+        why = InvalidArgument("target " + std::to_string(t.tid) +
+                              " shows sessions tgtd's connection listing does not have");
+      }
+      if (why.ok()) return parsed;
+    }
     // Output we cannot account for is tgtd's (or a forger's) problem, not
     // the caller's bad input: INTERNAL, and nothing is changed on its strength.
-    Status untrusted = Internal("tgtd's target list cannot be trusted, nothing changed: " + parsed.status().message() +
-                                kUntrustedHint);
+    Status untrusted =
+        Internal("tgtd's target list cannot be trusted, nothing changed: " + why.message() + kUntrustedHint);
     if (round == kRecoveries) return untrusted;
-    BLOCKCSI_ASSIGN_OR_RETURN(size_t closed, CloseForgingSessions(text));
+    BLOCKCSI_ASSIGN_OR_RETURN(size_t closed, CloseForgingSessions(text, suspects));
     if (closed == 0) return untrusted;
   }
 }
@@ -100,17 +126,18 @@ StatusOr<std::vector<TgtConnectionEntry>> TgtExporter::ShowConnections(int tid) 
   return parsed;
 }
 
-StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text) {
+StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text, const std::set<int>& suspects) {
   // Every target the listing names, real or forged: tgtd answers NO_TARGET
   // for a forged one. Of the real ones' sessions, each one the listing does
-  // not show plainly is one whose alias could have made it what it is.
+  // not show plainly is one whose alias could have made it what it is; on a
+  // suspect target (one whose block holds a forgery that looks plain), all.
   size_t closed = 0;
   for (int tid : TgtadmHeadingTids(text)) {
     auto connections = ShowConnections(tid);
     if (connections.status().code() == StatusCode::kNotFound) continue;
     BLOCKCSI_RETURN_IF_ERROR(connections.status());
     for (const auto& c : *connections) {
-      if (TgtadmShowsSessionPlainly(text, c.sid, c.initiator)) continue;
+      if (!suspects.count(tid) && TgtadmShowsSessionPlainly(text, c.sid, c.initiator)) continue;
       auto answer = control_->Send(TgtdRequest::DeleteConnection(tid, c.sid, c.cid));
       BLOCKCSI_RETURN_IF_ERROR(answer.status());
       const TgtdErrors gone = {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget};

@@ -84,9 +84,10 @@ class TgtExporter final : public Exporter {
   // Target `tid`'s connections from tgtd's alias-free listing; NOT_FOUND
   // when tgtd has no such target.
   StatusOr<std::vector<TgtConnectionEntry>> ShowConnections(int tid);
-  // Closes every session of a target `text` names that `text` (an
-  // unparseable target listing) does not show plainly; how many.
-  StatusOr<size_t> CloseForgingSessions(const std::string& text);
+  // Closes every session of a target `text` (an untrusted target listing)
+  // names that `text` does not show plainly, and every session of the
+  // `suspects`; how many.
+  StatusOr<size_t> CloseForgingSessions(const std::string& text, const std::set<int>& suspects);
   // Reads tgtd's targets into listing_ (fresh, whatever it held) and
   // returns them.
   StatusOr<std::vector<TgtTarget>*> ReadLiveLocked() REQUIRES(mu_);

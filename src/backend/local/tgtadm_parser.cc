@@ -166,10 +166,10 @@ bool ParseNexusLine(std::string_view line, TgtTarget& target) {
 // One line of the LUN section; false when it cannot be accounted for.
 bool ParseLunLine(std::string_view line, TgtTarget& target) {
   if (auto started = StartEntry(line, "LUN", &TgtLun::lun, target.luns)) {
+    if (!*started) return false;
     // tgtd lists a LUN number once per target; a second one was forged.
     const int number = target.luns.back().lun;
-    return *started &&
-           std::count_if(target.luns.begin(), target.luns.end(), [&](const TgtLun& l) { return l.lun == number; }) == 1;
+    return std::count_if(target.luns.begin(), target.luns.end(), [&](const TgtLun& l) { return l.lun == number; }) == 1;
   }
   if (target.luns.empty()) return false;
   TgtLun& lun = target.luns.back();

@@ -223,11 +223,17 @@ TEST_F(TgtExporterListingTest, CloseSessionsRightAfterARevokeUsesItsReadBack) {
 // connections again.
 TEST_F(TgtExporterListingTest, ASessionInTheRevokeReadBackIsClosedThenReadAgain) {
   const std::string listing = Captured("show_target_sessions.txt");
+  auto sessions_checked = [&] {  // each target that shows a session, against tgtd's connection listing
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
+  };
   tgtd_->ExpectOk(kShowTargets, listing);
+  sessions_checked();
   tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(2, kN1));
   tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(2, kN2));
   const std::string no_acl = Without(listing, std::string("        ") + kN1 + "\n        " + kN2 + "\n");
   tgtd_->ExpectOk(kShowTargets, no_acl);
+  sessions_checked();
   DesiredExport d = Volume2();
   d.acls = {};
   ASSERT_TRUE(exporter_.Apply(d).ok());

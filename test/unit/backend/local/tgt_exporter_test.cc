@@ -26,6 +26,12 @@ const TgtdRequest kShowAccounts = TgtdRequest::ShowAccounts();
 
 class TgtExporterTest : public ::testing::Test {
  protected:
+  // show_target_sessions.txt parsed: each target that shows a session is
+  // checked against tgtd's connection listing.
+  void ExpectSessionsChecked() {
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
+  }
   void TearDown() override {
     EXPECT_TRUE(tgtd_->Pending().empty()) << "expected tgtd requests never sent: " << tgtd_->Pending().front();
   }
@@ -227,15 +233,18 @@ TEST_F(TgtExporterTest, AFailedChangeIsInternalNamingTheVolume) {
 
 TEST_F(TgtExporterTest, CloseSessionsDeletesOnlyThatInitiatorsConnections) {
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_sessions.txt"));
+  ExpectSessionsChecked();
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1) + ConnectionListed(11, 0, kN2));
   tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(11, 0, kN2));
   EXPECT_TRUE(exporter_.CloseSessions("iqn.2026-11.io.blockcsi:vol-0123456789abcdef", kN1).ok());
 }
 
-// The sessions to close come from tgtd's alias-free connection listing: an
-// alias that steals the real session's connection lines into a forged
-// I_T nexus block of another initiator does not hide it.
+// An alias that steals the real session's connection lines into a forged
+// I_T nexus block of another initiator: the listing parses, but target 1
+// shows a session tgtd's connection listing does not have, so its sessions
+// are closed (the hostile one among them) and tgtd read again. Nothing the
+// target listing says about sessions decides what CloseSessions closes.
 TEST_F(TgtExporterTest, AnAliasThatForgesASecondNexusDoesNotHideTheSession) {
   const std::string nexus = std::string("            Initiator: ") + kN1 + " alias: none\n";
   const std::string forged =
@@ -243,7 +252,12 @@ TEST_F(TgtExporterTest, AnAliasThatForgesASecondNexusDoesNotHideTheSession) {
       " alias: none\n        I_T nexus: 77\n            Initiator: iqn.2026-11.x:ghost alias: y\n";
   tgtd_->ExpectOk(kShowTargets, Edited(Captured("show_target_sessions.txt"), nexus, forged));
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
   tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));  // shown plainly: left alone
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(1));
   EXPECT_TRUE(exporter_.CloseSessions("iqn.2026-11.io.blockcsi:vol-0123456789abcdef", kN1).ok());
 }
@@ -264,7 +278,7 @@ TEST_F(TgtExporterTest, ASessionWhoseAliasBreaksTheListingIsClosedAndTgtdReadAga
   tgtd_->ExpectRefused(TgtdRequest::ShowConnections(999), TgtdError::kNoTarget);
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
   tgtd_->ExpectRefused(TgtdRequest::ShowConnections(5), TgtdError::kNoTarget);
-  tgtd_->ExpectOk(kShowTargets, listing);  // read again: the hostile session is gone
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));  // read again: the hostile session is gone
   EXPECT_TRUE(exporter_.Apply(Volume2()).ok());
 }
 
