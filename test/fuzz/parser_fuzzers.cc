@@ -134,7 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Every heading the recovery would ask tgtd about is a positive id, and a
   // session shown plainly is shown once.
-  for (int tid : blockcsi::TgtadmHeadingTids(input)) FUZZ_CHECK(tid > 0);
+  for (const auto& heading : blockcsi::TgtadmHeadings(input)) FUZZ_CHECK(heading.tid > 0 && heading.line > 0);
   if (blockcsi::TgtadmShowsSessionPlainly(input, 10, "iqn.2026-11.io.blockcsi:node:n1")) {
     FUZZ_CHECK(input.find("\n        I_T nexus: 10\n") == input.rfind("\n        I_T nexus: 10\n"));
   }

@@ -1,6 +1,7 @@
 #include "backend/local/tgt_exporter.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "backend/volume_id.h"
@@ -73,7 +74,8 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
   constexpr int kRecoveries = 3;
   for (int round = 0;; ++round) {
     BLOCKCSI_ASSIGN_OR_RETURN(std::string text, Show(TgtdRequest::ShowTargets()));
-    auto parsed = ParseTgtadmTargets(text);
+    int failed_line = 0;
+    auto parsed = ParseTgtadmTargets(text, &failed_line);
     // Even a listing that parses is checked where an alias could have
     // forged it: every target that shows a session must exist and show
     // exactly the sessions tgtd's connection listing has. A forged target
@@ -106,7 +108,7 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
     Status untrusted =
         Internal("tgtd's target list cannot be trusted, nothing changed: " + why.message() + kUntrustedHint);
     if (round == kRecoveries) return untrusted;
-    BLOCKCSI_ASSIGN_OR_RETURN(size_t closed, CloseForgingSessions(text, suspects));
+    BLOCKCSI_ASSIGN_OR_RETURN(size_t closed, CloseForgingSessions(text, suspects, parsed.ok() ? 0 : failed_line));
     if (closed == 0) return untrusted;
   }
 }
@@ -126,18 +128,37 @@ StatusOr<std::vector<TgtConnectionEntry>> TgtExporter::ShowConnections(int tid) 
   return parsed;
 }
 
-StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text, const std::set<int>& suspects) {
+StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text, std::set<int> suspects, int failed_line) {
   // Every target the listing names, real or forged: tgtd answers NO_TARGET
   // for a forged one. Of the real ones' sessions, each one the listing does
   // not show plainly is one whose alias could have made it what it is; on a
-  // suspect target (one whose block holds a forgery that looks plain), all.
+  // suspect target, all: the forgery looks plain there. Where the parse
+  // failed and no session looks forged (an alias cut short by tgtd can end
+  // in a line that passes), the suspect is the real target whose heading
+  // comes last before the line refused.
+  std::map<int, std::vector<TgtConnectionEntry>> real;
+  int enclosing = 0;
+  for (const TgtadmHeading& heading : TgtadmHeadings(text)) {
+    if (!real.count(heading.tid)) {
+      auto connections = ShowConnections(heading.tid);
+      if (connections.status().code() == StatusCode::kNotFound) continue;
+      BLOCKCSI_RETURN_IF_ERROR(connections.status());
+      real[heading.tid] = std::move(connections).value();
+    }
+    if (heading.line <= failed_line) enclosing = heading.tid;
+  }
+  const auto plain = [&](int tid, const TgtConnectionEntry& c) {
+    return !suspects.count(tid) && TgtadmShowsSessionPlainly(text, c.sid, c.initiator);
+  };
+  bool any_forged = false;
+  for (const auto& [tid, connections] : real) {
+    for (const auto& c : connections) any_forged = any_forged || !plain(tid, c);
+  }
+  if (!any_forged && enclosing != 0) suspects.insert(enclosing);
   size_t closed = 0;
-  for (int tid : TgtadmHeadingTids(text)) {
-    auto connections = ShowConnections(tid);
-    if (connections.status().code() == StatusCode::kNotFound) continue;
-    BLOCKCSI_RETURN_IF_ERROR(connections.status());
-    for (const auto& c : *connections) {
-      if (!suspects.count(tid) && TgtadmShowsSessionPlainly(text, c.sid, c.initiator)) continue;
+  for (const auto& [tid, connections] : real) {
+    for (const auto& c : connections) {
+      if (plain(tid, c)) continue;
       auto answer = control_->Send(TgtdRequest::DeleteConnection(tid, c.sid, c.cid));
       BLOCKCSI_RETURN_IF_ERROR(answer.status());
       const TgtdErrors gone = {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget};
@@ -147,7 +168,7 @@ StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text, cons
                         std::to_string(static_cast<uint32_t>(answer->error)));
       }
       ++closed;
-      LogWarn("closed a session whose initiator alias forges tgtd's target list",
+      LogWarn("closed a session whose initiator alias may forge tgtd's target list",
               {{"tid", std::to_string(tid)}, {"initiator", c.initiator}, {"sid", std::to_string(c.sid)}});
     }
   }

@@ -86,8 +86,10 @@ class TgtExporter final : public Exporter {
   StatusOr<std::vector<TgtConnectionEntry>> ShowConnections(int tid);
   // Closes every session of a target `text` (an untrusted target listing)
   // names that `text` does not show plainly, and every session of the
-  // `suspects`; how many.
-  StatusOr<size_t> CloseForgingSessions(const std::string& text, const std::set<int>& suspects);
+  // `suspects` (or, when nothing else looks forged, of the target whose
+  // heading comes last before `failed_line`, where the parse stopped); how
+  // many.
+  StatusOr<size_t> CloseForgingSessions(const std::string& text, std::set<int> suspects, int failed_line);
   // Reads tgtd's targets into listing_ (fresh, whatever it held) and
   // returns them.
   StatusOr<std::vector<TgtTarget>*> ReadLiveLocked() REQUIRES(mu_);

@@ -256,7 +256,9 @@ class LineReader {
 
 }  // namespace
 
-StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
+StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text, int* failed_line) {
+  int unused = 0;
+  int& at = failed_line != nullptr ? *failed_line : unused;
   std::vector<TgtTarget> targets;
   SeenTargets seen;
   Section section = Section::kNone;
@@ -264,6 +266,7 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
   LineReader::Line next;
   while (lines.Next(&next)) {
     const int line_number = next.number;
+    at = line_number;  // where a refusal below is
     const std::string_view line = next.text;
     if (next.indent == 0) {
       BLOCKCSI_RETURN_IF_ERROR(ParseTargetHeader(line_number, line, section, targets, seen));
@@ -278,6 +281,7 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
     }
     if (!ParseSectionLine(section, line, targets.back())) return Unexpected(line_number, line);
   }
+  at = lines.number();
   if (!targets.empty() && section != Section::kAcl) return Incomplete(lines.number(), targets.back());
   return targets;
 }
@@ -321,9 +325,8 @@ StatusOr<std::vector<TgtConnectionEntry>> ParseTgtadmConnections(std::string_vie
   return out;
 }
 
-std::vector<int> TgtadmHeadingTids(std::string_view text) {
-  std::vector<int> tids;
-  std::set<int> seen;
+std::vector<TgtadmHeading> TgtadmHeadings(std::string_view text) {
+  std::vector<TgtadmHeading> tids;
   LineReader lines(text);
   LineReader::Line next;
   while (lines.Next(&next)) {
@@ -331,7 +334,7 @@ std::vector<int> TgtadmHeadingTids(std::string_view text) {
     size_t colon = next.text.find(':');
     int tid = 0;
     if (colon == std::string_view::npos || !ParseNumber(next.text.substr(7, colon - 7), &tid) || tid <= 0) continue;
-    if (seen.insert(tid).second) tids.push_back(tid);
+    tids.push_back({tid, next.number});
   }
   return tids;
 }

@@ -53,8 +53,9 @@ struct TgtTarget {
 // sessions (issue #20).
 inline uint64_t TgtadmShownMegabytes(uint64_t bytes) { return (bytes / 512 * 512 + 500000) / 1000000; }
 
-// `tgtadm --op show --mode target`. INVALID_ARGUMENT on a line it cannot place.
-StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text);
+// `tgtadm --op show --mode target`. INVALID_ARGUMENT on a line it cannot
+// place; `failed_line` (when given) gets the number of the line refused.
+StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text, int* failed_line = nullptr);
 
 // One connection of `tgtadm --mode conn --op show --tid N`. That listing
 // holds no text an initiator chose freely: the initiator name passed the
@@ -70,10 +71,14 @@ struct TgtConnectionEntry {
 // cannot place.
 StatusOr<std::vector<TgtConnectionEntry>> ParseTgtadmConnections(std::string_view text);
 
-// The target ids of every line of a target listing that reads as a target
-// heading ("Target 3: ..." at the start of a line), in order, each once:
-// the real targets and any an initiator's alias forged.
-std::vector<int> TgtadmHeadingTids(std::string_view text);
+// Every line of a target listing that reads as a target heading ("Target 3:
+// ..." at the start of a line), in order: the real targets and any an
+// initiator's alias forged. `line` counts from 1 as ParseTgtadmTargets does.
+struct TgtadmHeading {
+  int tid = 0;
+  int line = 0;
+};
+std::vector<TgtadmHeading> TgtadmHeadings(std::string_view text);
 
 // Whether the target listing shows session `sid` of `initiator` as tgtd
 // prints a plain one: its I_T nexus line once, then exactly "Initiator:

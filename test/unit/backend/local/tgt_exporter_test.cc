@@ -254,9 +254,9 @@ TEST_F(TgtExporterTest, AnAliasThatForgesASecondNexusDoesNotHideTheSession) {
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
-  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));  // shown plainly: left alone
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(1));
   EXPECT_TRUE(exporter_.CloseSessions("iqn.2026-11.io.blockcsi:vol-0123456789abcdef", kN1).ok());
@@ -274,11 +274,27 @@ TEST_F(TgtExporterTest, ASessionWhoseAliasBreaksTheListingIsClosedAndTgtdReadAga
                                    " alias: \nTarget 999: iqn.2026-11.io.blockcsi:vol-9999999999999999\n");
   tgtd_->ExpectOk(kShowTargets, hostile);
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
-  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
   tgtd_->ExpectRefused(TgtdRequest::ShowConnections(999), TgtdError::kNoTarget);
   tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
   tgtd_->ExpectRefused(TgtdRequest::ShowConnections(5), TgtdError::kNoTarget);
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));  // read again: the hostile session is gone
+  EXPECT_TRUE(exporter_.Apply(Volume2()).ok());
+}
+
+// An alias cut short by tgtd's 1,024-byte limit can end in a line that
+// passes, so that its session looks plain while the listing does not parse
+// (here: a second LUN 0 in target 1). The sessions of the target whose
+// heading comes last before the refused line are closed.
+TEST_F(TgtExporterTest, WhenNoSessionLooksForgedTheTargetHoldingTheRefusedLineIsSuspect) {
+  const std::string listing = Captured("show_target_sessions.txt");
+  std::string hostile = Edited(listing, "    LUN information:\n", "    LUN information:\n        LUN: 0\n");
+  tgtd_->ExpectOk(kShowTargets, hostile);
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));  // not target 2's session
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   EXPECT_TRUE(exporter_.Apply(Volume2()).ok());
 }
 
@@ -292,10 +308,10 @@ TEST_F(TgtExporterTest, AListingThatStaysBrokenIsRefusedAfterAFewRecoveries) {
     tgtd_->ExpectOk(kShowTargets, hostile);
     if (round == 3) break;
     tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10 + round, 0, kN1));
-    tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10 + round, 0));
     tgtd_->ExpectRefused(TgtdRequest::ShowConnections(999), TgtdError::kNoTarget);
     tgtd_->ExpectOk(TgtdRequest::ShowConnections(2));
     tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
+    tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10 + round, 0));
   }
   EXPECT_EQ(exporter_.Apply(Volume2()).status().code(), StatusCode::kInternal);
 }

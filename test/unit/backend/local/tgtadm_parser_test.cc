@@ -219,8 +219,13 @@ TEST(TgtadmParserTest, TellsAPlainSessionFromOneWhoseAliasForgesLines) {
 }
 
 TEST(TgtadmParserTest, FindsEveryTargetHeadingRealOrForged) {
-  EXPECT_EQ(TgtadmHeadingTids(Nexus("x\nTarget 999: iqn.x\n  Target 5: indented\nTarget 1: again")),
-            (std::vector<int>{1, 999}));
+  auto headings = TgtadmHeadings(Nexus("x\nTarget 999: iqn.x\n  Target 5: indented\nTarget 1: again"));
+  ASSERT_EQ(headings.size(), 3u);
+  EXPECT_EQ(headings[0].tid, 1);
+  EXPECT_EQ(headings[0].line, 1);
+  EXPECT_EQ(headings[1].tid, 999);
+  EXPECT_EQ(headings[1].line, 8);
+  EXPECT_EQ(headings[2].tid, 1);
 }
 
 TEST(TgtadmParserTest, RefusesALunNumberListedTwice) {
