@@ -2,8 +2,9 @@
 // names and CHAP credentials go through the agent's backend (LocalBackend +
 // TgtExporter) driving a scripted tgtd, and after every operation the
 // invariant must hold: no target's ACL holds an initiator its volume's record
-// does not list. The scripted tgtd is faithful where an injection would
-// live: the "key=value,..." parameters tgtd receives are split on ',' and
+// does not list, and after a RevokeAccess that succeeded the initiator has no
+// session left on that volume's target, whatever alias its logins sent. The scripted tgtd is faithful where an
+// injection would live: the "key=value,..." parameters tgtd receives are split on ',' and
 // '=' as tgtd does, and `show` prints names raw, newlines and all.
 //
 // Input: one operation per line, fields separated by '|', "\n" inside a
@@ -14,6 +15,9 @@
 //   K|v                          CheckVolume
 //   D|v                          DeleteVolume
 //   X                            ReconcileNow
+//   L|v|initiator|alias          a login to volume v's target, accepted when
+//                                the initiator is in its ACL, carrying that
+//                                InitiatorAlias (printed raw, as tgtd does)
 // where v picks one of the volumes created so far (modulo their count), and
 // "{iqnN}" in a field stands for the target IQN of volume N (an attacker
 // learns it from the Volume the agent returns).
@@ -63,7 +67,21 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
     uint64_t bytes = 0;  // the backing file's size when the LUN was made
     std::string path, serial;
     std::vector<std::string> in, out, acls;
+    struct Session {
+      int tsih = 0;
+      std::string initiator, alias;
+    };
+    std::vector<Session> sessions;
   };
+
+  // A login: tgtd checks the ACL, then keeps the alias as sent.
+  void Login(const std::string& target_name, const std::string& initiator, const std::string& alias) {
+    for (auto& [tid, t] : targets_) {
+      if (t.name != target_name) continue;
+      if (std::find(t.acls.begin(), t.acls.end(), initiator) == t.acls.end()) return;
+      t.sessions.push_back({++last_tsih_, initiator, alias});
+    }
+  }
 
   StatusOr<TgtdAnswer> Send(const TgtdRequest& request) override {
     if (auto checked = blockcsi::CheckTgtdRequest(request); !checked.ok()) return checked;
@@ -139,8 +157,18 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
         if (!has) return fail(TgtdError::kNoUser);
         std::erase(list, p["user"]);
       }
-    } else if (mode == Mode::kConnection) {
-      return fail(TgtdError::kNoSession);
+    } else if (mode == Mode::kConnection && op == Op::kShow) {
+      if (t == nullptr) return fail(TgtdError::kNoTarget);
+      for (const auto& session : t->sessions) {  // usr/iscsi/target.c: no alias
+        ok.text += "Session: " + std::to_string(session.tsih) +
+                   "\n    Connection: 0\n        Initiator: " + session.initiator + "\n        IP Address: 127.0.0.1\n";
+      }
+    } else if (mode == Mode::kConnection && op == Op::kDelete) {
+      if (t == nullptr) return fail(TgtdError::kNoTarget);
+      auto gone = std::erase_if(t->sessions, [&](const Target::Session& session) {
+        return static_cast<uint64_t>(session.tsih) == request.sid.value_or(0);
+      });
+      if (gone == 0) return fail(TgtdError::kNoSession);
     } else {
       return fail(TgtdError::kInvalidRequest);
     }
@@ -156,7 +184,15 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
     for (const auto& [tid, t] : targets_) {
       out += "Target " + std::to_string(tid) + ": " + t.name + "\n";
       out += "    System information:\n        Driver: iscsi\n        State: ready\n";
-      out += "    I_T nexus information:\n    LUN information:\n";
+      out += "    I_T nexus information:\n";
+      for (const auto& session : t.sessions) {
+        // usr/iscsi/session.c: the alias raw, the whole cut at 1,023 bytes.
+        std::string info = "            Initiator: " + session.initiator +
+                           " alias: " + (session.alias.empty() ? "none" : session.alias) +
+                           "\n            Connection: 0\n                IP Address: 127.0.0.1\n";
+        out += "        I_T nexus: " + std::to_string(session.tsih) + "\n" + info.substr(0, 1023);
+      }
+      out += "    LUN information:\n";
       out += "        LUN: 0\n            Type: controller\n            Backing store path: None\n";
       if (t.lun) {
         out += "        LUN: 1\n            Type: disk\n            SCSI SN: " + t.serial + "\n";
@@ -174,6 +210,7 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
 
   std::map<int, Target> targets_;
   std::map<std::string, std::string> accounts_;
+  int last_tsih_ = 0;
 };
 
 std::vector<std::string> Fields(const std::string& line) {
@@ -289,7 +326,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         grant.chap = {field(3), field(4), field(5), field(6)};
         (void)backend.GrantAccess(vol(1), grant);
       } else if (f[0] == "R") {
-        (void)backend.RevokeAccess(vol(1), field(2));
+        if (backend.RevokeAccess(vol(1), field(2)).ok()) {
+          // Fenced: no session of that initiator is left on the target.
+          for (const auto& [tid, t] : tgtd->targets()) {
+            if (t.name != "iqn.2026-11.io.blockcsi:" + vol(1)) continue;
+            for (const auto& session : t.sessions) FUZZ_CHECK(session.initiator != field(2));
+          }
+        }
+      } else if (f[0] == "L") {
+        tgtd->Login("iqn.2026-11.io.blockcsi:" + vol(1), field(2), field(3));
       } else if (f[0] == "K") {
         (void)backend.CheckVolume(vol(1));
       } else if (f[0] == "D") {

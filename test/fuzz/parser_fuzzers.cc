@@ -126,6 +126,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (targets.ok()) {
     for (const auto& t : *targets) FUZZ_CHECK(!t.iqn.empty());
   }
+  // The alias-free connection listing: every entry a token initiator name.
+  if (auto connections = blockcsi::ParseTgtadmConnections(input); connections.ok()) {
+    for (const auto& c : *connections) {
+      FUZZ_CHECK(!c.initiator.empty() && c.initiator.find_first_of(" \n\t") == std::string::npos);
+    }
+  }
+  // Every heading the recovery would ask tgtd about is a positive id, and a
+  // session shown plainly is shown once.
+  for (const auto& heading : blockcsi::TgtadmHeadings(input)) FUZZ_CHECK(heading.tid > 0 && heading.line > 0);
+  if (blockcsi::TgtadmShowsSessionPlainly(input, 10, "iqn.2026-11.io.blockcsi:node:n1")) {
+    FUZZ_CHECK(input.find("\n        I_T nexus: 10\n") == input.rfind("\n        I_T nexus: 10\n"));
+  }
 #elif defined(FUZZ_TARGET_ATTACH_SPEC)
   // First line: a secret (the CHAP password, then the cephx key); the rest:
   // publish_context.

@@ -37,6 +37,15 @@ class FakeTgtd final : public TgtdControl {
   }
   // tgtd was not reached (Send returns `status`).
   FakeTgtd& ExpectError(TgtdRequest request, Status status) { return Expect(std::move(request), std::move(status)); }
+  // A request about the hold account a replacement makes: its user name
+  // (kHold in `request`) and secret are random, so any "blockcsi-hold-" name
+  // matches, the same one every time, with a secret of 32 characters.
+  static constexpr char kHold[] = "(hold)";
+  FakeTgtd& ExpectHold(TgtdRequest request) {
+    MutexLock lock(mu_);
+    expected_.push_back({std::move(request), TgtdAnswer{TgtdError::kSuccess, ""}, nullptr, true});
+    return *this;
+  }
   // Runs `action` when the last queued request arrives, before it is answered.
   FakeTgtd& Then(std::function<void()> action) {
     MutexLock lock(mu_);
@@ -54,7 +63,17 @@ class FakeTgtd final : public TgtdControl {
         ADD_FAILURE() << "unexpected tgtd request: " << request.Describe();
         return answer;
       }
-      const Expected& want = expected_[next_];
+      Expected want = expected_[next_];
+      if (want.hold) {
+        if (request.user.rfind("blockcsi-hold-", 0) != 0 || (!hold_.empty() && request.user != hold_) ||
+            (want.request.op == TgtdOp::kNew && request.password.size() != 32)) {
+          ADD_FAILURE() << "tgtd request " << next_ << " is not about one hold account: " << request.Describe();
+          return answer;
+        }
+        hold_ = request.user;
+        want.request.user = request.user;
+        want.request.password = request.password;
+      }
       if (!(want.request == request)) {
         ADD_FAILURE() << "tgtd request " << next_ << ": got " << request.Describe() << "\n  want "
                       << want.request.Describe();
@@ -86,7 +105,9 @@ class FakeTgtd final : public TgtdControl {
     TgtdRequest request;
     StatusOr<TgtdAnswer> answer;
     std::function<void()> action;
+    bool hold = false;
   };
+  std::string hold_ GUARDED_BY(mu_);
   mutable Mutex mu_;
   std::vector<Expected> expected_ GUARDED_BY(mu_);
   size_t next_ GUARDED_BY(mu_) = 0;
@@ -111,6 +132,13 @@ inline std::string Edited(std::string text, const std::string& from, const std::
   EXPECT_NE(at, std::string::npos) << "captured output lacks: " << from;
   if (at != std::string::npos) text.replace(at, from.size(), to);
   return text;
+}
+
+// One connection as `tgtadm --mode conn --op show --tid N` prints it.
+inline std::string ConnectionListed(uint64_t sid, uint32_t cid, const std::string& initiator,
+                                    const std::string& address = "127.0.0.1") {
+  return "Session: " + std::to_string(sid) + "\n    Connection: " + std::to_string(cid) +
+         "\n        Initiator: " + initiator + "\n        IP Address: " + address + "\n";
 }
 
 inline DesiredAcl Allow(const std::string& initiator, const std::string& chap_username = "") {

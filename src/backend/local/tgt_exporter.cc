@@ -1,6 +1,7 @@
 #include "backend/local/tgt_exporter.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "backend/volume_id.h"
@@ -24,20 +25,6 @@ constexpr char kUntrustedHint[] =
 bool Contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
-
-// An account bind tgtd refuses as already so: an incoming account bound
-// twice is USER_EXIST (BINDING_EXIST in tgt versions that have it). An
-// outgoing bind is refused with OUTACCOUNT_EXIST whichever account holds the
-// target's one outgoing slot, so that is never taken as "already so": the
-// slot was emptied first, per a fresh read, and someone else's account in it
-// must fail the call rather than pass for ours.
-TgtdErrors AlreadyBound(bool outgoing) {
-  return outgoing ? TgtdErrors{} : TgtdErrors{TgtdError::kUserExists, TgtdError::kBindingExists};
-}
-
-// An account unbind of an account the target does not bind: tgtd answers
-// NO_USER (for either direction).
-const TgtdErrors kNotBound = {TgtdError::kNoUser, TgtdError::kNoBinding};
 
 }  // namespace
 
@@ -78,15 +65,114 @@ StatusOr<std::string> TgtExporter::Show(const TgtdRequest& request) {
 }
 
 StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
-  BLOCKCSI_ASSIGN_OR_RETURN(std::string text, Show(TgtdRequest::ShowTargets()));
-  auto parsed = ParseTgtadmTargets(text);
-  // Output we cannot account for is tgtd's (or a forger's) problem, not the
-  // caller's bad input: INTERNAL, and nothing is changed on its strength.
+  // tgtd prints each session's InitiatorAlias, which the initiator chose
+  // (any bytes but NUL), unescaped in this listing: a line break in it can
+  // forge targets, sections and sessions. A listing that cannot be accounted
+  // for is never acted on; the sessions whose alias broke it (found through
+  // tgtd's alias-free connection listing) are closed and tgtd read again, so
+  // that one initiator cannot stop the agent from serving every volume.
+  constexpr int kRecoveries = 3;
+  for (int round = 0;; ++round) {
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, Show(TgtdRequest::ShowTargets()));
+    int failed_line = 0;
+    auto parsed = ParseTgtadmTargets(text, &failed_line);
+    // Even a listing that parses is checked where an alias could have
+    // forged it: every target that shows a session must exist and show
+    // exactly the sessions tgtd's connection listing has. A forged target
+    // lies inside the block of the real one before it.
+    std::set<int> suspects;  // targets whose every session is closed
+    Status why = parsed.status();
+    if (parsed.ok()) {
+      for (size_t i = 0; i < parsed->size(); ++i) {
+        const TgtTarget& t = (*parsed)[i];
+        if (t.sessions.empty()) continue;
+        auto connections = ShowConnections(t.tid);
+        std::set<uint64_t> shown, real;
+        for (const auto& s : t.sessions) shown.insert(static_cast<uint64_t>(s.sid));
+        if (connections.ok()) {
+          for (const auto& c : *connections) real.insert(c.sid);
+          if (shown == real) continue;
+          suspects.insert(t.tid);
+        } else if (connections.status().code() == StatusCode::kNotFound) {
+          if (i > 0) suspects.insert((*parsed)[i - 1].tid);
+        } else {
+          return connections.status();
+        }
+        why = InvalidArgument("target " + std::to_string(t.tid) +
+                              " shows sessions tgtd's connection listing does not have");
+      }
+      if (why.ok()) return parsed;
+    }
+    // Output we cannot account for is tgtd's (or a forger's) problem, not
+    // the caller's bad input: INTERNAL, and nothing is changed on its strength.
+    Status untrusted =
+        Internal("tgtd's target list cannot be trusted, nothing changed: " + why.message() + kUntrustedHint);
+    if (round == kRecoveries) return untrusted;
+    BLOCKCSI_ASSIGN_OR_RETURN(size_t closed, CloseForgingSessions(text, suspects, parsed.ok() ? 0 : failed_line));
+    if (closed == 0) return untrusted;
+  }
+}
+
+StatusOr<std::vector<TgtConnectionEntry>> TgtExporter::ShowConnections(int tid) {
+  BLOCKCSI_ASSIGN_OR_RETURN(TgtdAnswer answer, control_->Send(TgtdRequest::ShowConnections(tid)));
+  if (answer.error == TgtdError::kNoTarget) return NotFound("tgtd has no target " + std::to_string(tid));
+  if (!answer.ok()) {
+    return Unavailable("tgtd on control port " + std::to_string(control_port_) + " does not answer " +
+                       TgtdRequest::ShowConnections(tid).Describe() + ": " + std::string(TgtdErrorText(answer.error)));
+  }
+  auto parsed = ParseTgtadmConnections(answer.text);
   if (!parsed.ok()) {
-    return Internal("tgtd's target list cannot be trusted, nothing changed: " + parsed.status().message() +
-                    kUntrustedHint);
+    return Internal("tgtd's connection list of target " + std::to_string(tid) +
+                    " cannot be trusted: " + parsed.status().message());
   }
   return parsed;
+}
+
+StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text, std::set<int> suspects, int failed_line) {
+  // Every target the listing names, real or forged: tgtd answers NO_TARGET
+  // for a forged one. Of the real ones' sessions, each one the listing does
+  // not show plainly is one whose alias could have made it what it is; on a
+  // suspect target, all: the forgery looks plain there. Where the parse
+  // failed and no session looks forged (an alias cut short by tgtd can end
+  // in a line that passes), the suspect is the real target whose heading
+  // comes last before the line refused.
+  std::map<int, std::vector<TgtConnectionEntry>> real;
+  int enclosing = 0;
+  for (const TgtadmHeading& heading : TgtadmHeadings(text)) {
+    if (!real.count(heading.tid)) {
+      auto connections = ShowConnections(heading.tid);
+      if (connections.status().code() == StatusCode::kNotFound) continue;
+      BLOCKCSI_RETURN_IF_ERROR(connections.status());
+      real[heading.tid] = std::move(connections).value();
+    }
+    if (heading.line <= failed_line) enclosing = heading.tid;
+  }
+  const auto plain = [&](int tid, const TgtConnectionEntry& c) {
+    return !suspects.count(tid) && TgtadmShowsSessionPlainly(text, c.sid, c.initiator);
+  };
+  bool any_forged = false;
+  for (const auto& [tid, connections] : real) {
+    for (const auto& c : connections) any_forged = any_forged || !plain(tid, c);
+  }
+  if (!any_forged && enclosing != 0) suspects.insert(enclosing);
+  size_t closed = 0;
+  for (const auto& [tid, connections] : real) {
+    for (const auto& c : connections) {
+      if (plain(tid, c)) continue;
+      auto answer = control_->Send(TgtdRequest::DeleteConnection(tid, c.sid, c.cid));
+      BLOCKCSI_RETURN_IF_ERROR(answer.status());
+      const TgtdErrors gone = {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget};
+      if (!answer->ok() && !gone.Has(answer->error)) {
+        return Internal("close the session of " + c.initiator + " on target " + std::to_string(tid) +
+                        " whose alias forges tgtd's target list: tgtd error " +
+                        std::to_string(static_cast<uint32_t>(answer->error)));
+      }
+      ++closed;
+      LogWarn("closed a session whose initiator alias may forge tgtd's target list",
+              {{"tid", std::to_string(tid)}, {"initiator", c.initiator}, {"sid", std::to_string(c.sid)}});
+    }
+  }
+  return closed;
 }
 
 StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
@@ -158,34 +244,6 @@ Status TgtExporter::AddLun(int tid, const DesiredExport& d) {
              "set serial of volume " + d.volume_id);
 }
 
-Status TgtExporter::EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
-                                  std::vector<std::string>& live_accounts, std::vector<std::string>& repairs) {
-  auto known = account_passwords_.find(user);
-  bool exists = Contains(live_accounts, user);
-  if (exists && known != account_passwords_.end() && known->second == password) return OkStatus();
-  // tgtd has no password update: delete and re-create. Deleting unbinds the
-  // account from every target, so bind it back to those at once — leaving a
-  // target without its account would let initiators in without CHAP.
-  std::vector<std::pair<int, bool>> bound;  // tid, outgoing
-  if (exists) {
-    for (const auto& t : live) {
-      if (Contains(t.incoming_accounts, user)) bound.emplace_back(t.tid, false);
-      if (Contains(t.outgoing_accounts, user)) bound.emplace_back(t.tid, true);
-    }
-    BLOCKCSI_RETURN_IF_ERROR(
-        Run(TgtdRequest::DeleteAccount(user), "replace CHAP account " + user, {TgtdError::kNoUser}));
-  }
-  BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::NewAccount(user, password), "create CHAP account " + user));
-  account_passwords_[user] = password;
-  if (!exists) live_accounts.push_back(user);
-  repairs.push_back(std::string(exists ? "reset" : "created") + " CHAP account " + user);
-  for (auto [tid, outgoing] : bound) {
-    BLOCKCSI_RETURN_IF_ERROR(
-        Run(TgtdRequest::BindAccount(tid, user, outgoing), "re-bind CHAP account " + user, AlreadyBound(outgoing)));
-  }
-  return OkStatus();
-}
-
 StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
                                                      std::vector<std::string>& repairs) {
   if (TgtTarget* target = FindLocked(live, d.iqn); target != nullptr) return target;
@@ -225,61 +283,6 @@ Status TgtExporter::EnsureLunLocked(TgtTarget& target, const DesiredExport& d, s
   return OkStatus();
 }
 
-Status TgtExporter::EnsureChapLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
-                                     std::vector<std::string>& live_accounts, std::vector<std::string>& repairs) {
-  std::set<std::string> want_in, want_out;
-  for (const auto& c : d.chap) {
-    if (!c.enabled()) continue;
-    BLOCKCSI_RETURN_IF_ERROR(EnsureAccount(c.username, c.password, live, live_accounts, repairs));
-    want_in.insert(c.username);
-    if (c.mutual()) {
-      BLOCKCSI_RETURN_IF_ERROR(EnsureAccount(c.mutual_username, c.mutual_password, live, live_accounts, repairs));
-      want_out.insert(c.mutual_username);
-    }
-  }
-  TgtTarget* target = FindLocked(live, d.iqn);  // EnsureAccount may not move it, but stay safe
-  const int tid = target->tid;
-  for (const auto& user : want_in) {
-    if (Contains(target->incoming_accounts, user)) continue;
-    BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::BindAccount(tid, user, false),
-                                 "bind CHAP account to volume " + d.volume_id, AlreadyBound(false)));
-    target->incoming_accounts.push_back(user);
-    repairs.push_back("bound CHAP account " + user + " to " + d.iqn);
-  }
-  for (const auto& user : want_out) {
-    if (Contains(target->outgoing_accounts, user)) continue;
-    for (const auto& other : target->outgoing_accounts) {  // tgtd allows one outgoing account
-      BLOCKCSI_RETURN_IF_ERROR(
-          Run(TgtdRequest::UnbindAccount(tid, other, true), "unbind mutual CHAP of volume " + d.volume_id, kNotBound));
-    }
-    target->outgoing_accounts.clear();
-    BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::BindAccount(tid, user, true), "bind mutual CHAP to volume " + d.volume_id,
-                                 AlreadyBound(true)));
-    target->outgoing_accounts.push_back(user);
-    repairs.push_back("bound mutual CHAP account " + user + " to " + d.iqn);
-  }
-  // Accounts no grant asks for any more. When CHAP is wanted but this process
-  // does not know the secrets (it restarted), the live accounts are the only
-  // thing enforcing CHAP: keep them.
-  bool chap_wanted = std::any_of(d.acls.begin(), d.acls.end(), [](const DesiredAcl& a) { return a.chap; });
-  if (chap_wanted && want_in.empty()) return OkStatus();
-  for (bool outgoing : {false, true}) {
-    std::vector<std::string>& bound = outgoing ? target->outgoing_accounts : target->incoming_accounts;
-    const std::set<std::string>& want = outgoing ? want_out : want_in;
-    for (const auto& user : std::vector<std::string>(bound)) {
-      if (want.count(user)) continue;
-      const std::string what = outgoing ? "mutual CHAP" : "CHAP account";
-      BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::UnbindAccount(tid, user, outgoing),
-                                   "unbind " + what + " from volume " + d.volume_id, kNotBound));
-      unbound_accounts_.insert(user);
-      std::erase(bound, user);
-      repairs.push_back("unbound " + std::string(outgoing ? "mutual CHAP account " : "CHAP account ") + user +
-                        " from " + d.iqn);
-    }
-  }
-  return OkStatus();
-}
-
 StatusOr<bool> TgtExporter::EnsureAclLocked(const DesiredExport& d, TgtTarget& target,
                                             const std::set<std::string>& want_acl, std::vector<std::string>& repairs) {
   bool changed = false;
@@ -310,6 +313,7 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
                                                             std::vector<std::string>& live_accounts,
                                                             std::vector<AclCheck>* deferred, size_t slot) {
   std::vector<std::string> repairs;
+  BLOCKCSI_RETURN_IF_ERROR(CheckChapLocked(d, live, live_accounts));
   BLOCKCSI_ASSIGN_OR_RETURN(TgtTarget * target, EnsureTargetLocked(d, live, repairs));
   BLOCKCSI_RETURN_IF_ERROR(EnsureLunLocked(*target, d, repairs));
   // Accounts before ACLs: an initiator is let in only once CHAP is in force.
@@ -338,24 +342,6 @@ StatusOr<std::vector<std::string>> TgtExporter::ApplyLocked(const DesiredExport&
     }
   }
   return repairs;
-}
-
-void TgtExporter::DropUnusedAccountsLocked(const std::vector<TgtTarget>& live) {
-  std::set<std::string> candidates = unbound_accounts_;
-  for (const auto& [user, password] : account_passwords_) candidates.insert(user);
-  for (const auto& user : candidates) {
-    bool bound = std::any_of(live.begin(), live.end(), [&](const TgtTarget& t) {
-      return Contains(t.incoming_accounts, user) || Contains(t.outgoing_accounts, user);
-    });
-    if (bound) continue;
-    Status st = Run(TgtdRequest::DeleteAccount(user), "delete unused CHAP account " + user, {TgtdError::kNoUser});
-    if (!st.ok()) {
-      LogWarn("cannot delete an unused CHAP account", {{"user", user}, {"error", st.ToString()}});
-      continue;
-    }
-    account_passwords_.erase(user);
-    unbound_accounts_.erase(user);
-  }
 }
 
 std::vector<StatusOr<std::vector<std::string>>> TgtExporter::ApplyBatchLocked(const std::vector<DesiredExport>& desired,
@@ -448,6 +434,22 @@ StatusOr<std::vector<std::string>> TgtExporter::Reconcile(const std::vector<Desi
 
 Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& initiator_iqn) {
   MutexLock lock(mu_);
+  // The target's id from the revoke's ACL read-back when it is the last
+  // thing read from tgtd (and the initiator no longer in that ACL), else
+  // from a fresh read. Its sessions from tgtd's connection listing only:
+  // the target listing prints each session after an alias the initiator
+  // chose, which can forge or hide sessions there.
+  int tid = 0;
+  if (listing_.read_back_of.count(iqn) && ListingCurrentLocked()) {
+    TgtTarget* kept = FindLocked(listing_.targets, iqn);
+    if (kept != nullptr && !Contains(kept->acls, initiator_iqn)) tid = kept->tid;
+  }
+  if (tid == 0) {
+    BLOCKCSI_ASSIGN_OR_RETURN(std::vector<TgtTarget> * live, ReadLiveLocked());
+    TgtTarget* target = FindLocked(*live, iqn);
+    if (target == nullptr) return OkStatus();
+    tid = target->tid;
+  }
   // A few rounds: a session that was logging in while we looked shows up on
   // the next read (the ACL is already gone, so it cannot come back after).
   // tgtd's management interface is request/response only, with no event for
@@ -459,34 +461,19 @@ Status TgtExporter::CloseSessions(const std::string& iqn, const std::string& ini
                                                    std::chrono::milliseconds(8),  std::chrono::milliseconds(16),
                                                    std::chrono::milliseconds(32), std::chrono::milliseconds(64)};
   for (auto pause : kPauses) {
-    // A fresh read (sessions come and go without us), except in the first
-    // round right after the revoke's ACL change on this target: its
-    // read-back, with no request sent to tgtd since and the initiator not
-    // in the ACL it shows, was taken after the ACL was gone, so it lists
-    // every session that can still exist, as a read now would (one tgtd
-    // request less per ControllerUnpublish).
-    std::vector<TgtTarget>* live = nullptr;
-    if (pause == kPauses[0] && listing_.read_back_of.count(iqn) && ListingCurrentLocked()) {
-      TgtTarget* kept = FindLocked(listing_.targets, iqn);
-      if (kept != nullptr && !Contains(kept->acls, initiator_iqn)) live = &listing_.targets;
-    }
-    if (live == nullptr) {
-      BLOCKCSI_ASSIGN_OR_RETURN(live, ReadLiveLocked());
-    }
-    TgtTarget* target = FindLocked(*live, iqn);
-    if (target == nullptr) return OkStatus();
+    auto connections = ShowConnections(tid);
+    if (connections.status().code() == StatusCode::kNotFound) return OkStatus();  // the target is gone
+    BLOCKCSI_RETURN_IF_ERROR(connections.status());
     bool any = false;
-    for (const auto& s : target->sessions) {
-      if (s.initiator != initiator_iqn) continue;
-      for (const auto& c : s.connections) {
-        any = true;
-        // Gone already (the initiator logged out meanwhile) is what is wanted.
-        BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::DeleteConnection(target->tid, s.sid, c.cid),
-                                     "close session of " + initiator_iqn + " on " + iqn,
-                                     {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget}));
-        LogInfo("closed session (fencing)",
-                {{"target", iqn}, {"initiator", initiator_iqn}, {"sid", std::to_string(s.sid)}});
-      }
+    for (const auto& c : *connections) {
+      if (c.initiator != initiator_iqn) continue;
+      any = true;
+      // Gone already (the initiator logged out meanwhile) is what is wanted.
+      BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::DeleteConnection(tid, c.sid, c.cid),
+                                   "close session of " + initiator_iqn + " on " + iqn,
+                                   {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget}));
+      LogInfo("closed session (fencing)",
+              {{"target", iqn}, {"initiator", initiator_iqn}, {"sid", std::to_string(c.sid)}});
     }
     if (!any) return OkStatus();
     RealClock()->Sleep(pause);

@@ -77,7 +77,19 @@ class TgtExporter final : public Exporter {
   Status Run(const TgtdRequest& request, const std::string& what, TgtdErrors tolerated = {}) REQUIRES(mu_);
   // The text of a show; a refusal is UNAVAILABLE, as tgtd not answering.
   StatusOr<std::string> Show(const TgtdRequest& request);
+  // tgtd's targets; a listing an initiator's alias broke is recovered from
+  // by closing the sessions that broke it (CloseForgingSessions) and
+  // reading again, a few times at most.
   StatusOr<std::vector<TgtTarget>> ShowTargets();
+  // Target `tid`'s connections from tgtd's alias-free listing; NOT_FOUND
+  // when tgtd has no such target.
+  StatusOr<std::vector<TgtConnectionEntry>> ShowConnections(int tid);
+  // Closes every session of a target `text` (an untrusted target listing)
+  // names that `text` does not show plainly, and every session of the
+  // `suspects` (or, when nothing else looks forged, of the target whose
+  // heading comes last before `failed_line`, where the parse stopped); how
+  // many.
+  StatusOr<size_t> CloseForgingSessions(const std::string& text, std::set<int> suspects, int failed_line);
   // Reads tgtd's targets into listing_ (fresh, whatever it held) and
   // returns them.
   StatusOr<std::vector<TgtTarget>*> ReadLiveLocked() REQUIRES(mu_);
@@ -124,8 +136,18 @@ class TgtExporter final : public Exporter {
   // The target's ACL made exactly `want_acl`; true when it changed.
   StatusOr<bool> EnsureAclLocked(const DesiredExport& desired, TgtTarget& target, const std::set<std::string>& want_acl,
                                  std::vector<std::string>& repairs) REQUIRES(mu_);
-  Status EnsureAccount(const std::string& user, const std::string& password, std::vector<TgtTarget>& live,
-                       std::vector<std::string>& live_accounts, std::vector<std::string>& repairs) REQUIRES(mu_);
+  // FAILED_PRECONDITION when d's CHAP credentials cannot be in force
+  // without changing another target's: a user name another target binds
+  // with another (or an unknown) password, or one name with two passwords.
+  // Checked before any change.
+  Status CheckChapLocked(const DesiredExport& d, const std::vector<TgtTarget>& live,
+                         const std::vector<std::string>& live_accounts) REQUIRES(mu_);
+  // Account `user` with `password` in tgtd for `d` (CheckChapLocked passed):
+  // replaced in place without a moment where d's target binds no incoming
+  // account.
+  Status EnsureAccount(const DesiredExport& d, const std::string& user, const std::string& password,
+                       std::vector<TgtTarget>& live, std::vector<std::string>& live_accounts,
+                       std::vector<std::string>& repairs) REQUIRES(mu_);
   Status AddLun(int tid, const DesiredExport& desired) REQUIRES(mu_);
   // After ACL changes: reads tgtd again (once) and runs each check; one
   // status per check. Refreshes `live`.
@@ -153,8 +175,7 @@ class TgtExporter final : public Exporter {
   Mutex mu_;
   // tgtd's targets as last read, kept in step with every change made here,
   // so that a call at 1,000 targets need not read (and parse) all of them
-  // again. Sessions in it are as last read: used only by
-  // CloseSessions, and only from a read-back of an ACL change (see there).
+  // again. Its sessions are never used (see CloseSessions).
   struct Listing {
     std::vector<TgtTarget> targets;
     std::unordered_map<std::string, size_t> by_iqn;  // index into targets

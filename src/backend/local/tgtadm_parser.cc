@@ -1,5 +1,6 @@
 #include "backend/local/tgtadm_parser.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 #include <set>
@@ -164,7 +165,12 @@ bool ParseNexusLine(std::string_view line, TgtTarget& target) {
 
 // One line of the LUN section; false when it cannot be accounted for.
 bool ParseLunLine(std::string_view line, TgtTarget& target) {
-  if (auto started = StartEntry(line, "LUN", &TgtLun::lun, target.luns)) return *started;
+  if (auto started = StartEntry(line, "LUN", &TgtLun::lun, target.luns)) {
+    if (!*started) return false;
+    // tgtd lists a LUN number once per target; a second one was forged.
+    const int number = target.luns.back().lun;
+    return std::count_if(target.luns.begin(), target.luns.end(), [&](const TgtLun& l) { return l.lun == number; }) == 1;
+  }
   if (target.luns.empty()) return false;
   TgtLun& lun = target.luns.back();
   std::string_view value;
@@ -250,7 +256,9 @@ class LineReader {
 
 }  // namespace
 
-StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
+StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text, int* failed_line) {
+  int unused = 0;
+  int& at = failed_line != nullptr ? *failed_line : unused;
   std::vector<TgtTarget> targets;
   SeenTargets seen;
   Section section = Section::kNone;
@@ -258,6 +266,7 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
   LineReader::Line next;
   while (lines.Next(&next)) {
     const int line_number = next.number;
+    at = line_number;  // where a refusal below is
     const std::string_view line = next.text;
     if (next.indent == 0) {
       BLOCKCSI_RETURN_IF_ERROR(ParseTargetHeader(line_number, line, section, targets, seen));
@@ -272,8 +281,98 @@ StatusOr<std::vector<TgtTarget>> ParseTgtadmTargets(std::string_view text) {
     }
     if (!ParseSectionLine(section, line, targets.back())) return Unexpected(line_number, line);
   }
+  at = lines.number();
   if (!targets.empty() && section != Section::kAcl) return Incomplete(lines.number(), targets.back());
   return targets;
+}
+
+StatusOr<std::vector<TgtConnectionEntry>> ParseTgtadmConnections(std::string_view text) {
+  // "Session: 3" / "    Connection: 0" / "        Initiator: iqn..." /
+  // "        IP Address: 10.0.0.1", one such group per connection.
+  std::vector<TgtConnectionEntry> out;
+  LineReader lines(text);
+  LineReader::Line next;
+  enum class Want { kSession, kConnection, kInitiator, kAddress } want = Want::kSession;
+  TgtConnectionEntry entry;
+  while (lines.Next(&next)) {
+    std::string_view value;
+    bool ok = false;
+    switch (want) {
+      case Want::kSession:
+        ok = next.indent == 0 && Field(next.text, "Session", &value) && ParseNumber(value, &entry.sid);
+        want = Want::kConnection;
+        break;
+      case Want::kConnection:
+        ok = next.indent == 4 && Field(next.text, "Connection", &value) && ParseNumber(value, &entry.cid);
+        want = Want::kInitiator;
+        break;
+      case Want::kInitiator:
+        ok = next.indent == 8 && Field(next.text, "Initiator", &value) && IsToken(value);
+        entry.initiator = std::string(value);
+        want = Want::kAddress;
+        break;
+      case Want::kAddress:
+        ok = next.indent == 8 && Field(next.text, "IP Address", &value) && IsToken(value);
+        entry.address = std::string(value);
+        out.push_back(std::move(entry));
+        entry = {};
+        want = Want::kSession;
+        break;
+    }
+    if (!ok) return Unexpected(next.number, next.text);
+  }
+  if (want != Want::kSession) return InvalidArgument("tgtadm connection listing ends inside a connection");
+  return out;
+}
+
+std::vector<TgtadmHeading> TgtadmHeadings(std::string_view text) {
+  std::vector<TgtadmHeading> tids;
+  LineReader lines(text);
+  LineReader::Line next;
+  while (lines.Next(&next)) {
+    if (next.indent != 0 || !next.text.starts_with("Target ")) continue;
+    size_t colon = next.text.find(':');
+    int tid = 0;
+    if (colon == std::string_view::npos || !ParseNumber(next.text.substr(7, colon - 7), &tid) || tid <= 0) continue;
+    tids.push_back({tid, next.number});
+  }
+  return tids;
+}
+
+bool TgtadmShowsSessionPlainly(std::string_view text, uint64_t sid, const std::string& initiator) {
+  // Exact lines and indents, as tgtd's snprintf of a session prints them;
+  // only the alias is free, and it must stay on its line.
+  const std::string nexus = "\n        I_T nexus: " + std::to_string(sid) + "\n";
+  size_t at = text.find(nexus);
+  if (at == std::string_view::npos || text.find(nexus, at + 1) != std::string_view::npos) return false;
+  std::string_view rest = text.substr(at + nexus.size());
+  auto take_line = [&](std::string_view* line) {
+    size_t eol = rest.find('\n');
+    if (eol == std::string_view::npos) return false;
+    *line = rest.substr(0, eol);
+    rest = rest.substr(eol + 1);
+    return true;
+  };
+  std::string_view initiator_line, connection_line, address_line, after;
+  if (!take_line(&initiator_line) || !take_line(&connection_line) || !take_line(&address_line)) return false;
+  const std::string initiator_prefix = "            Initiator: " + initiator + " alias: ";
+  if (!initiator_line.starts_with(initiator_prefix)) return false;
+  std::string_view alias = initiator_line.substr(initiator_prefix.size());
+  constexpr size_t kMaxPlainAlias = 255;  // an alias that long is not a host name
+  if (alias.size() > kMaxPlainAlias) return false;
+  for (char c : alias) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  constexpr std::string_view kConnection = "            Connection: ";
+  uint32_t cid = 0;
+  if (!connection_line.starts_with(kConnection) || !ParseNumber(connection_line.substr(kConnection.size()), &cid) ||
+      connection_line.substr(kConnection.size()).find(' ') != std::string_view::npos) {
+    return false;
+  }
+  constexpr std::string_view kAddress = "                IP Address: ";
+  if (!address_line.starts_with(kAddress) || !IsToken(address_line.substr(kAddress.size()))) return false;
+  if (!take_line(&after)) return false;
+  return after.starts_with("        I_T nexus: ") || after == "    LUN information:";
 }
 
 StatusOr<std::vector<std::string>> ParseTgtadmAccounts(std::string_view text) {

@@ -92,6 +92,12 @@ TgtdRequest TgtdRequest::ShowTargets() { return Request(TgtdMode::kTarget, TgtdO
 
 TgtdRequest TgtdRequest::ShowAccounts() { return Request(TgtdMode::kAccount, TgtdOp::kShow); }
 
+TgtdRequest TgtdRequest::ShowConnections(int tid) {
+  TgtdRequest r = Request(TgtdMode::kConnection, TgtdOp::kShow);
+  r.tid = tid;
+  return r;
+}
+
 TgtdRequest TgtdRequest::NewTarget(int tid, std::string iqn) {
   TgtdRequest r = Request(TgtdMode::kTarget, TgtdOp::kNew);
   r.tid = tid;

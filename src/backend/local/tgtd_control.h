@@ -103,6 +103,11 @@ struct TgtdRequest {
 
   static TgtdRequest ShowTargets();
   static TgtdRequest ShowAccounts();
+  // The connections of every session of target `tid`, without the free text
+  // (InitiatorAlias) an initiator sends: tgtd prints the initiator name, which
+  // passed the target's ACL, and the address. NO_TARGET when there is no
+  // target `tid`.
+  static TgtdRequest ShowConnections(int tid);
   static TgtdRequest NewTarget(int tid, std::string iqn);
   static TgtdRequest DeleteTarget(int tid);  // forced: sessions are closed with it
   static TgtdRequest BindInitiator(int tid, std::string initiator_name);

@@ -18,7 +18,7 @@ bool IsUnitAttention(scsi_task* task) {
 
 }  // namespace
 
-std::unique_ptr<IscsiClient> IscsiClient::Login(const IscsiLogin& login, std::string* error) {
+std::unique_ptr<IscsiClient> IscsiClient::Login(const IscsiLogin& login, std::string* error, const std::string& alias) {
   iscsi_context* ctx = iscsi_create_context(login.initiator_iqn.c_str());
   if (ctx == nullptr) {
     *error = "iscsi_create_context failed";
@@ -30,6 +30,7 @@ std::unique_ptr<IscsiClient> IscsiClient::Login(const IscsiLogin& login, std::st
   iscsi_set_reconnect_max_retries(ctx, 0);
   iscsi_set_timeout(ctx, 5);
   iscsi_set_targetname(ctx, login.target_iqn.c_str());
+  if (!alias.empty()) iscsi_set_alias(ctx, alias.c_str());
   iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL);
   iscsi_set_header_digest(ctx, ISCSI_HEADER_DIGEST_NONE);
   if (!login.chap_user.empty()) {

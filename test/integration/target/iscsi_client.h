@@ -21,8 +21,9 @@ struct IscsiLogin {
 
 class IscsiClient {
  public:
-  // nullptr and *error set when the login fails.
-  static std::unique_ptr<IscsiClient> Login(const IscsiLogin& login, std::string* error);
+  // nullptr and *error set when the login fails. `alias`: the InitiatorAlias
+  // to send (any bytes but NUL, as a hostile initiator may); none when empty.
+  static std::unique_ptr<IscsiClient> Login(const IscsiLogin& login, std::string* error, const std::string& alias = "");
   ~IscsiClient();
   IscsiClient(const IscsiClient&) = delete;
   IscsiClient& operator=(const IscsiClient&) = delete;

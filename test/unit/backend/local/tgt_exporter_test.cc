@@ -26,6 +26,12 @@ const TgtdRequest kShowAccounts = TgtdRequest::ShowAccounts();
 
 class TgtExporterTest : public ::testing::Test {
  protected:
+  // show_target_sessions.txt parsed: each target that shows a session is
+  // checked against tgtd's connection listing.
+  void ExpectSessionsChecked() {
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
+  }
   void TearDown() override {
     EXPECT_TRUE(tgtd_->Pending().empty()) << "expected tgtd requests never sent: " << tgtd_->Pending().front();
   }
@@ -100,8 +106,105 @@ TEST_F(TgtExporterTest, ChapAccountIsMadeAndBoundToTheTargetWithItsSecretInNoRep
   for (const auto& line : *repairs) EXPECT_EQ(line.find("s3cret-pw"), std::string::npos) << line;
 }
 
+ChapCredentials Chap(const std::string& user, const std::string& password) {
+  ChapCredentials c;
+  c.username = user;
+  c.password = password;
+  return c;
+}
+
+// tgtd's accounts are global by user name: volume 2 asking for "alice",
+// which target 1 (another volume) binds, would reset target 1's account to
+// volume 2's password. Refused before any change, naming the other target
+// and no secret.
+TEST_F(TgtExporterTest, AUserNameAnotherVolumeBindsIsRefusedBeforeAnyChange) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1, "alice"), Allow(kN2)};
+  d.chap = {Chap("alice", "volume-two-pw")};
+  auto applied = exporter_.Apply(d);
+  ASSERT_EQ(applied.status().code(), StatusCode::kFailedPrecondition) << applied.status().ToString();
+  EXPECT_NE(applied.status().message().find("iqn.2026-11.io.blockcsi:vol-0123456789abcdef"), std::string::npos)
+      << applied.status().message();
+  EXPECT_EQ(applied.status().message().find("volume-two-pw"), std::string::npos);
+}
+
+// The same name with the very password it already has is one account for
+// both volumes: bound, never replaced. With another password: refused.
+TEST_F(TgtExporterTest, AUserNameSharedWithTheSamePasswordIsOneAccount) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
+  tgtd_->ExpectOk(TgtdRequest::NewAccount("bob", "shared-secret-pw"));
+  tgtd_->ExpectOk(TgtdRequest::BindAccount(2, "bob", false));
+  DesiredExport two = Volume2();
+  two.acls = {Allow(kN1, "bob"), Allow(kN2)};
+  two.chap = {Chap("bob", "shared-secret-pw")};
+  ASSERT_TRUE(exporter_.Apply(two).ok());
+
+  const std::string listing = Edited(Captured("show_target_no_sessions.txt"),
+                                     "    Account information:\n    ACL information:\n        "
+                                     "iqn.2026-11.io.blockcsi:node:n1\n        iqn.2026-11.io.blockcsi:node:n2",
+                                     "    Account information:\n        bob\n    ACL information:\n        "
+                                     "iqn.2026-11.io.blockcsi:node:n1\n        iqn.2026-11.io.blockcsi:node:n2");
+  const std::string accounts = Captured("show_account.txt") + "    bob\n";
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowAccounts, accounts);
+  ExpectExportMade(*tgtd_, 6, NewVolume());
+  tgtd_->ExpectOk(TgtdRequest::BindAccount(6, "bob", false));
+  DesiredExport other = NewVolume();
+  other.chap = {Chap("bob", "shared-secret-pw")};
+  auto shared = exporter_.Apply(other);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowAccounts, accounts);
+  other.chap = {Chap("bob", "another-secret")};
+  EXPECT_EQ(exporter_.Apply(other).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Two grants of one volume giving one name two passwords: one account
+// cannot hold both.
+TEST_F(TgtExporterTest, OneUserNameWithTwoPasswordsInOneVolumeIsRefused) {
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1, "bob"), Allow(kN2, "bob")};
+  d.chap = {Chap("bob", "first-secret-pw"), Chap("bob", "other-secret-pw")};
+  EXPECT_EQ(exporter_.Apply(d).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Rotation, or the first grant after an agent restart (the password is not
+// known): tgtd has no password update, so the account is deleted and made
+// again; meanwhile a hold account with a random secret keeps the target
+// from letting anyone in without CHAP.
+TEST_F(TgtExporterTest, AnAccountIsReplacedWhileAHoldAccountKeepsTheTargetClosed) {
+  const std::string listing = Edited(Captured("show_target_no_sessions.txt"),
+                                     "    Account information:\n    ACL information:\n        "
+                                     "iqn.2026-11.io.blockcsi:node:n1\n        iqn.2026-11.io.blockcsi:node:n2",
+                                     "    Account information:\n        bob\n    ACL information:\n        "
+                                     "iqn.2026-11.io.blockcsi:node:n1\n        iqn.2026-11.io.blockcsi:node:n2");
+  tgtd_->ExpectOk(kShowTargets, listing);
+  tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt") + "    bob\n");
+  tgtd_->ExpectHold(TgtdRequest::NewAccount(FakeTgtd::kHold, ""));
+  tgtd_->ExpectHold(TgtdRequest::BindAccount(2, FakeTgtd::kHold, false));
+  tgtd_->ExpectOk(TgtdRequest::DeleteAccount("bob"));
+  tgtd_->ExpectOk(TgtdRequest::NewAccount("bob", "rotated-secret"));
+  tgtd_->ExpectOk(TgtdRequest::BindAccount(2, "bob", false));
+  tgtd_->ExpectHold(TgtdRequest::UnbindAccount(2, FakeTgtd::kHold, false));
+  tgtd_->ExpectHold(TgtdRequest::DeleteAccount(FakeTgtd::kHold));
+  DesiredExport d = Volume2();
+  d.acls = {Allow(kN1, "bob"), Allow(kN2)};
+  d.chap = {Chap("bob", "rotated-secret")};
+  auto applied = exporter_.Apply(d);
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+}
+
 TEST_F(TgtExporterTest, AListingWithADuplicateTidChangesNothing) {
   tgtd_->ExpectOk(kShowTargets, Edited(Captured("show_target_no_sessions.txt"), "Target 5:", "Target 2:"));
+  // No session there could have forged it: refused, nothing closed.
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2));
   DesiredExport d = Volume2();
   d.acls = {Allow(kN1)};
   auto repairs = exporter_.Apply(d);
@@ -130,9 +233,87 @@ TEST_F(TgtExporterTest, AFailedChangeIsInternalNamingTheVolume) {
 
 TEST_F(TgtExporterTest, CloseSessionsDeletesOnlyThatInitiatorsConnections) {
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_sessions.txt"));
+  ExpectSessionsChecked();
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1) + ConnectionListed(11, 0, kN2));
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(11, 0, kN2));
+  EXPECT_TRUE(exporter_.CloseSessions("iqn.2026-11.io.blockcsi:vol-0123456789abcdef", kN1).ok());
+}
+
+// An alias that steals the real session's connection lines into a forged
+// I_T nexus block of another initiator: the listing parses, but target 1
+// shows a session tgtd's connection listing does not have, so its sessions
+// are closed (the hostile one among them) and tgtd read again. Nothing the
+// target listing says about sessions decides what CloseSessions closes.
+TEST_F(TgtExporterTest, AnAliasThatForgesASecondNexusDoesNotHideTheSession) {
+  const std::string nexus = std::string("            Initiator: ") + kN1 + " alias: none\n";
+  const std::string forged =
+      std::string("            Initiator: ") + kN1 +
+      " alias: none\n        I_T nexus: 77\n            Initiator: iqn.2026-11.x:ghost alias: y\n";
+  tgtd_->ExpectOk(kShowTargets, Edited(Captured("show_target_sessions.txt"), nexus, forged));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));  // shown plainly: left alone
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
   tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1));
   EXPECT_TRUE(exporter_.CloseSessions("iqn.2026-11.io.blockcsi:vol-0123456789abcdef", kN1).ok());
+}
+
+// An alias with a line break and a forged target heading makes the listing
+// unparseable: the session whose alias did it (not shown plainly) is closed
+// and tgtd read again, so the call still succeeds; the other session, shown
+// plainly, is left alone.
+TEST_F(TgtExporterTest, ASessionWhoseAliasBreaksTheListingIsClosedAndTgtdReadAgain) {
+  const std::string listing = Captured("show_target_sessions.txt");
+  const std::string plain = std::string("            Initiator: ") + kN1 + " alias: none\n";
+  std::string hostile = Edited(listing, plain,
+                               std::string("            Initiator: ") + kN1 +
+                                   " alias: \nTarget 999: iqn.2026-11.io.blockcsi:vol-9999999999999999\n");
+  tgtd_->ExpectOk(kShowTargets, hostile);
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+  tgtd_->ExpectRefused(TgtdRequest::ShowConnections(999), TgtdError::kNoTarget);
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
+  tgtd_->ExpectRefused(TgtdRequest::ShowConnections(5), TgtdError::kNoTarget);
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));  // read again: the hostile session is gone
+  EXPECT_TRUE(exporter_.Apply(Volume2()).ok());
+}
+
+// An alias cut short by tgtd's 1,024-byte limit can end in a line that
+// passes, so that its session looks plain while the listing does not parse
+// (here: a second LUN 0 in target 1). The sessions of the target whose
+// heading comes last before the refused line are closed.
+TEST_F(TgtExporterTest, WhenNoSessionLooksForgedTheTargetHoldingTheRefusedLineIsSuspect) {
+  const std::string listing = Captured("show_target_sessions.txt");
+  std::string hostile = Edited(listing, "    LUN information:\n", "    LUN information:\n        LUN: 0\n");
+  tgtd_->ExpectOk(kShowTargets, hostile);
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(2), ConnectionListed(9, 0, kN1));
+  tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
+  tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10, 0));  // not target 2's session
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  EXPECT_TRUE(exporter_.Apply(Volume2()).ok());
+}
+
+// A listing that stays broken after the sessions that broke it are closed
+// (the initiator logs in again each time) is refused after a few rounds.
+TEST_F(TgtExporterTest, AListingThatStaysBrokenIsRefusedAfterAFewRecoveries) {
+  std::string hostile = Edited(Captured("show_target_no_sessions.txt"), "    I_T nexus information:\n",
+                               std::string("    I_T nexus information:\n        I_T nexus: 10\n") +
+                                   "            Initiator: " + kN1 + " alias: \nTarget 999: iqn.x\n");
+  for (int round = 0; round < 4; ++round) {
+    tgtd_->ExpectOk(kShowTargets, hostile);
+    if (round == 3) break;
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10 + round, 0, kN1));
+    tgtd_->ExpectRefused(TgtdRequest::ShowConnections(999), TgtdError::kNoTarget);
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(2));
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
+    tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10 + round, 0));
+  }
+  EXPECT_EQ(exporter_.Apply(Volume2()).status().code(), StatusCode::kInternal);
 }
 
 TEST_F(TgtExporterTest, RemovingATargetDropsTheAccountNothingElseBinds) {

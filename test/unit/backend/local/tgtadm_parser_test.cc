@@ -168,5 +168,74 @@ TEST(TgtadmParserTest, ErrorsStayShortAndPrintable) {
   for (char c : parsed.status().message()) EXPECT_TRUE(c >= 0x20 && c <= 0x7e) << int(c);
 }
 
+TEST(TgtadmParserTest, ParsesTheConnectionListing) {
+  auto parsed = ParseTgtadmConnections(
+      "Session: 3\n    Connection: 0\n        Initiator: iqn.2026-11.x:n1\n        IP Address: 10.0.0.1\n"
+      "Session: 4\n    Connection: 1\n        Initiator: iqn.2026-11.x:n2\n        IP Address: fe80::1\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[0].sid, 3u);
+  EXPECT_EQ((*parsed)[0].cid, 0u);
+  EXPECT_EQ((*parsed)[0].initiator, "iqn.2026-11.x:n1");
+  EXPECT_EQ((*parsed)[1].address, "fe80::1");
+  EXPECT_TRUE(ParseTgtadmConnections("").ok());
+}
+
+TEST(TgtadmParserTest, RefusesAConnectionListingItCannotPlace) {
+  EXPECT_FALSE(ParseTgtadmConnections("Session: 3\n    Connection: 0\n").ok());  // cut short
+  EXPECT_FALSE(ParseTgtadmConnections("Session: x\n").ok());
+  EXPECT_FALSE(ParseTgtadmConnections("Session: 3\n    Connection: 0\n        Initiator: two words\n"
+                                      "        IP Address: 10.0.0.1\n")
+                   .ok());
+  EXPECT_FALSE(ParseTgtadmConnections("Session: 3\n        Connection: 0\n        Initiator: iqn.x\n"
+                                      "        IP Address: 10.0.0.1\n")
+                   .ok());
+}
+
+// A session's I_T nexus block as tgtd prints it after an alias the
+// initiator chose: plain only when the alias stays on its line.
+std::string Nexus(const std::string& alias) {
+  return "Target 1: iqn.t\n    System information:\n        Driver: iscsi\n        State: ready\n"
+         "    I_T nexus information:\n        I_T nexus: 7\n            Initiator: iqn.n1 alias: " +
+         alias +
+         "\n            Connection: 0\n                IP Address: 10.0.0.1\n    LUN information:\n"
+         "    Account information:\n    ACL information:\n        iqn.n1\n";
+}
+
+TEST(TgtadmParserTest, TellsAPlainSessionFromOneWhoseAliasForgesLines) {
+  EXPECT_TRUE(TgtadmShowsSessionPlainly(Nexus("none"), 7, "iqn.n1"));
+  EXPECT_TRUE(TgtadmShowsSessionPlainly(Nexus("host-1.example"), 7, "iqn.n1"));
+  EXPECT_FALSE(TgtadmShowsSessionPlainly(Nexus("none"), 8, "iqn.n1"));  // another session
+  EXPECT_FALSE(TgtadmShowsSessionPlainly(Nexus("none"), 7, "iqn.n2"));  // another initiator
+  EXPECT_FALSE(TgtadmShowsSessionPlainly(Nexus("x\nTarget 999: iqn.x"), 7, "iqn.n1"));
+  // Cut short by tgtd's 1,024-byte limit, the alias's last line runs into
+  // the next line tgtd prints.
+  EXPECT_FALSE(TgtadmShowsSessionPlainly(
+      Nexus("x\n            Connection: 0\n                IP Address: 10.0.0.1    LUN information:"), 7, "iqn.n1"));
+  EXPECT_FALSE(TgtadmShowsSessionPlainly(Nexus("a\tb"), 7, "iqn.n1"));
+  EXPECT_FALSE(TgtadmShowsSessionPlainly(Nexus(std::string(300, 'a')), 7, "iqn.n1"));
+  // Its I_T nexus line twice: one of them forged, neither is trusted.
+  EXPECT_FALSE(TgtadmShowsSessionPlainly(Nexus("none\n        I_T nexus: 7"), 7, "iqn.n1"));
+}
+
+TEST(TgtadmParserTest, FindsEveryTargetHeadingRealOrForged) {
+  auto headings = TgtadmHeadings(Nexus("x\nTarget 999: iqn.x\n  Target 5: indented\nTarget 1: again"));
+  ASSERT_EQ(headings.size(), 3u);
+  EXPECT_EQ(headings[0].tid, 1);
+  EXPECT_EQ(headings[0].line, 1);
+  EXPECT_EQ(headings[1].tid, 999);
+  EXPECT_EQ(headings[1].line, 8);
+  EXPECT_EQ(headings[2].tid, 1);
+}
+
+TEST(TgtadmParserTest, RefusesALunNumberListedTwice) {
+  std::string text = ReadFileOrEmpty(TestDataPath("tgtadm/show_target_no_sessions.txt"));
+  ASSERT_TRUE(ParseTgtadmTargets(text).ok());
+  auto at = text.find("        LUN: 1\n");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "        LUN: 1\n            Type: disk\n");
+  EXPECT_FALSE(ParseTgtadmTargets(text).ok());
+}
+
 }  // namespace
 }  // namespace blockcsi

@@ -1,0 +1,191 @@
+// What an insider can do through tgtd's global state, against a real tgtd
+// with real libiscsi logins. A node's initiator, through the InitiatorAlias
+// tgtd prints unescaped in its target listing: neither a forged target
+// heading (which made every call fail) nor a forged second I_T nexus block
+// (which hid the session from RevokeAccess) may work. A class author,
+// through tgtd's accounts being global by user name: another volume's user
+// name is refused, and no grant, rotation or restart opens a moment where a
+// login without CHAP gets in.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "backend/local/local_backend.h"
+#include "backend/local/tgt_exporter.h"
+#include "backend/local/tgtadm_control.h"
+#include "common/executor.h"
+#include "integration/target/iscsi_client.h"
+#include "support/test_util.h"
+#include "support/tgtd_harness.h"
+#include "support/tgtd_test.h"
+
+namespace blockcsi {
+namespace {
+
+using testing::IscsiClient;
+using testing::IscsiLogin;
+using testing::TempDir;
+
+constexpr uint64_t kMiB = 1024 * 1024;
+constexpr char kPrefix[] = "iqn.2026-11.io.blockcsi";
+constexpr char kNodeA[] = "iqn.2026-11.io.blockcsi:node:node-a";
+constexpr char kNodeB[] = "iqn.2026-11.io.blockcsi:node:node-b";
+
+class HostileInitiatorTest : public testing::TgtdTest {
+ protected:
+  void SetUp() override {
+    TgtdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    LocalBackendOptions options;
+    options.portals = {tgtd_->portal()};
+    options.iqn_prefix = kPrefix;
+    options.reconcile_interval = std::chrono::milliseconds(0);
+    auto exporter = std::make_shared<TgtExporter>(
+        std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd_->control_port()),
+        tgtd_->control_port());
+    auto backend = LocalBackend::Open(pool_.path(), exporter, options);
+    ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+    backend_ = *backend;
+  }
+
+  // What an agent restart does to the backend: a new process with the same
+  // pool and the same running tgtd, and none of the secrets.
+  void RestartAgent() {
+    backend_.reset();
+    SetUp();
+  }
+
+  VolumeRecord Create(const std::string& name) {
+    CreateVolumeSpec spec;
+    spec.name = name;
+    spec.size_bytes = 16 * kMiB;
+    auto v = backend_->CreateVolume(spec);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    return v.ok() ? *v : VolumeRecord{};
+  }
+
+  std::unique_ptr<IscsiClient> LoginWithAlias(const VolumeRecord& v, const std::string& initiator,
+                                              const std::string& alias) {
+    IscsiLogin login{tgtd_->portal(), v.target_iqn, initiator, "", "", "", ""};
+    std::string error;
+    auto session = IscsiClient::Login(login, &error, alias);
+    EXPECT_NE(session, nullptr) << error;
+    return session;
+  }
+
+  TempDir pool_;
+  std::shared_ptr<LocalBackend> backend_;
+};
+
+TEST_F(HostileInitiatorTest, AnAliasThatForgesATargetDoesNotStopTheAgent) {
+  VolumeRecord a = Create("pvc-hostile-a");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, {kNodeA, "node-a", false, "rwo", {}}).ok());
+  auto hostile = LoginWithAlias(a, kNodeA,
+                                "x\nTarget 999: iqn.2026-11.io.blockcsi:vol-9999999999999999\n"
+                                "    System information:\n        Driver: iscsi\n");
+  ASSERT_NE(hostile, nullptr);
+  ASSERT_NE(tgtd_->ShowTargets().find("Target 999:"), std::string::npos) << "tgtd no longer prints the alias as is";
+
+  // Every kind of call, on this volume and on another one.
+  VolumeRecord b = Create("pvc-hostile-b");
+  ASSERT_FALSE(b.id.empty());
+  auto granted = backend_->GrantAccess(b.id, {kNodeB, "node-b", false, "rwo", {}});
+  EXPECT_TRUE(granted.ok()) << granted.status().ToString();
+  auto checked = backend_->CheckVolume(a.id);
+  EXPECT_TRUE(checked.ok()) << checked.status().ToString();
+  Status revoked = backend_->RevokeAccess(b.id, kNodeB);
+  EXPECT_TRUE(revoked.ok()) << revoked.ToString();
+  EXPECT_TRUE(backend_->Healthy().ok());
+  auto reconciled = backend_->ReconcileNow();
+  EXPECT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+}
+
+TEST_F(HostileInitiatorTest, AnAliasThatForgesASecondNexusDoesNotHideTheSessionFromRevoke) {
+  VolumeRecord a = Create("pvc-hidden");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, {kNodeA, "node-a", false, "rwo", {}}).ok());
+  // The session's own connection lines end up under a forged I_T nexus of
+  // another initiator.
+  auto hostile = LoginWithAlias(a, kNodeA,
+                                "none\n        I_T nexus: 77\n            Initiator: "
+                                "iqn.2026-11.io.blockcsi:node:ghost alias: none");
+  ASSERT_NE(hostile, nullptr);
+  std::string block(512, 'h');
+  std::string error;
+  ASSERT_TRUE(hostile->Write(3, block, &error)) << error;
+
+  ASSERT_TRUE(backend_->RevokeAccess(a.id, kNodeA).ok());
+  // Fenced within a bound: its I/O fails from now on.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  bool fenced = false;
+  while (!fenced && std::chrono::steady_clock::now() < deadline) {
+    std::string read;
+    fenced = !hostile->Read(3, &read, &error);
+    if (!fenced) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(fenced) << "the revoked session still reads after RevokeAccess";
+}
+
+AccessGrant ChapGrant(const std::string& node, const std::string& user, const std::string& password) {
+  AccessGrant grant{node, node.substr(node.rfind(':') + 1), false, "rwo", {}};
+  grant.chap.username = user;
+  grant.chap.password = password;
+  return grant;
+}
+
+TEST_F(HostileInitiatorTest, AnotherVolumesChapUserNameIsRefusedAndDoesNotOpenIt) {
+  VolumeRecord a = Create("pvc-chap-a");
+  VolumeRecord b = Create("pvc-chap-b");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, ChapGrant(kNodeA, "shared-user", "password-of-a")).ok());
+  auto refused = backend_->GrantAccess(b.id, ChapGrant(kNodeB, "shared-user", "password-of-b"));
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
+  EXPECT_EQ(refused.status().message().find("password-of"), std::string::npos);
+
+  std::string error;
+  IscsiLogin with_b{tgtd_->portal(), a.target_iqn, kNodeA, "shared-user", "password-of-b", "", ""};
+  EXPECT_EQ(IscsiClient::Login(with_b, &error), nullptr) << "B's password opens A";
+  IscsiLogin with_a{tgtd_->portal(), a.target_iqn, kNodeA, "shared-user", "password-of-a", "", ""};
+  EXPECT_NE(IscsiClient::Login(with_a, &error), nullptr) << "A's node cannot log in with its own password: " << error;
+  // A user name of its own works.
+  EXPECT_TRUE(backend_->GrantAccess(b.id, ChapGrant(kNodeB, "user-of-b", "password-of-b")).ok());
+}
+
+// Rotations, reconcile passes and an agent restart (whose first grant must
+// replace an account it does not know the password of), while an initiator
+// in A's ACL tries to log in without CHAP: not once may it get in.
+TEST_F(HostileInitiatorTest, NoGrantRotationOrRestartLetsALoginWithoutChapIn) {
+  VolumeRecord a = Create("pvc-chap-rotate");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, ChapGrant(kNodeA, "rotating-user", "password-0000")).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> attempts{0}, open{0};
+  std::thread prober([&] {
+    IscsiLogin without_chap{tgtd_->portal(), a.target_iqn, kNodeA, "", "", "", ""};
+    while (!stop) {
+      std::string error;
+      if (IscsiClient::Login(without_chap, &error) != nullptr) ++open;
+      ++attempts;
+    }
+  });
+  for (int round = 1; round <= 6; ++round) {
+    const std::string password = "password-" + std::to_string(1000 + round);
+    auto granted = backend_->GrantAccess(a.id, ChapGrant(kNodeA, "rotating-user", password));
+    EXPECT_TRUE(granted.ok()) << granted.status().ToString();
+    auto reconciled = backend_->ReconcileNow();
+    EXPECT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+    if (round == 3) RestartAgent();
+  }
+  stop = true;
+  prober.join();
+  EXPECT_GT(attempts.load(), 0);
+  EXPECT_EQ(open.load(), 0) << "of " << attempts.load() << " logins without CHAP";
+  std::string error;
+  IscsiLogin current{tgtd_->portal(), a.target_iqn, kNodeA, "rotating-user", "password-1006", "", ""};
+  EXPECT_NE(IscsiClient::Login(current, &error), nullptr) << error;
+  EXPECT_EQ(tgtd_->ShowTargets().find("blockcsi-hold-"), std::string::npos) << "a hold account stayed bound";
+}
+
+}  // namespace
+}  // namespace blockcsi
