@@ -46,7 +46,7 @@ class HostileInitiatorTest : public testing::TgtdTest {
     options.reconcile_interval = std::chrono::milliseconds(0);
     auto exporter = std::make_shared<TgtExporter>(
         std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd_->control_port()),
-        tgtd_->control_port());
+        tgtd_->control_port(), MachineHost());
     auto backend = LocalBackend::Open(pool_.path(), exporter, options);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
