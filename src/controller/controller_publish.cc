@@ -32,7 +32,7 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 grpc::Status ControllerService::ControllerPublishVolume(grpc::ServerContext*,
                                                         const csi::v1::ControllerPublishVolumeRequest* request,
                                                         csi::v1::ControllerPublishVolumeResponse* response) {
-  return ToGrpcStatus(DoPublish(*request, response));
+  return ToGrpcStatus(Publish(*request, response));
 }
 
 namespace {
@@ -87,8 +87,8 @@ Status CheckAccessModes(const VolumeRecord& record, const std::string& id, const
 
 }  // namespace
 
-Status ControllerService::DoPublish(const csi::v1::ControllerPublishVolumeRequest& request,
-                                    csi::v1::ControllerPublishVolumeResponse* response) {
+Status ControllerService::Publish(const csi::v1::ControllerPublishVolumeRequest& request,
+                                  csi::v1::ControllerPublishVolumeResponse* response) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   const std::string& node_id = request.node_id();
@@ -223,10 +223,10 @@ StatusOr<int64_t> ControllerService::CountGrantsOnNode(VolumeBackend& backend, c
 grpc::Status ControllerService::ControllerUnpublishVolume(grpc::ServerContext*,
                                                           const csi::v1::ControllerUnpublishVolumeRequest* request,
                                                           csi::v1::ControllerUnpublishVolumeResponse*) {
-  return ToGrpcStatus(DoUnpublish(*request));
+  return ToGrpcStatus(Unpublish(*request));
 }
 
-Status ControllerService::DoUnpublish(const csi::v1::ControllerUnpublishVolumeRequest& request) {
+Status ControllerService::Unpublish(const csi::v1::ControllerUnpublishVolumeRequest& request) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   const std::string& node_id = request.node_id();

@@ -49,11 +49,11 @@ StatusOr<VolumeRecord> ControllerService::GetVolumeRecord(VolumeBackend& backend
 grpc::Status ControllerService::ValidateVolumeCapabilities(grpc::ServerContext*,
                                                            const csi::v1::ValidateVolumeCapabilitiesRequest* request,
                                                            csi::v1::ValidateVolumeCapabilitiesResponse* response) {
-  return ToGrpcStatus(DoValidate(*request, response));
+  return ToGrpcStatus(Validate(*request, response));
 }
 
-Status ControllerService::DoValidate(const csi::v1::ValidateVolumeCapabilitiesRequest& request,
-                                     csi::v1::ValidateVolumeCapabilitiesResponse* response) {
+Status ControllerService::Validate(const csi::v1::ValidateVolumeCapabilitiesRequest& request,
+                                   csi::v1::ValidateVolumeCapabilitiesResponse* response) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   if (id.empty()) return InvalidArgument("ValidateVolumeCapabilities: volume_id is required");
@@ -93,11 +93,11 @@ Status ControllerService::DoValidate(const csi::v1::ValidateVolumeCapabilitiesRe
 // not know → ABORTED (the CO restarts the listing).
 grpc::Status ControllerService::ListVolumes(grpc::ServerContext*, const csi::v1::ListVolumesRequest* request,
                                             csi::v1::ListVolumesResponse* response) {
-  return ToGrpcStatus(DoListVolumes(*request, response));
+  return ToGrpcStatus(ListVolumePage(*request, response));
 }
 
-Status ControllerService::DoListVolumes(const csi::v1::ListVolumesRequest& request,
-                                        csi::v1::ListVolumesResponse* response) {
+Status ControllerService::ListVolumePage(const csi::v1::ListVolumesRequest& request,
+                                         csi::v1::ListVolumesResponse* response) {
   if (request.max_entries() < 0) return InvalidArgument("ListVolumes: max_entries must not be negative");
   auto page = backend_->ListVolumes(request.starting_token(), request.max_entries());
   if (!page.ok()) {
@@ -142,11 +142,10 @@ Status ControllerService::DoListVolumes(const csi::v1::ListVolumesRequest& reque
 // ---- GetCapacity --------------------------------------------------------
 grpc::Status ControllerService::GetCapacity(grpc::ServerContext*, const csi::v1::GetCapacityRequest* request,
                                             csi::v1::GetCapacityResponse* response) {
-  return ToGrpcStatus(DoGetCapacity(*request, response));
+  return ToGrpcStatus(Capacity(*request, response));
 }
 
-Status ControllerService::DoGetCapacity(const csi::v1::GetCapacityRequest& request,
-                                        csi::v1::GetCapacityResponse* response) {
+Status ControllerService::Capacity(const csi::v1::GetCapacityRequest& request, csi::v1::GetCapacityResponse* response) {
   // Same parameter rules as CreateVolume: a StorageClass that could never
   // provision should not be reported as having room.
   BLOCKCSI_RETURN_IF_ERROR(
@@ -193,11 +192,11 @@ grpc::Status ControllerService::ControllerGetCapabilities(grpc::ServerContext*,
 grpc::Status ControllerService::ControllerGetVolume(grpc::ServerContext*,
                                                     const csi::v1::ControllerGetVolumeRequest* request,
                                                     csi::v1::ControllerGetVolumeResponse* response) {
-  return ToGrpcStatus(DoGetVolume(*request, response));
+  return ToGrpcStatus(DescribeVolume(*request, response));
 }
 
-Status ControllerService::DoGetVolume(const csi::v1::ControllerGetVolumeRequest& request,
-                                      csi::v1::ControllerGetVolumeResponse* response) {
+Status ControllerService::DescribeVolume(const csi::v1::ControllerGetVolumeRequest& request,
+                                         csi::v1::ControllerGetVolumeResponse* response) {
   const std::string& id = request.volume_id();
   if (id.empty()) return InvalidArgument("ControllerGetVolume: volume_id is required");
   BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(*backend_, id));

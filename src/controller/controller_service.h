@@ -85,26 +85,28 @@ class ControllerService final : public csi::v1::Controller::Service {
                                    csi::v1::ControllerGetVolumeResponse* response) override;
 
  private:
-  Status DoCreateVolume(const csi::v1::CreateVolumeRequest& request, csi::v1::CreateVolumeResponse* response);
-  Status DoDeleteVolume(const csi::v1::DeleteVolumeRequest& request);
-  Status DoPublish(const csi::v1::ControllerPublishVolumeRequest& request,
-                   csi::v1::ControllerPublishVolumeResponse* response);
+  // Each RPC's body behind its handler, named for the step it takes (as the
+  // node's Stage and Publish are): the handlers above only map its status.
+  Status Provision(const csi::v1::CreateVolumeRequest& request, csi::v1::CreateVolumeResponse* response);
+  Status Deprovision(const csi::v1::DeleteVolumeRequest& request);
+  Status Publish(const csi::v1::ControllerPublishVolumeRequest& request,
+                 csi::v1::ControllerPublishVolumeResponse* response);
   Status PublishStatic(const csi::v1::ControllerPublishVolumeRequest& request,
                        const std::map<std::string, std::string>& volume_context, bool read_only,
                        csi::v1::ControllerPublishVolumeResponse* response);
-  Status DoUnpublish(const csi::v1::ControllerUnpublishVolumeRequest& request);
-  Status DoValidate(const csi::v1::ValidateVolumeCapabilitiesRequest& request,
-                    csi::v1::ValidateVolumeCapabilitiesResponse* response);
-  Status DoListVolumes(const csi::v1::ListVolumesRequest& request, csi::v1::ListVolumesResponse* response);
-  Status DoGetCapacity(const csi::v1::GetCapacityRequest& request, csi::v1::GetCapacityResponse* response);
-  Status DoCreateSnapshot(const csi::v1::CreateSnapshotRequest& request, csi::v1::CreateSnapshotResponse* response);
-  Status DoDeleteSnapshot(const csi::v1::DeleteSnapshotRequest& request);
-  Status DoListSnapshots(const csi::v1::ListSnapshotsRequest& request, csi::v1::ListSnapshotsResponse* response);
-  Status DoGetSnapshot(const csi::v1::GetSnapshotRequest& request, csi::v1::GetSnapshotResponse* response);
-  Status DoExpand(const csi::v1::ControllerExpandVolumeRequest& request,
-                  csi::v1::ControllerExpandVolumeResponse* response);
-  Status DoGetVolume(const csi::v1::ControllerGetVolumeRequest& request,
-                     csi::v1::ControllerGetVolumeResponse* response);
+  Status Unpublish(const csi::v1::ControllerUnpublishVolumeRequest& request);
+  Status Validate(const csi::v1::ValidateVolumeCapabilitiesRequest& request,
+                  csi::v1::ValidateVolumeCapabilitiesResponse* response);
+  Status ListVolumePage(const csi::v1::ListVolumesRequest& request, csi::v1::ListVolumesResponse* response);
+  Status Capacity(const csi::v1::GetCapacityRequest& request, csi::v1::GetCapacityResponse* response);
+  Status TakeSnapshot(const csi::v1::CreateSnapshotRequest& request, csi::v1::CreateSnapshotResponse* response);
+  Status RemoveSnapshot(const csi::v1::DeleteSnapshotRequest& request);
+  Status ListSnapshotPage(const csi::v1::ListSnapshotsRequest& request, csi::v1::ListSnapshotsResponse* response);
+  Status FindSnapshot(const csi::v1::GetSnapshotRequest& request, csi::v1::GetSnapshotResponse* response);
+  Status Expand(const csi::v1::ControllerExpandVolumeRequest& request,
+                csi::v1::ControllerExpandVolumeResponse* response);
+  Status DescribeVolume(const csi::v1::ControllerGetVolumeRequest& request,
+                        csi::v1::ControllerGetVolumeResponse* response);
 
   // The backend that serves a request carrying `secrets`: backend_'s view
   // bound to them, or backend_ itself when there are none or it takes none.

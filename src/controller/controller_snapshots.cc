@@ -28,11 +28,11 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 // name, other source → ALREADY_EXISTS; missing source volume → NOT_FOUND.
 grpc::Status ControllerService::CreateSnapshot(grpc::ServerContext*, const csi::v1::CreateSnapshotRequest* request,
                                                csi::v1::CreateSnapshotResponse* response) {
-  return ToGrpcStatus(DoCreateSnapshot(*request, response));
+  return ToGrpcStatus(TakeSnapshot(*request, response));
 }
 
-Status ControllerService::DoCreateSnapshot(const csi::v1::CreateSnapshotRequest& request,
-                                           csi::v1::CreateSnapshotResponse* response) {
+Status ControllerService::TakeSnapshot(const csi::v1::CreateSnapshotRequest& request,
+                                       csi::v1::CreateSnapshotResponse* response) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& name = request.name();
   const std::string& source = request.source_volume_id();
@@ -57,10 +57,10 @@ Status ControllerService::DoCreateSnapshot(const csi::v1::CreateSnapshotRequest&
 // ---- DeleteSnapshot: idempotent, unknown id → OK. -----------------------
 grpc::Status ControllerService::DeleteSnapshot(grpc::ServerContext*, const csi::v1::DeleteSnapshotRequest* request,
                                                csi::v1::DeleteSnapshotResponse*) {
-  return ToGrpcStatus(DoDeleteSnapshot(*request));
+  return ToGrpcStatus(RemoveSnapshot(*request));
 }
 
-Status ControllerService::DoDeleteSnapshot(const csi::v1::DeleteSnapshotRequest& request) {
+Status ControllerService::RemoveSnapshot(const csi::v1::DeleteSnapshotRequest& request) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.snapshot_id();
   if (id.empty()) return InvalidArgument("DeleteSnapshot: snapshot_id is required");
@@ -77,11 +77,11 @@ Status ControllerService::DoDeleteSnapshot(const csi::v1::DeleteSnapshotRequest&
 // asks); by source volume: its snapshots; else all, paged.
 grpc::Status ControllerService::ListSnapshots(grpc::ServerContext*, const csi::v1::ListSnapshotsRequest* request,
                                               csi::v1::ListSnapshotsResponse* response) {
-  return ToGrpcStatus(DoListSnapshots(*request, response));
+  return ToGrpcStatus(ListSnapshotPage(*request, response));
 }
 
-Status ControllerService::DoListSnapshots(const csi::v1::ListSnapshotsRequest& request,
-                                          csi::v1::ListSnapshotsResponse* response) {
+Status ControllerService::ListSnapshotPage(const csi::v1::ListSnapshotsRequest& request,
+                                           csi::v1::ListSnapshotsResponse* response) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   if (request.max_entries() < 0) return InvalidArgument("ListSnapshots: max_entries must not be negative");
   if (!request.snapshot_id().empty()) {
@@ -113,11 +113,11 @@ Status ControllerService::DoListSnapshots(const csi::v1::ListSnapshotsRequest& r
 
 grpc::Status ControllerService::GetSnapshot(grpc::ServerContext*, const csi::v1::GetSnapshotRequest* request,
                                             csi::v1::GetSnapshotResponse* response) {
-  return ToGrpcStatus(DoGetSnapshot(*request, response));
+  return ToGrpcStatus(FindSnapshot(*request, response));
 }
 
-Status ControllerService::DoGetSnapshot(const csi::v1::GetSnapshotRequest& request,
-                                        csi::v1::GetSnapshotResponse* response) {
+Status ControllerService::FindSnapshot(const csi::v1::GetSnapshotRequest& request,
+                                       csi::v1::GetSnapshotResponse* response) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.snapshot_id();
   if (id.empty()) return InvalidArgument("GetSnapshot: snapshot_id is required");

@@ -34,7 +34,7 @@ using namespace controller_internal;  // NOLINT(google-build-using-namespace): t
 // backend is one host, reachable from every node unless it says otherwise.
 grpc::Status ControllerService::CreateVolume(grpc::ServerContext*, const csi::v1::CreateVolumeRequest* request,
                                              csi::v1::CreateVolumeResponse* response) {
-  return ToGrpcStatus(DoCreateVolume(*request, response));
+  return ToGrpcStatus(Provision(*request, response));
 }
 
 namespace {
@@ -85,8 +85,8 @@ StatusOr<uint64_t> SourceBytes(VolumeBackend& backend, const ContentSource& sour
 
 }  // namespace
 
-Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& request,
-                                         csi::v1::CreateVolumeResponse* response) {
+Status ControllerService::Provision(const csi::v1::CreateVolumeRequest& request,
+                                    csi::v1::CreateVolumeResponse* response) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& name = request.name();
   if (name.empty()) return InvalidArgument("CreateVolume: name is required");
@@ -160,10 +160,10 @@ Status ControllerService::DoCreateVolume(const csi::v1::CreateVolumeRequest& req
 // external-attacher unpublishes first and the provisioner retries.
 grpc::Status ControllerService::DeleteVolume(grpc::ServerContext*, const csi::v1::DeleteVolumeRequest* request,
                                              csi::v1::DeleteVolumeResponse*) {
-  return ToGrpcStatus(DoDeleteVolume(*request));
+  return ToGrpcStatus(Deprovision(*request));
 }
 
-Status ControllerService::DoDeleteVolume(const csi::v1::DeleteVolumeRequest& request) {
+Status ControllerService::Deprovision(const csi::v1::DeleteVolumeRequest& request) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   if (id.empty()) return InvalidArgument("DeleteVolume: volume_id is required");
@@ -199,11 +199,11 @@ Status ControllerService::DoDeleteVolume(const csi::v1::DeleteVolumeRequest& req
 grpc::Status ControllerService::ControllerExpandVolume(grpc::ServerContext*,
                                                        const csi::v1::ControllerExpandVolumeRequest* request,
                                                        csi::v1::ControllerExpandVolumeResponse* response) {
-  return ToGrpcStatus(DoExpand(*request, response));
+  return ToGrpcStatus(Expand(*request, response));
 }
 
-Status ControllerService::DoExpand(const csi::v1::ControllerExpandVolumeRequest& request,
-                                   csi::v1::ControllerExpandVolumeResponse* response) {
+Status ControllerService::Expand(const csi::v1::ControllerExpandVolumeRequest& request,
+                                 csi::v1::ControllerExpandVolumeResponse* response) {
   const std::shared_ptr<VolumeBackend> backend = BackendFor(request.secrets());
   const std::string& id = request.volume_id();
   if (id.empty()) return InvalidArgument("ControllerExpandVolume: volume_id is required");
