@@ -76,8 +76,8 @@ namespace {
 enum class Section { kNone, kSystem, kNexus, kLun, kAccount, kAcl };
 
 // The tids and names of the targets parsed so far: a repeat is found in
-// O(log n), not by a scan of every earlier target (a listing of 1,000
-// targets was a million comparisons, issue #18).
+// O(log n), not by a scan of every earlier target (a scan makes a listing
+// of 1,000 targets a million comparisons).
 struct SeenTargets {
   std::set<int> tids;
   std::set<std::string, std::less<>> names;
@@ -99,8 +99,8 @@ Status ParseTargetHeader(int line_number, std::string_view line, Section section
   // must see an error, not a nameless target (found by fuzzing).
   if (!IsToken(target.iqn) || target.tid <= 0) return Unexpected(line_number, line);
   // tgtd never lists a tid or a name twice: a second one means the
-  // listing is not what it seems (issue #21: a forged "Target 3:" block
-  // inside an account name made a later bind hit another volume).
+  // listing is not what it seems (a "Target 3:" block forged inside an
+  // account name would make a later bind hit another volume).
   if (!seen.tids.insert(target.tid).second || !seen.names.insert(target.iqn).second) {
     return InvalidArgument("tgtadm output line " + std::to_string(line_number) + " lists target " +
                            std::to_string(target.tid) + " \"" + Excerpt(target.iqn) +

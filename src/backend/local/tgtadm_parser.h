@@ -49,8 +49,8 @@ struct TgtTarget {
 // What `tgtadm --op show` prints as a LUN's "Size: N MB" for an image of
 // `bytes`: the size in whole 512-byte sectors, rounded to the nearest
 // megabyte (10^6), not truncated (320 MiB shows as 336 MB). A mismatch here
-// made every reconcile pass delete and re-add a healthy LUN under its live
-// sessions (issue #20).
+// would make every reconcile pass delete and re-add a healthy LUN under its
+// live sessions.
 inline uint64_t TgtadmShownMegabytes(uint64_t bytes) { return (bytes / 512 * 512 + 500000) / 1000000; }
 
 // `tgtadm --op show --mode target`. INVALID_ARGUMENT on a line it cannot
