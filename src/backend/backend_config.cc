@@ -323,7 +323,7 @@ StatusOr<BackendConfig> LoadBackendConfig(const std::string& path) {
 }
 
 StatusOr<std::shared_ptr<VolumeBackend>> MakeControllerBackend(const BackendOptions& options,
-                                                               std::shared_ptr<Host> host) {
+                                                               const std::shared_ptr<Host>& host) {
   if (options.kind == "rbd" && options.ceph_user.empty()) {
     if (!options.ceph_keyring.empty()) return InvalidArgument("--ceph-keyring needs --ceph-user");
 #ifdef BLOCKCSI_WITH_RBD
@@ -333,10 +333,11 @@ StatusOr<std::shared_ptr<VolumeBackend>> MakeControllerBackend(const BackendOpti
     return MakeRbdSecretBackend(rbd);
 #endif
   }
-  return MakeBackend(options, std::move(host));
+  return MakeBackend(options, host);
 }
 
-StatusOr<std::shared_ptr<VolumeBackend>> MakeRoutedBackends(const BackendConfig& config, std::shared_ptr<Host> host) {
+StatusOr<std::shared_ptr<VolumeBackend>> MakeRoutedBackends(const BackendConfig& config,
+                                                            const std::shared_ptr<Host>& host) {
   std::vector<NamedBackend> backends;
   for (const auto& named : config.backends) {
     auto backend = MakeControllerBackend(named.options, host);

@@ -72,10 +72,11 @@ bool IsValidBackendName(std::string_view name);
 // MakeBackend, except that an rbd backend without ceph_user takes its
 // cephx credentials from each call's CSI secrets (rbd_secret_backend.h).
 StatusOr<std::shared_ptr<VolumeBackend>> MakeControllerBackend(const BackendOptions& options,
-                                                               std::shared_ptr<Host> host);
+                                                               const std::shared_ptr<Host>& host);
 
 // Every backend of `config` behind one RoutingBackend. Errors name the
 // backend.
-StatusOr<std::shared_ptr<VolumeBackend>> MakeRoutedBackends(const BackendConfig& config, std::shared_ptr<Host> host);
+StatusOr<std::shared_ptr<VolumeBackend>> MakeRoutedBackends(const BackendConfig& config,
+                                                            const std::shared_ptr<Host>& host);
 
 }  // namespace blockcsi

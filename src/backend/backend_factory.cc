@@ -16,7 +16,7 @@
 
 namespace blockcsi {
 
-StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& options, std::shared_ptr<Host> host) {
+StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& options, const std::shared_ptr<Host>& host) {
   if (options.kind == "local") {
     if (options.pool_dir.empty() || options.pool_dir.front() != '/') {
       return InvalidArgument("--pool must be an absolute directory for --backend local");

@@ -19,6 +19,6 @@ namespace blockcsi {
 // UNAVAILABLE when the pool or the agent cannot be reached. `host`: the
 // machine a local backend's target daemon runs on (tgtd's management socket
 // is looked at through it).
-StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& options, std::shared_ptr<Host> host);
+StatusOr<std::shared_ptr<VolumeBackend>> MakeBackend(const BackendOptions& options, const std::shared_ptr<Host>& host);
 
 }  // namespace blockcsi

@@ -250,6 +250,18 @@ namespace blockcsi {
 
 using namespace bridge_internal;  // NOLINT(google-build-using-namespace): the bridge_*.cc files share these internals
 
+namespace {
+
+// The plugin's log format and level, as far as they parse (text at info
+// otherwise): a bad flag is reported through the log it sets up.
+void InitBridgeLogging(const BridgeArgs& args) {
+  auto format = ParseLogFormat(args.log_format);
+  auto level = ParseLogLevel(args.log_level);
+  InitLogging("blockcsi-bridge", format.ok() ? *format : LogFormat::kText, level.ok() ? *level : LogLevel::kInfo);
+}
+
+}  // namespace
+
 int RunBridgeMain(int argc, char** argv) {
   SizeMemory();
   // Terminal and plugin signals must not take a mounted volume down with
@@ -261,9 +273,7 @@ int RunBridgeMain(int argc, char** argv) {
   ::umask(077);
   BridgeArgs args;
   Status st = ParseArgs(argc, argv, &args);
-  auto format = ParseLogFormat(args.log_format);
-  auto level = ParseLogLevel(args.log_level);
-  InitLogging("blockcsi-bridge", format.ok() ? *format : LogFormat::kText, level.ok() ? *level : LogLevel::kInfo);
+  InitBridgeLogging(args);
   if (!st.ok()) {
     std::cerr << st.message() << "\n";
     WriteReadyLine(ReplyFromStatus(st));

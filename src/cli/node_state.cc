@@ -574,7 +574,7 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, std::shared_ptr<co
   return s;
 }
 
-NodeSnapshot GatherHostSnapshot(std::shared_ptr<const Host> host, const std::string& state_dir) {
+NodeSnapshot GatherHostSnapshot(const std::shared_ptr<const Host>& host, const std::string& state_dir) {
   auto mountinfo = host->ReadFile("/proc/self/mountinfo");
   NodeSnapshot s = GatherNodeSnapshot(state_dir, host, mountinfo.ok() ? *mountinfo : "", 2000);
   if (!mountinfo.ok()) s.errors.push_back("cannot read the mount table: " + mountinfo.status().ToString());

@@ -182,6 +182,6 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, std::shared_ptr<co
 
 // The same for the real host: /sys and /proc at /, /proc/self/mountinfo,
 // 2 s per bridge.
-NodeSnapshot GatherHostSnapshot(std::shared_ptr<const Host> host, const std::string& state_dir);
+NodeSnapshot GatherHostSnapshot(const std::shared_ptr<const Host>& host, const std::string& state_dir);
 
 }  // namespace blockcsi::cli

@@ -42,7 +42,6 @@
 #include <sstream>
 #include <thread>
 
-#include "contract/initiator.h"
 #include "backend/local/tgtd_socket_control.h"
 #include "bench/bench_args.h"
 #include "bench/bench_report.h"
