@@ -20,6 +20,7 @@
 #include "common/executor.h"
 #include "integration/target/iscsi_client.h"
 #include "support/test_util.h"
+#include "support/tgtd_backend.h"
 #include "support/tgtd_harness.h"
 #include "support/tgtd_test.h"
 
@@ -41,13 +42,9 @@ class HostileInitiatorTest : public testing::TgtdTest {
     TgtdTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
     LocalBackendOptions options;
-    options.portals = {tgtd_->portal()};
     options.iqn_prefix = kPrefix;
     options.reconcile_interval = std::chrono::milliseconds(0);
-    auto exporter = std::make_shared<TgtExporter>(
-        std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd_->control_port()),
-        tgtd_->control_port(), MachineHost());
-    auto backend = LocalBackend::Open(pool_.path(), exporter, options);
+    auto backend = testing::OpenBackendOnTgtd(*tgtd_, pool_.path(), options, testing::TgtdDriven::kByTgtadm);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
   }

@@ -22,6 +22,7 @@
 #include "common/logging.h"
 #include "integration/target/iscsi_client.h"
 #include "support/test_util.h"
+#include "support/tgtd_backend.h"
 #include "support/tgtd_harness.h"
 #include "support/tgtd_test.h"
 
@@ -56,14 +57,10 @@ class TargetBackendTest : public testing::TgtdTest {
   std::shared_ptr<LocalBackend> Open(FaultHook hook = nullptr,
                                      std::chrono::milliseconds interval = std::chrono::milliseconds(0)) {
     LocalBackendOptions options;
-    options.portals = {tgtd_->portal()};
     options.iqn_prefix = kPrefix;
     options.reconcile_interval = interval;
     options.fault_hook = std::move(hook);
-    auto exporter = std::make_shared<TgtExporter>(
-        std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd_->control_port()),
-        tgtd_->control_port(), MachineHost());
-    auto backend = LocalBackend::Open(pool_.path(), exporter, options);
+    auto backend = testing::OpenBackendOnTgtd(*tgtd_, pool_.path(), options, testing::TgtdDriven::kByTgtadm);
     EXPECT_TRUE(backend.ok()) << backend.status().ToString();
     return backend.ok() ? *backend : nullptr;
   }

@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "support/leak_check.h"
 #include "support/test_util.h"
+#include "support/tgtd_backend.h"
 #include "support/tgtd_harness.h"
 #include "support/tgtd_test.h"
 
@@ -38,13 +39,10 @@ class TgtdInputTest : public testing::TgtdTest {
     if (IsSkipped() || HasFatalFailure()) return;
     SetLogCaptureForTest(&log_);
     LocalBackendOptions options;
-    options.portals = {tgtd_->portal()};
     options.iqn_prefix = kPrefix;
     options.reconcile_interval = std::chrono::milliseconds(0);
     // Over tgtd's management socket, as blockcsi-target runs by default.
-    auto exporter = std::make_shared<TgtExporter>(std::make_shared<TgtdSocketControl>(tgtd_->control_port()),
-                                                  tgtd_->control_port(), MachineHost());
-    auto backend = LocalBackend::Open(pool_.path(), exporter, options);
+    auto backend = testing::OpenBackendOnTgtd(*tgtd_, pool_.path(), options, testing::TgtdDriven::kBySocket);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     backend_ = *backend;
     baseline_ = testing::TakeLeakSnapshot(Scope());
