@@ -28,6 +28,7 @@
 #include "integration/target/iscsi_client.h"
 #include "support/proc_watch.h"
 #include "support/test_util.h"
+#include "support/tgtd_backend.h"
 #include "support/tgtd_harness.h"
 #include "support/tgtd_test.h"
 #include "target.grpc.pb.h"
@@ -495,12 +496,8 @@ TEST(TargetMeasurements, CycleRatioAndReconcileOfHundredVolumes) {
   BLOCKCSI_REQUIRE_TGTD(tgtd, error);
   TempDir pool, bare;
   LocalBackendOptions options;
-  options.portals = {tgtd->portal()};
   options.reconcile_interval = std::chrono::milliseconds(0);
-  auto exporter = std::make_shared<TgtExporter>(
-      std::make_shared<TgtadmControl>(std::shared_ptr<Executor>(MakeProcessExecutor()), tgtd->control_port()),
-      tgtd->control_port(), MachineHost());
-  auto backend = LocalBackend::Open(pool.path(), exporter, options);
+  auto backend = testing::OpenBackendOnTgtd(*tgtd, pool.path(), options, testing::TgtdDriven::kByTgtadm);
   ASSERT_TRUE(backend.ok());
   constexpr int kCycles = 20;
   using Clock = std::chrono::steady_clock;
