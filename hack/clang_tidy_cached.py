@@ -217,6 +217,39 @@ def ninja_deps(build_dir):
     return deps
 
 
+def compile_seconds(build_dir):
+    """object path (relative to build_dir) -> how long its last compile took,
+    from Ninja's log of this build: the longer a TU took gcc, the more headers
+    clang-tidy parses for it, so the order in which to start them."""
+    seconds = {}
+    try:
+        with open(os.path.join(build_dir, ".ninja_log")) as f:
+            for line in f:
+                words = line.rstrip("\n").split("\t")
+                if len(words) == 5 and words[0].isdigit() and words[1].isdigit():
+                    seconds[words[3]] = (int(words[1]) - int(words[0])) / 1000.0
+    except OSError:
+        pass
+    return seconds
+
+
+def object_of(entry):
+    """The object file a compile database entry writes (relative to its build directory)."""
+    obj = entry.get("output")
+    if obj is None:
+        command = entry.get("command") or shlex.join(entry.get("arguments", []))
+        words = shlex.split(command)
+        obj = words[words.index("-o") + 1] if "-o" in words else None
+    return obj
+
+
+def longest_first(units, seconds):
+    """`units` in the order to start them: the longest compile first, so that
+    the last TU to finish is a short one and no core idles at the end while
+    the other checks one long TU (ties and unknown TUs keep their order)."""
+    return sorted(units, key=lambda entry: -seconds.get(object_of(entry), 0.0))
+
+
 def tidy_config_digest(source, source_root):
     """The .clang-tidy files that apply to `source`: its folder's and every parent's up to the root."""
     parts = []
@@ -257,11 +290,7 @@ def main():
 
     def key_of(entry):
         source = os.path.abspath(os.path.join(entry["directory"], entry["file"]))
-        obj = entry.get("output")
-        if obj is None:
-            command = entry.get("command") or shlex.join(entry.get("arguments", []))
-            words = shlex.split(command)
-            obj = words[words.index("-o") + 1] if "-o" in words else None
+        obj = object_of(entry)
         read = deps.get(obj) if obj else None
         if read is None or store is None:
             return source, None
@@ -294,13 +323,20 @@ def main():
 
     failed = False
     hits = 0
+    # Started longest first; printed in the compile database's order, so
+    # that the output does not depend on the timings.
+    order = longest_first(units, compile_seconds(build_dir))
+    results = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        for source, output, hit in pool.map(check, units):
-            hits += hit
-            if "error:" in output:
-                failed = True
-            if output.strip():
-                print(output)
+        for entry, result in zip(order, pool.map(check, order)):
+            results[id(entry)] = result
+    for entry in units:
+        source, output, hit = results[id(entry)]
+        hits += hit
+        if "error:" in output:
+            failed = True
+        if output.strip():
+            print(output)
     print("clang-tidy: %d translation units, %d from the cache" % (len(units), hits), file=sys.stderr)
     return 1 if failed else 0
 

@@ -7,6 +7,8 @@
 #                                each target's run is the same whatever N is
 #   FUZZ_TIMES=FILE              appends "target<TAB>wall<TAB>cpu<TAB>inputs<TAB>result"
 #                                per target (hack/phase_report.py shows it)
+#   FUZZ_BUILD_ONLY=1            builds the targets, runs none (hack/test.sh builds
+#                                the fuzz tree beside its gcc build this way)
 # Prints each target's wall and CPU time (user+sys: the fairer figure on a
 # shared machine). New inputs go to build-fuzz/corpus/<target>; a crash leaves
 # build-fuzz/crash-<target>-* — copy it into test/fuzz/corpus/<target>/ so
@@ -28,6 +30,7 @@ for t in "${targets[@]}"; do build_targets+=("fuzz_$t"); done
 # hack/build.sh: the same Ninja + shared ccache as the ordinary build.
 BUILD_DIR="$build_dir" BUILD_TYPE=RelWithDebInfo BUILD_TARGETS="${build_targets[*]}" CC=clang CXX=clang++ \
   hack/build.sh -DBLOCKCSI_FUZZ=ON
+[ "${FUZZ_BUILD_ONLY:-0}" != "1" ] || exit 0
 
 if [ -n "${FUZZ_RUNS:-}" ]; then
   limit=(-runs="$FUZZ_RUNS" -seed=1)
