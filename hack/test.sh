@@ -94,6 +94,9 @@ if [ -z "$side_by_side" ]; then
   [ "$(nproc)" -ge 2 ] && side_by_side=1
 fi
 run_verify() { [ "${BLOCKCSI_SKIP_VERIFY:-0}" != "1" ] || return 0; phase "static checks" hack/verify.sh; }
+# The benchmark programs are not in `all` (the tests run none of them): they
+# are compiled here, beside the tests, so one that stops compiling still fails.
+run_bench_build() { phase "bench build" cmake --build "$BUILD_DIR" --target benches; }
 run_fuzz() {
   if [ -z "$sanitize" ] && [ "${BLOCKCSI_SKIP_FUZZ:-0}" != "1" ]; then
     # The fuzz tree's build started beside the gcc build: a sibling, not a
@@ -107,12 +110,12 @@ run_fuzz() {
 side_checks() {
   local status=0 verify_pid
   if [ "$side_by_side" = 1 ]; then
-    run_verify >"$verify_log" 2>&1 &
+    { run_verify && run_bench_build; } >"$verify_log" 2>&1 &
     verify_pid=$!
     run_fuzz >"$fuzz_log" 2>&1 || status=1
     wait "$verify_pid" || status=1
   else
-    run_verify >"$verify_log" 2>&1 || status=1
+    { run_verify && run_bench_build; } >"$verify_log" 2>&1 || status=1
     run_fuzz >"$fuzz_log" 2>&1 || status=1
   fi
   return "$status"
