@@ -109,10 +109,10 @@ Status AttachRecordStore::Put(const AttachRecord& record, bool sync_directory) {
   options.mode = 0600;
   options.sync_directory = sync_directory;
   options.fault_hook = fault_hook_;
-  // Fault points inside the write (node.record.temp-written, .temp-synced,
-  // .renamed, .dir-synced): the kill -9 tests die between the steps and find
-  // the old record or the new one, never a torn file.
-  options.fault_point_prefix = "node.record.";
+  // Fault points inside the write: the kill -9 tests die between the steps
+  // and find the old record or the new one, never a torn file.
+  options.fault_points = AtomicWritePoints{"node.record.temp-written", "node.record.temp-synced", "node.record.renamed",
+                                           "node.record.dir-synced"};
   return WriteFileAtomically(PathFor(record.volume_id), AttachRecordToJson(record), options);
 }
 

@@ -21,12 +21,14 @@ std::string DirectoryOf(const std::string& path) {
 // Each durable step reaches its fault point from the function that makes the
 // system call, only after the call succeeded: the order a test records is the
 // order of the calls, so a dropped fsync shows as a missing step.
-Status Reached(const AtomicWriteOptions* options, std::string_view step) {
-  if (options == nullptr || options->fault_point_prefix.empty()) return OkStatus();
-  return FaultPoint(options->fault_point_prefix + std::string(step), options->fault_hook);
+using Step = std::string_view AtomicWritePoints::*;
+
+Status Reached(const AtomicWriteOptions* options, Step step) {
+  if (options == nullptr || !options->fault_points) return OkStatus();
+  return FaultPoint((*options->fault_points).*step, options->fault_hook);
 }
 
-Status FsyncFile(int fd, const std::string& what, const AtomicWriteOptions* options, std::string_view step) {
+Status FsyncFile(int fd, const std::string& what, const AtomicWriteOptions* options, Step step) {
   Span span("fsync", what);
   if (::fsync(fd) != 0) return ErrnoToStatus(errno, "fsync " + what);
   return Reached(options, step);
@@ -35,7 +37,7 @@ Status FsyncFile(int fd, const std::string& what, const AtomicWriteOptions* opti
 Status FsyncDirectory(const std::string& dir, const AtomicWriteOptions* options = nullptr) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, "open directory " + dir);
-  Status st = FsyncFile(fd, "directory " + dir, options, "dir-synced");
+  Status st = FsyncFile(fd, "directory " + dir, options, &AtomicWritePoints::dir_synced);
   ::close(fd);
   return st;
 }
@@ -62,8 +64,8 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, c
   if (fd < 0) return ErrnoToStatus(errno, "create " + temp);
   Status st = WriteAll(fd, contents, temp);
   if (st.ok() && ::fchmod(fd, options.mode) != 0) st = ErrnoToStatus(errno, "chmod " + temp);
-  if (st.ok()) st = Reached(&options, "temp-written");
-  if (st.ok()) st = FsyncFile(fd, temp, &options, "temp-synced");
+  if (st.ok()) st = Reached(&options, &AtomicWritePoints::temp_written);
+  if (st.ok()) st = FsyncFile(fd, temp, &options, &AtomicWritePoints::temp_synced);
   ::close(fd);
   if (!st.ok()) {
     ::unlink(temp.c_str());
@@ -74,7 +76,7 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, c
     ::unlink(temp.c_str());
     return err;
   }
-  BLOCKCSI_RETURN_IF_ERROR(Reached(&options, "renamed"));
+  BLOCKCSI_RETURN_IF_ERROR(Reached(&options, &AtomicWritePoints::renamed));
   if (!options.sync_directory) return OkStatus();
   return FsyncDirectory(DirectoryOf(path), &options);
 }

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -15,14 +16,22 @@
 
 namespace blockcsi {
 
+// The fault points (common/fault_points.h) of one write, each reached right
+// after its durable step succeeded, in this order. Whole names at the
+// caller ("node.record.renamed"), so that hack/check_fault_points.py finds
+// every point in the source.
+struct AtomicWritePoints {
+  std::string_view temp_written;  // the temp file holds the contents
+  std::string_view temp_synced;   // the temp file was fsynced
+  std::string_view renamed;       // it replaced the target
+  std::string_view dir_synced;    // the directory was fsynced
+};
+
 struct AtomicWriteOptions {
   mode_t mode = 0600;
-  // Fault points (common/fault_points.h) reached right after each durable
-  // step succeeded, in order: <prefix>temp-written, <prefix>temp-synced (fsync
-  // of the temp file), <prefix>renamed, <prefix>dir-synced (fsync of the
-  // directory), e.g. "node.record.renamed". Empty prefix: no points. An error
-  // from `fault_hook` ends the write there (before the rename: no temp left).
-  std::string fault_point_prefix;
+  // None: no points. An error from `fault_hook` at a point ends the write
+  // there (before the rename: no temp left).
+  std::optional<AtomicWritePoints> fault_points;
   FaultHook fault_hook;
   // false: no fsync of the directory after the rename (and no dir-synced
   // point). The temp file is still synced before the rename, so the target

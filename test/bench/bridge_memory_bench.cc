@@ -5,14 +5,17 @@
 // and fsyncs a file (1 MiB direct, so that the bridge's buffers have seen a
 // full-size request), then reads every bridge's /proc/PID/smaps_rollup:
 // RSS, PSS and private (Private_Clean + Private_Dirty). Needs root and FUSE.
-//   bridge_memory_bench [--volumes 64] [--sessions 1] [--bridge-dir DIR]
+//   bridge_memory_bench [--volumes 64] [--sessions 1] [--bridge-dir DIR] [--smaps-dir DIR]
 // --bridge-dir runs the blockcsi-bridge found there instead of this build's
 // (e.g. a script that execs an older plugin's `blockcsi bridge`, for a
-// before/after figure).
+// before/after figure). --smaps-dir keeps the /proc/PID/smaps of the bridge
+// whose private memory is the median as DIR/bridge.smaps
+// (hack/smaps_by_mapping.py sums it by mapping; hack/bench.sh tables it).
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -61,6 +64,8 @@ int Main(int argc, char** argv) {
   app.add_option("--volumes", volumes, "volumes staged")->capture_default_str();
   app.add_option("--sessions", sessions, "iSCSI sessions per bridge")->capture_default_str();
   app.add_option("--bridge-dir", bridge_dir, "where blockcsi-bridge is")->capture_default_str();
+  std::string smaps_dir;
+  app.add_option("--smaps-dir", smaps_dir, "keep the median bridge's /proc/PID/smaps here");
   if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;
   InitLogging("bridge_memory_bench", LogFormat::kText, LogLevel::kWarn);
   std::string error;
@@ -119,6 +124,17 @@ int Main(int argc, char** argv) {
     std::printf("RESULT\tbridge RSS MiB (%d staged)\t%s\t-\t-\n", volumes, Spread(rss, "").c_str());
     std::printf("RESULT\tbridge PSS MiB (%d staged)\t%s\t-\t-\n", volumes, Spread(pss, "").c_str());
     std::printf("RESULT\tbridge private MiB (%d staged)\t%s\t-\t-\n", volumes, Spread(priv, "").c_str());
+    if (!smaps_dir.empty() && !pids.empty()) {
+      // The bridge whose private memory is the median: the typical one.
+      std::vector<size_t> order(pids.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return priv[a] < priv[b]; });
+      const int pid = pids[order[order.size() / 2]];
+      const std::string smaps = testing::ReadFileOrEmpty("/proc/" + std::to_string(pid) + "/smaps");
+      ok = MakeDirectories(smaps_dir, 0755).ok() && WriteFileAtomically(smaps_dir + "/bridge.smaps", smaps).ok() &&
+           !smaps.empty();
+      if (!ok) std::fprintf(stderr, "bridge_memory_bench: cannot keep the smaps of bridge %d\n", pid);
+    }
   }
   if (std::getenv("BRIDGE_MEMORY_HOLD") != nullptr) {
     std::printf("holding for inspection (pids %d..); press Enter\n", pids.empty() ? 0 : pids.front());

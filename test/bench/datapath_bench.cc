@@ -5,11 +5,13 @@
 // a warm-up round dropped, the side that goes first alternating per round,
 // each figure with its min / median / max. Sequential 1 MiB is
 // attach_bench's (same setup).
-// When fio is installed it also runs fio on the same loop device (psync,
-// direct, QD1; sequential 1 MiB and random 4 KiB) as a cross-check of our
-// own loop figures, set against our raw libiscsi figures (Debian's fio has
-// no libiscsi engine). Needs root and FUSE.
-//   datapath_bench [--size-mib 256] [--ops 2000] [--rounds 3] [--fio-seconds 10]
+// When fio is installed it also cross-checks our own tool on the loop
+// device against fio (psync, direct, QD1; sequential 1 MiB and random
+// 4 KiB): both do the same work on the same device for the same time, in
+// rounds like the above (FioCrossCheck). Debian's fio has no libiscsi
+// engine, so fio's view of raw libiscsi is section 8's (datapath_qd_bench).
+// Needs root and FUSE.
+//   datapath_bench [--size-mib 256] [--ops 2000] [--rounds 4 (even)] [--fio-seconds 5]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -53,29 +55,98 @@ bool Measure(const std::vector<uint64_t>& offsets, Io io, Figures* out) {
   return true;
 }
 
-// fio on `device`, psync (one in flight); returns IOPS and MiB/s.
-bool Fio(const std::string& device, const std::string& rw, const std::string& bs, int seconds, double* iops,
-         double* mibps) {
-  FioJob job;
-  job.device = device;
-  job.rw = rw;
-  job.bs = bs;
-  job.ioengine = "psync";
-  job.seconds = seconds;
-  FioFigures got;
-  if (!RunFio(job, &got)) return false;
-  *iops = got.iops;
-  *mibps = got.mibps;
-  return true;
+// The cross-check of our own loop-device figures against fio: for each job
+// (4 KiB random read and write, 1 MiB sequential read and write), fio
+// (psync, direct, one in flight) and our own tool run the same work on the
+// same loop device for the same time: the same pattern and block size,
+// random offsets uniform over the device with replacement (fio
+// --norandommap), sequential ones from 0 wrapping at the end, writes ending
+// with a timed fsync of the device (fio --end_fsync). A warm-up round is
+// dropped and the two take turns to go first over `rounds` (even) rounds;
+// the ratio fio / own tool is near 1 where our tool measures what fio does.
+bool FioCrossCheck(int dev, const std::string& device, uint64_t size, int seconds, int rounds) {
+  struct Job {
+    const char* figure;
+    const char* rw;
+    const char* bs;
+    size_t block;
+    bool random, write;
+    const char* unit;
+  };
+  const Job jobs[] = {{"fio 4 KiB randread IOPS, loop device", "randread", "4k", kBlock, true, false, "IOPS"},
+                      {"fio 4 KiB randwrite IOPS, loop device", "randwrite", "4k", kBlock, true, true, "IOPS"},
+                      {"fio 1 MiB sequential read, loop device", "read", "1m", kMiB, false, false, "MiB/s"},
+                      {"fio 1 MiB sequential write, loop device", "write", "1m", kMiB, false, true, "MiB/s"}};
+  void* buf = nullptr;
+  if (::posix_memalign(&buf, kBlock, kMiB) != 0) return false;
+  std::memset(buf, 0x5a, kMiB);
+  std::mt19937_64 rng(11);
+  bool ok = true;
+  std::printf(
+      "fio %d s per job on the same loop device (psync, direct, QD1) against our own tool doing the same for the "
+      "same time, %d rounds after a discarded warm-up, sides alternating\n",
+      seconds, rounds);
+  for (const auto& job : jobs) {
+    std::vector<double> fio, own;
+    // Our side: ops/s (MiB/s for 1 MiB blocks) over `seconds`, the closing
+    // fsync of a write job included.
+    auto own_run = [&](bool keep) {
+      const uint64_t blocks = size / job.block;
+      uint64_t next = 0, ops = 0;
+      auto t0 = Clock::now();
+      const auto end = t0 + std::chrono::seconds(seconds);
+      while (ok && Clock::now() < end) {
+        const uint64_t off = (job.random ? rng() % blocks : next++ % blocks) * job.block;
+        const ssize_t n = job.write ? ::pwrite(dev, buf, job.block, static_cast<off_t>(off))
+                                    : ::pread(dev, buf, job.block, static_cast<off_t>(off));
+        ok = n == static_cast<ssize_t>(job.block);
+        ops += ok ? 1 : 0;
+      }
+      if (ok && job.write) ok = ::fsync(dev) == 0;
+      const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+      // Operations per second: IOPS, or MiB/s for 1 MiB blocks.
+      if (keep) own.push_back(static_cast<double>(ops) / elapsed);
+    };
+    auto fio_run = [&](bool keep) {
+      FioJob f;
+      f.device = device;
+      f.rw = job.rw;
+      f.bs = job.bs;
+      f.ioengine = "psync";
+      f.seconds = seconds;
+      FioFigures got;
+      if (!RunFio(f, &got)) {
+        ok = false;
+        return;
+      }
+      if (keep) fio.push_back(job.block == kMiB ? got.mibps : got.iops);
+    };
+    for (int round = -1; round < rounds && ok; ++round) {
+      if ((round + 1) % 2 == 0) {
+        fio_run(round >= 0);
+        own_run(round >= 0);
+      } else {
+        own_run(round >= 0);
+        fio_run(round >= 0);
+      }
+    }
+    if (!ok) {
+      std::fprintf(stderr, "datapath_bench: %s failed\n", job.figure);
+      break;
+    }
+    ReportSamples(job.figure, fio, own, job.unit, "own tool, same work on the loop device");
+  }
+  std::free(buf);
+  return ok;
 }
 
 int Main(int argc, char** argv) {
   uint64_t mib = 256;
-  int ops = 2000, rounds = 3, fio_seconds = 10;
+  int ops = 2000, rounds = 4, fio_seconds = 5;
   CLI::App app{"datapath_bench: 4 KiB random I/O, loop device against raw libiscsi", "datapath_bench"};
   app.add_option("--size-mib", mib, "LUN size")->capture_default_str();
   app.add_option("--ops", ops, "operations per side per round")->capture_default_str();
-  app.add_option("--rounds", rounds, "measured rounds")->capture_default_str();
+  AddRounds(app, "--rounds", &rounds, 2, "measured rounds (the two sides take turns to go first)");
   app.add_option("--fio-seconds", fio_seconds, "each fio job's run time")->capture_default_str();
   if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;
   InitLogging("datapath_bench", LogFormat::kText, LogLevel::kWarn);
@@ -157,54 +228,7 @@ int Main(int argc, char** argv) {
         ReportSamples("4 KiB random read median latency, loop device", loop_r_us, raw_r_us, "us", "raw libiscsi");
         ReportSamples("4 KiB random write median latency, loop device", loop_w_us, raw_w_us, "us", "raw libiscsi");
         if (::access("/usr/bin/fio", X_OK) == 0) {
-          ::close(dev);
-          dev = -1;
-          std::printf(
-              "fio %ds per job on the same loop device (psync, direct, QD1); baseline: raw libiscsi "
-              "(own tool) just before and just after each job (median of the two)\n",
-              fio_seconds);
-          // Raw figure for one fio job's pattern: ops/s (MiB/s for 1 MiB ops).
-          auto raw_for = [&](bool random, bool write) {
-            std::vector<uint64_t> offsets;
-            if (random) {
-              for (int i = 0; i < ops; ++i) offsets.push_back((rng() % (size / kBlock)) * kBlock);
-            } else {
-              for (uint64_t off = 0; off < size; off += kMiB) offsets.push_back(off);
-            }
-            uint32_t blocks = static_cast<uint32_t>((random ? kBlock : kMiB) / bs);
-            Figures f;
-            bool ok = Measure(
-                offsets,
-                [&](uint64_t off) {
-                  return write ? (*session)->Write(off / bs, blocks, buf).ok()
-                               : (*session)->Read(off / bs, blocks, buf).ok();
-                },
-                &f);
-            return ok ? f.iops : 0.0;
-          };
-          struct Job {
-            const char* figure;
-            const char* rw;
-            const char* bs;
-            bool random, write;
-            const char* unit;
-          };
-          const Job jobs[] = {{"fio 4 KiB randread IOPS, loop device", "randread", "4k", true, false, "IOPS"},
-                              {"fio 4 KiB randwrite IOPS, loop device", "randwrite", "4k", true, true, "IOPS"},
-                              {"fio 1 MiB sequential read, loop device", "read", "1m", false, false, "MiB/s"},
-                              {"fio 1 MiB sequential write, loop device", "write", "1m", false, true, "MiB/s"}};
-          for (const auto& job : jobs) {
-            double before = raw_for(job.random, job.write);
-            double iops = 0, mibps = 0;
-            bool ran = Fio(device, job.rw, job.bs, fio_seconds, &iops, &mibps);
-            double after = raw_for(job.random, job.write);
-            if (ran && before > 0 && after > 0) {
-              // One fio job against the raw figure just before and just
-              // after it: the baseline's spread is those two.
-              ReportSamples(job.figure, {job.random ? iops : mibps}, {before, after}, job.unit,
-                            "raw libiscsi, own tool, before/after");
-            }
-          }
+          if (!FioCrossCheck(dev, device, size, fio_seconds, rounds)) rc = 1;
         } else {
           std::printf("fio not installed: no fio rows (hack/install-deps.sh installs it)\n");
         }

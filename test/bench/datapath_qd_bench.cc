@@ -11,7 +11,7 @@
 // start-up or login is timed. Write jobs end with a timed flush on both
 // sides (fio end_fsync; SYNCHRONIZE CACHE). Needs root, tgtd, FUSE, loop devices and fio.
 //
-//   datapath_qd_bench [--size-mib 256] [--rounds 3] [--seconds 5]
+//   datapath_qd_bench [--size-mib 256] [--rounds 4] [--seconds 5]
 //                     [--depths 1,4,16,32] [--seq-depths 1] [--seed 7]
 //                     [--image-dir DIR (the LUN's backing file; bench.sh: a tmpfs)]
 //
@@ -41,7 +41,7 @@ namespace {
 
 struct Options {
   uint64_t size_mib = 256;
-  int rounds = 3;
+  int rounds = 4;
   int seconds = 5;
   std::vector<int> depths = {1, 4, 16, 32};
   std::vector<int> seq_depths = {1};
@@ -55,7 +55,8 @@ std::optional<int> ParseOptions(int argc, char** argv, Options* o) {
   app.add_option("--size-mib", o->size_mib, "LUN size")
       ->check(CLI::Range(uint64_t{8}, uint64_t{1} << 30))
       ->capture_default_str();
-  app.add_option("--rounds", o->rounds, "measured rounds")->check(CLI::Range(1, 1000))->capture_default_str();
+  AddRounds(app, "--rounds", &o->rounds, 2, "measured rounds (the two sides take turns to go first)")
+      ->check(CLI::Range(2, 1000));
   app.add_option("--seconds", o->seconds, "each run's time")->check(CLI::Range(1, 3600))->capture_default_str();
   AddCountList(app, "--depths", &o->depths, "4 KiB random jobs' queue depths");
   AddCountList(app, "--seq-depths", &o->seq_depths, "1 MiB sequential jobs' queue depths");

@@ -495,9 +495,10 @@ int Main(int argc, char** argv) {
   std::vector<int> storms = {32, 64};
   int storm_rounds = 3;
   CLI::App app{"lifecycle_bench: the plugin's CSI steps against bare commands, and an attach storm", "lifecycle_bench"};
-  app.add_option("--runs", runs, "measured lifecycles")->capture_default_str();
+  AddRounds(app, "--runs", &runs, 2, "measured lifecycles (plugin and bare commands take turns to go first)");
   AddCountList(app, "--storm", &storms, "volumes staged at once, one storm per value");
-  app.add_option("--storm-rounds", storm_rounds, "measured rounds per storm")->capture_default_str();
+  AddRounds(app, "--storm-rounds", &storm_rounds, 3,
+            "measured rounds per storm (the three sides take turns to go first)");
   app.add_option("--size-mib", size_mib, "volume size")->capture_default_str();
   app.add_option("--spans", span_runs, "lifecycles for the per-step span breakdown")->capture_default_str();
   if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;

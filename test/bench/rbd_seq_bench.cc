@@ -11,7 +11,7 @@
 // When this machine cannot run Ceph, or the cluster does not start, it
 // prints `SKIP<TAB>reason` and exits 0: the report says why there is no row.
 //
-//   rbd_seq_bench [--size-mib 1024] [--rounds 3] [--depths 1,16]
+//   rbd_seq_bench [--size-mib 1024] [--rounds 4] [--depths 1,16]
 //
 // Besides RESULT lines (bench_report.h), one line per depth:
 //   RBD<TAB>depth<TAB>bridge min/med/max<TAB>rbd bench min/med/max<TAB>ratio
@@ -45,7 +45,7 @@ namespace {
 
 struct Options {
   uint64_t size_mib = 1024;
-  int rounds = 3;
+  int rounds = 4;
   std::vector<int> depths = {1, 16};
 };
 
@@ -55,7 +55,8 @@ std::optional<int> ParseOptions(int argc, char** argv, Options* o) {
   app.add_option("--size-mib", o->size_mib, "image size (a multiple of 4, at least 16)")
       ->check(CLI::Range(uint64_t{16}, uint64_t{1} << 30))
       ->capture_default_str();
-  app.add_option("--rounds", o->rounds, "measured rounds")->check(CLI::Range(1, 1000))->capture_default_str();
+  AddRounds(app, "--rounds", &o->rounds, 2, "measured rounds (the two sides take turns to go first)")
+      ->check(CLI::Range(2, 1000));
   AddCountList(app, "--depths", &o->depths, "writes in flight, one figure per value");
   if (auto exit_code = ParseFlags(app, argc, argv)) return exit_code;
   if (o->size_mib % 4 != 0) return UsageError(app, "--size-mib wants a multiple of 4 (4 MiB writes)");

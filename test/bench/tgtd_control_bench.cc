@@ -22,7 +22,7 @@ namespace {
 int Main(int argc, char** argv) {
   int rounds = 200, warmup = 10, targets = 20;
   CLI::App app{"tgtd_control_bench: one tgtd call over its socket against an exec of tgtadm", "tgtd_control_bench"};
-  app.add_option("--rounds", rounds, "measured rounds")->capture_default_str();
+  AddRounds(app, "--rounds", &rounds, 2, "measured rounds (the two sides take turns to go first)");
   app.add_option("--warmup", warmup, "rounds dropped first")->capture_default_str();
   app.add_option("--targets", targets, "targets tgtd holds")->capture_default_str();
   if (auto exit_code = ParseFlags(app, argc, argv)) return *exit_code;

@@ -1,7 +1,8 @@
 // The kill -9 matrix (issue #7): for every named crash point of the
 // controller (local backend in the plugin), of the storage-host agent
 // (blockcsi-target behind --backend remote) and of the node (NodeStage,
-// NodeUnstage), the real process is started armed with that point
+// NodeUnstage, NodeExpandVolume, the attach record's writes), the real
+// process is started armed with that point
 // (BLOCKCSI_FAULT_POINT), dies there by SIGKILL in the middle of a real
 // operation, is restarted unarmed, and the same request is retried as the
 // sidecars or kubelet would. Each case asserts that the operation
@@ -23,6 +24,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,6 +49,7 @@
 #include "common/executor.h"
 #include "common/mounter.h"
 #include "contract/initiator.h"
+#include "support/csi_requests.h"
 #include "support/leak_check.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
@@ -58,6 +61,13 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr int64_t kVolumeBytes = 64LL << 20;
+// What the expand cases grow a volume of kVolumeBytes to.
+constexpr int64_t kGrownBytes = 128LL << 20;
+// The node expand case's volume (xfs: mkfs.xfs wants 300 MB at least) and
+// what it grows to. xfs because a mounted ext4 grows only with
+// CAP_SYS_RESOURCE, which the test's process may lack.
+constexpr int64_t kXfsVolumeBytes = 320LL << 20;
+constexpr int64_t kXfsGrownBytes = 512LL << 20;
 constexpr char kNodeId[] = "e2e-node";
 constexpr char kFs[] = "ext4";
 // Written into the image (controller cases) or into a file on the volume
@@ -74,8 +84,11 @@ struct KillPoint {
   const char* name;   // the matrix row
   const char* armed;  // what goes into BLOCKCSI_FAULT_POINT
   Side side;
-  const char* op;     // create | publish | unpublish | delete | stage | unstage
-  bool chap = false;  // the volume asks for CHAP (StorageClass chap=true)
+  // create | publish | unpublish | expand | snapshot | delete-snapshot |
+  // delete (controller and agent); stage | unstage | expand (node)
+  const char* op;
+  bool chap = false;     // the volume asks for CHAP (StorageClass chap=true)
+  const char* fs = kFs;  // the volume's filesystem
 };
 
 std::ostream& operator<<(std::ostream& out, const KillPoint& p) { return out << p.name; }
@@ -97,6 +110,16 @@ const KillPoint kKillPoints[] = {
     {"controller.delete.after-unexport", "controller.delete.after-unexport", Side::kController, "delete"},
     {"controller.delete.after-image-removed", "controller.delete.after-image-removed", Side::kController, "delete"},
     {"controller.delete.record-removed", "controller.delete.record-removed", Side::kController, "delete"},
+    // The image staged in tmp/ (Open() empties tmp/), and an expand whose
+    // image grew before its record (Open() rolls the record forward).
+    {"controller.create.image-staged", "controller.create.image-staged", Side::kController, "create"},
+    {"controller.expand.after-image-grown", "controller.expand.after-image-grown", Side::kController, "expand"},
+    // A snapshot's copy staged, then placed without its record (Open()
+    // removes both); a deleted snapshot's record gone, its image left.
+    {"controller.snapshot.image-staged", "controller.snapshot.image-staged", Side::kController, "snapshot"},
+    {"controller.snapshot.image-placed", "controller.snapshot.image-placed", Side::kController, "snapshot"},
+    {"controller.delete-snapshot.record-removed", "controller.delete-snapshot.record-removed", Side::kController,
+     "delete-snapshot"},
     {"agent.create.after-record", "agent.create.after-record", Side::kAgent, "create"},
     {"agent.create.after-export", "agent.create.after-export", Side::kAgent, "create"},
     {"agent.publish.after-grant-record", "agent.publish.after-grant-record", Side::kAgent, "publish"},
@@ -107,6 +130,11 @@ const KillPoint kKillPoints[] = {
     {"agent.delete.after-image-removed", "agent.delete.after-image-removed", Side::kAgent, "delete"},
     {"agent.create.image-placed", "agent.create.image-placed", Side::kAgent, "create"},
     {"agent.delete.record-removed", "agent.delete.record-removed", Side::kAgent, "delete"},
+    {"agent.create.image-staged", "agent.create.image-staged", Side::kAgent, "create"},
+    {"agent.expand.after-image-grown", "agent.expand.after-image-grown", Side::kAgent, "expand"},
+    {"agent.snapshot.image-staged", "agent.snapshot.image-staged", Side::kAgent, "snapshot"},
+    {"agent.snapshot.image-placed", "agent.snapshot.image-placed", Side::kAgent, "snapshot"},
+    {"agent.delete-snapshot.record-removed", "agent.delete-snapshot.record-removed", Side::kAgent, "delete-snapshot"},
     // With CHAP: the secrets live in the backend's memory only, so a
     // restart loses them and the retried publish must bring them back.
     {"controller.publish.after-grant-record/chap", "controller.publish.after-grant-record", Side::kController,
@@ -116,15 +144,21 @@ const KillPoint kKillPoints[] = {
      "unpublish", true},
     {"agent.publish.after-grant-record/chap", "agent.publish.after-grant-record", Side::kAgent, "publish", true},
     {"agent.unpublish.after-acl-removed/chap", "agent.unpublish.after-acl-removed", Side::kAgent, "unpublish", true},
-    // Inside AttachRecordStore::Put (issue #22): the plugin dies between the
-    // fsync of the new record and its rename, and right after the rename.
+    // Inside AttachRecordStore::Put (issue #22), at each step of the first
+    // record write of a stage: the temp file written, fsynced, renamed over
+    // the record, the directory fsynced.
+    {"node.record.temp-written", "node.record.temp-written", Side::kNode, "stage"},
     {"node.record.temp-synced", "node.record.temp-synced", Side::kNode, "stage"},
     {"node.record.renamed", "node.record.renamed", Side::kNode, "stage"},
+    {"node.record.dir-synced", "node.record.dir-synced", Side::kNode, "stage"},
     {"node.stage.after-connect", "node.stage.after-connect", Side::kNode, "stage"},
     {"node.stage.after-attach", "node.stage.after-attach", Side::kNode, "stage"},
     {"node.stage.after-mkfs", "node.stage.after-mkfs", Side::kNode, "stage"},
     {"node.stage.after-mount", "node.stage.after-mount", Side::kNode, "stage"},
     {"node.unstage.after-unmount", "node.unstage.after-unmount", Side::kNode, "unstage"},
+    // NodeExpandVolume of a published volume: the device rescanned, the
+    // filesystem not grown yet.
+    {"node.expand.after-rescan", "node.expand.after-rescan", Side::kNode, "expand", false, "xfs"},
     // The bridge holds the CHAP secret it was given on stdin; the restarted
     // plugin has only what kubelet's retry passes again.
     {"node.stage.after-connect/chap", "node.stage.after-connect", Side::kNode, "stage", true},
@@ -200,8 +234,9 @@ bool Under(const std::string& path, const std::string& dir) { return path == dir
 
 // The pool as its files say (the durable truth both processes share).
 struct PoolView {
-  std::map<std::string, VolumeRecord> volumes;  // by id
-  std::set<std::string> images;                 // ids with an image file
+  std::map<std::string, VolumeRecord> volumes;      // by id
+  std::map<std::string, SnapshotRecord> snapshots;  // by id
+  std::set<std::string> images;                     // ids with an image file
   std::vector<std::string> problems;
 };
 
@@ -215,17 +250,36 @@ PoolView ReadPool(const std::string& pool_dir) {
     }
     view.volumes[record->id] = *record;
   }
+  for (const auto& name : ListNames(pool_dir + "/snapshots")) {
+    auto record = Pool::SnapshotFromJson(testing::ReadFileOrEmpty(pool_dir + "/snapshots/" + name));
+    if (!record.ok()) {
+      view.problems.push_back("unreadable snapshot record " + name);
+      continue;
+    }
+    view.snapshots[record->id] = *record;
+  }
   for (const auto& name : ListNames(pool_dir + "/images")) {
     if (name.size() > 4 && name.ends_with(".img")) view.images.insert(name.substr(0, name.size() - 4));
   }
   for (const auto& name : ListNames(pool_dir + "/tmp")) view.problems.push_back("unfinished image tmp/" + name);
   for (const auto& id : view.images) {
-    if (!view.volumes.count(id)) view.problems.push_back("image " + id + " without a volume");
+    if (!view.volumes.count(id) && !view.snapshots.count(id)) {
+      view.problems.push_back("image " + id + " without a volume or snapshot");
+    }
   }
   for (const auto& [id, record] : view.volumes) {
     if (!view.images.count(id)) view.problems.push_back("volume " + id + " without an image");
   }
+  for (const auto& [id, record] : view.snapshots) {
+    if (!view.images.count(id)) view.problems.push_back("snapshot " + id + " without an image");
+  }
   return view;
+}
+
+uint64_t FileSize(const std::string& path) {
+  std::error_code ec;
+  uint64_t size = std::filesystem::file_size(path, ec);
+  return ec ? 0 : size;
 }
 
 std::string ImagePath(const std::string& pool_dir, const std::string& id) {
@@ -375,11 +429,15 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
 
   // ---- CSI calls ----
 
+  std::string Fs() const { return GetParam().fs; }
+  int64_t VolumeBytes() const { return Fs() == "xfs" ? kXfsVolumeBytes : kVolumeBytes; }
+  int64_t GrownBytes() const { return Fs() == "xfs" ? kXfsGrownBytes : kGrownBytes; }
+
   grpc::Status CreateVolume(const std::string& name, std::string* id) {
     csi::v1::CreateVolumeRequest req;
     req.set_name(name);
-    req.mutable_capacity_range()->set_required_bytes(kVolumeBytes);
-    *req.add_volume_capabilities() = testing::MountCapability(kFs);
+    req.mutable_capacity_range()->set_required_bytes(VolumeBytes());
+    *req.add_volume_capabilities() = testing::MountCapability(Fs());
     if (GetParam().chap) (*req.mutable_parameters())["chap"] = "true";
     csi::v1::CreateVolumeResponse resp;
     grpc::Status st = plugin_->controller().CreateVolume(testing::Deadline(60s).get(), req, &resp);
@@ -394,7 +452,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
     csi::v1::ControllerPublishVolumeRequest req;
     req.set_volume_id(id);
     req.set_node_id(kNodeId);
-    *req.mutable_volume_capability() = testing::MountCapability(kFs);
+    *req.mutable_volume_capability() = testing::MountCapability(Fs());
     if (GetParam().chap) {
       (*req.mutable_secrets())["chap-username"] = kChapUser;
       (*req.mutable_secrets())["chap-password"] = kChapPassword;
@@ -421,6 +479,35 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
     return plugin_->controller().DeleteVolume(testing::Deadline(60s).get(), req, &resp);
   }
 
+  // An answer of less than was asked for is a failure too.
+  grpc::Status ControllerExpand(const std::string& id, int64_t bytes) {
+    const csi::v1::VolumeCapability cap = testing::MountCapability(Fs());
+    csi::v1::ControllerExpandVolumeResponse resp;
+    grpc::Status st = plugin_->controller().ControllerExpandVolume(testing::Deadline(60s).get(),
+                                                                   testing::ExpandRequest(id, bytes, &cap), &resp);
+    if (st.ok() && resp.capacity_bytes() < bytes) {
+      return {grpc::StatusCode::INTERNAL, "expanded to " + std::to_string(resp.capacity_bytes()) + " bytes only"};
+    }
+    return st;
+  }
+
+  grpc::Status CreateSnapshot(const std::string& name, const std::string& source_id, std::string* snapshot_id) {
+    csi::v1::CreateSnapshotRequest req;
+    req.set_name(name);
+    req.set_source_volume_id(source_id);
+    csi::v1::CreateSnapshotResponse resp;
+    grpc::Status st = plugin_->controller().CreateSnapshot(testing::Deadline(60s).get(), req, &resp);
+    if (st.ok()) *snapshot_id = resp.snapshot().snapshot_id();
+    return st;
+  }
+
+  grpc::Status DeleteSnapshot(const std::string& snapshot_id) {
+    csi::v1::DeleteSnapshotRequest req;
+    req.set_snapshot_id(snapshot_id);
+    csi::v1::DeleteSnapshotResponse resp;
+    return plugin_->controller().DeleteSnapshot(testing::Deadline(60s).get(), req, &resp);
+  }
+
   std::string Staging(const std::string& id) const { return plugin_->staging_path(id); }
   std::string Target(const std::string& id) const { return plugin_->target_path(id); }
 
@@ -428,7 +515,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
     csi::v1::NodeStageVolumeRequest req;
     req.set_volume_id(id);
     req.set_staging_target_path(Staging(id));
-    *req.mutable_volume_capability() = testing::MountCapability(kFs);
+    *req.mutable_volume_capability() = testing::MountCapability(Fs());
     for (const auto& [k, v] : publish_context_) (*req.mutable_publish_context())[k] = v;
     for (const auto& [k, v] : volume_context_) (*req.mutable_volume_context())[k] = v;
     if (GetParam().chap) {
@@ -453,10 +540,25 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
     req.set_volume_id(id);
     req.set_staging_target_path(Staging(id));
     req.set_target_path(Target(id));
-    *req.mutable_volume_capability() = testing::MountCapability(kFs);
+    *req.mutable_volume_capability() = testing::MountCapability(Fs());
     for (const auto& [k, v] : publish_context_) (*req.mutable_publish_context())[k] = v;
     csi::v1::NodePublishVolumeResponse resp;
     return plugin_->node().NodePublishVolume(testing::Deadline(60s).get(), req, &resp);
+  }
+
+  // NodeExpandVolume of the published target to GrownBytes(); `capacity`
+  // is what the plugin answered.
+  grpc::Status NodeExpand(const std::string& id, int64_t* capacity) {
+    csi::v1::NodeExpandVolumeRequest req;
+    req.set_volume_id(id);
+    req.set_volume_path(Target(id));
+    req.set_staging_target_path(Staging(id));
+    req.mutable_capacity_range()->set_required_bytes(GrownBytes());
+    *req.mutable_volume_capability() = testing::MountCapability(Fs());
+    csi::v1::NodeExpandVolumeResponse resp;
+    grpc::Status st = plugin_->node().NodeExpandVolume(testing::Deadline(60s).get(), req, &resp);
+    if (st.ok()) *capacity = resp.capacity_bytes();
+    return st;
   }
 
   grpc::Status NodeUnpublish(const std::string& id) {
@@ -526,6 +628,10 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
         ++disks;
         if (lun.lun != 1 || lun.backing_path != ImagePath(PoolDir(), record.id)) {
           problems.push_back("LUN " + std::to_string(lun.lun) + " of " + record.id + " on " + lun.backing_path);
+        }
+        if (lun.size_mb != TgtadmShownMegabytes(record.size_bytes)) {
+          problems.push_back("LUN of " + record.id + " is " + std::to_string(lun.size_mb) + " MB, its record " +
+                             std::to_string(record.size_bytes) + " bytes");
         }
       }
       if (disks != 1) problems.push_back(std::to_string(disks) + " disk LUNs on " + record.id);
@@ -684,6 +790,7 @@ class KillMatrixTest : public ::testing::TestWithParam<KillPoint> {
 
   void RunControllerCase();
   void RunNodeCase();
+  void RunNodeExpandCase();
 
   static inline std::unique_ptr<testing::TgtdHarness> tgtd_;
   static inline std::string tgtd_error_;
@@ -715,21 +822,30 @@ void KillMatrixTest::RunControllerCase() {
   }
 
   // Up to the armed operation, normally.
-  std::string id;
+  std::string id, snapshot_id;
+  const std::string snapshot_name = name + "-snap";
+  const bool keeps_data = op != "create" && op != "delete";  // the volume outlives the armed call
   if (op != "create") {
     ASSERT_GRPC_OK(CreateVolume(name, &id));
     if (op == "unpublish") {
       ASSERT_GRPC_OK(ControllerPublish(id));
     }
-    // Stands for what a node wrote: it must outlive the crash and the retry.
-    if (op == "publish" || op == "unpublish") {
+    // Stands for what a node wrote: it must outlive the crash and the retry
+    // (and be in a snapshot's copy).
+    if (keeps_data) {
       ASSERT_TRUE(WritePattern(ImagePath(PoolDir(), id)));
+    }
+    if (op == "delete-snapshot") {
+      ASSERT_GRPC_OK(CreateSnapshot(snapshot_name, id, &snapshot_id));
     }
   }
   auto armed_call = [&]() -> grpc::Status {
     if (op == "create") return CreateVolume(name, &id);
     if (op == "publish") return ControllerPublish(id);
     if (op == "unpublish") return ControllerUnpublish(id);
+    if (op == "expand") return ControllerExpand(id, kGrownBytes);
+    if (op == "snapshot") return CreateSnapshot(snapshot_name, id, &snapshot_id);
+    if (op == "delete-snapshot") return DeleteSnapshot(snapshot_id);
     return DeleteVolume(id);
   };
   grpc::Status killed_call = armed_call();
@@ -743,6 +859,21 @@ void KillMatrixTest::RunControllerCase() {
   std::string committed_id = after_kill.volumes.empty() ? "" : after_kill.volumes.begin()->first;
   if (op == "create" && !committed_id.empty()) {
     ASSERT_TRUE(WritePattern(ImagePath(PoolDir(), committed_id)));
+  }
+  // The crash left the state between the steps that the point names: the
+  // case is about that state, so check it is the one the restart finds.
+  if (op == "expand") {
+    EXPECT_EQ(FileSize(ImagePath(PoolDir(), id)), static_cast<uint64_t>(kGrownBytes))
+        << "the image was not grown before the kill";
+    EXPECT_EQ(after_kill.volumes[id].size_bytes, static_cast<uint64_t>(kVolumeBytes))
+        << "the record was written before the kill";
+  }
+  if (op == "snapshot") {
+    EXPECT_TRUE(after_kill.snapshots.empty()) << "a snapshot record before its image was placed";
+  }
+  if (op == "delete-snapshot") {
+    EXPECT_TRUE(after_kill.snapshots.empty()) << "the snapshot's record outlived the kill";
+    EXPECT_TRUE(after_kill.images.count(snapshot_id)) << "the snapshot's image went before the kill";
   }
 
   ASSERT_TRUE(RestartUnarmed());
@@ -770,7 +901,27 @@ void KillMatrixTest::RunControllerCase() {
   if (op == "unpublish") {
     EXPECT_TRUE(ReadPool(PoolDir()).volumes[id].grants.empty());
   }
-  if (op == "publish" || op == "unpublish") {
+  if (op == "expand") {
+    PoolView pool = ReadPool(PoolDir());
+    EXPECT_EQ(pool.volumes[id].size_bytes, static_cast<uint64_t>(kGrownBytes));
+    EXPECT_EQ(FileSize(ImagePath(PoolDir(), id)), static_cast<uint64_t>(kGrownBytes));
+  }
+  if (op == "snapshot") {
+    PoolView pool = ReadPool(PoolDir());
+    ASSERT_EQ(pool.snapshots.size(), 1u) << "the retry made a second snapshot or none";
+    EXPECT_EQ(pool.snapshots.begin()->first, snapshot_id);
+    EXPECT_TRUE(PatternIntact(ImagePath(PoolDir(), snapshot_id))) << "the snapshot lacks what the volume held";
+    std::string again;
+    ASSERT_GRPC_OK(CreateSnapshot(snapshot_name, id, &again));
+    EXPECT_EQ(again, snapshot_id) << "CreateSnapshot is not idempotent after the crash";
+  }
+  if (op == "delete-snapshot") {
+    PoolView pool = ReadPool(PoolDir());
+    EXPECT_TRUE(pool.snapshots.empty());
+    EXPECT_FALSE(pool.images.count(snapshot_id)) << "the deleted snapshot's image is still in the pool";
+    ASSERT_GRPC_OK(DeleteSnapshot(snapshot_id));  // idempotent, also after the crash
+  }
+  if (keeps_data) {
     outcome_.data = PatternIntact(ImagePath(PoolDir(), id)) ? "intact" : "LOST";
     EXPECT_EQ(outcome_.data, "intact");
   }
@@ -783,7 +934,10 @@ void KillMatrixTest::RunControllerCase() {
       ASSERT_GRPC_OK(ControllerUnpublish(id));
     }
     ASSERT_GRPC_OK(DeleteVolume(id));
-  } else if (op == "unpublish") {
+  } else if (op == "snapshot") {
+    ASSERT_GRPC_OK(DeleteSnapshot(snapshot_id));
+    ASSERT_GRPC_OK(DeleteVolume(id));
+  } else if (op != "delete") {
     ASSERT_GRPC_OK(DeleteVolume(id));
   }
   ASSERT_GRPC_OK(DeleteVolume(id));  // idempotent, also after the crash
@@ -872,9 +1026,68 @@ void KillMatrixTest::RunNodeCase() {
   NoteLeaks(EverythingGone());
 }
 
+// NodeExpandVolume of a published xfs volume the controller has grown: the
+// plugin dies after the rescan, before the filesystem grew; restarted, the
+// retried expand grows it (the bridge and the mounts outlived the plugin),
+// nothing is formatted, the data stays.
+void KillMatrixTest::RunNodeExpandCase() {
+  const KillPoint& p = GetParam();
+  ASSERT_TRUE(StartPlugin(p.armed));  // no controller call, stage or publish reaches it
+  std::string id;
+  ASSERT_GRPC_OK(CreateVolume(std::string("fault-") + p.name, &id));
+  ASSERT_GRPC_OK(ControllerPublish(id));
+  ASSERT_GRPC_OK(Stage(id));
+  const std::string uuid = FsUuid(id);
+  ASSERT_FALSE(uuid.empty());
+  ASSERT_GRPC_OK(NodePublish(id));
+  const std::string file = Target(id) + "/precious";
+  {
+    int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    std::string data(kPrecious);
+    ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+    ASSERT_EQ(::fsync(fd), 0);
+    ::close(fd);
+  }
+  ASSERT_GRPC_OK(ControllerExpand(id, GrownBytes()));
+
+  int64_t capacity = 0;
+  grpc::Status st = NodeExpand(id, &capacity);
+  bool died = ArmedProcessDied();
+  outcome_.killed = died ? "yes" : "NO";
+  ASSERT_TRUE(died) << p.armed << " was not reached (the call returned " << st.error_code() << ")\n" << Logs();
+  ASSERT_TRUE(StartPlugin(""));
+  ASSERT_TRUE(testing::GrpcOk(RetryUntilOk([&] { return NodeExpand(id, &capacity); }), Logs()));
+  EXPECT_GE(capacity, GrownBytes());
+  // The filesystem itself grew (more than half-way from the old size to the new).
+  struct statvfs fs {};
+  ASSERT_EQ(::statvfs(Target(id).c_str(), &fs), 0);
+  const uint64_t fs_bytes = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+  EXPECT_GT(fs_bytes, static_cast<uint64_t>(VolumeBytes() + GrownBytes()) / 2)
+      << "the filesystem was not grown after the restart";
+
+  outcome_.data = testing::ReadFileOrEmpty(file) == kPrecious ? "intact" : "LOST";
+  EXPECT_EQ(outcome_.data, "intact");
+  EXPECT_EQ(FsUuid(id), uuid) << "the filesystem was made again";
+  int formats = FormatsLogged(id);
+  outcome_.formats = std::to_string(formats);
+  EXPECT_EQ(formats, 1) << "mkfs runs of " << id << " in the plugin's log";
+  ASSERT_GRPC_OK(NodeUnpublish(id));
+  NoteLeaks(StagedProblems(id));
+
+  ASSERT_GRPC_OK(Unstage(id));
+  ASSERT_GRPC_OK(ControllerUnpublish(id));
+  ASSERT_GRPC_OK(DeleteVolume(id));
+  NoteLeaks(EverythingGone());
+}
+
 TEST_P(KillMatrixTest, ConvergesWithoutLeaks) {
   if (GetParam().side == Side::kNode) {
-    RunNodeCase();
+    if (std::string(GetParam().op) == "expand") {
+      RunNodeExpandCase();
+    } else {
+      RunNodeCase();
+    }
   } else {
     RunControllerCase();
   }

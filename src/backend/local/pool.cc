@@ -187,7 +187,7 @@ std::vector<VolumeRecord> Pool::ListVolumesFrom(const std::string& start_id, siz
   return out;
 }
 
-Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint64_t size_bytes,
+Status Pool::PlaceImage(const PlaceImagePoints& points, const std::string& id, uint64_t size_bytes,
                         const std::string& source_image, CopyMethod* method) {
   std::string staged = dir_ + "/tmp/" + id + ".img";
   if (source_image.empty()) {
@@ -211,7 +211,7 @@ Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint6
       return st;
     }
   }
-  BLOCKCSI_RETURN_IF_ERROR(Fault("controller." + std::string(operation) + ".image-staged"));
+  BLOCKCSI_RETURN_IF_ERROR(Fault(points.staged));
   std::string final_path = ImagePath(id);
   BLOCKCSI_RETURN_IF_ERROR(files_.Rename(staged, final_path).WithContext("place image"));
   // Crash point: the record is written next. Without this fsync of images/
@@ -220,7 +220,7 @@ Status Pool::PlaceImage(std::string_view operation, const std::string& id, uint6
   // image is gone. Only the new name must be durable; a stale tmp/ entry
   // after a crash is removed by the next Open().
   BLOCKCSI_RETURN_IF_ERROR(files_.SyncDirectory(dir_ + "/images"));
-  return Fault("controller." + std::string(operation) + ".image-placed");
+  return Fault(points.placed);
 }
 
 Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_image, CopyMethod* method) {
@@ -230,7 +230,9 @@ Status Pool::CreateVolume(const VolumeRecord& record, const std::string& source_
     if (volumes_.count(record.id)) return AlreadyExists("volume " + record.id + " already exists in the pool");
   }
   BLOCKCSI_ASSIGN_OR_RETURN(RoomReservation room, ReserveRoom(record.size_bytes, true, "volume " + record.id));
-  BLOCKCSI_RETURN_IF_ERROR(PlaceImage("create", record.id, record.size_bytes, source_image, method));
+  BLOCKCSI_RETURN_IF_ERROR(
+      PlaceImage(PlaceImagePoints{"controller.create.image-staged", "controller.create.image-placed"}, record.id,
+                 record.size_bytes, source_image, method));
   // The commit point: from here on the volume exists. Its two fsyncs (the
   // record file, then volumes/) are the crash points of CreateVolume's
   // answer: a volume the CO was told exists must still exist after a crash
@@ -327,7 +329,8 @@ Status Pool::CreateSnapshot(const SnapshotRecord& record, CopyMethod* method) {
   // takes as much space as its source has written.
   BLOCKCSI_ASSIGN_OR_RETURN(RoomReservation room, ReserveRoom(record.size_bytes, false, "snapshot " + record.id));
   BLOCKCSI_RETURN_IF_ERROR(
-      PlaceImage("snapshot", record.id, record.size_bytes, ImagePath(record.source_volume_id), method));
+      PlaceImage(PlaceImagePoints{"controller.snapshot.image-staged", "controller.snapshot.image-placed"}, record.id,
+                 record.size_bytes, ImagePath(record.source_volume_id), method));
   // Commit point of the snapshot (record file and snapshots/ fsynced): a
   // snapshot the CO was told exists survives a crash, as a volume does.
   BLOCKCSI_RETURN_IF_ERROR(files_.WriteRecord(SnapshotRecordPath(record.id), SnapshotToJson(record)));

@@ -132,9 +132,15 @@ class Pool {
   Pool(std::string dir, PoolOptions options, std::unique_ptr<HeldLock> lock);
   Status Load();
   Status Fault(std::string_view point) const;
+  // The fault points of one PlaceImage: reached once the image is staged
+  // in tmp/, then once it is renamed into images/. Whole names, so that
+  // hack/check_fault_points.py finds every point in the source.
+  struct PlaceImagePoints {
+    std::string_view staged;
+    std::string_view placed;
+  };
   // Builds tmp/<id>.img, fsyncs it and renames it to images/<id>.img.
-  // `operation` names its fault points: "controller.<operation>.image-placed".
-  Status PlaceImage(std::string_view operation, const std::string& id, uint64_t size_bytes,
+  Status PlaceImage(const PlaceImagePoints& points, const std::string& id, uint64_t size_bytes,
                     const std::string& source_image, CopyMethod* method);
   // Room for `bytes` more of sparse image under the overcommit policy (and,
   // for a new volume, under max_volumes), held for the caller until the

@@ -2,7 +2,8 @@
 // run against a throw-away tgtd: sequential 1 MiB write/read MiB/s through
 // the bridge's loop device (O_DIRECT) against raw libiscsi WRITE(16)/READ(16)
 // on the same LUN, and attach/detach latency. Needs root. Prints a table.
-//   attach_bench [size-MiB (default 512)] [rounds (default 3)] [bridge sessions (default 1)]
+//   attach_bench [size-MiB (default 512)] [rounds (default 4, even: the two
+//                sides take turns to go first)] [bridge sessions (default 1)]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -33,8 +34,12 @@ double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::d
 int Run(int argc, char** argv) {
   using namespace blockcsi;
   size_t mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 512;
-  int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  int rounds = argc > 2 ? std::atoi(argv[2]) : 4;
   int sessions = argc > 3 ? std::atoi(argv[3]) : 1;
+  if (rounds <= 0 || rounds % 2 != 0) {
+    std::fprintf(stderr, "attach_bench: rounds must be a positive even number (the sides take turns to go first)\n");
+    return 2;
+  }
   InitLogging("attach_bench", LogFormat::kText, LogLevel::kWarn);
   std::string error;
   auto tgtd = testing::TgtdHarness::Start(&error);

@@ -37,7 +37,7 @@ enum class Source { kNone, kSnapshot, kVolume };
 
 struct Case {
   Source source;
-  std::string step;  // rbd.create_volume.<step>
+  std::string point;  // the fault point failed: rbd.create_volume.<step>
 };
 
 // gtest prints a parameter with this (not as raw bytes) in test names.
@@ -45,14 +45,15 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << (c.source == Source::kNone       ? "empty"
           : c.source == Source::kSnapshot ? "from snapshot"
                                           : "from volume")
-      << ", " << c.step;
+      << ", " << c.point;
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   std::string name = info.param.source == Source::kNone       ? "Empty_"
                      : info.param.source == Source::kSnapshot ? "FromSnapshot_"
                                                               : "FromVolume_";
-  for (char c : info.param.step) name += (c == '-' ? '_' : c);
+  const std::string prefix = "rbd.create_volume.";
+  for (char c : info.param.point.substr(prefix.size())) name += (c == '-' ? '_' : c);
   return name;
 }
 
@@ -96,7 +97,7 @@ class RbdCreateRollbackTest : public ::testing::TestWithParam<Case> {
                     "--ceph-user",    env_.at("BLOCKCSI_CEPH_USER"),
                     "--ceph-keyring", env_.at("BLOCKCSI_CEPH_KEYRING"),
                     "--rbd-pool",     env_.at("RBD_POOL")};
-    p.env = {{"BLOCKCSI_FAULT_FAIL", "rbd.create_volume." + GetParam().step}};
+    p.env = {{"BLOCKCSI_FAULT_FAIL", GetParam().point}};
     std::string error;
     ASSERT_TRUE(plugin_->Start(p, &error)) << error;
   }
@@ -188,7 +189,7 @@ TEST_P(RbdCreateRollbackTest, FinalFailureAfterTheImageExistsLeavesThePoolAsBefo
   grpc::Status st = plugin_->controller().CreateVolume(testing::Deadline().get(), req, &resp);
 
   // The step was reached and failed the call with a final code.
-  const std::string armed = "rbd.create_volume." + GetParam().step;
+  const std::string& armed = GetParam().point;
   ASSERT_EQ(st.error_code(), grpc::StatusCode::INTERNAL) << st.error_message() << "\n" << plugin_->LogTail();
   EXPECT_NE(st.error_message().find("injected failure at " + armed), std::string::npos) << st.error_message();
   // Right after the call, before anything is cleaned.
@@ -196,22 +197,29 @@ TEST_P(RbdCreateRollbackTest, FinalFailureAfterTheImageExistsLeavesThePoolAsBefo
   EXPECT_TRUE(left.empty()) << "left behind after the failed CreateVolume:" << testing::DescribeItems(left) << "\n"
                             << plugin_->LogTail();
   // Before the clone exists there is no image to take back, only the snapshot.
-  if (GetParam().step != "after-temp-snapshot") {
+  if (armed != "rbd.create_volume.after-temp-snapshot") {
     EXPECT_NE(plugin_->LogTail(20000).find("rbd image taken back"), std::string::npos) << plugin_->LogTail();
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Steps, RbdCreateRollbackTest,
-    ::testing::Values(Case{Source::kNone, "after-create"}, Case{Source::kNone, "after-metadata"},
-                      Case{Source::kNone, "after-name"}, Case{Source::kSnapshot, "after-create"},
-                      Case{Source::kSnapshot, "after-inherited-metadata-removed"},
-                      Case{Source::kSnapshot, "after-resize"}, Case{Source::kSnapshot, "after-metadata"},
-                      Case{Source::kSnapshot, "after-name"}, Case{Source::kVolume, "after-temp-snapshot"},
-                      Case{Source::kVolume, "after-create"}, Case{Source::kVolume, "after-inherited-metadata-removed"},
-                      Case{Source::kVolume, "after-flatten"}, Case{Source::kVolume, "after-resize"},
-                      Case{Source::kVolume, "after-metadata"}, Case{Source::kVolume, "after-name"}),
-    CaseName);
+INSTANTIATE_TEST_SUITE_P(Steps, RbdCreateRollbackTest,
+                         ::testing::Values(Case{Source::kNone, "rbd.create_volume.after-create"},
+                                           Case{Source::kNone, "rbd.create_volume.after-metadata"},
+                                           Case{Source::kNone, "rbd.create_volume.after-name"},
+                                           Case{Source::kSnapshot, "rbd.create_volume.after-create"},
+                                           Case{Source::kSnapshot,
+                                                "rbd.create_volume.after-inherited-metadata-removed"},
+                                           Case{Source::kSnapshot, "rbd.create_volume.after-resize"},
+                                           Case{Source::kSnapshot, "rbd.create_volume.after-metadata"},
+                                           Case{Source::kSnapshot, "rbd.create_volume.after-name"},
+                                           Case{Source::kVolume, "rbd.create_volume.after-temp-snapshot"},
+                                           Case{Source::kVolume, "rbd.create_volume.after-create"},
+                                           Case{Source::kVolume, "rbd.create_volume.after-inherited-metadata-removed"},
+                                           Case{Source::kVolume, "rbd.create_volume.after-flatten"},
+                                           Case{Source::kVolume, "rbd.create_volume.after-resize"},
+                                           Case{Source::kVolume, "rbd.create_volume.after-metadata"},
+                                           Case{Source::kVolume, "rbd.create_volume.after-name"}),
+                         CaseName);
 
 }  // namespace
 }  // namespace blockcsi

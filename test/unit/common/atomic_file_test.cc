@@ -15,6 +15,9 @@ namespace {
 
 using testing::TempDir;
 
+constexpr AtomicWritePoints kTestPoints{"test.write.temp-written", "test.write.temp-synced", "test.write.renamed",
+                                        "test.write.dir-synced"};
+
 TEST(AtomicFileTest, WritesWithMode0600) {
   TempDir dir;
   std::string path = dir.Join("record.json");
@@ -50,7 +53,7 @@ TEST(AtomicFileTest, CrashAtAnyStepLeavesOldOrNewNeverTorn) {
     if (pid == 0) {
       AtomicWriteOptions options;
       std::string step_to_crash = crash_step;
-      options.fault_point_prefix = "test.write.";
+      options.fault_points = kTestPoints;
       options.fault_hook = [&](std::string_view point) {
         if (point == "test.write." + step_to_crash) ::_exit(0);
         return OkStatus();
@@ -81,7 +84,7 @@ TEST(AtomicFileTest, FsyncsTheTempFileBeforeTheRenameAndTheDirectoryAfter) {
   TempDir dir;
   std::vector<std::string> steps;
   AtomicWriteOptions options;
-  options.fault_point_prefix = "test.write.";
+  options.fault_points = kTestPoints;
   options.fault_hook = [&](std::string_view point) {
     steps.emplace_back(point);
     return OkStatus();
@@ -95,7 +98,7 @@ TEST(AtomicFileTest, WithoutDirectorySyncTheTempFileIsStillSyncedBeforeTheRename
   TempDir dir;
   std::vector<std::string> steps;
   AtomicWriteOptions options;
-  options.fault_point_prefix = "test.write.";
+  options.fault_points = kTestPoints;
   options.sync_directory = false;
   options.fault_hook = [&](std::string_view point) {
     steps.emplace_back(point);
