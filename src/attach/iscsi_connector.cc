@@ -17,6 +17,7 @@ namespace {
 
 // iscsiadm exit codes (open-iscsi include/iscsi_err.h).
 constexpr int kErrSessionExists = 15;
+constexpr int kErrFatalLogin = 19;
 constexpr int kErrNoObjectsFound = 21;
 constexpr int kErrLoginAuthFailed = 24;
 
@@ -527,6 +528,15 @@ class IscsiConnector final : public Connector {
         return PermissionDenied("iSCSI login to " + spec.target_iqn + " at " + portal +
                                 " was refused: CHAP credentials rejected or initiator " + spec.initiator_iqn +
                                 " not allowed by the target's ACL");
+      } else if (r->exit_code == kErrFatalLogin) {
+        // iscsid gave up on this login for good: the same attempt again
+        // fails the same way. Seen on a real kernel when the target's answer
+        // to mutual CHAP does not match the mutual secret; also what a
+        // target that has no such name or rejects the negotiation gets.
+        return FailedPrecondition("iSCSI login to " + spec.target_iqn + " at " + portal +
+                                  " failed for good (iscsiadm: non-retryable login failure): " +
+                                  (spec.chap.mutual() ? "the target did not prove the mutual CHAP secret, or " : "") +
+                                  "the target refused the login outright: " + Trim(r->stderr_text));
       } else {
         last = Trim(r->stderr_text);
       }

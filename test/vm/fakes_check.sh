@@ -94,5 +94,29 @@ same logout_no_session.stderr 21 iscsiadm -m node -T "$iqn" -p "$portal" -I bloc
 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi -o delete >/dev/null || die "node delete"
 same node_delete_no_record.stderr 21 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi -o delete
 
+step "logins CHAP refuses"
+# The test's own throw-away secrets: on argv here, never in the plugin.
+tgtadm -C "$control_port" --lld iscsi --op new --mode account --user fake-in --password fake-in-secret || die "account"
+tgtadm -C "$control_port" --lld iscsi --op new --mode account --user fake-out --password fake-out-secret || die "account"
+tgtadm -C "$control_port" --lld iscsi --op bind --mode account --tid 3 --user fake-in || die "bind"
+tgtadm -C "$control_port" --lld iscsi --op bind --mode account --tid 3 --user fake-out --outgoing || die "bind outgoing"
+node_auth() { # <password> <mutual password>
+  local key value
+  for setting in authmethod=CHAP username=fake-in "password=$1" username_in=fake-out "password_in=$2"; do
+    key=${setting%%=*} value=${setting#*=}
+    iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi -o update -n "node.session.auth.$key" -v "$value" >/dev/null ||
+      die "node auth $key"
+  done
+}
+iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi -o new >/dev/null || die "node new"
+# The target refuses the initiator's secret.
+node_auth wrong-in-secret fake-out-secret
+same login_auth_failed.stderr 24 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
+# The initiator refuses the target's answer to mutual CHAP.
+node_auth fake-in-secret wrong-out-secret
+same login_fatal.stderr 19 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
+[ -z "$(sessions_of "$iqn")" ] || die "a refused login left a session"
+iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi -o delete >/dev/null || die "node delete"
+
 [ "$differences" -eq 0 ] || die "$differences captures or fakes differ from the real kernel and open-iscsi"
 step "done: every capture and the fake tree match"

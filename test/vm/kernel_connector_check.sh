@@ -1,11 +1,21 @@
 #!/bin/bash
 # Runs inside the test VM: `blockcsi --mode all --connector kernel` on a tgtd
 # in the same VM, driven with csi-call, through iscsid + iscsiadm into the
-# VM's own kernel. For ext4, xfs and raw block: create, publish, stage,
-# publish, write; unpublish, unstage leaves no session, sd device or mount;
-# stage again and the data is intact; then everything is taken down. ext4 and
-# raw block use one-way CHAP, and the secret is on no process's command line
-# (a watcher reads /proc/*/cmdline the whole time) and in no log.
+# VM's own kernel.
+#   Without udevd (no /dev/disk/by-*): ext4 with mutual CHAP and raw block
+#   with one-way CHAP; the identity check against the disk's real VPD pages
+#   (a publish_context naming another unit serial, then another WWN, is
+#   refused and leaves nothing behind); wrong CHAP secrets either way are
+#   refused with nothing left behind.
+#   With systemd-udevd running (by-id and by-path links come and go): xfs and
+#   btrfs.
+#   Each: create, publish, stage, publish, write; unpublish, unstage leaves no
+#   session, sd device or mount; stage again and the data is intact; ext4 and
+#   xfs then grow online (the LUN grows, the node rescans and resizes the
+#   mounted filesystem, the data stays); then everything is taken down.
+#   CHAP secrets are in no process's argv or environment (csi-call, playing
+#   the kubelet, holds them in its environment) the whole time, in no log, in
+#   no attach record, and in no iSCSI node record once the volumes are gone.
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=test/vm/lib.sh
 source "$here/lib.sh"
@@ -24,81 +34,111 @@ mkdir -p "$work/pool" "$work/state" "$work/staging" "$work/pods"
 start_plugin --mode all --backend local --pool "$work/pool" --tgt-control-port "$control_port" \
   --portal "$portal" --connector kernel --node-id "$node"
 
-export CHAP_USER=vmnode-chap
-CHAP_SECRET="chap-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export CHAP_SECRET
-chap_secrets=(--secret-env chap-username=CHAP_USER --secret-env chap-password=CHAP_SECRET)
-
-# The secret must never be in a command line while the volumes come and go
-# (one grep per round: a fork is dear under TCG; the pattern comes on a pipe,
-# not in grep's own argv).
-watch_argv() {
-  while :; do
-    # No match is grep's exit 1: not an error here (set -e).
-    grep -laF -f <(printf '%s\n' "$CHAP_SECRET") /proc/[0-9]*/cmdline 2>/dev/null >>"$work/argv-leaks" || true
-    sleep 0.1
-  done
+random_secret() { echo "$1-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"; }
+CHAP_USER=vmnode-chap
+CHAP_SECRET=$(random_secret chap)
+CHAP_MUTUAL_USER=vmtarget-chap
+CHAP_MUTUAL_SECRET=$(random_secret mutual)
+WRONG_SECRET=$(random_secret wrong)
+one_way=(--secret-env chap-username=CHAP_USER --secret-env chap-password=CHAP_SECRET)
+mutual=("${one_way[@]}" --secret-env chap-mutual-username=CHAP_MUTUAL_USER
+  --secret-env chap-mutual-password=CHAP_MUTUAL_SECRET)
+wrong_mutual=("${one_way[@]}" --secret-env chap-mutual-username=CHAP_MUTUAL_USER
+  --secret-env chap-mutual-password=WRONG_SECRET)
+wrong_one_way=(--secret-env chap-username=CHAP_USER --secret-env chap-password=WRONG_SECRET)
+# Only csi-call's environment holds them: the plugin and what it runs must
+# never see one there.
+csi() {
+  CHAP_USER=$CHAP_USER CHAP_SECRET=$CHAP_SECRET CHAP_MUTUAL_USER=$CHAP_MUTUAL_USER \
+    CHAP_MUTUAL_SECRET=$CHAP_MUTUAL_SECRET WRONG_SECRET=$WRONG_SECRET \
+    "$bin/csi-call" --endpoint "$csi_endpoint" "$@"
 }
-watch_argv &
+secrets_list() { printf '%s\n' "$CHAP_SECRET" "$CHAP_MUTUAL_SECRET" "$WRONG_SECRET"; }
+
+python3 "$here/secret_watch.py" "$work/secret-leaks" --allow-environ csi-call < <(secrets_list) >"$work/watch.out" 2>&1 &
 watcher_pid=$!
 daemon_pids+=("$watcher_pid")
-# The watcher must see a secret that is in an argv: one, for a second.
-sh -c 'sleep 1' "$CHAP_SECRET"
-wait_for 10 test -s "$work/argv-leaks" || die "the argv watcher did not see a command line with the secret"
-: >"$work/argv-leaks"
+wait_for 60 grep -qx watching "$work/watch.out" || die "the secret watcher did not start: $(cat "$work/watch.out")"
 
-# nothing_left <iqn>: no session, no sd disk, no mount of ours.
+# nothing_left <iqn>: no session, no sd disk, no mount of ours, no record.
 nothing_left() {
   [ -z "$(sessions_of "$1")" ] || die "a session to $1 is left"
   ! compgen -G '/sys/block/sd*' >/dev/null || die "an sd disk is left: $(echo /sys/block/sd*)"
   ! grep -q " $work/" /proc/self/mountinfo || die "a mount is left: $(grep " $work/" /proc/self/mountinfo)"
+  [ -z "$(attach_records)" ] || die "attach records left: $(attach_records)"
+  [ ! -e "/etc/iscsi/nodes/$1" ] || [ -z "$(ls "/etc/iscsi/nodes/$1")" ] || die "a node record of $1 is left"
 }
 
-# lifecycle <fs type: ext4, xfs or block> <chap: yes or no>
-lifecycle() {
-  local fs=$1 chap=$2 capability parameters='{}' secrets=() created volume_id volume_context context
-  if [ "$fs" = block ]; then
-    capability='{"block":{},"access_mode":{"mode":"SINGLE_NODE_WRITER"}}'
+# udev_links <on|off> <disk>: whether /dev/disk/by-id and by-path name the disk.
+udev_links() {
+  local found=no link
+  for link in /dev/disk/by-id/* /dev/disk/by-path/*; do
+    [ -L "$link" ] && [ "$(readlink -f "$link")" = "/dev/$2" ] && found=yes
+  done
+  if [ "$1" = on ]; then
+    [ "$found" = yes ] || die "udev made no /dev/disk/by-* link for $2 (links: $(find /dev/disk -type l -printf '%p ' 2>&1))"
   else
-    capability="{\"mount\":{\"fs_type\":\"$fs\"},\"access_mode\":{\"mode\":\"SINGLE_NODE_WRITER\"}}"
+    [ "$found" = no ] || die "/dev/disk/by-* names $2 without udevd running"
   fi
-  if [ "$chap" = yes ]; then
-    parameters='{"chap":"true"}'
-    secrets=("${chap_secrets[@]}")
-  fi
-  step "$fs (CHAP $chap): CreateVolume, ControllerPublishVolume"
+}
+
+# lifecycle <ext4|xfs|btrfs|block> <chap: no|one-way|mutual> <udev: on|off> <grow: yes|no>
+lifecycle() {
+  local fs=$1 chap=$2 udev=$3 grow_too=$4 parameters='{}' id iqn staging target disk session
+  [ "$chap" = no ] || parameters='{"chap":"true"}'
+  case $chap in
+  no) secret_args=() ;;
+  one-way) secret_args=("${one_way[@]}") ;;
+  mutual) secret_args=("${mutual[@]}") ;;
+  esac
+  step "$fs (CHAP $chap, udev $udev): CreateVolume, ControllerPublishVolume"
   # 320 MiB: mkfs.xfs refuses less than 300 MB.
-  created=$(csi CreateVolume "{\"name\":\"kc-$fs\",\"capacity_range\":{\"required_bytes\":335544320},\"volume_capabilities\":[$capability],\"parameters\":$parameters}") ||
-    die "CreateVolume $fs"
-  volume_id=$(json_get "$created" 'd["volume"]["volume_id"]')
-  volume_context=$(json_get "$created" 'd["volume"].get("volume_context", {})')
-  local iqn="iqn.2026-11.io.blockcsi:$volume_id"
-  context=$(csi "${secrets[@]}" ControllerPublishVolume "{\"volume_id\":\"$volume_id\",\"node_id\":\"$node\",\"volume_capability\":$capability,\"readonly\":false}") ||
-    die "ControllerPublishVolume $fs"
-  context=$(json_get "$context" 'd["publish_context"]')
-  local staging="$work/staging/$volume_id" target="$work/pods/$volume_id"
-  stage_and_publish() {
-    csi "${secrets[@]}" NodeStageVolume "{\"volume_id\":\"$volume_id\",\"publish_context\":$context,\"staging_target_path\":\"$staging\",\"volume_capability\":$capability,\"volume_context\":$volume_context}" >/dev/null ||
-      die "NodeStageVolume $fs"
-    csi NodePublishVolume "{\"volume_id\":\"$volume_id\",\"publish_context\":$context,\"staging_target_path\":\"$staging\",\"target_path\":\"$target\",\"volume_capability\":$capability,\"readonly\":false}" >/dev/null ||
-      die "NodePublishVolume $fs"
-    [ -n "$(sessions_of "$iqn")" ] || die "no kernel iSCSI session to $iqn after the stage"
-  }
-  unpublish_and_unstage() {
-    csi NodeUnpublishVolume "{\"volume_id\":\"$volume_id\",\"target_path\":\"$target\"}" >/dev/null || die "NodeUnpublishVolume $fs"
-    csi NodeUnstageVolume "{\"volume_id\":\"$volume_id\",\"staging_target_path\":\"$staging\"}" >/dev/null || die "NodeUnstageVolume $fs"
+  create_volume "kc-$fs" "$fs" 335544320 "$parameters"
+  id=$volume_id
+  iqn="iqn.2026-11.io.blockcsi:$id"
+  staging=$(staging_of "$id")
+  target=$(target_of "$id")
+  controller_publish "$id"
+
+  case $chap in
+  mutual)
+    step "$fs: a target that cannot prove the node's mutual secret is refused for good"
+    csi_fails FAILED_PRECONDITION "${wrong_mutual[@]}" NodeStageVolume "$(stage_request "$id")"
     nothing_left "$iqn"
-  }
+    ;;
+  one-way)
+    step "$fs: a node with the wrong CHAP secret is refused"
+    csi_fails PERMISSION_DENIED "${wrong_one_way[@]}" NodeStageVolume "$(stage_request "$id")"
+    nothing_left "$iqn"
+    ;;
+  esac
 
   step "$fs: NodeStageVolume, NodePublishVolume, write"
-  stage_and_publish
-  local session
+  node_stage "$id"
+  node_publish "$id"
   session=$(sessions_of "$iqn")
+  [ -n "$session" ] || die "no kernel iSCSI session to $iqn after the stage"
   [ "$(cat "/sys/class/iscsi_session/$session/initiatorname")" = "iqn.2026-11.io.blockcsi:node:$node" ] ||
     die "the session's initiator is $(cat "/sys/class/iscsi_session/$session/initiatorname"), not the node's"
-  if [ "$chap" = yes ]; then
+  case $chap in
+  one-way | mutual)
     [ "$(cat "/sys/class/iscsi_session/$session/username")" = "$CHAP_USER" ] || die "the session did not use CHAP"
+    ;;
+  esac
+  if [ "$chap" = mutual ]; then
+    [ "$(cat "/sys/class/iscsi_session/$session/username_in")" = "$CHAP_MUTUAL_USER" ] ||
+      die "the session did not authenticate the target (username_in: $(cat "/sys/class/iscsi_session/$session/username_in"))"
   fi
+  disk=$(disk_of "$session")
+  if [ "$fs" = block ]; then
+    [ "$(devnum_of "$target")" = "$(cat "/sys/block/$disk/dev")" ] || die "$target is not the session's disk $disk"
+  else
+    [ "$(devnum_of "$staging")" = "$(cat "/sys/block/$disk/dev")" ] || die "$staging is not on the session's disk $disk"
+  fi
+  if [ "$udev" = on ]; then
+    udevadm settle --timeout 30 || true
+  fi
+  udev_links "$udev" "$disk"
   head -c 1048576 /dev/urandom >"$work/data-$fs"
   if [ "$fs" = block ]; then
     [ -b "$target" ] || die "$target is not a block device"
@@ -110,31 +150,117 @@ lifecycle() {
   fi
 
   step "$fs: NodeUnpublishVolume, NodeUnstageVolume: nothing left"
-  unpublish_and_unstage
+  node_unpublish "$id"
+  node_unstage "$id"
+  nothing_left "$iqn"
+  if [ "$udev" = on ]; then
+    udevadm settle --timeout 30 || true
+    udev_links off "$disk"
+  fi
   step "$fs: stage and publish again: the data is intact"
-  stage_and_publish
+  node_stage "$id"
+  node_publish "$id"
   if [ "$fs" = block ]; then
     cmp <(dd if="$target" bs=1M count=1 iflag=direct status=none) "$work/data-$fs" || die "the raw data changed"
   else
     cmp "$target/data" "$work/data-$fs" || die "the file changed"
   fi
-  unpublish_and_unstage
+
+  if [ "$grow_too" = yes ]; then
+    step "$fs: grow to 448 MiB while mounted"
+    local before after capacity
+    dmesg -C
+    before=$(df -B1 --output=size "$target" | tail -n 1)
+    capacity=$(grow "$id" 469762048)
+    [ "$capacity" -ge 469762048 ] || die "NodeExpandVolume reports $capacity bytes"
+    disk=$(disk_of "$(sessions_of "$iqn")")
+    [ "$(blockdev --getsize64 "/dev/$disk")" -ge 469762048 ] || die "the disk $disk did not grow"
+    after=$(df -B1 --output=size "$target" | tail -n 1)
+    # The filesystem grew by most of the 128 MiB the disk did.
+    [ "$after" -gt $((before + 100 * 1048576)) ] || die "$fs did not grow online: $before -> $after bytes"
+    cmp "$target/data" "$work/data-$fs" || die "the file changed while growing"
+    ! dmesg | grep -E 'I/O error|EXT4-fs error|XFS .*(error|Corruption)' || die "I/O or filesystem errors while the LUN grew"
+    { head -c 1048576 /dev/urandom >"$target/after-grow" && sync -f "$target/after-grow"; } ||
+      die "write after the grow"
+    echo "$fs grew online: $before -> $after bytes"
+  fi
+  node_unpublish "$id"
+  node_unstage "$id"
+  nothing_left "$iqn"
   step "$fs: ControllerUnpublishVolume, DeleteVolume"
-  csi ControllerUnpublishVolume "{\"volume_id\":\"$volume_id\",\"node_id\":\"$node\"}" >/dev/null || die "ControllerUnpublishVolume $fs"
-  csi DeleteVolume "{\"volume_id\":\"$volume_id\"}" >/dev/null || die "DeleteVolume $fs"
-  ! tgtadm -C "$control_port" --lld iscsi --op show --mode target | grep -q "$volume_id" ||
-    die "tgtd still has the target of $volume_id"
+  controller_unpublish "$id"
+  delete_volume "$id"
+  ! tgtadm -C "$control_port" --lld iscsi --op show --mode target | grep -q "$id" ||
+    die "tgtd still has the target of $id"
   [ -z "$(ls "$work/pool/images")" ] || die "images left in the pool: $(ls "$work/pool/images")"
+  secret_args=()
 }
 
-lifecycle ext4 yes
-lifecycle xfs no
-lifecycle block yes
+# identity_check: the node reads the disk's VPD page 0x80 (unit serial) and
+# page 0x83 (NAA designators) from the kernel and refuses a LUN that is not
+# the one publish_context names, leaving nothing behind; the right one stages.
+identity_check() {
+  local id iqn context serial wwn
+  step "identity: a publish_context naming another LUN is refused"
+  create_volume kc-identity block 67108864
+  id=$volume_id
+  iqn="iqn.2026-11.io.blockcsi:$id"
+  controller_publish "$id"
+  context=${vol_publish[$id]}
+  serial=$(json_string "$context" serial) || die "no serial in publish_context $context"
+  wwn=$(json_string "$context" wwn) || die "no wwn in publish_context $context"
+  csi_fails FAILED_PRECONDITION NodeStageVolume "$(stage_request "$id" "${context/\"serial\":\"$serial\"/\"serial\":\"${serial}x\"}")"
+  grep -q "serial" "$work/call.err" || die "the refusal does not name the serial: $(cat "$work/call.err")"
+  nothing_left "$iqn"
+  # Another NAA 6 WWN: the last digit changed.
+  local other_wwn=${wwn%?}0
+  [ "${wwn: -1}" != 0 ] || other_wwn=${wwn%?}1
+  csi_fails FAILED_PRECONDITION NodeStageVolume "$(stage_request "$id" "${context/\"wwn\":\"$wwn\"/\"wwn\":\"$other_wwn\"}")"
+  nothing_left "$iqn"
+  step "identity: the published serial and WWN are the disk's own"
+  node_stage "$id"
+  local disk
+  disk=$(disk_of "$(sessions_of "$iqn")")
+  # sg_vpd decodes the pages the kernel read, independently of our parser.
+  sg_vpd --page=0x80 "/dev/$disk" | grep -q "$serial" || die "VPD 0x80 of $disk does not carry $serial"
+  sg_vpd --page=0x83 "/dev/$disk" | tr -d ' ' | grep -qi "0x$wwn" || die "VPD 0x83 of $disk does not carry $wwn"
+  node_unstage "$id"
+  nothing_left "$iqn"
+  controller_unpublish "$id"
+  delete_volume "$id"
+}
 
-kill "$watcher_pid" 2>/dev/null || die "the argv watcher stopped before the end"
-wait "$watcher_pid" 2>/dev/null || true
-[ ! -s "$work/argv-leaks" ] || die "the CHAP secret was in the command line of $(sort -u "$work/argv-leaks")"
-for log in "$work"/*.log; do
-  ! grep -qF "$CHAP_SECRET" "$log" || die "the CHAP secret is in $log"
+# The scenarios in order (all by default; naming some runs only those, for
+# work on one of them: vm_run.sh kernel_connector_check.sh btrfs).
+scenarios=("$@")
+[ "${#scenarios[@]}" -gt 0 ] || scenarios=(ext4 identity block udevd xfs btrfs)
+[ ! -e /dev/disk/by-id ] || die "/dev/disk/by-id exists before udevd runs"
+udev=off
+for scenario in "${scenarios[@]}"; do
+  case $scenario in
+  ext4) lifecycle ext4 mutual "$udev" yes ;;
+  identity) identity_check ;;
+  block) lifecycle block one-way "$udev" no ;;
+  udevd)
+    step "start systemd-udevd"
+    # No coldplug (udevadm trigger): only the disks the tests bring matter,
+    # and their add events reach udevd by themselves.
+    /lib/systemd/systemd-udevd --daemon >"$work/udevd.log" 2>&1 || die "systemd-udevd"
+    udev=on
+    ;;
+  xfs) lifecycle xfs no "$udev" yes ;;
+  btrfs) lifecycle btrfs one-way "$udev" no ;;
+  *) die "no scenario $scenario" ;;
+  esac
 done
+
+kill "$watcher_pid" 2>/dev/null || die "the secret watcher stopped before the end: $(cat "$work/watch.out")"
+wait "$watcher_pid" 2>/dev/null || true
+[ ! -s "$work/secret-leaks" ] || die "a CHAP secret was in: $(sort -u "$work/secret-leaks")"
+dmesg >"$work/dmesg.log"
+for file in "$work"/*.log; do
+  ! grep -qF -f <(secrets_list) "$file" || die "a CHAP secret is in $file"
+done
+! grep -rqF -f <(secrets_list) "$work/state" || die "a CHAP secret is in the plugin's state"
+! grep -rqF -f <(secrets_list) /etc/iscsi || die "a CHAP secret is left in /etc/iscsi"
 step "done"

@@ -90,11 +90,25 @@ csi_endpoint="unix://$work/csi.sock"
 csi() { "$bin/csi-call" --endpoint "$csi_endpoint" "$@"; }
 
 # start_plugin <flags...>: blockcsi on $csi_endpoint, ready for calls.
+# Sets $plugin_pid.
 start_plugin() {
   "$bin/blockcsi" --endpoint "$csi_endpoint" --state-dir "$work/state" "$@" >>"$work/plugin.log" 2>&1 &
-  daemon_pids+=($!)
+  plugin_pid=$!
+  daemon_pids+=("$plugin_pid")
   wait_for 60 sh -c "'$bin/csi-call' --endpoint '$csi_endpoint' Probe | grep -q '\"ready\":true'" ||
     die "blockcsi did not become ready"
+}
+
+# start_tgtd <control port> <portal>...: a tgtd listening on the portals.
+start_tgtd() {
+  local port=$1 extra
+  tgtd -f -C "$port" --iscsi "portal=$2" >"$work/tgtd.log" 2>&1 &
+  daemon_pids+=($!)
+  wait_for 20 tgtadm -C "$port" --lld iscsi --op show --mode target || die "tgtd did not start"
+  shift 2
+  for extra in "$@"; do
+    tgtadm -C "$port" --lld iscsi --op new --mode portal --param "portal=$extra" || die "tgtd portal $extra"
+  done
 }
 
 # iSCSI sessions the kernel has, by target name (sysfs, not iscsiadm).
@@ -115,3 +129,110 @@ disk_of() {
   done
   return 0
 }
+
+# Field access without a Python start per call (dear under TCG): csi-call
+# prints compact JSON, its string values carry no quote or brace here.
+# json_string <json> <key>: the first "key":"value" string.
+json_string() {
+  [[ $1 =~ \"$2\":\"([^\"]*)\" ]] || return 1
+  printf '%s\n' "${BASH_REMATCH[1]}"
+}
+# json_object <json> <key>: the first "key":{...} object of strings, or {}.
+json_object() {
+  if [[ $1 =~ \"$2\":(\{[^{}]*\}) ]]; then
+    printf '%s\n' "${BASH_REMATCH[1]}"
+  else
+    echo '{}'
+  fi
+}
+
+# csi_fails <CODE> <csi-call args...> <method> <request>: the call must fail
+# with that gRPC code; its message is left in $work/call.err.
+csi_fails() {
+  local code=$1
+  shift
+  local method=${*: -2:1}
+  if csi "$@" >"$work/call.out" 2>"$work/call.err"; then
+    die "$method succeeded; expected $code"
+  fi
+  grep -q ": $code: " "$work/call.err" || die "$method failed otherwise than $code: $(cat "$work/call.err")"
+}
+
+capability_json() { # <ext4|xfs|btrfs|block>
+  if [ "$1" = block ]; then
+    echo '{"block":{},"access_mode":{"mode":"SINGLE_NODE_WRITER"}}'
+  else
+    echo "{\"mount\":{\"fs_type\":\"$1\"},\"access_mode\":{\"mode\":\"SINGLE_NODE_WRITER\"}}"
+  fi
+}
+
+# What the helpers below know of each volume, by id.
+declare -A vol_fs vol_context vol_publish
+# Secrets for the calls that take them (csi-call --secret-env flags); the
+# variables they name are set on the csi-call command only, never exported.
+secret_args=()
+
+# create_volume <name> <fs|block> <bytes> [parameters json] [content source json]:
+# sets $volume_id.
+create_volume() {
+  local name=$1 fs=$2 bytes=$3 parameters=${4:-'{}'} source=${5:-} created extra=
+  [ -z "$source" ] || extra=",\"volume_content_source\":$source"
+  created=$(csi CreateVolume "{\"name\":\"$name\",\"capacity_range\":{\"required_bytes\":$bytes},\"volume_capabilities\":[$(capability_json "$fs")],\"parameters\":$parameters$extra}") ||
+    die "CreateVolume $name"
+  volume_id=$(json_string "$created" volume_id) || die "CreateVolume $name: no volume_id in $created"
+  vol_fs[$volume_id]=$fs
+  vol_context[$volume_id]=$(json_object "$created" volume_context)
+}
+
+controller_publish() { # <volume id> [node id]
+  local published
+  published=$(csi "${secret_args[@]}" ControllerPublishVolume "{\"volume_id\":\"$1\",\"node_id\":\"${2:-$node}\",\"volume_capability\":$(capability_json "${vol_fs[$1]}"),\"readonly\":false}") ||
+    die "ControllerPublishVolume $1"
+  vol_publish[$1]=$(json_object "$published" publish_context)
+}
+controller_unpublish() { # <volume id> [node id]
+  csi ControllerUnpublishVolume "{\"volume_id\":\"$1\",\"node_id\":\"${2:-$node}\"}" >/dev/null ||
+    die "ControllerUnpublishVolume $1"
+}
+staging_of() { echo "$work/staging/$1"; }
+target_of() { echo "$work/pods/$1"; }
+stage_request() { # <volume id> [publish context]: the NodeStageVolume request
+  echo "{\"volume_id\":\"$1\",\"publish_context\":${2:-${vol_publish[$1]}},\"staging_target_path\":\"$(staging_of "$1")\",\"volume_capability\":$(capability_json "${vol_fs[$1]}"),\"volume_context\":${vol_context[$1]}}"
+}
+node_stage() { csi "${secret_args[@]}" NodeStageVolume "$(stage_request "$1")" >/dev/null || die "NodeStageVolume $1"; }
+node_publish() {
+  csi NodePublishVolume "{\"volume_id\":\"$1\",\"publish_context\":${vol_publish[$1]},\"staging_target_path\":\"$(staging_of "$1")\",\"target_path\":\"$(target_of "$1")\",\"volume_capability\":$(capability_json "${vol_fs[$1]}"),\"readonly\":false}" >/dev/null ||
+    die "NodePublishVolume $1"
+}
+node_unpublish() {
+  csi NodeUnpublishVolume "{\"volume_id\":\"$1\",\"target_path\":\"$(target_of "$1")\"}" >/dev/null || die "NodeUnpublishVolume $1"
+}
+node_unstage() {
+  csi NodeUnstageVolume "{\"volume_id\":\"$1\",\"staging_target_path\":\"$(staging_of "$1")\"}" >/dev/null || die "NodeUnstageVolume $1"
+}
+delete_volume() { csi DeleteVolume "{\"volume_id\":\"$1\"}" >/dev/null || die "DeleteVolume $1"; }
+
+# grow <volume id> <bytes>: ControllerExpandVolume, then NodeExpandVolume on
+# the published path (online); prints the capacity the node reports.
+grow() {
+  local answer
+  answer=$(csi ControllerExpandVolume "{\"volume_id\":\"$1\",\"capacity_range\":{\"required_bytes\":$2},\"volume_capability\":$(capability_json "${vol_fs[$1]}")}") ||
+    die "ControllerExpandVolume $1"
+  [[ $answer == *'"node_expansion_required":true'* ]] || die "ControllerExpandVolume $1 asks for no node expansion: $answer"
+  answer=$(csi NodeExpandVolume "{\"volume_id\":\"$1\",\"volume_path\":\"$(target_of "$1")\",\"staging_target_path\":\"$(staging_of "$1")\",\"capacity_range\":{\"required_bytes\":$2},\"volume_capability\":$(capability_json "${vol_fs[$1]}")}") ||
+    die "NodeExpandVolume $1"
+  [[ $answer =~ \"capacity_bytes\":\"?([0-9]+) ]] || die "NodeExpandVolume $1 reports no capacity: $answer"
+  echo "${BASH_REMATCH[1]}"
+}
+
+# devnum_of <path>: "major:minor" of the device node at path, or of the
+# device mounted there (its source: btrfs reports an anonymous st_dev).
+devnum_of() {
+  local node=$1 hex
+  [ -b "$node" ] || node=$(findmnt -n -o SOURCE --mountpoint "$1")
+  hex=$(stat -L -c '%t:%T' "$node") || return 1
+  printf '%d:%d\n' "0x${hex%:*}" "0x${hex#*:}"
+}
+
+# attach_records: the attach records in the plugin's state dir.
+attach_records() { find "$work/state" -path '*/attachments/*' -name '*.json' 2>/dev/null; }

@@ -23,6 +23,10 @@ mount_configfs
 # target/iscsi appears at the first mkdir of a fabric (the kernel loads its module then).
 expect "LIO's configfs" test -d "$cfs/core"
 start_iscsid "$initiator"
+# Node records the kernel connector makes take this from iscsid.conf: a node
+# whose target closed its session fails I/O after 10 s instead of the default
+# two minutes (the revoke checks below wait for that).
+sed -i 's/^node.session.timeo.replacement_timeout = .*/node.session.timeo.replacement_timeout = 10/' /etc/iscsi/iscsid.conf
 
 mkdir -p "$work/pool" "$work/state"
 start_agent() {
@@ -32,9 +36,11 @@ start_agent() {
   daemon_pids+=("$agent_pid")
   wait_for 60 grep -q "serving" "$work/agent.log" || die "blockcsi-target did not start"
 }
-step "start blockcsi-target --target lio and the controller"
+step "start blockcsi-target --target lio and blockcsi --backend remote --connector kernel"
 start_agent
-start_plugin --mode controller --backend remote --target-agent "127.0.0.1:$agent_port" --insecure
+mkdir -p "$work/staging" "$work/pods"
+start_plugin --mode all --backend remote --target-agent "127.0.0.1:$agent_port" --insecure \
+  --connector kernel --node-id "$node"
 
 capability='{"block":{},"access_mode":{"mode":"SINGLE_NODE_WRITER"}}'
 step "CreateVolume"
@@ -154,4 +160,132 @@ csi DeleteVolume "{\"volume_id\":\"$volume_id\"}" >/dev/null || die "DeleteVolum
 expect "no target left" test -z "$(ls -d "$cfs"/iscsi/iqn.* 2>/dev/null)"
 expect "no backstore left" test -z "$(ls -d "$cfs"/core/*_[0-9]*/*/ 2>/dev/null)"
 expect "no image left" test ! -e "$work/pool/images/$volume_id.img"
+
+# ---- The same agent driven through the plugin's node side too: the kernel
+# connector stages what LIO exports.
+random_secret() { echo "$1-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"; }
+CHAP_USER=vmnode-chap
+CHAP_SECRET=$(random_secret chap)
+CHAP_MUTUAL_USER=vmtarget-chap
+CHAP_MUTUAL_SECRET=$(random_secret mutual)
+WRONG_SECRET=$(random_secret wrong)
+mutual=(--secret-env chap-username=CHAP_USER --secret-env chap-password=CHAP_SECRET
+  --secret-env chap-mutual-username=CHAP_MUTUAL_USER --secret-env chap-mutual-password=CHAP_MUTUAL_SECRET)
+wrong=(--secret-env chap-username=CHAP_USER --secret-env chap-password=WRONG_SECRET
+  --secret-env chap-mutual-username=CHAP_MUTUAL_USER --secret-env chap-mutual-password=CHAP_MUTUAL_SECRET)
+csi() {
+  CHAP_USER=$CHAP_USER CHAP_SECRET=$CHAP_SECRET CHAP_MUTUAL_USER=$CHAP_MUTUAL_USER \
+    CHAP_MUTUAL_SECRET=$CHAP_MUTUAL_SECRET WRONG_SECRET=$WRONG_SECRET \
+    "$bin/csi-call" --endpoint "$csi_endpoint" "$@"
+}
+chap='{"chap":"true"}'
+
+step "plugin: ext4 with mutual CHAP on LIO"
+secret_args=("${mutual[@]}")
+create_volume lio-fs ext4 67108864 "$chap"
+fs_id=$volume_id
+fs_iqn="iqn.2026-11.io.blockcsi:$fs_id"
+controller_publish "$fs_id"
+acl="$cfs/iscsi/$fs_iqn/tpgt_1/acls/$initiator"
+expect "LIO wants CHAP on the target" grep -qx 1 "$cfs/iscsi/$fs_iqn/tpgt_1/attrib/authentication"
+# configfs shows a value with one newline added: exactly the name, no more.
+expect "the ACL carries the CHAP user" cmp -s <(printf '%s\n' "$CHAP_USER") "$acl/auth/userid"
+expect "the ACL carries the mutual user" cmp -s <(printf '%s\n' "$CHAP_MUTUAL_USER") "$acl/auth/userid_mutual"
+csi_fails PERMISSION_DENIED "${wrong[@]}" NodeStageVolume "$(stage_request "$fs_id")"
+expect "the refused stage left no session" test -z "$(sessions_of "$fs_iqn")"
+node_stage "$fs_id"
+node_publish "$fs_id"
+fs_target=$(target_of "$fs_id")
+session=$(sessions_of "$fs_iqn")
+expect "the session authenticated with CHAP" grep -qx "$CHAP_USER" "/sys/class/iscsi_session/$session/username"
+expect "the session authenticated the target" grep -qx "$CHAP_MUTUAL_USER" "/sys/class/iscsi_session/$session/username_in"
+head -c 1048576 /dev/urandom >"$work/fs-data"
+{ cp "$work/fs-data" "$fs_target/data" && sync -f "$fs_target/data"; } || die "write on the LIO volume"
+
+step "plugin: grow the mounted ext4 on LIO to 128 MiB"
+dmesg -C
+before=$(df -B1 --output=size "$fs_target" | tail -n 1)
+capacity=$(grow "$fs_id" 134217728)
+expect "the node reports the new size ($capacity)" test "$capacity" -ge 134217728
+disk=$(disk_of "$(sessions_of "$fs_iqn")")
+expect "the disk $disk grew" test "$(blockdev --getsize64 "/dev/$disk")" -ge 134217728
+after=$(df -B1 --output=size "$fs_target" | tail -n 1)
+expect "ext4 grew online ($before -> $after)" test "$after" -gt $((before + 48 * 1048576))
+expect "no I/O or filesystem error while the LUN grew" sh -c "! dmesg | grep -E 'I/O error|EXT4-fs error|Buffer I/O'"
+expect "the data survived the grow" cmp "$fs_target/data" "$work/fs-data"
+expect "the session survived the grow" test "$(sessions_of "$fs_iqn")" = "$session"
+{ head -c 65536 /dev/urandom >"$fs_target/after-grow" && sync -f "$fs_target/after-grow"; } || die "write after the grow"
+
+step "plugin: snapshot, then a volume from it and a clone of the volume"
+snapshot=$(csi CreateSnapshot "{\"source_volume_id\":\"$fs_id\",\"name\":\"lio-snap\"}") || die "CreateSnapshot"
+snapshot_id=$(json_string "$snapshot" snapshot_id) || die "no snapshot_id in $snapshot"
+# Written after the snapshot: the volume made from it must not have it.
+{ echo later >"$fs_target/later" && sync -f "$fs_target/later"; } || die "write after the snapshot"
+create_volume lio-restored ext4 134217728 "$chap" "{\"snapshot\":{\"snapshot_id\":\"$snapshot_id\"}}"
+restored_id=$volume_id
+create_volume lio-clone ext4 134217728 "$chap" "{\"volume\":{\"volume_id\":\"$fs_id\"}}"
+clone_id=$volume_id
+# check_copy <volume id> <has "later": yes|no>: staged, it holds the source's
+# data at the source's grown size; then it goes.
+check_copy() {
+  local id=$1 t
+  controller_publish "$id"
+  node_stage "$id"
+  node_publish "$id"
+  t=$(target_of "$id")
+  expect "$id has the source's data" cmp "$t/data" "$work/fs-data"
+  expect "$id has the source's size" test "$(df -B1 --output=size "$t" | tail -n 1)" -ge "$after"
+  if [ "$2" = yes ]; then
+    expect "the clone $id was made after the snapshot" test -e "$t/later"
+  else
+    expect "the volume $id restored from the snapshot is the snapshot's moment" test ! -e "$t/later"
+  fi
+  node_unpublish "$id"
+  node_unstage "$id"
+  controller_unpublish "$id"
+  delete_volume "$id"
+}
+check_copy "$restored_id" no
+check_copy "$clone_id" yes
+csi DeleteSnapshot "{\"snapshot_id\":\"$snapshot_id\"}" >/dev/null || die "DeleteSnapshot"
+node_unpublish "$fs_id"
+node_unstage "$fs_id"
+controller_unpublish "$fs_id"
+expect "the revoke removed the ACL and its CHAP" test ! -e "$acl"
+delete_volume "$fs_id"
+secret_args=()
+
+step "plugin: a revoke ends the live session of a writing node"
+create_volume lio-blk block 67108864
+blk_id=$volume_id
+blk_iqn="iqn.2026-11.io.blockcsi:$blk_id"
+controller_publish "$blk_id"
+node_stage "$blk_id"
+node_publish "$blk_id"
+python3 "$here/seq_writer.py" "$(target_of "$blk_id")" "$work/writer.log" &
+writer_pid=$!
+daemon_pids+=("$writer_pid")
+wait_for 60 sh -c "grep -q '^ok 20$' '$work/writer.log'" || die "the writer did not get going: $(tail -n 2 "$work/writer.log")"
+image="$work/pool/images/$blk_id.img"
+controller_unpublish "$blk_id"
+# From here on nothing the node sends may reach the image.
+revoked_sum=$(sha256sum <"$image")
+last_ok=$(grep '^ok ' "$work/writer.log" | tail -n 1 | cut -d' ' -f2)
+wait_for 90 grep -q '^error ' "$work/writer.log" || die "the node's writes still succeed after the revoke: $(tail -n 1 "$work/writer.log")"
+echo "the node's write failed after the revoke: $(grep '^error ' "$work/writer.log")"
+wait "$writer_pid" 2>/dev/null || true
+expect "no write landed after the revoke" test "$(sha256sum <"$image")" = "$revoked_sum"
+# What the node saw written before the revoke is in the image.
+expect "write $last_ok reached the image" test "$(dd if="$image" bs=4096 skip=$((last_ok % 16384)) count=1 status=none | head -c 32 | tr -d '\0')" = "seq $last_ok"
+expect "the target has no session of the node" sh -c "! grep -rqs '$initiator' $cfs/iscsi/$blk_iqn/tpgt_1/dynamic_sessions"
+step "plugin: the node unstages the revoked volume"
+node_unpublish "$blk_id"
+node_unstage "$blk_id"
+expect "no session to the revoked target is left" test -z "$(sessions_of "$blk_iqn")"
+expect "no sd disk is left" sh -c '! ls -d /sys/block/sd* 2>/dev/null'
+delete_volume "$blk_id"
+expect "no target left" test -z "$(ls -d "$cfs"/iscsi/iqn.* 2>/dev/null)"
+expect "no backstore left" test -z "$(ls -d "$cfs"/core/*_[0-9]*/*/ 2>/dev/null)"
+expect "no image left" test -z "$(ls "$work/pool/images")"
+expect "no snapshot left" test -z "$(find "$work/pool" -name '*snap*' -type f)"
 step "done"

@@ -1,8 +1,11 @@
 #!/bin/bash
 # Runs inside the test VM: `blockcsi --connector kernel` with two portals of
-# one tgtd target (127.0.0.1 and 127.0.0.2, both the guest's loopback),
-# systemd-udevd and multipathd running: the stage logs in through both, mounts
-# the dm-multipath device holding both paths, the data survives an
+# one tgtd target, systemd-udevd and multipathd running. tgtd lives in a
+# network namespace of its own, reached over two veth links (one per portal),
+# so a path can be cut for real: its link goes down. The stage logs in
+# through both portals and mounts the dm-multipath device holding both paths;
+# fio writes and verifies on it while one link is cut and restored, with no
+# error, the map failing the path and taking it back; the data survives an
 # unstage/restage, and the unstage flushes the map and logs out of both.
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=test/vm/lib.sh
@@ -12,6 +15,10 @@ node=vmnode
 control_port=4244
 load_modules dm_multipath dm_round_robin dm_service_time
 start_iscsid "iqn.2000-01.invalid:not-the-node"
+# As open-iscsi advises under dm-multipath: a broken session fails its I/O
+# to the map after 5 s (not the default 120 s), so the map retries it on the
+# other path. The connector's node records take it from here.
+sed -i 's/^node.session.timeo.replacement_timeout = .*/node.session.timeo.replacement_timeout = 5/' /etc/iscsi/iscsid.conf
 
 step "udevd and multipathd"
 /lib/systemd/systemd-udevd --daemon >"$work/udevd.log" 2>&1 || die "systemd-udevd"
@@ -27,14 +34,29 @@ multipathd -d -s >"$work/multipathd.log" 2>&1 &
 daemon_pids+=($!)
 wait_for 30 multipathd show daemon || die "multipathd did not start"
 
-step "tgtd on two portals and blockcsi --connector kernel"
-tgtd -f -C "$control_port" --iscsi portal=127.0.0.1:3260 >"$work/tgtd.log" 2>&1 &
+step "tgtd in its own network namespace, two veth links, blockcsi --connector kernel"
+load_modules veth
+ip netns add tgt || die "ip netns add"
+for path in a:1 b:2; do
+  name=${path%:*} net=${path#*:}
+  ip link add "mp$name" type veth peer name "mp${name}t" netns tgt || die "veth mp$name"
+  ip addr add "10.200.$net.1/24" dev "mp$name"
+  ip link set "mp$name" up
+  ip -n tgt addr add "10.200.$net.2/24" dev "mp${name}t"
+  ip -n tgt link set "mp${name}t" up
+done
+ip -n tgt link set lo up
+portal_a=10.200.1.2:3260
+portal_b=10.200.2.2:3260
+# tgtd's control socket is a file: the plugin reaches it from the VM's own
+# namespace; the initiator reaches the portals only over the links.
+ip netns exec tgt tgtd -f -C "$control_port" --iscsi "portal=$portal_a" >"$work/tgtd.log" 2>&1 &
 daemon_pids+=($!)
 wait_for 20 tgtadm -C "$control_port" --lld iscsi --op show --mode target || die "tgtd did not start"
-tgtadm -C "$control_port" --lld iscsi --op new --mode portal --param portal=127.0.0.2:3260 || die "second portal"
+tgtadm -C "$control_port" --lld iscsi --op new --mode portal --param "portal=$portal_b" || die "second portal"
 mkdir -p "$work/pool" "$work/state" "$work/staging" "$work/pods"
 start_plugin --mode all --backend local --pool "$work/pool" --tgt-control-port "$control_port" \
-  --portal 127.0.0.1:3260 --portal 127.0.0.2:3260 --connector kernel --node-id "$node"
+  --portal "$portal_a" --portal "$portal_b" --connector kernel --node-id "$node"
 
 capability='{"mount":{"fs_type":"ext4"},"access_mode":{"mode":"SINGLE_NODE_WRITER"}}'
 created=$(csi CreateVolume "{\"name\":\"mp-1\",\"capacity_range\":{\"required_bytes\":67108864},\"volume_capabilities\":[$capability]}") ||
@@ -69,7 +91,7 @@ stage() {
     die "the staging mount ($source) is not the multipath map $dm"
   [ "$(find "/sys/block/$dm/slaves" -mindepth 1 | wc -l)" -eq 2 ] || die "the map $dm does not hold two paths"
   udevadm settle --timeout 30 || true
-  compgen -G "/dev/disk/by-path/ip-127.0.0.2:3260-iscsi-$iqn-lun-1" >/dev/null ||
+  compgen -G "/dev/disk/by-path/ip-$portal_b-iscsi-$iqn-lun-1" >/dev/null ||
     die "udev made no /dev/disk/by-path link for the second path"
   echo "staged on $source ($dm over $(find "/sys/block/$dm/slaves" -mindepth 1 -printf '%f '))"
 }
@@ -86,6 +108,49 @@ stage
 head -c 1048576 /dev/urandom >"$work/data"
 cp "$work/data" "$staging/data" || die "write"
 sync -f "$staging/data"
+
+# active_paths: how many paths of the map multipathd counts as active.
+active_paths() {
+  multipathd show paths | awk 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    $col["dm_st"] == "active" && $col["chk_st"] == "ready" { n++ } END { print n + 0 }'
+}
+paths_are() { [ "$(active_paths)" -eq "$1" ]; }
+# written_sectors <dm>: sectors written to the map so far.
+written_sectors() { awk '{print $7}' "/sys/block/$1/stat"; }
+step "fio writes and verifies while the link of $portal_b is cut and restored"
+dm=$(mpath_maps)
+[ "$(active_paths)" -eq 2 ] || die "not two active paths before the cut: $(multipathd show paths)"
+fio --name=pathcut --filename="$staging/fio.dat" --size=32M --bs=16k --rw=randwrite --direct=1 \
+  --ioengine=libaio --iodepth=4 --verify=crc32c --verify_backlog=128 --verify_fatal=1 \
+  --time_based --runtime=600 --output="$work/fio.out" >"$work/fio.log" 2>&1 &
+fio_pid=$!
+daemon_pids+=("$fio_pid")
+sleep 5
+ip link set mpb down
+cut_at=$SECONDS
+wait_for 90 paths_are 1 ||
+  die "the map did not fail the cut path: $(multipathd show paths)"
+echo "the map failed the cut path after $((SECONDS - cut_at)) s"
+kill -0 "$fio_pid" 2>/dev/null || die "fio ended while a path was cut: $(cat "$work/fio.log" "$work/fio.out")"
+before=$(written_sectors "$dm")
+sleep 3
+[ "$(written_sectors "$dm")" -gt "$before" ] || die "no write reached the map over the remaining path"
+ip link set mpb up
+restored_at=$SECONDS
+wait_for 90 paths_are 2 ||
+  die "the map did not take the restored path back: $(multipathd show paths)"
+echo "the map took the path back after $((SECONDS - restored_at)) s"
+# A few more seconds over both paths, then fio stops (SIGINT: it ends its
+# job and reports).
+sleep 5
+kill -0 "$fio_pid" 2>/dev/null || die "fio ended on its own: $(cat "$work/fio.log" "$work/fio.out")"
+kill -INT "$fio_pid"
+wait "$fio_pid" || true
+grep -q ': err= 0:' "$work/fio.out" || die "fio counted errors: $(cat "$work/fio.log" "$work/fio.out")"
+issued=$(sed -n 's/.*issued rwts: total=\([0-9]*\),\([0-9]*\),.*/\1 \2/p' "$work/fio.out")
+{ [ "${issued% *}" -gt 0 ] && [ "${issued#* }" -gt 0 ]; } || die "fio did not both write and verify: $(cat "$work/fio.out")"
+echo "fio: ${issued#* } writes, ${issued% *} verifying reads, no error"
+rm -f "$staging/fio.dat"
 step "unstage: the map is flushed, both sessions end"
 unstage
 step "stage again: the data is intact"

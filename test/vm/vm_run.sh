@@ -37,6 +37,9 @@ kernel_dir=$("$here/../../hack/vm-kernel.sh") || {
   exit "$code"
 }
 initrd=$(readlink -f "$kernel_dir/initrd.gz")
+# The uncompressed kernel boots through its PVH entry, much faster under TCG.
+kernel="$kernel_dir/vmlinuz"
+[ -f "$kernel_dir/vmlinux" ] && kernel="$kernel_dir/vmlinux"
 
 if [ -n "$keep" ]; then
   job=$(realpath -m "$keep")
@@ -78,7 +81,7 @@ started=$(date +%s%N)
 setpriv --pdeathsig KILL qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp 1 -m "${BLOCKCSI_VM_MEMORY:-1536}" \
   -nodefaults -display none -no-reboot \
   -serial "file:$job/console.log" \
-  -kernel "$kernel_dir/vmlinuz" -initrd "$initrd" \
+  -kernel "$kernel" -initrd "$initrd" \
   -append "console=ttyS0 quiet panic=-1 blockcsi.modules=$kernel_dir/lib/modules" \
   -fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on \
   -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \

@@ -21,6 +21,15 @@ Status WriteAttr(const Host& host, const std::string& path, const std::string& v
   return host.OverwriteFile(path, value + "\n");
 }
 
+// Writes a CHAP attribute (user name or secret) of a node ACL's auth group.
+// Unlike the other attributes, the kernel keeps every byte written there as
+// the value: a trailing newline would become part of the secret, and no
+// initiator's login would match it (seen on a real configfs).
+Status WriteAuthAttr(const Host& host, const std::string& path, const std::string& value) {
+  BLOCKCSI_RETURN_IF_ERROR(MakeDirs(host, path.substr(0, path.rfind('/'))));
+  return host.OverwriteFile(path, value);
+}
+
 std::string ReadAttr(const Host& host, const std::string& path) {
   auto text = ReadTrimmed(host, path);
   return text.ok() ? *text : "";
@@ -116,11 +125,13 @@ Status LioExporter::ApplyAclsLocked(const DesiredExport& d, const std::string& t
     BLOCKCSI_RETURN_IF_ERROR(MakeDirs(*host_, dir));
     // Credentials before the mapped LUN: nothing is reachable without CHAP.
     if (acl.chap && chap != nullptr) {
-      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, dir + "/auth/userid", chap->username));
-      BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, dir + "/auth/password", chap->password));
+      BLOCKCSI_RETURN_IF_ERROR(WriteAuthAttr(*host_, dir + "/auth/userid", chap->username));
+      BLOCKCSI_RETURN_IF_ERROR(WriteAuthAttr(*host_, dir + "/auth/password", chap->password));
       if (chap->mutual()) {
-        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, dir + "/auth/userid_mut", chap->mutual_username));
-        BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, dir + "/auth/password_mut", chap->mutual_password));
+        // The kernel's names (a plain test tree takes any name; the real
+        // configfs refuses an unknown one with EACCES, as the vm tests saw).
+        BLOCKCSI_RETURN_IF_ERROR(WriteAuthAttr(*host_, dir + "/auth/userid_mutual", chap->mutual_username));
+        BLOCKCSI_RETURN_IF_ERROR(WriteAuthAttr(*host_, dir + "/auth/password_mutual", chap->mutual_password));
       }
     }
     if (!IsDir(*host_, dir + "/lun_1")) {

@@ -419,6 +419,22 @@ TEST_F(IscsiConnectorTest, RejectedChapIsPermissionDeniedAndLeavesNoNodeRecord) 
   EXPECT_EQ(attacher->Get("vol-1").status().code(), StatusCode::kNotFound);
 }
 
+// iscsiadm's exit 19 (seen on a real kernel when the target's answer to
+// mutual CHAP is wrong) says the login will not succeed however often it is
+// tried: one attempt, a final code, no node record left.
+TEST_F(IscsiConnectorTest, NonRetryableLoginFailureIsFinalAndTriedOnce) {
+  auto attacher = MakeAttacher();
+  ExpectIfaceOk();
+  ExpectNodeRecord(kP1, Data("node_new_portal1.txt"));
+  executor_->ExpectFail(Node(kP1, {"--login"}), 19, Data("login_fatal.stderr"));
+  executor_->ExpectOk(Node(kP1, {"-o", "delete"}));
+  auto record = attacher->Attach(Spec(kP1));
+  ASSERT_FALSE(record.ok());
+  EXPECT_EQ(record.status().code(), StatusCode::kFailedPrecondition) << record.status().ToString();
+  EXPECT_NE(record.status().message().find("non-retryable"), std::string::npos) << record.status().ToString();
+  EXPECT_EQ(attacher->Get("vol-1").status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(IscsiConnectorTest, DeviceThatNeverAppearsTimesOutAndLogsOut) {
   auto attacher = MakeAttacher();
   ExpectIfaceOk();

@@ -97,10 +97,12 @@ TEST(LioExporterTest, GrantWithMutualChapWritesAclAuthAndMappedLun) {
   d.chap.push_back({"user1", "secretpass12", "tgtuser", "mutualpass12"});
   ASSERT_TRUE(lio.Apply(d).ok());
   std::string acl = root.Join("target/iscsi/") + kIqn + "/tpgt_1/acls/" + kNode;
-  EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/userid"), "user1\n");
-  EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/password"), "secretpass12\n");
-  EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/userid_mut"), "tgtuser\n");
-  EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/password_mut"), "mutualpass12\n");
+  // Exactly the bytes of the credentials: LIO keeps a trailing newline as
+  // part of the value, and no login would match it.
+  EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/userid"), "user1");
+  EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/password"), "secretpass12");
+  EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/userid_mutual"), "tgtuser");
+  EXPECT_EQ(ReadFileOrEmpty(acl + "/auth/password_mutual"), "mutualpass12");
   EXPECT_EQ(Link(acl + "/lun_1/lun_1"), root.Join("target/iscsi/") + kIqn + "/tpgt_1/lun/lun_1");
   EXPECT_EQ(ReadFileOrEmpty(root.Join("target/iscsi/") + kIqn + "/tpgt_1/attrib/authentication"), "1\n");
 
