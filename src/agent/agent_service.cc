@@ -75,6 +75,35 @@ grpc::Status TargetAgentService::RevokeAccess(Context*, const RevokeAccessReques
   return ToGrpcStatus(revoked);
 }
 
+// The agent serves one host: its backend answers once.
+grpc::Status TargetAgentService::FenceNode(Context*, const FenceNodeRequest* in, Fence* out) {
+  FaultPointScope fault_scope(kFaultRole);
+  std::vector<HostFences> answers = backend_->FenceNode(in->node_id(), in->initiator_iqn());
+  for (const auto& answer : answers) {
+    RecordTargetOperation("fence", answer.status);
+    if (!answer.status.ok()) return ToGrpcStatus(answer.status);
+    for (const auto& fence : answer.fences) ToProto(fence, out);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::UnfenceNode(Context*, const UnfenceNodeRequest* in, UnfenceNodeResponse*) {
+  FaultPointScope fault_scope(kFaultRole);
+  for (const auto& answer : backend_->UnfenceNode(in->node_id())) {
+    RecordTargetOperation("unfence", answer.status);
+    if (!answer.status.ok()) return ToGrpcStatus(answer.status);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TargetAgentService::ListFences(Context*, const ListFencesRequest*, ListFencesResponse* out) {
+  for (const auto& answer : backend_->ListFences()) {
+    if (!answer.status.ok()) return ToGrpcStatus(answer.status);
+    for (const auto& fence : answer.fences) ToProto(fence, out->add_fences());
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status TargetAgentService::GetVolume(Context*, const GetVolumeRequest* in, Volume* out) {
   auto r = backend_->GetVolume(in->volume_id());
   if (!r.ok()) return ToGrpcStatus(r.status());

@@ -31,6 +31,12 @@ class TargetAgentService final : public ::blockcsi::target::v1::TargetAgent::Ser
                            ::blockcsi::target::v1::Volume*) override;
   grpc::Status RevokeAccess(Context*, const ::blockcsi::target::v1::RevokeAccessRequest*,
                             ::blockcsi::target::v1::RevokeAccessResponse*) override;
+  grpc::Status FenceNode(Context*, const ::blockcsi::target::v1::FenceNodeRequest*,
+                         ::blockcsi::target::v1::Fence*) override;
+  grpc::Status UnfenceNode(Context*, const ::blockcsi::target::v1::UnfenceNodeRequest*,
+                           ::blockcsi::target::v1::UnfenceNodeResponse*) override;
+  grpc::Status ListFences(Context*, const ::blockcsi::target::v1::ListFencesRequest*,
+                          ::blockcsi::target::v1::ListFencesResponse*) override;
   grpc::Status GetVolume(Context*, const ::blockcsi::target::v1::GetVolumeRequest*,
                          ::blockcsi::target::v1::Volume*) override;
   grpc::Status CheckVolume(Context*, const ::blockcsi::target::v1::CheckVolumeRequest*,

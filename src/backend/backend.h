@@ -123,6 +123,44 @@ struct VolumeHealth {
   std::string message;
 };
 
+// Fencing: a node cut off from a storage host. Fencing revokes every grant
+// the node holds there (ACL first, then its sessions: RevokeAccess), closes
+// any session its initiator still has on any target, cuts off its Ceph
+// clients (blocklist), and records the fence durably on that host before
+// any of it, so that until UnfenceNode the host refuses every GrantAccess
+// to the node (FAILED_PRECONDITION) and its reconcile never puts the
+// node's initiator back in an ACL, whatever grant record a crash left.
+struct FencedGrant {
+  std::string volume_id;
+  GrantRecord grant;
+};
+struct FenceRecord {
+  std::string node_id;
+  std::string initiator_iqn;
+  int64_t since_unix_seconds = 0;  // the first fence; fencing again keeps it
+  std::vector<FencedGrant> held;   // what the node held when it was fenced
+};
+// "1970-01-01T00:00:00Z" of a fence's since_unix_seconds.
+std::string FenceTime(int64_t unix_seconds);
+// The one message a grant to a fenced node is refused with, on every backend
+// (FAILED_PRECONDITION): it names the node, the fence and the way out.
+std::string FencedMessage(const FenceRecord& fence, const std::string& volume_id);
+
+// The durable form of a fence record (JSON), shared by the backends that
+// store one; INVALID_ARGUMENT for text that is not one.
+std::string FenceRecordToJson(const FenceRecord& record);
+StatusOr<FenceRecord> FenceRecordFromJson(std::string_view text);
+
+// One storage host's answer to a fencing call: `host` is the backend's
+// name (the routing backend's configured name of each host); `status` OK
+// when the call was done there; `fences` its records (FenceNode: the one
+// of that node; ListFences: all of them).
+struct HostFences {
+  std::string host;
+  Status status;
+  std::vector<FenceRecord> fences;
+};
+
 // An id that names nothing of a backend's, whatever its form (another
 // backend's, malformed, deleted), is NOT_FOUND for every lookup and OK for
 // deletes and revokes: never INVALID_ARGUMENT, which callers report as the
@@ -177,6 +215,16 @@ class VolumeBackend {
 
   // OK when the backend can serve (pool readable, target daemon answering).
   virtual Status Healthy() = 0;
+
+  // Fences `node_id` (see FenceRecord): one answer per storage host, in a
+  // stable order. Idempotent; a retry completes a fence a crash or a
+  // failure cut short. A host answering non-OK may still hold grants of
+  // the node: the fence is not complete until every host answers OK.
+  virtual std::vector<HostFences> FenceNode(const std::string& node_id, const std::string& initiator_iqn) = 0;
+  // Lifts the fence record (grants are not given back: the node is
+  // published again by the CO). No fence → OK.
+  virtual std::vector<HostFences> UnfenceNode(const std::string& node_id) = 0;
+  virtual std::vector<HostFences> ListFences() = 0;
 
   // The backend that serves the calls of one CSI request carrying
   // `secrets`, for the length of that request. A backend with an identity

@@ -2,9 +2,12 @@
 // mode and serves them until told to stop.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -22,7 +25,11 @@
 #include "common/metrics_server.h"
 #include "common/version.h"
 #include "controller/controller_service.h"
+#include "controller/fencing.h"
+#include "controller/fencing_service.h"
 #include "controller/k8s_node_directory.h"
+#include "controller/node_fence_watcher.h"
+#include "node/fence_monitor.h"
 #include "node/node_wiring.h"
 
 namespace blockcsi {
@@ -37,26 +44,45 @@ Status StateDirWritable(const std::string& state_dir) {
   return RemoveFileDurably(probe);
 }
 
-// The Kubernetes API's node directory: from --kubeconfig (unreadable →
-// the plugin does not start), else the pod's service account when there is
-// one; nullptr outside a cluster.
-StatusOr<std::shared_ptr<KubeNodeDirectory>> NodeDirectory(const PluginConfig& config) {
-  StatusOr<KubeApiAccess> access = NotFound("");
+// Access to the Kubernetes API: from --kubeconfig (unreadable → the plugin
+// does not start), else the pod's service account when there is one;
+// nullopt outside a cluster.
+StatusOr<std::optional<KubeApiAccess>> KubeAccess(const PluginConfig& config) {
   if (!config.kubeconfig.empty()) {
-    access = KubeAccessFromKubeconfig(config.kubeconfig, *MachineHost());
+    auto access = KubeAccessFromKubeconfig(config.kubeconfig, *MachineHost());
     if (!access.ok()) return access.status();
-  } else {
-    access = KubeAccessInCluster("/var/run/secrets/kubernetes.io/serviceaccount", *MachineHost());
-    if (!access.ok()) {
-      if (access.status().code() != StatusCode::kNotFound) {
-        LogWarn("no Kubernetes node check: service account unusable", {{"error", access.status().message()}});
-      }
-      return std::shared_ptr<KubeNodeDirectory>();
-    }
+    return std::optional<KubeApiAccess>(*std::move(access));
   }
+  auto access = KubeAccessInCluster("/var/run/secrets/kubernetes.io/serviceaccount", *MachineHost());
+  if (!access.ok()) {
+    if (access.status().code() != StatusCode::kNotFound) {
+      LogWarn("no Kubernetes API access: service account unusable", {{"error", access.status().message()}});
+    }
+    return std::optional<KubeApiAccess>();
+  }
+  return std::optional<KubeApiAccess>(*std::move(access));
+}
+
+// The Kubernetes API's node directory; nullptr outside a cluster.
+StatusOr<std::shared_ptr<KubeNodeDirectory>> NodeDirectory(const PluginConfig& config) {
+  BLOCKCSI_ASSIGN_OR_RETURN(std::optional<KubeApiAccess> access, KubeAccess(config));
+  if (!access) return std::shared_ptr<KubeNodeDirectory>();
   LogInfo("node check: CSINode objects", {{"server", access->server}});
   return std::make_shared<KubeNodeDirectory>(MakeKubeApiClient(*std::move(access), MachineHost()), config.driver_name);
 }
+
+// Where the fences' Leases live: --fence-namespace, else the pod's own.
+std::string FenceNamespace(const PluginConfig& config) {
+  if (!config.fence_namespace.empty()) return config.fence_namespace;
+  const char* ns = std::getenv("POD_NAMESPACE");
+  return ns != nullptr && *ns != '\0' ? ns : "kube-system";
+}
+
+// What runs beside the services: loops that stop when the process does.
+struct Background {
+  std::shared_ptr<NodeFenceWatcher> watcher;
+  std::shared_ptr<NodeFenceMonitor> monitor;
+};
 
 // The controller's answer to "does this node exist" (ControllerPublish of an
 // unknown node is NOT_FOUND): in --mode all the node this plugin serves,
@@ -79,9 +105,12 @@ using FsMinimumBytes = std::function<uint64_t(const std::string& fs_type)>;
 
 // The Controller service on the configured backend(s); the backend's health
 // joins the readiness `checks`.
+// `extra` gets the services served beside it (fencing).
 StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& config,
                                                          const FsMinimumBytes& fs_minimum_bytes,
-                                                         std::vector<ReadinessCheck>& checks) {
+                                                         std::vector<ReadinessCheck>& checks,
+                                                         std::vector<std::shared_ptr<grpc::Service>>& extra,
+                                                         Background& background) {
   // One backend keeps its own ids; several (--backend-config) sit behind a
   // RoutingBackend whose ids name the backend.
   auto backend = [&]() -> StatusOr<std::shared_ptr<VolumeBackend>> {
@@ -101,11 +130,73 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& con
   if (!directory.ok()) return InvalidArgument(directory.status().message());
   controller_options.node_exists = KnownNodes(config, *directory);
   controller_options.fs_minimum_bytes = fs_minimum_bytes;
+  // Fences are recorded on the storage hosts; the mirror is rebuilt from
+  // them before the first CSI call is served (a fence a crash cut short is
+  // completed here).
+  auto fencer = std::make_shared<NodeFencer>(volume_backend);
+  for (const auto& [host, why] : fencer->Load()) {
+    LogWarn("fences of a storage host not read at start; that host still refuses its fenced nodes",
+            {{"host", host}, {"error", why}});
+  }
+  controller_options.fencer = fencer;
+  extra.push_back(std::make_shared<FencingService>(fencer));
+  if (config.fence_dead_nodes_after.count() > 0) {
+    BLOCKCSI_ASSIGN_OR_RETURN(std::optional<KubeApiAccess> access, KubeAccess(config));
+    if (!access) {
+      return InvalidArgument("--fence-dead-nodes-after needs the Kubernetes API (--kubeconfig, or a service account)");
+    }
+    NodeFenceWatcherOptions watch;
+    watch.dead_after = std::chrono::duration_cast<std::chrono::seconds>(config.fence_dead_nodes_after);
+    watch.taint = config.taint_fenced_nodes;
+    watch.lease_namespace = FenceNamespace(config);
+    watch.driver_name = config.driver_name;
+    if (*directory) watch.runs_driver = [d = *directory](const std::string& node) { return d->Known(node); };
+    background.watcher = std::make_shared<NodeFenceWatcher>(
+        std::shared_ptr<KubeApiClient>(MakeKubeApiClient(*std::move(access), MachineHost())), fencer, watch);
+  }
   return std::shared_ptr<grpc::Service>(
       std::make_shared<ControllerService>(volume_backend, std::move(controller_options)));
 }
 
-StatusOr<std::shared_ptr<grpc::Service>> BuildNode(const PluginConfig& config, const FsMinimumBytes& fs_minimum_bytes) {
+// The node's fence monitor over the fence's Lease (controller/node_fence_watcher.h):
+// absent → not fenced; its fence-id annotation → fenced; the report sets
+// its cleaned-up annotation to that id.
+std::shared_ptr<NodeFenceMonitor> FenceMonitor(const PluginConfig& config, std::shared_ptr<NodeService> node,
+                                               KubeApiAccess access) {
+  std::shared_ptr<KubeApiClient> api = MakeKubeApiClient(std::move(access), MachineHost());
+  const std::string path =
+      "/apis/coordination.k8s.io/v1/namespaces/" + FenceNamespace(config) + "/leases/" + FenceLeaseName(config.node_id);
+  NodeFenceMonitorOptions options;
+  options.interval = config.fence_check_interval;
+  options.check = [api, path]() -> StatusOr<FenceNotice> {
+    BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse got, api->Get(path));
+    if (got.http_status == 404) return FenceNotice{};
+    if (got.http_status != 200) return Unavailable("GET " + path + ": HTTP " + std::to_string(got.http_status));
+    auto lease = nlohmann::json::parse(got.body, nullptr, false);
+    if (lease.is_discarded()) return Unavailable("GET " + path + ": not JSON");
+    auto annotations = lease.value("/metadata/annotations"_json_pointer, nlohmann::json::object());
+    return FenceNotice{annotations.value(fence_annotations::kFenceId, ""),
+                       annotations.value(fence_annotations::kCleanedUp, "")};
+  };
+  options.report = [api, path](const std::string& fence_id, const std::vector<std::string>& lazily) -> Status {
+    std::string paths;
+    for (const auto& p : lazily) paths += (paths.empty() ? "" : ",") + p;
+    nlohmann::json patch = {
+        {"metadata",
+         {{"annotations",
+           {{fence_annotations::kCleanedUp, fence_id}, {"fencing.blockcsi.io/lazily-unmounted", paths}}}}}};
+    BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse patched,
+                              api->Send("PATCH", path, "application/merge-patch+json", patch.dump()));
+    if (patched.http_status != 200) {
+      return Unavailable("PATCH " + path + ": HTTP " + std::to_string(patched.http_status));
+    }
+    return OkStatus();
+  };
+  return std::make_shared<NodeFenceMonitor>(std::move(node), std::move(options));
+}
+
+StatusOr<std::shared_ptr<grpc::Service>> BuildNode(const PluginConfig& config, const FsMinimumBytes& fs_minimum_bytes,
+                                                   Background& background) {
   NodeWiring wiring;
   wiring.zone = config.zone;
   wiring.max_volumes_per_node = config.max_volumes_per_node;
@@ -122,6 +213,14 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildNode(const PluginConfig& config, c
   attacher.iscsi_nodes_dir = config.iscsi_nodes_dir;
   attacher.rbd_command_timeout = config.rbd_timeout;
   BLOCKCSI_ASSIGN_OR_RETURN(auto node, BuildNodeService(wiring));
+  if (config.fence_check_interval.count() > 0) {
+    BLOCKCSI_ASSIGN_OR_RETURN(std::optional<KubeApiAccess> access, KubeAccess(config));
+    if (access) {
+      background.monitor = FenceMonitor(config, node, *std::move(access));
+    } else {
+      LogInfo("no Kubernetes API: this node does not check whether it is fenced");
+    }
+  }
   return std::shared_ptr<grpc::Service>(node);
 }
 
@@ -169,6 +268,7 @@ int Main(int argc, char** argv) {
       std::make_shared<FilesystemMinimums>(std::shared_ptr<Executor>(MakeProcessExecutor()), MachineHost());
   auto fs_minimum_bytes = [fs_minimums](const std::string& fs_type) { return fs_minimums->MinimumBytes(fs_type); };
   std::vector<std::shared_ptr<grpc::Service>> owned_services;
+  Background background;
   if (config.runs_node()) {
     checks.push_back({"state-dir", [dir = config.state_dir] { return StateDirWritable(dir); }});
   }
@@ -176,7 +276,7 @@ int Main(int argc, char** argv) {
   // ---- controller wiring (controller service owner): the backend from
   // config, a readiness check in `checks`, the Controller service ----
   if (config.runs_controller()) {
-    auto controller = BuildController(config, fs_minimum_bytes, checks);
+    auto controller = BuildController(config, fs_minimum_bytes, checks, owned_services, background);
     if (!controller.ok()) {
       LogError("cannot start the controller service", {{"error", controller.status().ToString()}});
       std::cerr << "blockcsi: " << controller.status().message() << "\n";
@@ -190,7 +290,7 @@ int Main(int argc, char** argv) {
   // ---- node wiring (node service owner): the attacher from config, the
   // Node service ----
   if (config.runs_node()) {
-    auto node = BuildNode(config, fs_minimum_bytes);
+    auto node = BuildNode(config, fs_minimum_bytes, background);
     if (!node.ok()) {
       LogError("cannot start the node service", {{"error", node.status().ToString()}});
       std::cerr << "blockcsi: " << node.status().message() << "\n";
@@ -199,6 +299,11 @@ int Main(int argc, char** argv) {
     owned_services.push_back(*node);
   }
   // ---- end node wiring ----
+
+  // The loops start once every service is built; they stop before the
+  // services go (Background's members are destroyed at return).
+  if (background.watcher) background.watcher->Start();
+  if (background.monitor) background.monitor->Start();
 
   IdentityService identity(config.driver_name, config.runs_controller(), std::move(checks));
   std::vector<grpc::Service*> services{&identity};

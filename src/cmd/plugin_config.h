@@ -62,6 +62,16 @@ struct PluginConfig {
   // Several named backends instead of the one above (backend/backend_config.h).
   std::string backend_config;
 
+  // Fencing (docs/deploy.md, "Fencing dead nodes"). Controller: fence a Node
+  // that has been NotReady or Unknown this long (0: the watcher is off), and
+  // then give it the out-of-service taint (--taint-fenced-nodes, separately
+  // opt-in). Node: how often the plugin asks whether its node is fenced (0:
+  // never). Both: the namespace of the fences' Leases.
+  std::chrono::milliseconds fence_dead_nodes_after{0};
+  bool taint_fenced_nodes = false;
+  std::chrono::milliseconds fence_check_interval{std::chrono::seconds(30)};
+  std::string fence_namespace;
+
   bool runs_controller() const { return mode != PluginMode::kNode; }
   bool runs_node() const { return mode != PluginMode::kController; }
 };

@@ -125,9 +125,24 @@ void RegisterControllerFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& te
       ->delimiter(',')
       ->group(controller);
   app.add_option("--kubeconfig", c.kubeconfig,
-                 "Kubernetes API access for ControllerPublishVolume's node check: a node id whose CSINode does not "
-                 "list this driver is NOT_FOUND. Unset: the pod's service account, when run in a pod")
+                 "Kubernetes API access for ControllerPublishVolume's node check (a node id whose CSINode does not "
+                 "list this driver is NOT_FOUND) and for fencing, on both sides. Unset: the pod's service account, "
+                 "when run in a pod")
       ->group(controller);
+  app.add_option("--fence-dead-nodes-after", texts.fence_dead_nodes_after,
+                 "Fence a Node that has been NotReady or Unknown this long (e.g. 5m): revoke its access on every "
+                 "storage host. Unset or 0: off. Run it on one controller instance only")
+      ->group(controller);
+  app.add_flag("--taint-fenced-nodes", c.taint_fenced_nodes,
+               "After a complete fence, give the Node the node.kubernetes.io/out-of-service taint (its pods are "
+               "deleted and its volumes force-detached); removed again when it is unfenced")
+      ->group(controller);
+  app.add_option("--fence-namespace", c.fence_namespace,
+                 "Namespace of the fences' Leases (the node plugins read and report on them). Default: "
+                 "$POD_NAMESPACE, else kube-system");
+  app.add_option("--fence-check-interval", texts.fence_check_interval,
+                 "Node: how often the plugin asks whether its node is fenced (0: never)")
+      ->capture_default_str();
   app.add_option("--iqn-prefix", c.backend.iqn_prefix, "IQN prefix of the targets we create")
       ->group(controller)
       ->capture_default_str();
@@ -174,7 +189,9 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
                         .shutdown_grace = FormatDuration(config.shutdown_grace),
                         .reconcile_interval = FormatDuration(config.backend.reconcile_interval),
                         .bridge_io_timeout = FormatDuration(config.bridge_io_timeout),
-                        .rbd_timeout = FormatDuration(config.rbd_timeout)};
+                        .rbd_timeout = FormatDuration(config.rbd_timeout),
+                        .fence_dead_nodes_after = FormatDuration(config.fence_dead_nodes_after),
+                        .fence_check_interval = FormatDuration(config.fence_check_interval)};
   RegisterPluginFlags(app, config, texts);
   bool show_version = false;
   app.add_flag("--version", show_version, "Print the version and exit");
@@ -206,7 +223,9 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
   for (auto [text, target] : {std::pair{&texts.shutdown_grace, &config.shutdown_grace},
                               std::pair{&texts.reconcile_interval, &config.backend.reconcile_interval},
                               std::pair{&texts.bridge_io_timeout, &config.bridge_io_timeout},
-                              std::pair{&texts.rbd_timeout, &config.rbd_timeout}}) {
+                              std::pair{&texts.rbd_timeout, &config.rbd_timeout},
+                              std::pair{&texts.fence_dead_nodes_after, &config.fence_dead_nodes_after},
+                              std::pair{&texts.fence_check_interval, &config.fence_check_interval}}) {
     auto parsed = ParseDuration(*text);
     if (!parsed.ok()) {
       std::cerr << "blockcsi: " << parsed.status().message() << "\n";
@@ -228,6 +247,9 @@ Status ValidatePluginConfig(const PluginConfig& config) {
     if (!config.backend.ceph_keyring.empty() && config.backend.ceph_user.empty()) {
       return InvalidArgument("--ceph-keyring needs --ceph-user");
     }
+  }
+  if (config.taint_fenced_nodes && config.fence_dead_nodes_after.count() == 0) {
+    return InvalidArgument("--taint-fenced-nodes needs --fence-dead-nodes-after (the watcher that fences)");
   }
   if (config.state_dir.empty() || config.state_dir.front() != '/') {
     return InvalidArgument("--state-dir must be an absolute path");

@@ -19,6 +19,8 @@ struct PluginFlagTexts {
   std::string reconcile_interval;
   std::string bridge_io_timeout;
   std::string rbd_timeout;
+  std::string fence_dead_nodes_after;
+  std::string fence_check_interval;
 };
 
 // Declares every flag on `app`, writing into `config` (and `texts`) when parsed.

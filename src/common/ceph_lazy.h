@@ -91,6 +91,7 @@ Function* CephFunction(const char* name) {
 #define rbd_metadata_set(...) BLOCKCSI_CEPH_FUNCTION(rbd_metadata_set)(__VA_ARGS__)
 #define rbd_open(...) BLOCKCSI_CEPH_FUNCTION(rbd_open)(__VA_ARGS__)
 #define rbd_open_read_only(...) BLOCKCSI_CEPH_FUNCTION(rbd_open_read_only)(__VA_ARGS__)
+#define rbd_pool_metadata_get(...) BLOCKCSI_CEPH_FUNCTION(rbd_pool_metadata_get)(__VA_ARGS__)
 #define rbd_pool_metadata_list(...) BLOCKCSI_CEPH_FUNCTION(rbd_pool_metadata_list)(__VA_ARGS__)
 #define rbd_pool_metadata_remove(...) BLOCKCSI_CEPH_FUNCTION(rbd_pool_metadata_remove)(__VA_ARGS__)
 #define rbd_pool_metadata_set(...) BLOCKCSI_CEPH_FUNCTION(rbd_pool_metadata_set)(__VA_ARGS__)

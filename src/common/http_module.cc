@@ -22,10 +22,12 @@ void SetError(char* error, size_t error_size, const std::string& message) {
 
 extern "C" {
 
-__attribute__((visibility("default"))) int blockcsi_https_get(const char* host, int port, const char* ca_pem,
-                                                              const char* bearer, const char* path, int* status,
-                                                              char** body, size_t* body_size, char* error,
-                                                              size_t error_size) {
+__attribute__((visibility("default"))) int blockcsi_https_request(const char* method, const char* host, int port,
+                                                                  const char* ca_pem, const char* bearer,
+                                                                  const char* path, const char* content_type,
+                                                                  const char* request_body, size_t request_body_size,
+                                                                  int* status, char** body, size_t* body_size,
+                                                                  char* error, size_t error_size) {
   try {
     httplib::SSLClient client(host, port);
     client.enable_server_certificate_verification(true);
@@ -44,7 +46,20 @@ __attribute__((visibility("default"))) int blockcsi_https_get(const char* host, 
     client.set_write_timeout(10, 0);
     httplib::Headers headers{{"Accept", "application/json"}};
     if (bearer[0] != '\0') headers.emplace("Authorization", std::string("Bearer ") + bearer);
-    auto result = client.Get(path, headers);
+    const std::string verb = method;
+    const std::string payload(request_body, request_body_size);
+    if (verb != "GET" && verb != "DELETE" && verb != "POST" && verb != "PUT" && verb != "PATCH") {
+      SetError(error, error_size, "unsupported method " + verb);
+      return -1;
+    }
+    auto send = [&]() -> httplib::Result {
+      if (verb == "GET") return client.Get(path, headers);
+      if (verb == "DELETE") return client.Delete(path, headers);
+      if (verb == "POST") return client.Post(path, headers, payload, content_type);
+      if (verb == "PUT") return client.Put(path, headers, payload, content_type);
+      return client.Patch(path, headers, payload, content_type);
+    };
+    auto result = send();
     if (!result) {
       SetError(error, error_size, httplib::to_string(result.error()));
       return -1;

@@ -12,12 +12,16 @@
 
 extern "C" {
 
-// One HTTPS GET of `path` on host:port, the server's certificate verified
-// against `ca_pem` (empty: the system's store), with `bearer` (empty: none)
-// as the Authorization token. 0 with *status and *body (malloc'd, the
-// caller frees it) when an HTTP answer came; -1 with the reason in `error`.
-typedef int (*BlockcsiHttpsGet)(const char* host, int port, const char* ca_pem, const char* bearer, const char* path,
-                                int* status, char** body, size_t* body_size, char* error, size_t error_size);
+// One HTTPS request (`method`: GET, POST, PUT, PATCH or DELETE) of `path` on
+// host:port, the server's certificate verified against `ca_pem` (empty: the
+// system's store), with `bearer` (empty: none) as the Authorization token and
+// `request_body` of `content_type` (both ignored for GET and DELETE). 0 with
+// *status and *body (malloc'd, the caller frees it) when an HTTP answer
+// came; -1 with the reason in `error`.
+typedef int (*BlockcsiHttpsRequest)(const char* method, const char* host, int port, const char* ca_pem,
+                                    const char* bearer, const char* path, const char* content_type,
+                                    const char* request_body, size_t request_body_size, int* status, char** body,
+                                    size_t* body_size, char* error, size_t error_size);
 
 }  // extern "C"
 

@@ -12,7 +12,7 @@ namespace blockcsi {
 namespace {
 
 struct HttpModule {
-  BlockcsiHttpsGet get = nullptr;
+  BlockcsiHttpsRequest request = nullptr;
   std::string error;  // why it could not be loaded
 };
 
@@ -31,9 +31,9 @@ const HttpModule& Module() {
         tried += std::string(tried.empty() ? "" : "; ") + ::dlerror();
         continue;
       }
-      module.get = reinterpret_cast<BlockcsiHttpsGet>(::dlsym(handle, "blockcsi_https_get"));
-      if (module.get == nullptr) {
-        tried += "; " + candidate.string() + " lacks blockcsi_https_get";
+      module.request = reinterpret_cast<BlockcsiHttpsRequest>(::dlsym(handle, "blockcsi_https_request"));
+      if (module.request == nullptr) {
+        tried += "; " + candidate.string() + " lacks blockcsi_https_request";
         continue;
       }
       return;
@@ -45,21 +45,28 @@ const HttpModule& Module() {
 
 }  // namespace
 
-StatusOr<HttpsAnswer> HttpsGet(const std::string& host, int port, const std::string& ca_pem, const std::string& bearer,
-                               const std::string& path) {
+StatusOr<HttpsAnswer> HttpsRequest(const std::string& method, const std::string& host, int port,
+                                   const std::string& ca_pem, const std::string& bearer, const std::string& path,
+                                   const std::string& content_type, const std::string& request_body) {
   const HttpModule& module = Module();
-  if (module.get == nullptr) return FailedPrecondition(module.error);
+  if (module.request == nullptr) return FailedPrecondition(module.error);
   int status = 0;
   char* body = nullptr;
   size_t body_size = 0;
   char error[256] = "";
-  if (module.get(host.c_str(), port, ca_pem.c_str(), bearer.c_str(), path.c_str(), &status, &body, &body_size, error,
-                 sizeof(error)) != 0) {
+  if (module.request(method.c_str(), host.c_str(), port, ca_pem.c_str(), bearer.c_str(), path.c_str(),
+                     content_type.c_str(), request_body.data(), request_body.size(), &status, &body, &body_size, error,
+                     sizeof(error)) != 0) {
     return Unavailable(error);
   }
   HttpsAnswer answer{status, std::string(body, body_size)};
   std::free(body);
   return answer;
+}
+
+StatusOr<HttpsAnswer> HttpsGet(const std::string& host, int port, const std::string& ca_pem, const std::string& bearer,
+                               const std::string& path) {
+  return HttpsRequest("GET", host, port, ca_pem, bearer, path, "", "");
 }
 
 }  // namespace blockcsi

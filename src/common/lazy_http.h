@@ -21,6 +21,10 @@ struct HttpsAnswer {
 // system's store); `bearer` (empty: none) is sent as the token and appears
 // in no error. FAILED_PRECONDITION when the module cannot be loaded,
 // UNAVAILABLE when no HTTP answer came.
+// Any method (GET, POST, PUT, PATCH, DELETE) with a body of `content_type`.
+StatusOr<HttpsAnswer> HttpsRequest(const std::string& method, const std::string& host, int port,
+                                   const std::string& ca_pem, const std::string& bearer, const std::string& path,
+                                   const std::string& content_type, const std::string& request_body);
 StatusOr<HttpsAnswer> HttpsGet(const std::string& host, int port, const std::string& ca_pem, const std::string& bearer,
                                const std::string& path);
 

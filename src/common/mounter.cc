@@ -55,6 +55,20 @@ class LibmountMounter final : public Mounter {
     return st;
   }
 
+  Status UnmountLazily(const std::string& target) override {
+    Span span("umount-lazy", target);
+    libmnt_context* cxt = mnt_new_context();
+    if (cxt == nullptr) return ResourceExhausted("libmount context for unmount " + target);
+    mnt_context_disable_mtab(cxt, 1);
+    mnt_context_enable_lazy(cxt, 1);
+    mnt_context_set_target(cxt, target.c_str());
+    int rc = mnt_context_umount(cxt);
+    Status st = ResultOf(cxt, rc, "lazy unmount " + target);
+    mnt_free_context(cxt);
+    RecordOperation("unmount", st);
+    return st;
+  }
+
   StatusOr<std::vector<MountEntry>> List() override {
     Span span("mountinfo");
     BLOCKCSI_ASSIGN_OR_RETURN(std::string text, ReadFileToString("/proc/self/mountinfo"));

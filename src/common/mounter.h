@@ -25,6 +25,13 @@ class Mounter {
   virtual Status BindMount(const std::string& source, const std::string& target, bool read_only) = 0;
   // Unmounts `target`; not mounted is NOT_FOUND.
   virtual Status Unmount(const std::string& target) = 0;
+  // Detaches `target` from the tree now and lets the kernel finish the
+  // unmount when its last user goes (MNT_DETACH): for a filesystem whose
+  // device is gone and that cannot be unmounted cleanly. Default:
+  // UNIMPLEMENTED (a mounter that cannot).
+  virtual Status UnmountLazily(const std::string& target) {
+    return Status(StatusCode::kUnimplemented, "lazy unmount of " + target + " is not supported here");
+  }
   virtual StatusOr<std::vector<MountEntry>> List() = 0;
 };
 

@@ -106,6 +106,11 @@ Status ControllerService::Publish(const csi::v1::ControllerPublishVolumeRequest&
   const std::string iqn = InitiatorIqnForNode(node_id);
   const std::map<std::string, std::string> volume_context(request.volume_context().begin(),
                                                           request.volume_context().end());
+  // A fenced node gets nothing, a static volume included: the fence's
+  // promise is that the node does not write until it has cleaned up.
+  if (options_.fencer) {
+    if (auto refusal = options_.fencer->PublishRefusal(node_id, id)) return FailedPrecondition(*refusal);
+  }
   if (IsStaticVolume(volume_context)) return PublishStatic(request, volume_context, read_only, response);
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerPublishVolume"));
@@ -232,6 +237,13 @@ Status ControllerService::Unpublish(const csi::v1::ControllerUnpublishVolumeRequ
   const std::string& node_id = request.node_id();
   if (id.empty()) return InvalidArgument("ControllerUnpublishVolume: volume_id is required");
   if (!node_id.empty() && !ValidateNodeId(node_id).ok()) return OkStatus();
+  // A fenced node's grants are gone, or are the fence's to take (it retries
+  // a host that was down): its VolumeAttachments are finalized at once.
+  if (!node_id.empty() && options_.fencer && options_.fencer->Get(node_id)) {
+    LogInfo("volume unpublished from a fenced node (the fence revoked its access)",
+            {{"volume", id}, {"node", node_id}});
+    return OkStatus();
+  }
   // A static PV's handle (or any id no backend makes): nothing was granted.
   if (!backend_->MayHoldVolume(id)) return OkStatus();
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerUnpublishVolume"));

@@ -26,6 +26,7 @@
 #include "common/inflight.h"
 #include "common/keyed_lock.h"
 #include "common/status.h"
+#include "controller/fencing.h"
 #include "csi.grpc.pb.h"
 
 namespace blockcsi {
@@ -42,6 +43,10 @@ struct ControllerOptions {
   // none). A volume with a mount capability is made at least that large
   // (OUT_OF_RANGE when limit_bytes forbids). Empty: no floor.
   std::function<uint64_t(const std::string& fs_type)> fs_minimum_bytes;
+  // Fenced nodes (controller/fencing.h): ControllerPublish to one is
+  // FAILED_PRECONDITION naming the fence, ControllerUnpublish from one is OK
+  // at once. Null: no fencing.
+  std::shared_ptr<NodeFencer> fencer;
 };
 
 class ControllerService final : public csi::v1::Controller::Service {

@@ -63,7 +63,10 @@ class HttpsKubeApiClient final : public KubeApiClient {
   HttpsKubeApiClient(KubeApiAccess access, std::shared_ptr<const Host> files)
       : access_(std::move(access)), files_(std::move(files)) {}
 
-  StatusOr<KubeApiResponse> Get(const std::string& path) override {
+  StatusOr<KubeApiResponse> Get(const std::string& path) override { return Send("GET", path, "", ""); }
+
+  StatusOr<KubeApiResponse> Send(const std::string& method, const std::string& path, const std::string& content_type,
+                                 const std::string& body) override {
     std::string host;
     int port = 0;
     BLOCKCSI_RETURN_IF_ERROR(SplitServer(access_.server, &host, &port));
@@ -73,9 +76,10 @@ class HttpsKubeApiClient final : public KubeApiClient {
       if (!read.ok()) return Unavailable("cannot read the API token file " + Quoted(access_.token_file));
       token = std::string(TrimWhitespace(*read));
     }
-    auto answer = HttpsGet(host, port, access_.ca_pem, token, path);
+    auto answer = HttpsRequest(method, host, port, access_.ca_pem, token, path, content_type, body);
     if (!answer.ok()) {
-      return Unavailable("API server " + access_.server + ": GET " + path + ": " + answer.status().message());
+      return Unavailable("API server " + access_.server + ": " + method + " " + path + ": " +
+                         answer.status().message());
     }
     return KubeApiResponse{answer->status, answer->body};
   }

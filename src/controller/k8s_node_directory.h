@@ -47,6 +47,14 @@ class KubeApiClient {
   virtual ~KubeApiClient() = default;
   // UNAVAILABLE when no HTTP answer came (connect, TLS, timeout).
   virtual StatusOr<KubeApiResponse> Get(const std::string& path) = 0;
+  // Any other method (POST, PUT, PATCH, DELETE) with a JSON body of
+  // `content_type` (e.g. application/merge-patch+json). The default, for
+  // clients that only read: UNIMPLEMENTED.
+  virtual StatusOr<KubeApiResponse> Send(const std::string& method, const std::string& path,
+                                         const std::string& content_type, const std::string& body) {
+    (void)path, (void)content_type, (void)body;
+    return Status(StatusCode::kUnimplemented, "this API client cannot " + method);
+  }
 };
 // `files` reads the token file at each request.
 std::unique_ptr<KubeApiClient> MakeKubeApiClient(KubeApiAccess access, std::shared_ptr<const Host> files);

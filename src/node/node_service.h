@@ -24,6 +24,7 @@
 #include "common/host.h"
 #include "common/inflight.h"
 #include "common/mounter.h"
+#include "common/mutex.h"
 #include "csi.grpc.pb.h"
 #include "node/staged_facts.h"
 
@@ -98,6 +99,19 @@ class NodeService final : public csi::v1::Node::Service {
   // Logs what earlier runs left staged (kept serving as is). Called once at start.
   void LogAdoptedVolumes();
 
+  // ---- fencing (node_fence.cc) ----
+  // While a fence id is set, NodeStage is FAILED_PRECONDITION naming the
+  // fence (the node must not attach anything until it is unfenced). "":
+  // not fenced.
+  void SetFenced(const std::string& fence_id);
+  std::string Fenced() const;
+  // Lets go of everything this node holds, without kubelet: for each volume
+  // with an attach record, every mount of it is unmounted (lazily when a
+  // clean unmount fails: those targets go to *lazily_unmounted), then it is
+  // detached (session or bridge, and the record). OK once nothing is left;
+  // a volume with an RPC in flight is ABORTED (retry).
+  Status ReleaseAll(std::vector<std::string>* lazily_unmounted);
+
  private:
   struct StagePlan;
   // Everything of NodeStageVolume after the attach: record our facts, then
@@ -115,9 +129,13 @@ class NodeService final : public csi::v1::Node::Service {
   Status RemoveReadOnlyLayer(const std::string& volume_id, const std::string& loop);
   Status Fault(std::string_view point) const;
 
+  Status ReleaseOne(const AttachRecord& record, std::vector<std::string>* lazily_unmounted);
+
   const NodeServiceOptions options_;
   const std::string initiator_iqn_;
   InFlightGuard in_flight_;
+  mutable Mutex fence_mu_;
+  std::string fence_id_ GUARDED_BY(fence_mu_);
 };
 
 }  // namespace blockcsi

@@ -48,6 +48,10 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
   StagePlan plan;
   plan.volume_id = req.volume_id();
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(plan.volume_id));
+  if (const std::string fence = Fenced(); !fence.empty()) {
+    return FailedPrecondition("volume " + plan.volume_id + ": node " + options_.node_id + " is fenced (fence " + fence +
+                              "); NodeStage is refused until the controller unfences it");
+  }
   BLOCKCSI_RETURN_IF_ERROR(ValidatePath(plan.volume_id, "staging_target_path", req.staging_target_path()));
   plan.staging_path = TrimTrailingSlash(req.staging_target_path());
   if (!req.has_volume_capability()) {

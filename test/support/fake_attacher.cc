@@ -100,6 +100,7 @@ Status FakeAttacher::Detach(const std::string& volume_id) {
   std::lock_guard lock(mu_);
   std::lock_guard wlock(world_->mu);
   world_->log.push_back("detach " + volume_id);
+  BLOCKCSI_RETURN_IF_ERROR(detach_error_);
   auto it = records_.find(volume_id);
   if (it == records_.end()) return OkStatus();
   world_->devices[it->second.device_path].present = false;
@@ -214,6 +215,18 @@ Status FakeMounter::Unmount(const std::string& target) {
   std::lock_guard lock(world_->mu);
   world_->log.push_back("umount " + target);
   BLOCKCSI_RETURN_IF_ERROR(TakeFailure(target));
+  for (auto it = world_->mounts.rbegin(); it != world_->mounts.rend(); ++it) {
+    if (it->target == target) {
+      world_->mounts.erase(std::next(it).base());
+      return OkStatus();
+    }
+  }
+  return NotFound(target + " is not mounted");
+}
+
+Status FakeMounter::UnmountLazily(const std::string& target) {
+  std::lock_guard lock(world_->mu);
+  world_->log.push_back("umount-lazy " + target);
   for (auto it = world_->mounts.rbegin(); it != world_->mounts.rend(); ++it) {
     if (it->target == target) {
       world_->mounts.erase(std::next(it).base());

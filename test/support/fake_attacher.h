@@ -54,6 +54,11 @@ class FakeAttacher final : public VolumeAttacher {
   // Volumes without one get /dev/fake<N>, blank.
   void SetDeviceFor(const std::string& volume_id, const std::string& device);
   void FailAttachWith(Status st);
+  // Every Detach fails with `st` until it is set back to OK.
+  void FailDetachWith(Status st) {
+    std::lock_guard lock(mu_);
+    detach_error_ = std::move(st);
+  }
   void SetHealth(const std::string& volume_id, AttachHealth health);
 
   using VolumeAttacher::Attach;
@@ -72,6 +77,7 @@ class FakeAttacher final : public VolumeAttacher {
   std::map<std::string, std::string> devices_;
   std::map<std::string, AttachHealth> health_;
   Status attach_error_;
+  Status detach_error_;
   int next_device_ = 1;
 };
 
@@ -85,6 +91,8 @@ class FakeMounter final : public Mounter {
                const std::string& options) override;
   Status BindMount(const std::string& source, const std::string& target, bool read_only) override;
   Status Unmount(const std::string& target) override;
+  // Never fails: the kernel's MNT_DETACH takes a busy or broken mount too.
+  Status UnmountLazily(const std::string& target) override;
   StatusOr<std::vector<MountEntry>> List() override;
 
  private:

@@ -145,6 +145,11 @@ StatusOr<VolumeRecord> FakeBackend::GrantAccess(const std::string& volume_id, co
   std::lock_guard lock(mu_);
   auto it = volumes_.find(volume_id);
   if (it == volumes_.end()) return NotFound("volume " + volume_id + " not found");
+  for (const auto& [node, fence] : fences_) {
+    if (node == grant.node_id || fence.initiator_iqn == grant.initiator_iqn) {
+      return FailedPrecondition(FencedMessage(fence, volume_id));
+    }
+  }
   auto& grants = it->second.grants;
   auto existing = std::find_if(grants.begin(), grants.end(),
                                [&](const GrantRecord& g) { return g.initiator_iqn == grant.initiator_iqn; });
@@ -278,6 +283,37 @@ void FakeBackend::ServeSecretsWith(std::shared_ptr<VolumeBackend> view) {
 std::vector<std::map<std::string, std::string>> FakeBackend::SecretsSeen() const {
   std::lock_guard lock(mu_);
   return secrets_seen_;
+}
+
+std::vector<HostFences> FakeBackend::FenceNode(const std::string& node_id, const std::string& initiator_iqn) {
+  if (Status st = Enter("FenceNode"); !st.ok()) return {HostFences{Name(), st, {}}};
+  std::lock_guard lock(mu_);
+  auto [it, added] = fences_.try_emplace(node_id, FenceRecord{node_id, initiator_iqn, ++fence_clock_, {}});
+  FenceRecord& record = it->second;
+  for (auto& [id, volume] : volumes_) {
+    for (const auto& g : volume.grants) {
+      if (g.initiator_iqn != initiator_iqn && g.node_id != node_id) continue;
+      record.held.push_back({id, g});
+    }
+    std::erase_if(volume.grants,
+                  [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn || g.node_id == node_id; });
+  }
+  return {HostFences{Name(), OkStatus(), {record}}};
+}
+
+std::vector<HostFences> FakeBackend::UnfenceNode(const std::string& node_id) {
+  if (Status st = Enter("UnfenceNode"); !st.ok()) return {HostFences{Name(), st, {}}};
+  std::lock_guard lock(mu_);
+  fences_.erase(node_id);
+  return {HostFences{Name(), OkStatus(), {}}};
+}
+
+std::vector<HostFences> FakeBackend::ListFences() {
+  if (Status st = Enter("ListFences"); !st.ok()) return {HostFences{Name(), st, {}}};
+  std::lock_guard lock(mu_);
+  HostFences out{Name(), OkStatus(), {}};
+  for (const auto& [node, fence] : fences_) out.fences.push_back(fence);
+  return {out};
 }
 
 }  // namespace blockcsi::testing

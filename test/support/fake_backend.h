@@ -40,6 +40,13 @@ class FakeBackend final : public VolumeBackend {
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
   Status Healthy() override;
+  // In memory, with the contract of backend.h: the record first, then every
+  // grant of the node revoked; GrantAccess to a fenced node is refused.
+  // One host, named Name(); FailNext("FenceNode") fails the next fence
+  // before it records anything.
+  std::vector<HostFences> FenceNode(const std::string& node_id, const std::string& initiator_iqn) override;
+  std::vector<HostFences> UnfenceNode(const std::string& node_id) override;
+  std::vector<HostFences> ListFences() override;
   // The fake's ids: "vol-<n>". An id of another form names nothing it has:
   // NOT_FOUND for lookups, OK for deletes and revokes, as the real backends.
   bool MayHoldVolume(const std::string& volume_id) const override { return volume_id.starts_with("vol-"); }
@@ -83,6 +90,8 @@ class FakeBackend final : public VolumeBackend {
   std::map<std::string, std::string> topology_{{kTopologyKey, "storage-1"}};
   std::map<std::string, VolumeHealth> health_;
   std::map<std::string, ChapCredentials> chap_;
+  std::map<std::string, FenceRecord> fences_;  // by node id
+  int64_t fence_clock_ = 1000;
   std::vector<std::map<std::string, std::string>> secrets_seen_;
   std::shared_ptr<VolumeBackend> secrets_view_;
   std::map<std::string, Status> fail_next_;

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "contract/chap_rules.h"
+#include "contract/initiator.h"
 #include "contract/iscsi_names.h"
 
 namespace blockcsi {
@@ -183,6 +184,9 @@ DesiredExport LocalBackend::DesiredFor(const VolumeRecord& r) const {
   MutexLock lock(chap_mu_);
   auto secrets = chap_.find(r.id);
   for (const auto& g : r.grants) {
+    // A fenced node's grant that a crash left in the record (a fence
+    // records itself first, then revokes) never reaches an ACL.
+    if (pool_->Fenced(g.node_id, g.initiator_iqn)) continue;
     d.acls.push_back({g.initiator_iqn, g.chap, ""});
     if (!g.chap || secrets == chap_.end()) continue;
     auto c = secrets->second.find(g.initiator_iqn);
@@ -328,6 +332,11 @@ StatusOr<VolumeRecord> LocalBackend::GrantAccess(const std::string& volume_id, c
   auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
+  // Checked under the volume's lock: a fence that lands after this waits
+  // for the lock and then revokes what this grant adds.
+  if (auto fence = pool_->FenceOf(grant.node_id, grant.initiator_iqn)) {
+    return FailedPrecondition(FencedMessage(*fence, volume_id));
+  }
   GrantRecord wanted{grant.initiator_iqn, grant.node_id, grant.read_only, grant.capability, grant.chap.enabled()};
   auto existing = std::find_if(record->grants.begin(), record->grants.end(),
                                [&](const GrantRecord& g) { return g.initiator_iqn == grant.initiator_iqn; });
@@ -395,9 +404,14 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
   auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();
-  VolumeRecord revoked = *record;
-  std::erase_if(revoked.grants, [&](const GrantRecord& g) { return g.initiator_iqn == initiator_iqn; });
-  const bool was_granted = revoked.grants.size() != record->grants.size();
+  return RevokeLocked(*record, {initiator_iqn});
+}
+
+Status LocalBackend::RevokeLocked(const VolumeRecord& record, const std::set<std::string>& initiator_iqns) {
+  const std::string& volume_id = record.id;
+  VolumeRecord revoked = record;
+  std::erase_if(revoked.grants, [&](const GrantRecord& g) { return initiator_iqns.contains(g.initiator_iqn); });
+  const bool was_granted = revoked.grants.size() != record.grants.size();
   // Access goes first, the record after (the reverse of a grant): the
   // target's ACL never lists an initiator the record does not.
   // If the daemon cannot be changed (down, or its listing not trusted), the
@@ -408,18 +422,91 @@ Status LocalBackend::RevokeAccess(const std::string& volume_id, const std::strin
   // both run even when the grant was already gone, so a retry still fences.
   BLOCKCSI_RETURN_IF_ERROR(ApplyExport(revoked));
   BLOCKCSI_RETURN_IF_ERROR(Fault("controller.unpublish.after-acl-removed"));
-  BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record->target_iqn, initiator_iqn));
+  for (const auto& iqn : initiator_iqns) {
+    BLOCKCSI_RETURN_IF_ERROR(exporter_->CloseSessions(record.target_iqn, iqn));
+  }
   if (was_granted) {
     BLOCKCSI_RETURN_IF_ERROR(pool_->UpdateVolume(revoked));
     BLOCKCSI_RETURN_IF_ERROR(Fault("controller.unpublish.after-grant-removed"));
   }
   {
     MutexLock lock(chap_mu_);
-    if (auto it = chap_.find(volume_id); it != chap_.end()) it->second.erase(initiator_iqn);
+    if (auto it = chap_.find(volume_id); it != chap_.end()) {
+      for (const auto& iqn : initiator_iqns) it->second.erase(iqn);
+    }
   }
-  if (was_granted) LogInfo("access revoked", {{"volume", volume_id}, {"initiator", initiator_iqn}});
+  if (was_granted) {
+    for (const auto& iqn : initiator_iqns) LogInfo("access revoked", {{"volume", volume_id}, {"initiator", iqn}});
+  }
   return OkStatus();
 }
+
+// ---- fencing ----------------------------------------------------------
+// The record first, durably: from then on GrantAccess refuses the node and
+// DesiredFor leaves it out of every ACL, so a crash anywhere below leaves a
+// fence that a retry completes and that nothing undoes meanwhile. Then
+// every volume, each under its lock (so a grant racing the fence either
+// sees the record or is revoked here): the node's grants are added to the
+// record's `held` (durably, before they go) and revoked; a target where it
+// holds none still has its sessions closed, in case one outlived an ACL.
+std::vector<HostFences> LocalBackend::FenceNode(const std::string& node_id, const std::string& initiator_iqn) {
+  HostFences out{Name(), OkStatus(), {}};
+  auto answer = [&](Status status) {
+    out.status = std::move(status);
+    return std::vector<HostFences>{out};
+  };
+  if (Status st = ValidateNodeId(node_id); !st.ok()) return answer(st);
+  if (Status st = ValidateIscsiName(initiator_iqn); !st.ok()) {
+    return answer(st.WithContext("initiator of node " + QuoteId(node_id)));
+  }
+  ReaderMutexLock op(reconcile_mu_);
+  MutexLock fencing(fence_mu_);
+  FenceRecord record = pool_->GetFence(node_id).value_or(FenceRecord{node_id, initiator_iqn, NowUnix(), {}});
+  record.initiator_iqn = initiator_iqn;
+  if (Status st = pool_->PutFence(record); !st.ok()) return answer(st.WithContext("record the fence"));
+  if (Status st = Fault("controller.fence.after-record"); !st.ok()) return answer(st);
+  for (const auto& listed : pool_->ListVolumes()) {
+    auto id_lock = locks_->Lock(listed.id);
+    auto volume = pool_->GetVolume(listed.id);
+    if (!volume) continue;  // deleted meanwhile
+    std::set<std::string> iqns{initiator_iqn};
+    bool held_here = false;
+    for (const auto& grant : volume->grants) {
+      if (grant.initiator_iqn != initiator_iqn && grant.node_id != node_id) continue;
+      iqns.insert(grant.initiator_iqn);
+      held_here = true;
+      const bool known = std::any_of(record.held.begin(), record.held.end(), [&](const FencedGrant& h) {
+        return h.volume_id == volume->id && h.grant.initiator_iqn == grant.initiator_iqn;
+      });
+      if (!known) record.held.push_back({volume->id, grant});
+    }
+    if (held_here) {
+      if (Status st = pool_->PutFence(record); !st.ok()) return answer(st.WithContext("record the fence"));
+      if (Status st = RevokeLocked(*volume, iqns); !st.ok()) {
+        return answer(st.WithContext("fence node " + QuoteId(node_id) + " on volume " + volume->id));
+      }
+      LogInfo("fence: access revoked", {{"node", node_id}, {"volume", volume->id}});
+    } else if (Status st = exporter_->CloseSessions(volume->target_iqn, initiator_iqn); !st.ok()) {
+      return answer(st.WithContext("fence node " + QuoteId(node_id) + ": close sessions on volume " + volume->id));
+    }
+  }
+  out.fences.push_back(record);
+  LogInfo("node fenced", {{"node", node_id}, {"held", std::to_string(record.held.size())}});
+  return answer(OkStatus());
+}
+
+std::vector<HostFences> LocalBackend::UnfenceNode(const std::string& node_id) {
+  HostFences out{Name(), OkStatus(), {}};
+  ReaderMutexLock op(reconcile_mu_);
+  MutexLock fencing(fence_mu_);
+  if (pool_->GetFence(node_id)) {
+    out.status = pool_->RemoveFence(node_id).WithContext("remove the fence of node " + QuoteId(node_id));
+    if (out.status.ok()) LogInfo("node unfenced", {{"node", node_id}});
+  }
+  return {out};
+}
+
+std::vector<HostFences> LocalBackend::ListFences() { return {HostFences{Name(), OkStatus(), pool_->ListFences()}}; }
 
 StatusOr<VolumeRecord> LocalBackend::GetVolume(const std::string& volume_id) {
   if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +78,9 @@ class LocalBackend final : public VolumeBackend {
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
   Status Healthy() override;
+  std::vector<HostFences> FenceNode(const std::string& node_id, const std::string& initiator_iqn) override;
+  std::vector<HostFences> UnfenceNode(const std::string& node_id) override;
+  std::vector<HostFences> ListFences() override;
   bool MayHoldVolume(const std::string& volume_id) const override;
 
   // One reconcile pass now; returns the repairs made (each is also logged).
@@ -101,6 +105,9 @@ class LocalBackend final : public VolumeBackend {
   // logged; the reconcile loop repairs what an undo could not.
   void UndoCreate(const VolumeRecord& record, const Status& why);
   void UndoGrant(VolumeRecord record, const std::string& initiator_iqn, const Status& why);
+  // Takes `initiator_iqns` out of the volume's ACL, closes their sessions,
+  // then drops their grants from the record. The caller holds the volume's lock.
+  Status RevokeLocked(const VolumeRecord& record, const std::set<std::string>& initiator_iqns);
   void LoopMain();
 
   const LocalBackendOptions options_;
@@ -109,6 +116,9 @@ class LocalBackend final : public VolumeBackend {
   std::unique_ptr<KeyedLock> locks_;
   // Operations hold it shared; a reconcile pass holds it exclusively.
   SharedMutex reconcile_mu_;
+
+  // Serialises fencing and unfencing (rare; a fence walks every volume).
+  Mutex fence_mu_;
 
   mutable Mutex chap_mu_;
   // volume id → initiator IQN → credentials. Memory only, by design.

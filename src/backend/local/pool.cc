@@ -42,7 +42,7 @@ Pool::~Pool() = default;  // releases the pool's lock
 StatusOr<std::unique_ptr<Pool>> Pool::Open(const std::string& dir, PoolOptions options) {
   if (dir.empty() || dir.front() != '/') return InvalidArgument("pool directory \"" + dir + "\" must be absolute");
   if (options.files == nullptr) options.files = MakeImageFiles();
-  for (const char* sub : {"", "/volumes", "/snapshots", "/images", "/tmp"}) {
+  for (const char* sub : {"", "/volumes", "/snapshots", "/images", "/tmp", "/fences"}) {
     BLOCKCSI_RETURN_IF_ERROR(options.files->MakeDirectory(dir + sub));
   }
   std::string lock_path = dir + "/.lock";
@@ -72,6 +72,7 @@ Status Pool::Load() {
     LogWarn("pool recovery: removing unfinished image", {{"file", name}});
     BLOCKCSI_RETURN_IF_ERROR(files_.RemoveDurably(dir_ + "/tmp/" + name));
   }
+  BLOCKCSI_RETURN_IF_ERROR(LoadFences());
   std::map<std::string, VolumeRecord> volumes;
   std::map<std::string, SnapshotRecord> snapshots;
   BLOCKCSI_ASSIGN_OR_RETURN(auto volume_names, files_.List(dir_ + "/volumes"));

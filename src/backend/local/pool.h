@@ -6,6 +6,7 @@
 //   <pool>/snapshots/<snap-id>.json
 //   <pool>/images/<id>.img        sparse image of a volume or snapshot
 //   <pool>/tmp/                   images being built; emptied at Open
+//   <pool>/fences/<node-id>.json  FenceRecord of a fenced node (backend.h)
 //
 // Crash safety: an object becomes visible only when its record is written
 // (WriteFileAtomically), and its image is complete and fsynced, under its
@@ -110,6 +111,19 @@ class Pool {
   Status CreateSnapshot(const SnapshotRecord& record, CopyMethod* method = nullptr);
   Status DeleteSnapshot(const std::string& id);
 
+  // ---- fences (pool_fences.cc): one durable record per fenced node
+  std::optional<FenceRecord> GetFence(const std::string& node_id) const;
+  std::vector<FenceRecord> ListFences() const;  // ordered by node id
+  // The fence of the node a grant names (by node id or by initiator), if any.
+  std::optional<FenceRecord> FenceOf(std::string_view node_id, std::string_view initiator_iqn) const;
+  bool Fenced(std::string_view node_id, std::string_view initiator_iqn) const {
+    return FenceOf(node_id, initiator_iqn).has_value();
+  }
+  // Durable (fsynced) on return.
+  Status PutFence(const FenceRecord& record);
+  // Durable on return; no record → OK.
+  Status RemoveFence(const std::string& node_id);
+
   // The largest new volume the overcommit policy allows now: the least of
   // free space times the ratio and what the ratio leaves of the file system
   // beyond the bytes already provisioned (volumes, snapshots, and those
@@ -131,6 +145,8 @@ class Pool {
  private:
   Pool(std::string dir, PoolOptions options, std::unique_ptr<HeldLock> lock);
   Status Load();
+  Status LoadFences();
+  std::string FenceRecordPath(std::string_view node_id) const;
   Status Fault(std::string_view point) const;
   // The fault points of one PlaceImage: reached once the image is staged
   // in tmp/, then once it is renamed into images/. Whole names, so that
@@ -181,6 +197,7 @@ class Pool {
   // (the first id of a name, as a scan in id order would find).
   std::set<std::pair<std::string, std::string>> volume_names_ GUARDED_BY(mu_);
   std::map<std::string, SnapshotRecord> snapshots_ GUARDED_BY(mu_);  // by id
+  std::map<std::string, FenceRecord> fences_ GUARDED_BY(mu_);        // by node id
   // Held by RoomReservations in flight.
   uint64_t reserved_bytes_ GUARDED_BY(mu_) = 0;
   size_t reserved_volumes_ GUARDED_BY(mu_) = 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,10 @@ StatusOr<VolumeRecord> RbdBackend::GrantAccess(const std::string& volume_id, con
     return InvalidArgument("volume " + volume_id + ": rbd volumes authenticate with cephx, not CHAP");
   }
   auto held = locks_.Lock(*image);
+  // Under the image's lock: a fence that lands after this waits for it and
+  // then revokes what this grant adds.
+  BLOCKCSI_ASSIGN_OR_RETURN(auto fence, GetNodeFence(node));
+  if (fence) return FailedPrecondition(FencedMessage(*fence, volume_id));
   BLOCKCSI_ASSIGN_OR_RETURN(auto handle, Open(*image));
   BLOCKCSI_ASSIGN_OR_RETURN(auto meta, ListMetadata(handle.get(), Spec(*image)));
   if (!meta.contains(kMetaName)) return NotFound("volume " + volume_id + " not found");
@@ -121,7 +126,11 @@ Status RbdBackend::RevokeAccess(const std::string& volume_id, const std::string&
   if (!opened.ok()) return opened.status().code() == StatusCode::kNotFound ? OkStatus() : opened.status();
   ImageHandle handle = std::move(opened).value();
   BLOCKCSI_ASSIGN_OR_RETURN(auto meta, ListMetadata(handle.get(), Spec(*image)));
+  return RevokeLocked(volume_id, *image, handle.get(), meta, node);
+}
 
+Status RbdBackend::RevokeLocked(const std::string& volume_id, const std::string& image_name, rbd_image_t image,
+                                const std::map<std::string, std::string>& meta, const std::string& node) {
   const std::string grant_key = kMetaGrantPrefix + node;
   const std::string client_key = kMetaClientPrefix + node;
   bool others_granted = false;
@@ -137,7 +146,7 @@ Status RbdBackend::RevokeAccess(const std::string& volume_id, const std::string&
       if (!addr.empty()) fence.insert(addr);
     }
   }
-  BLOCKCSI_ASSIGN_OR_RETURN(auto all_watchers, ListWatchers(handle.get(), Spec(*image)));
+  BLOCKCSI_ASSIGN_OR_RETURN(auto all_watchers, ListWatchers(image, Spec(image_name)));
   auto watchers = OthersOnly(std::move(all_watchers));
   if (!others_granted) {
     for (const auto& w : watchers) fence.insert(w.addr);
@@ -165,23 +174,148 @@ Status RbdBackend::RevokeAccess(const std::string& volume_id, const std::string&
   if (!fence.empty()) {
     // Record before anything else can fail, so the entries are lifted later.
     json j = {{"addrs", fenced}, {"at", static_cast<int64_t>(std::time(nullptr))}};
-    int r = rbd_metadata_set(handle.get(), (kMetaFencePrefix + node).c_str(), j.dump().c_str());
-    if (r < 0) return CephError(r, "set metadata of " + Spec(*image));
+    int r = rbd_metadata_set(image, (kMetaFencePrefix + node).c_str(), j.dump().c_str());
+    if (r < 0) return CephError(r, "set metadata of " + Spec(image_name));
     // A blocklisted owner cannot release its exclusive lock; break it so the
     // next node's client takes the lock at once instead of waiting it out.
-    BLOCKCSI_ASSIGN_OR_RETURN(auto lockers, ListLockers(handle.get(), Spec(*image)));
+    BLOCKCSI_ASSIGN_OR_RETURN(auto lockers, ListLockers(image, Spec(image_name)));
     for (const auto& locker : lockers) {
       if (!fence.contains(locker.addr)) continue;
-      r = rbd_break_lock(handle.get(), locker.client.c_str(), locker.cookie.c_str());
-      if (r < 0 && r != -ENOENT) return CephError(r, "break lock of " + locker.client + " on " + Spec(*image));
+      r = rbd_break_lock(image, locker.client.c_str(), locker.cookie.c_str());
+      if (r < 0 && r != -ENOENT) return CephError(r, "break lock of " + locker.client + " on " + Spec(image_name));
     }
   }
   for (const std::string& key : {grant_key, client_key}) {
-    int r = rbd_metadata_remove(handle.get(), key.c_str());
-    if (r < 0 && r != -ENOENT) return CephError(r, "remove metadata of " + Spec(*image));
+    int r = rbd_metadata_remove(image, key.c_str());
+    if (r < 0 && r != -ENOENT) return CephError(r, "remove metadata of " + Spec(image_name));
   }
   LogInfo("rbd volume unpublished", {{"volume", volume_id}, {"node", node}});
   return OkStatus();
+}
+
+// ---- fencing -----------------------------------------------------------
+// The node's fence is a pool metadata entry (blockcsi.fenced.<node>), set
+// before anything else so that GrantAccess refuses the node from then on;
+// then every image of ours, each under its lock (a grant racing the fence
+// either sees the entry or is revoked here): a grant of the node is added
+// to the entry's `held` and revoked, which blocklists the node's clients
+// and breaks their exclusive lock (RevokeLocked).
+
+StatusOr<std::optional<FenceRecord>> RbdBackend::GetNodeFence(const std::string& node) const {
+  const std::string key = kPoolMetaFencedPrefix + node;
+  size_t len = 4096;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    std::string value(len, '\0');
+    int r = rbd_pool_metadata_get(io_, key.c_str(), value.data(), &len);
+    if (r == -ERANGE) continue;
+    if (r == -ENOENT) return std::optional<FenceRecord>();
+    if (r < 0) return CephError(r, "read the fence of node " + node + " in pool " + options_.pool);
+    value.resize(strnlen(value.c_str(), len));
+    auto record = FenceRecordFromJson(value);
+    // An unreadable entry still fences: the node stays out.
+    if (!record.ok()) return std::optional<FenceRecord>(FenceRecord{node, InitiatorIqnForNode(node), 0, {}});
+    return std::optional<FenceRecord>(*std::move(record));
+  }
+  return Internal("read the fence of node " + node + ": value keeps growing");
+}
+
+Status RbdBackend::PutNodeFence(const FenceRecord& record) {
+  const std::string key = kPoolMetaFencedPrefix + record.node_id;
+  int r = rbd_pool_metadata_set(io_, key.c_str(), FenceRecordToJson(record).c_str());
+  if (r < 0) return CephError(r, "record the fence of node " + record.node_id + " in pool " + options_.pool);
+  return OkStatus();
+}
+
+std::vector<HostFences> RbdBackend::FenceNode(const std::string& node_id, const std::string& initiator_iqn) {
+  HostFences out{Name(), OkStatus(), {}};
+  auto answer = [&](Status status) {
+    out.status = std::move(status);
+    return std::vector<HostFences>{out};
+  };
+  if (Status st = ValidateNodeId(node_id); !st.ok()) return answer(st);
+  auto fencing = locks_.Lock(std::string("fence:") + node_id);  // never an image name
+  auto existing = GetNodeFence(node_id);
+  if (!existing.ok()) return answer(existing.status());
+  FenceRecord record =
+      existing->value_or(FenceRecord{node_id, initiator_iqn, static_cast<int64_t>(std::time(nullptr)), {}});
+  if (Status st = PutNodeFence(record); !st.ok()) return answer(st);
+  auto names = ListImageNames(io_);
+  if (!names.ok()) return answer(names.status());
+  const std::string grant_key = kMetaGrantPrefix + node_id;
+  for (const auto& name : *names) {
+    if (!HasHashedName(name, kVolumePrefix)) continue;
+    auto held = locks_.Lock(name);
+    auto opened = Open(name);
+    if (!opened.ok()) {
+      if (opened.status().code() == StatusCode::kNotFound) continue;  // deleted meanwhile
+      return answer(opened.status());
+    }
+    auto meta = ListMetadata(opened->get(), Spec(name));
+    if (!meta.ok()) return answer(meta.status());
+    auto grant = meta->find(grant_key);
+    if (grant == meta->end()) continue;
+    const std::string volume_id = VolumeId(options_.pool, name);
+    json j = json::parse(grant->second, nullptr, false);
+    GrantRecord g{initiator_iqn, node_id, false, "", false};
+    if (j.is_object()) {
+      g.initiator_iqn = j.value("initiator_iqn", initiator_iqn);
+      g.read_only = j.value("read_only", false);
+      g.capability = j.value("capability", "");
+    }
+    const bool known = std::any_of(record.held.begin(), record.held.end(),
+                                   [&](const FencedGrant& h) { return h.volume_id == volume_id; });
+    if (!known) {
+      record.held.push_back({volume_id, g});
+      if (Status st = PutNodeFence(record); !st.ok()) return answer(st);
+    }
+    if (Status st = RevokeLocked(volume_id, name, opened->get(), *meta, node_id); !st.ok()) {
+      return answer(st.WithContext("fence node \"" + node_id + "\" on volume " + volume_id));
+    }
+  }
+  out.fences.push_back(record);
+  LogInfo("node fenced", {{"node", node_id}, {"pool", options_.pool}, {"held", std::to_string(record.held.size())}});
+  return answer(OkStatus());
+}
+
+std::vector<HostFences> RbdBackend::UnfenceNode(const std::string& node_id) {
+  HostFences out{Name(), OkStatus(), {}};
+  if (!ValidateNodeId(node_id).ok()) return {out};
+  auto fencing = locks_.Lock(std::string("fence:") + node_id);
+  int r = rbd_pool_metadata_remove(io_, (kPoolMetaFencedPrefix + node_id).c_str());
+  if (r < 0 && r != -ENOENT) {
+    out.status = CephError(r, "remove the fence of node " + node_id + " in pool " + options_.pool);
+  } else if (r == 0) {
+    // The blocklist entries themselves are lifted by the next grant to the
+    // node once none of its fenced clients is still a watcher (GrantAccess).
+    LogInfo("node unfenced", {{"node", node_id}, {"pool", options_.pool}});
+  }
+  return {out};
+}
+
+std::vector<HostFences> RbdBackend::ListFences() {
+  HostFences out{Name(), OkStatus(), {}};
+  size_t key_len = 4096, val_len = 16384;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    std::string keys(key_len, '\0'), vals(val_len, '\0');
+    int r = rbd_pool_metadata_list(io_, kPoolMetaFencedPrefix, 0, keys.data(), &key_len, vals.data(), &val_len);
+    if (r == -ERANGE) continue;
+    if (r == -ENOENT) return {out};
+    if (r < 0) {
+      out.status = CephError(r, "list metadata of pool " + options_.pool);
+      return {out};
+    }
+    auto k = SplitNul(keys, key_len);
+    auto v = SplitNul(vals, val_len);
+    for (size_t i = 0; i < k.size() && i < v.size(); ++i) {
+      if (!k[i].starts_with(kPoolMetaFencedPrefix)) continue;
+      auto record = FenceRecordFromJson(v[i]);
+      const std::string node = k[i].substr(sizeof(kPoolMetaFencedPrefix) - 1);
+      out.fences.push_back(record.ok() ? *record : FenceRecord{node, InitiatorIqnForNode(node), 0, {}});
+    }
+    return {out};
+  }
+  out.status = Internal("list metadata of pool " + options_.pool + ": buffer keeps growing");
+  return {out};
 }
 
 }  // namespace blockcsi::rbd_internal

@@ -44,6 +44,7 @@ constexpr char kMetaGrantPrefix[] = "blockcsi.grant.";
 constexpr char kMetaFencePrefix[] = "blockcsi.fence.";
 constexpr char kMetaClientPrefix[] = "blockcsi.client.";
 constexpr char kPoolMetaSnapPrefix[] = "blockcsi.snap.";
+constexpr char kPoolMetaFencedPrefix[] = "blockcsi.fenced.";
 
 constexpr uint64_t kGranularity = 1ULL << 20;
 // What krbd maps on any kernel since 4.9; object-map/fast-diff/deep-flatten
@@ -303,9 +304,19 @@ class RbdBackend final : public VolumeBackend {
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
   Status Healthy() override;
+  std::vector<HostFences> FenceNode(const std::string& node_id, const std::string& initiator_iqn) override;
+  std::vector<HostFences> UnfenceNode(const std::string& node_id) override;
+  std::vector<HostFences> ListFences() override;
   bool MayHoldVolume(const std::string& volume_id) const override { return ParseRbdVolumeId(volume_id).has_value(); }
 
  private:
+  // The node's fence entry in the pool's metadata, if any.
+  StatusOr<std::optional<FenceRecord>> GetNodeFence(const std::string& node) const;
+  Status PutNodeFence(const FenceRecord& record);
+  // Revokes `node`'s grant of an open image whose lock the caller holds:
+  // its clients blocklisted, their lock broken, the grant removed.
+  Status RevokeLocked(const std::string& volume_id, const std::string& image_name, rbd_image_t image,
+                      const std::map<std::string, std::string>& meta, const std::string& node);
   std::string Spec(const std::string& image) const { return options_.pool + "/" + image; }
   // The image a volume id names when it is ours (this pool, our format).
   std::optional<std::string> OurImage(std::string_view volume_id) const {

@@ -115,6 +115,24 @@ class RbdSecretBackend final : public VolumeBackend {
     }
     return latest == nullptr ? OkStatus() : latest->Healthy();
   }
+  // Fencing acts with the most recent connection: a controller without
+  // --ceph-user has no credentials of its own, and before any request has
+  // brought some it cannot fence (the fence stays incomplete and is retried).
+  std::vector<HostFences> FenceNode(const std::string& node_id, const std::string& initiator_iqn) override {
+    auto b = Connection();
+    if (!b.ok()) return {HostFences{Name(), b.status(), {}}};
+    return (*b)->FenceNode(node_id, initiator_iqn);
+  }
+  std::vector<HostFences> UnfenceNode(const std::string& node_id) override {
+    auto b = Connection();
+    if (!b.ok()) return {HostFences{Name(), b.status(), {}}};
+    return (*b)->UnfenceNode(node_id);
+  }
+  std::vector<HostFences> ListFences() override {
+    auto b = Connection();
+    if (!b.ok()) return {HostFences{Name(), b.status(), {}}};
+    return (*b)->ListFences();
+  }
   // A request without secrets is served like any call without them: by
   // the most recent connection.
   std::shared_ptr<VolumeBackend> WithSecrets(const CallSecrets& secrets) override {

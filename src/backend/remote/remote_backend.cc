@@ -164,6 +164,27 @@ class RemoteBackend final : public VolumeBackend {
     ProbeResponse out;
     return Call(&TargetAgent::Stub::Probe, ProbeRequest(), &out);
   }
+  std::vector<HostFences> FenceNode(const std::string& node_id, const std::string& initiator_iqn) override {
+    FenceNodeRequest req;
+    req.set_node_id(node_id);
+    req.set_initiator_iqn(initiator_iqn);
+    Fence out;
+    HostFences answer{Name(), Call(&TargetAgent::Stub::FenceNode, req, &out), {}};
+    if (answer.status.ok()) answer.fences.push_back(FromProto(out));
+    return {answer};
+  }
+  std::vector<HostFences> UnfenceNode(const std::string& node_id) override {
+    UnfenceNodeRequest req;
+    req.set_node_id(node_id);
+    UnfenceNodeResponse out;
+    return {HostFences{Name(), Call(&TargetAgent::Stub::UnfenceNode, req, &out), {}}};
+  }
+  std::vector<HostFences> ListFences() override {
+    ListFencesResponse out;
+    HostFences answer{Name(), Call(&TargetAgent::Stub::ListFences, ListFencesRequest(), &out), {}};
+    for (const auto& f : out.fences()) answer.fences.push_back(FromProto(f));
+    return {answer};
+  }
 
  private:
   std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout) const {

@@ -102,4 +102,29 @@ ChapCredentials FromProto(const targetpb::Chap& in) {
   return {in.username(), in.password(), in.mutual_username(), in.mutual_password()};
 }
 
+void ToProto(const FenceRecord& in, targetpb::Fence* out) {
+  out->set_node_id(in.node_id);
+  out->set_initiator_iqn(in.initiator_iqn);
+  out->set_since_unix_seconds(in.since_unix_seconds);
+  for (const auto& h : in.held) {
+    auto* ph = out->add_held();
+    ph->set_volume_id(h.volume_id);
+    auto* pg = ph->mutable_grant();
+    pg->set_initiator_iqn(h.grant.initiator_iqn);
+    pg->set_node_id(h.grant.node_id);
+    pg->set_read_only(h.grant.read_only);
+    pg->set_capability(h.grant.capability);
+    pg->set_chap(h.grant.chap);
+  }
+}
+
+FenceRecord FromProto(const targetpb::Fence& in) {
+  FenceRecord out{in.node_id(), in.initiator_iqn(), in.since_unix_seconds(), {}};
+  for (const auto& h : in.held()) {
+    const auto& g = h.grant();
+    out.held.push_back({h.volume_id(), {g.initiator_iqn(), g.node_id(), g.read_only(), g.capability(), g.chap()}});
+  }
+  return out;
+}
+
 }  // namespace blockcsi

@@ -18,5 +18,7 @@ void ToProto(const ContentSource& in, targetpb::ContentSource* out);
 ContentSource FromProto(const targetpb::ContentSource& in);
 void ToProto(const ChapCredentials& in, targetpb::Chap* out);
 ChapCredentials FromProto(const targetpb::Chap& in);
+void ToProto(const FenceRecord& in, targetpb::Fence* out);
+FenceRecord FromProto(const targetpb::Fence& in);
 
 }  // namespace blockcsi

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "backend/routing/placement.h"
 #include "backend/storage_class.h"
@@ -451,6 +452,47 @@ Status RoutingBackend::Healthy() {
   }
   if (code == StatusCode::kOk) return OkStatus();
   return Status(code, sick);
+}
+
+// Each host is asked at once, on a thread of its own: a host that is down
+// (a remote agent waits out its call deadline) must not hold up the fence
+// of the others. The answers keep configuration order; each carries the
+// configured name, and the held volumes their routed ids.
+std::vector<HostFences> RoutingBackend::EachHost(const std::function<std::vector<HostFences>(VolumeBackend&)>& call) {
+  std::vector<std::vector<HostFences>> answers(backends_.size());
+  std::vector<std::thread> threads;
+  threads.reserve(backends_.size());
+  for (size_t i = 0; i < backends_.size(); ++i) {
+    threads.emplace_back([&, i] { answers[i] = call(*backends_[i].backend); });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<HostFences> out;
+  for (size_t i = 0; i < backends_.size(); ++i) {
+    for (auto& answer : answers[i]) {
+      answer.host = backends_[i].name;
+      for (auto& fence : answer.fences) {
+        for (auto& held : fence.held) {
+          auto outer = Outer(backends_[i], held.volume_id);
+          if (outer.ok()) held.volume_id = *outer;
+        }
+      }
+      if (!answer.status.ok()) answer.status = answer.status.WithContext("backend " + Quoted(backends_[i].name));
+      out.push_back(std::move(answer));
+    }
+  }
+  return out;
+}
+
+std::vector<HostFences> RoutingBackend::FenceNode(const std::string& node_id, const std::string& initiator_iqn) {
+  return EachHost([&](VolumeBackend& b) { return b.FenceNode(node_id, initiator_iqn); });
+}
+
+std::vector<HostFences> RoutingBackend::UnfenceNode(const std::string& node_id) {
+  return EachHost([&](VolumeBackend& b) { return b.UnfenceNode(node_id); });
+}
+
+std::vector<HostFences> RoutingBackend::ListFences() {
+  return EachHost([](VolumeBackend& b) { return b.ListFences(); });
 }
 
 }  // namespace blockcsi

@@ -28,6 +28,7 @@
 // fixed at construction and each backend is thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -81,6 +82,11 @@ class RoutingBackend final : public VolumeBackend {
                                                int max_entries) override;
   // OK when every backend is; otherwise the sick ones, by name.
   Status Healthy() override;
+  // Every host at once (a down one does not delay the others), one answer
+  // per host in configuration order, named by its configured name.
+  std::vector<HostFences> FenceNode(const std::string& node_id, const std::string& initiator_iqn) override;
+  std::vector<HostFences> UnfenceNode(const std::string& node_id) override;
+  std::vector<HostFences> ListFences() override;
   bool MayHoldVolume(const std::string& volume_id) const override;
   // The same routes over each backend's view for `secrets` (nullptr when
   // no backend takes secrets).
@@ -110,6 +116,7 @@ class RoutingBackend final : public VolumeBackend {
   // nullptr: a retried CreateVolume must find the volume an earlier try
   // made on a host it then skipped past.
   StatusOr<const NamedBackend*> HolderOf(const std::string& name) const;
+  std::vector<HostFences> EachHost(const std::function<std::vector<HostFences>(VolumeBackend&)>& call);
   // Parses "<name>~<inner token>" into the index of the backend to resume
   // at and its token; ABORTED for anything else.
   StatusOr<std::pair<size_t, std::string>> ParseToken(std::string_view what, const std::string& token) const;

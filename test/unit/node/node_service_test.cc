@@ -4,6 +4,8 @@
 // CAP_SYS_RESOURCE) and stats/condition. No privileges needed.
 #include "node/node_service.h"
 
+#include "node/fence_monitor.h"
+
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -801,6 +803,102 @@ TEST_F(NodeServiceTest, StatsOfMissingPathOrVolumeIsNotFound) {
   csi::v1::NodeExpandVolumeResponse expanded;
   EXPECT_CODE(node_->Expand(ExpandRequest("vol1", "rel"), &expanded), kNotFound);
   EXPECT_CODE(node_->Stats(StatsRequest("vol1", ""), &resp), kInvalidArgument);
+}
+
+// ---- fencing: the node lets go of everything and stages nothing new ----
+
+TEST_F(NodeServiceTest, AFencedNodeReleasesEverythingAndRefusesToStage) {
+  Device("vol1", "/dev/fake1");
+  ASSERT_TRUE(node_->Stage(StageRequest("vol1")).ok());
+  ASSERT_TRUE(node_->Publish(PublishRequest("vol1")).ok());
+  node_->SetFenced("2027-01-15T08:00:00Z");
+  std::vector<std::string> lazily;
+  ASSERT_TRUE(node_->ReleaseAll(&lazily).ok());
+  EXPECT_TRUE(lazily.empty());
+  EXPECT_TRUE(world_->mounts.empty()) << "a mount of the fenced volume is left";
+  auto log = world_->Log();
+  auto pod = std::find(log.begin(), log.end(), "umount " + std::string(kTarget));
+  auto staging = std::find(log.begin(), log.end(), "umount " + std::string(kStaging));
+  auto detach = std::find(log.begin(), log.end(), "detach vol1");
+  ASSERT_NE(pod, log.end());
+  ASSERT_NE(staging, log.end());
+  ASSERT_NE(detach, log.end());
+  EXPECT_LT(pod - log.begin(), staging - log.begin()) << "the staging mount went before the pod's";
+  EXPECT_LT(staging - log.begin(), detach - log.begin());
+  EXPECT_FALSE(attacher_->Get("vol1").ok());
+
+  Status refused = node_->Stage(StageRequest("vol2"));
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
+  EXPECT_NE(refused.message().find("fenced (fence 2027-01-15T08:00:00Z)"), std::string::npos) << refused.message();
+  EXPECT_FALSE(attacher_->Get("vol2").ok()) << "a fenced node attached a volume";
+  // kubelet's own teardown afterwards still succeeds.
+  EXPECT_TRUE(node_->Unpublish(UnpublishRequest("vol1")).ok());
+  EXPECT_TRUE(node_->Unstage(UnstageRequest("vol1")).ok());
+  node_->SetFenced("");
+  EXPECT_TRUE(node_->Stage(StageRequest("vol2")).ok());
+}
+
+TEST_F(NodeServiceTest, AFilesystemThatCannotBeUnmountedCleanlyIsDetachedLazilyAndReported) {
+  Device("vol1", "/dev/fake1");
+  ASSERT_TRUE(node_->Stage(StageRequest("vol1")).ok());
+  mounter_->FailNext(kStaging, Status(StatusCode::kUnavailable, "input/output error"));
+  std::vector<std::string> lazily;
+  ASSERT_TRUE(node_->ReleaseAll(&lazily).ok());
+  EXPECT_EQ(lazily, std::vector<std::string>{kStaging});
+  EXPECT_EQ(world_->Count("umount-lazy " + std::string(kStaging)), 1);
+  EXPECT_TRUE(world_->mounts.empty());
+  EXPECT_FALSE(attacher_->Get("vol1").ok());
+}
+
+TEST_F(NodeServiceTest, TheFenceMonitorCleansUpOnceAndReportsForThatFence) {
+  std::shared_ptr<NodeService> node = std::move(node_);
+  Device("vol1", "/dev/fake1");
+  ASSERT_TRUE(node->Stage(StageRequest("vol1")).ok());
+  FenceNotice notice{"2027-01-15T08:00:00Z", ""};
+  std::vector<std::string> reports;
+  NodeFenceMonitorOptions options;
+  options.check = [&]() -> StatusOr<FenceNotice> { return notice; };
+  options.report = [&](const std::string& id, const std::vector<std::string>&) {
+    reports.push_back(id);
+    notice.cleaned_up = id;
+    return OkStatus();
+  };
+  NodeFenceMonitor monitor(node, options);
+  ASSERT_TRUE(monitor.CheckNow().ok());
+  EXPECT_EQ(reports, std::vector<std::string>{"2027-01-15T08:00:00Z"});
+  EXPECT_FALSE(attacher_->Get("vol1").ok());
+  EXPECT_EQ(node->Fenced(), "2027-01-15T08:00:00Z");
+  ASSERT_TRUE(monitor.CheckNow().ok());
+  EXPECT_EQ(reports.size(), 1u) << "reported twice for one fence";
+  // A new fence is cleaned up after and reported again.
+  notice.fence_id = "2027-01-16T08:00:00Z";
+  ASSERT_TRUE(monitor.CheckNow().ok());
+  EXPECT_EQ(reports.back(), "2027-01-16T08:00:00Z");
+  // Unfenced: NodeStage works again.
+  notice = FenceNotice{};
+  ASSERT_TRUE(monitor.CheckNow().ok());
+  EXPECT_EQ(node->Fenced(), "");
+  EXPECT_TRUE(node->Stage(StageRequest("vol1")).ok());
+}
+
+TEST_F(NodeServiceTest, TheFenceMonitorDoesNotReportWhileSomethingIsLeft) {
+  std::shared_ptr<NodeService> node = std::move(node_);
+  Device("vol1", "/dev/fake1");
+  ASSERT_TRUE(node->Stage(StageRequest("vol1")).ok());
+  int reports = 0;
+  NodeFenceMonitorOptions options;
+  options.check = []() -> StatusOr<FenceNotice> { return FenceNotice{"f1", ""}; };
+  options.report = [&](const std::string&, const std::vector<std::string>&) {
+    ++reports;
+    return OkStatus();
+  };
+  NodeFenceMonitor monitor(node, options);
+  attacher_->FailDetachWith(Unavailable("logout failed"));
+  EXPECT_FALSE(monitor.CheckNow().ok());
+  EXPECT_EQ(reports, 0) << "reported a cleanup that did not finish";
+  attacher_->FailDetachWith(OkStatus());
+  ASSERT_TRUE(monitor.CheckNow().ok());
+  EXPECT_EQ(reports, 1);
 }
 
 }  // namespace
