@@ -22,10 +22,6 @@ std::string GrantNodes(const VolumeRecord& r) {
   return out;
 }
 
-Status NotOurVolume(const std::string& id) {
-  return NotFound("volume " + QuoteId(id) + " not found (not a target-backend volume id)");
-}
-
 // An initiator name we put in an ACL: an iSCSI name (RFC 3720: iqn./eui./
 // naa. form, at most 223 bytes), which also keeps tgtadm's argument and
 // output syntax (no spaces, commas, '=' or newlines) out of it.
@@ -123,6 +119,10 @@ StatusOr<std::string> LockedSourceImage(const Pool& pool, KeyedLock& locks, cons
 }
 
 }  // namespace
+
+Status LocalBackend::NotOurVolume(const std::string& id) {
+  return NotFound("volume " + QuoteId(id) + " not found (not a target-backend volume id)");
+}
 
 LocalBackend::LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter> exporter, LocalBackendOptions options)
     : options_(std::move(options)),
@@ -441,142 +441,11 @@ Status LocalBackend::RevokeLocked(const VolumeRecord& record, const std::set<std
   return OkStatus();
 }
 
-// ---- fencing ----------------------------------------------------------
-// The record first, durably: from then on GrantAccess refuses the node and
-// DesiredFor leaves it out of every ACL, so a crash anywhere below leaves a
-// fence that a retry completes and that nothing undoes meanwhile. Then
-// every volume, each under its lock (so a grant racing the fence either
-// sees the record or is revoked here): the node's grants are added to the
-// record's `held` (durably, before they go) and revoked; a target where it
-// holds none still has its sessions closed, in case one outlived an ACL.
-std::vector<HostFences> LocalBackend::FenceNode(const std::string& node_id, const std::string& initiator_iqn) {
-  HostFences out{Name(), OkStatus(), {}};
-  auto answer = [&](Status status) {
-    out.status = std::move(status);
-    return std::vector<HostFences>{out};
-  };
-  if (Status st = ValidateNodeId(node_id); !st.ok()) return answer(st);
-  if (Status st = ValidateIscsiName(initiator_iqn); !st.ok()) {
-    return answer(st.WithContext("initiator of node " + QuoteId(node_id)));
-  }
-  ReaderMutexLock op(reconcile_mu_);
-  MutexLock fencing(fence_mu_);
-  FenceRecord record = pool_->GetFence(node_id).value_or(FenceRecord{node_id, initiator_iqn, NowUnix(), {}});
-  record.initiator_iqn = initiator_iqn;
-  if (Status st = pool_->PutFence(record); !st.ok()) return answer(st.WithContext("record the fence"));
-  if (Status st = Fault("controller.fence.after-record"); !st.ok()) return answer(st);
-  for (const auto& listed : pool_->ListVolumes()) {
-    auto id_lock = locks_->Lock(listed.id);
-    auto volume = pool_->GetVolume(listed.id);
-    if (!volume) continue;  // deleted meanwhile
-    std::set<std::string> iqns{initiator_iqn};
-    bool held_here = false;
-    for (const auto& grant : volume->grants) {
-      if (grant.initiator_iqn != initiator_iqn && grant.node_id != node_id) continue;
-      iqns.insert(grant.initiator_iqn);
-      held_here = true;
-      const bool known = std::any_of(record.held.begin(), record.held.end(), [&](const FencedGrant& h) {
-        return h.volume_id == volume->id && h.grant.initiator_iqn == grant.initiator_iqn;
-      });
-      if (!known) record.held.push_back({volume->id, grant});
-    }
-    if (held_here) {
-      if (Status st = pool_->PutFence(record); !st.ok()) return answer(st.WithContext("record the fence"));
-      if (Status st = RevokeLocked(*volume, iqns); !st.ok()) {
-        return answer(st.WithContext("fence node " + QuoteId(node_id) + " on volume " + volume->id));
-      }
-      LogInfo("fence: access revoked", {{"node", node_id}, {"volume", volume->id}});
-    } else if (Status st = exporter_->CloseSessions(volume->target_iqn, initiator_iqn); !st.ok()) {
-      return answer(st.WithContext("fence node " + QuoteId(node_id) + ": close sessions on volume " + volume->id));
-    }
-  }
-  out.fences.push_back(record);
-  LogInfo("node fenced", {{"node", node_id}, {"held", std::to_string(record.held.size())}});
-  return answer(OkStatus());
-}
-
-std::vector<HostFences> LocalBackend::UnfenceNode(const std::string& node_id) {
-  HostFences out{Name(), OkStatus(), {}};
-  ReaderMutexLock op(reconcile_mu_);
-  MutexLock fencing(fence_mu_);
-  if (pool_->GetFence(node_id)) {
-    out.status = pool_->RemoveFence(node_id).WithContext("remove the fence of node " + QuoteId(node_id));
-    if (out.status.ok()) LogInfo("node unfenced", {{"node", node_id}});
-  }
-  return {out};
-}
-
-std::vector<HostFences> LocalBackend::ListFences() { return {HostFences{Name(), OkStatus(), pool_->ListFences()}}; }
-
 StatusOr<VolumeRecord> LocalBackend::GetVolume(const std::string& volume_id) {
   if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
   return WithCurrentPortals(*record);
-}
-
-StatusOr<VolumeHealth> LocalBackend::CheckVolume(const std::string& volume_id) {
-  return CheckVolumes({volume_id}).front();
-}
-
-std::vector<StatusOr<VolumeHealth>> LocalBackend::CheckVolumes(const std::vector<std::string>& volume_ids) {
-  std::vector<StatusOr<VolumeHealth>> out(volume_ids.size(), VolumeHealth{});
-  // Every volume of the batch stays locked until its export is checked, so
-  // no delete or grant slips in between reading the record and applying it.
-  // Taken in id order; the only other path holding two volume locks (a
-  // clone: its source, then its new id) takes the second on an id that no
-  // list can hold yet, so this cannot deadlock with it.
-  std::vector<std::string> ids;
-  for (const auto& id : volume_ids) {
-    if (IsVolumeId(id)) ids.push_back(id);
-  }
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // a key's lock is not re-entrant
-  ReaderMutexLock op(reconcile_mu_);
-  std::vector<KeyedLock::Guard> held;
-  for (const auto& id : ids) held.push_back(locks_->Lock(id));
-
-  std::vector<DesiredExport> desired;
-  std::vector<size_t> slot;  // desired[k] is the export of volume_ids[slot[k]]
-  for (size_t i = 0; i < volume_ids.size(); ++i) {
-    const std::string& id = volume_ids[i];
-    if (!IsVolumeId(id)) {
-      out[i] = NotOurVolume(id);
-      continue;
-    }
-    auto record = pool_->GetVolume(id);
-    if (!record) {
-      out[i] = NotFound("volume " + id + " not found");
-      continue;
-    }
-    auto image_size = pool_->ImageSize(id);
-    if (!image_size.ok() || *image_size < record->size_bytes) {
-      out[i] = VolumeHealth{true, "image of volume " + id + " is missing or short"};
-      continue;
-    }
-    desired.push_back(DesiredFor(*record));
-    slot.push_back(i);
-  }
-  // One read of the daemon's state for the whole batch (see Exporter::ApplyEach).
-  auto applied = exporter_->ApplyEach(desired);
-  for (size_t k = 0; k < slot.size(); ++k) {
-    const std::string& id = volume_ids[slot[k]];
-    const auto& repairs = applied[k];
-    if (!repairs.ok()) {
-      out[slot[k]] = VolumeHealth{true, "export of volume " + id + ": " + repairs.status().message()};
-      continue;
-    }
-    for (const auto& line : *repairs) LogInfo("check: repaired", {{"volume", id}, {"repair", line}});
-    VolumeHealth health{false, repairs->empty() ? "" : "export repaired: " + repairs->front()};
-    for (const auto& line : *repairs) {
-      if (line.rfind("withheld", 0) == 0) {
-        health = VolumeHealth{true, line};
-        break;
-      }
-    }
-    out[slot[k]] = health;
-  }
-  return out;
 }
 
 StatusOr<Page<VolumeRecord>> LocalBackend::ListVolumes(const std::string& start_token, int max_entries) {

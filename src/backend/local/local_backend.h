@@ -93,6 +93,7 @@ class LocalBackend final : public VolumeBackend {
  private:
   LocalBackend(std::unique_ptr<Pool> pool, std::shared_ptr<Exporter> exporter, LocalBackendOptions options);
   Status Fault(std::string_view point) const;
+  static Status NotOurVolume(const std::string& id);
   // `record` with the portals this backend serves on now: the pool does not
   // store portals (they are options.portals), so a changed portal list
   // reaches every volume's next answer.

@@ -5,6 +5,7 @@
 
 #include "backend/volume_id.h"
 #include "common/fault_points.h"
+#include "common/keyed_lock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "contract/chap_rules.h"
@@ -105,6 +106,70 @@ void LocalBackend::LoopMain() {
     auto result = ReconcileNow();
     if (!result.ok()) LogWarn("reconcile failed", {{"error", result.status().ToString()}});
   }
+}
+
+StatusOr<VolumeHealth> LocalBackend::CheckVolume(const std::string& volume_id) {
+  return CheckVolumes({volume_id}).front();
+}
+
+std::vector<StatusOr<VolumeHealth>> LocalBackend::CheckVolumes(const std::vector<std::string>& volume_ids) {
+  std::vector<StatusOr<VolumeHealth>> out(volume_ids.size(), VolumeHealth{});
+  // Every volume of the batch stays locked until its export is checked, so
+  // no delete or grant slips in between reading the record and applying it.
+  // Taken in id order; the only other path holding two volume locks (a
+  // clone: its source, then its new id) takes the second on an id that no
+  // list can hold yet, so this cannot deadlock with it.
+  std::vector<std::string> ids;
+  for (const auto& id : volume_ids) {
+    if (IsVolumeId(id)) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // a key's lock is not re-entrant
+  ReaderMutexLock op(reconcile_mu_);
+  std::vector<KeyedLock::Guard> held;
+  for (const auto& id : ids) held.push_back(locks_->Lock(id));
+
+  std::vector<DesiredExport> desired;
+  std::vector<size_t> slot;  // desired[k] is the export of volume_ids[slot[k]]
+  for (size_t i = 0; i < volume_ids.size(); ++i) {
+    const std::string& id = volume_ids[i];
+    if (!IsVolumeId(id)) {
+      out[i] = NotOurVolume(id);
+      continue;
+    }
+    auto record = pool_->GetVolume(id);
+    if (!record) {
+      out[i] = NotFound("volume " + id + " not found");
+      continue;
+    }
+    auto image_size = pool_->ImageSize(id);
+    if (!image_size.ok() || *image_size < record->size_bytes) {
+      out[i] = VolumeHealth{true, "image of volume " + id + " is missing or short"};
+      continue;
+    }
+    desired.push_back(DesiredFor(*record));
+    slot.push_back(i);
+  }
+  // One read of the daemon's state for the whole batch (see Exporter::ApplyEach).
+  auto applied = exporter_->ApplyEach(desired);
+  for (size_t k = 0; k < slot.size(); ++k) {
+    const std::string& id = volume_ids[slot[k]];
+    const auto& repairs = applied[k];
+    if (!repairs.ok()) {
+      out[slot[k]] = VolumeHealth{true, "export of volume " + id + ": " + repairs.status().message()};
+      continue;
+    }
+    for (const auto& line : *repairs) LogInfo("check: repaired", {{"volume", id}, {"repair", line}});
+    VolumeHealth health{false, repairs->empty() ? "" : "export repaired: " + repairs->front()};
+    for (const auto& line : *repairs) {
+      if (line.rfind("withheld", 0) == 0) {
+        health = VolumeHealth{true, line};
+        break;
+      }
+    }
+    out[slot[k]] = health;
+  }
+  return out;
 }
 
 }  // namespace blockcsi

@@ -26,7 +26,8 @@ Status Pool::LoadFences() {
     auto record = FenceRecordFromJson(text);
     // An unreadable fence is not dropped: the pool would let the node back in.
     if (!record.ok()) return Internal("pool record " + path + " is unreadable: " + record.status().message());
-    fences[record->node_id] = *std::move(record);
+    std::string node_id = record->node_id;  // read before the record moves into the map
+    fences[node_id] = *std::move(record);
   }
   MutexLock lock(mu_);
   fences_ = std::move(fences);
