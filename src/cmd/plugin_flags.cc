@@ -129,20 +129,6 @@ void RegisterControllerFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& te
                  "list this driver is NOT_FOUND) and for fencing, on both sides. Unset: the pod's service account, "
                  "when run in a pod")
       ->group(controller);
-  app.add_option("--fence-dead-nodes-after", texts.fence_dead_nodes_after,
-                 "Fence a Node that has been NotReady or Unknown this long (e.g. 5m): revoke its access on every "
-                 "storage host. Unset or 0: off. Run it on one controller instance only")
-      ->group(controller);
-  app.add_flag("--taint-fenced-nodes", c.taint_fenced_nodes,
-               "After a complete fence, give the Node the node.kubernetes.io/out-of-service taint (its pods are "
-               "deleted and its volumes force-detached); removed again when it is unfenced")
-      ->group(controller);
-  app.add_option("--fence-namespace", c.fence_namespace,
-                 "Namespace of the fences' Leases (the node plugins read and report on them). Default: "
-                 "$POD_NAMESPACE, else kube-system");
-  app.add_option("--fence-check-interval", texts.fence_check_interval,
-                 "Node: how often the plugin asks whether its node is fenced (0: never)")
-      ->capture_default_str();
   app.add_option("--iqn-prefix", c.backend.iqn_prefix, "IQN prefix of the targets we create")
       ->group(controller)
       ->capture_default_str();
@@ -175,12 +161,35 @@ void RegisterControllerFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& te
       ->group(controller);
 }
 
+// The Fencing group: the controller's fencing of dead nodes and the node's
+// own check whether it is fenced (docs/deploy.md, "Fencing").
+void RegisterFencingFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
+  auto* fencing = "Fencing";
+  app.add_option("--fence-dead-nodes-after", texts.fence_dead_nodes_after,
+                 "Fence a Node that has been NotReady or Unknown this long (e.g. 5m): revoke its access on every "
+                 "storage host. Unset or 0: off. Run it on one controller instance only")
+      ->group(fencing);
+  app.add_flag("--taint-fenced-nodes", c.taint_fenced_nodes,
+               "After a complete fence, give the Node the node.kubernetes.io/out-of-service taint (its pods are "
+               "deleted and its volumes force-detached); removed again when it is unfenced")
+      ->group(fencing);
+  app.add_option("--fence-namespace", c.fence_namespace,
+                 "Namespace of the fences' Leases (the node plugins read and report on them). Default: "
+                 "$POD_NAMESPACE, else kube-system")
+      ->group(fencing);
+  app.add_option("--fence-check-interval", texts.fence_check_interval,
+                 "Node: how often the plugin asks whether its node is fenced (0: never)")
+      ->group(fencing)
+      ->capture_default_str();
+}
+
 }  // namespace
 
 void RegisterPluginFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
   RegisterCommonFlags(app, c, texts);
   RegisterNodeFlags(app, c, texts);
   RegisterControllerFlags(app, c, texts);
+  RegisterFencingFlags(app, c, texts);
 }
 
 int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
