@@ -7,11 +7,14 @@
 # (hack/install-deps.sh installs it).
 #
 #   hack/bench.sh [--out FILE] [--build-dir DIR] [--no-build] [--quick]
-#                 [--memory-compare LABEL=BLOCKCSI_BINARY]... [--only qd]
+#                 [--memory-compare LABEL=BLOCKCSI_BINARY]... [--only qd|memory]
 #
-# --only qd runs one section alone: queue depth 1..32 and RBD sequential
-# writes (hack/bench-qd.sh); its lines replace that section's in the record
-# of a previous whole run, and the report and datapath-qd.svg are made again.
+# --only runs one section alone: qd, queue depth 1..32 and RBD sequential
+# writes (hack/bench-qd.sh), or memory, the plugin against hostpathplugin.
+# Its lines replace that section's in the record of a previous whole run,
+# and the report (and datapath-qd.svg) is made again; the section says when
+# and how it ran. hostpathplugin comes from $BLOCKCSI_PEERS_DIR/bin
+# (default ../shared/peers, beside the clone).
 #
 # Each benchmark program starts its own tgtd on free private ports and stops
 # it by pid. Everything they make lives under one private directory
@@ -44,9 +47,11 @@ while [ $# -gt 0 ]; do
 done
 
 case "$only" in
-  ""|qd) ;;
-  *) echo "bench.sh: unknown section for --only: $only (known: qd)" >&2; exit 2 ;;
+  ""|qd|memory) ;;
+  *) echo "bench.sh: unknown section for --only: $only (known: qd, memory)" >&2; exit 2 ;;
 esac
+# want <section>: whether this run measures it.
+want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "bench.sh: needs root (tgtd, FUSE, loop devices, mount)" >&2
@@ -85,12 +90,15 @@ if [ "$do_build" -eq 1 ]; then
   # Only what the benchmarks run; the machine may be shared.
   if [ -z "$only" ]; then
     cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi attach_tool attach_bench lifecycle_bench \
-      datapath_bench controller_scale_bench tgtd_control_bench memory_bench
+      datapath_bench controller_scale_bench tgtd_control_bench
   fi
-  cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi-bridge iscsi_qd_bench datapath_qd_bench
-  # Configured only where librbd/librados headers were found.
-  cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target rbd_seq_bench 2>/dev/null ||
-    echo "bench.sh: rbd_seq_bench not built; its section will say so" >&2
+  if want memory; then cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi memory_bench; fi
+  if want qd; then
+    cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi-bridge iscsi_qd_bench datapath_qd_bench
+    # Configured only where librbd/librados headers were found.
+    cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target rbd_seq_bench 2>/dev/null ||
+      echo "bench.sh: rbd_seq_bench not built; its section will say so" >&2
+  fi
 fi
 
 workdir=$(mktemp -d /tmp/blockcsi-bench-XXXXXX)
@@ -190,25 +198,6 @@ if [ -z "$only" ]; then
   run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}" --create-only --tgtd-io-threads 0
   run 5 "$bin/bench/tgtd_control_bench" "${control_args[@]}"
 
-  # ---- issue #18: plugin memory against the CSI reference driver -------------
-  # hostpathplugin (csi-driver-host-path, a peer program) is unpacked into the
-  # build tree and run beside blockcsi in each --mode by memory_bench; a clone
-  # without ../shared/peers skips this section with the reason.
-  bench_memory() {
-    local peers="$repo/../shared/peers/bin" hostpath="$bin/peers/hostpathplugin"
-    if [ ! -x "$hostpath" ]; then
-      if [ ! -f "$peers/hostpathplugin.xz" ]; then
-        echo "bench.sh: memory section skipped: no $peers/hostpathplugin.xz" >&2
-        return 0
-      fi
-      mkdir -p "$bin/peers"
-      xz -dc "$peers/hostpathplugin.xz" >"$hostpath.tmp" && chmod +x "$hostpath.tmp" && mv "$hostpath.tmp" "$hostpath"
-    fi
-    run M "$bin/bench/memory_bench" --hostpath "$hostpath" --smaps-dir "$workdir/smaps" \
-      "${memory_args[@]}" "${memory_compare[@]}"
-  }
-  bench_memory
-
   # ---- issue #17: each userspace bridge's memory with many volumes staged ----
   # bridge_memory_bench stages N volumes (ext4, mounted, 4 MiB written and
   # fsynced) through blockcsi-bridge and reads each bridge's smaps_rollup.
@@ -221,11 +210,34 @@ if [ -z "$only" ]; then
   bench_bridge_memory
 fi
 
+# ---- the plugin's memory against the CSI reference driver -----------------
+# hostpathplugin (csi-driver-host-path, a peer program) is unpacked into the
+# build tree and run beside blockcsi in each --mode by memory_bench; where
+# it is absent the section is skipped, and the report says why.
+memory_skip=""
+bench_memory() {
+  local peers="${BLOCKCSI_PEERS_DIR:-$repo/../shared/peers}/bin" hostpath="$bin/peers/hostpathplugin"
+  if [ ! -x "$hostpath" ]; then
+    if [ ! -f "$peers/hostpathplugin.xz" ]; then
+      memory_skip="no $peers/hostpathplugin.xz (set BLOCKCSI_PEERS_DIR)"
+      echo "bench.sh: memory section skipped: $memory_skip" >&2
+      return 0
+    fi
+    mkdir -p "$bin/peers"
+    xz -dc "$peers/hostpathplugin.xz" >"$hostpath.tmp" && chmod +x "$hostpath.tmp" && mv "$hostpath.tmp" "$hostpath"
+  fi
+  run M "$bin/bench/memory_bench" --hostpath "$hostpath" --smaps-dir "$workdir/smaps" \
+    "${memory_args[@]}" "${memory_compare[@]}"
+}
+if want memory; then bench_memory; fi
+
 # ---- issue #17 item 5: queue depth 1..32 and RBD sequential writes --------
 # shellcheck source=hack/bench-qd.sh
 . "$repo/hack/bench-qd.sh"
-bench_qd
-draw_qd_chart
+if want qd; then
+  bench_qd
+  draw_qd_chart
+fi
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -290,7 +302,42 @@ commit_now() {
 }
 # kv <kind> <key> <value>: one line of the record (tabs and newlines in the value become spaces).
 kv() { printf '%s\t%s\t%s\n' "$1" "$2" "$(printf '%s' "$3" | tr '\t\n' '  ')"; }
-# The figures every section but qd wrote.
+# section_of <step>: the --only section a failed step belongs to.
+section_of() {
+  case "$1" in
+    *datapath_qd_bench* | *rbd_seq_bench*) echo qd ;;
+    *memory_bench* | *hostpathplugin*) echo memory ;;
+    *) echo main ;;
+  esac
+}
+# The lines of section $1 in a record (read on stdin) are left out.
+without_section() {
+  case "$1" in
+    qd) awk -F'\t' '!($1 == "qd" || $1 == "qd_meta" || ($1 == "row" && $2 ~ /^[QR]$/) || ($1 == "failed" && $2 == "qd"))' ;;
+    memory) awk -F'\t' '!($1 == "memory_meta" || ($1 == "row" && $2 == "M") || ($1 == "mapping" && $2 ~ /^plugin-/) ||
+      ($1 == "value" && $2 == "hostpath_version") || ($1 == "failed" && $2 == "memory"))' ;;
+  esac
+}
+# The memory section's lines: when and how it ran, its rows, and the
+# per-mapping sums of `--mode all` idle and after one lifecycle.
+memory_record() {
+  kv memory_meta produced_by "$invocation"
+  kv memory_meta date "$(date -u '+%Y-%m-%d %H:%M UTC')"
+  kv memory_meta commit "$(commit_now)"
+  kv memory_meta load "$(cut -d' ' -f1-3 /proc/loadavg)"
+  if [ -n "$memory_skip" ]; then kv memory_meta skip "$memory_skip"; fi
+  if [ -x "$bin/peers/hostpathplugin" ]; then
+    kv value hostpath_version "$("$bin/peers/hostpathplugin" --version 2>/dev/null | awk '{ print $NF; exit }')"
+  fi
+  awk -F'\t' '$1 == "M" { print "row\t" $0 }' "$rows"
+  local set file
+  for set in plugin-idle:blockcsi-all-idle plugin-lifecycle:blockcsi-all-lifecycle; do
+    file="$workdir/smaps/${set#*:}.smaps"
+    if [ -s "$file" ]; then python3 "$repo/hack/smaps_by_mapping.py" --tsv "$file" | sed "s/^/mapping\t${set%%:*}\t/"; fi
+  done
+}
+# The figures of every other section (machine, lifecycle, data path,
+# controller, bridges).
 record_main() {
   kv machine produced_by "$invocation"
   kv machine cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
@@ -305,41 +352,31 @@ record_main() {
   kv machine load_after "$load_after"
   kv value pid_max "$(cat /proc/sys/kernel/pid_max)"
   kv value tgt_io_threads "$(sed -n 's/^TGT_IO_THREADS=//p' deploy/target-host/target.env)"
-  if [ -x "$bin/peers/hostpathplugin" ]; then
-    kv value hostpath_version "$("$bin/peers/hostpathplugin" --version 2>/dev/null | awk '{ print $NF; exit }')"
-  fi
   if [ -s "$spans_tmp" ]; then kv value spans_chart "$(basename "$spans_chart")"; fi
-  awk -F'\t' '$1 !~ /^[QR]$/ { print "row\t" $0 }' "$rows"
+  awk -F'\t' '$1 !~ /^[QRM]$/ { print "row\t" $0 }' "$rows"
   sed 's/^/span\t/' "$spans"
   local set file
-  for set in plugin-idle:blockcsi-all-idle plugin-lifecycle:blockcsi-all-lifecycle bridge:bridge; do
-    file="$workdir/smaps/${set#*:}.smaps"
-    if [ -s "$file" ]; then python3 "$repo/hack/smaps_by_mapping.py" --tsv "$file" | sed "s/^/mapping\t${set%%:*}\t/"; fi
-  done
-  local s
-  for s in "${failed_steps[@]}"; do
-    case "$s" in *datapath_qd_bench* | *rbd_seq_bench*) ;; *) kv failed main "$s" ;; esac
-  done
+  if [ -s "$workdir/smaps/bridge.smaps" ]; then
+    python3 "$repo/hack/smaps_by_mapping.py" --tsv "$workdir/smaps/bridge.smaps" | sed "s/^/mapping\tbridge\t/"
+  fi
 }
 
 draw_spans_chart
 mkdir -p "$(dirname "$out")"
 if [ -n "$only" ]; then
-  # --only qd: this run's qd lines replace the previous record's, the rest
-  # of the record stays; the whole report is made again from it.
+  # --only: this run's lines of the section replace the previous record's,
+  # the rest of the record stays; the whole report is made again from it.
   if [ ! -s "$record_out" ]; then
     echo "bench.sh: --only $only wants the record of a whole run ($record_out)" >&2
     exit 2
   fi
-  awk -F'\t' '!($1 == "qd" || $1 == "qd_meta" || ($1 == "row" && $2 ~ /^[QR]$/) || ($1 == "failed" && $2 == "qd"))' \
-    "$record_out" >"$record"
+  without_section "$only" <"$record_out" >"$record"
 else
   record_main >"$record"
 fi
-qd_record >>"$record"
-for s in "${failed_steps[@]}"; do
-  case "$s" in *datapath_qd_bench* | *rbd_seq_bench*) kv failed qd "$s" >>"$record" ;; esac
-done
+if want memory; then memory_record >>"$record"; fi
+if want qd; then qd_record >>"$record"; fi
+for s in "${failed_steps[@]}"; do kv failed "$(section_of "$s")" "$s" >>"$record"; done
 python3 "$repo/hack/performance_doc.py" render --template "$repo/hack/performance.md.in" --record "$record" \
   >"$workdir/performance.md"
 cp "$record" "$record_out"

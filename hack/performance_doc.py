@@ -14,15 +14,17 @@ per line, tab-separated, its kind first:
     span      STEP SPAN MS COUNT                            lifecycle_bench's SPAN line
     mapping   SET NAME RSS PSS PRIVATE                      hack/smaps_by_mapping.py --tsv
     qd        PATTERN DEPTH UNIT LOOP RAW RATIO ...         datapath_qd_bench's QD line
-    qd_meta   KEY VALUE          when and how the qd section ran
+    qd_meta   KEY VALUE          when and how the qd section ran (memory_meta: the memory section)
     failed    SECTION STEP       a program that exited non-zero
 
 The template (hack/performance.md.in) is the report's words with a
 placeholder wherever a figure goes: {{machine:KEY}}, {{value:KEY}},
-{{qd_meta:KEY}} inline, and on a line of its own a block: {{rows ITEM
-[storm|no-storm]}}, {{spans}}, {{mappings plugin|bridge}},
-{{bridge_targets}}, {{qd_table}}, {{rbd_table}}, {{machine_table}},
-{{failed}}, {{chart value|qd_meta KEY ALT}}. The template holds no number
+{{qd_meta:KEY}}, {{memory_meta:KEY}} inline, and on a line of its own a
+block: {{rows ITEM [storm|no-storm]}}, {{spans}}, {{mappings
+plugin|bridge}}, {{bridge_targets}}, {{qd_table}}, {{rbd_table}},
+{{machine_table}}, {{failed}}, {{chart value|qd_meta KEY ALT}}, {{skip
+qd_meta|memory_meta}}, {{produced_by qd_meta|memory_meta}} (a section run
+alone with --only says when and how). The template holds no number
 of its own (check refuses one outside a code span, a list or heading
 ordinal or an issue reference), so every number in the report is one the
 run measured or read, or one of the targets below.
@@ -41,7 +43,8 @@ QD_TARGETS = [  # (pattern test, depth or None for any, target ratio)
     (lambda p: "RBD" in p, 16, 0.80),
 ]
 BRIDGE_TARGETS = [("private", 2.0), ("PSS", 3.0)]  # MiB per bridge, at most
-MAPPING_FLOOR_KIB = 64  # mappings with less RSS are left out of the tables
+MAPPING_FLOOR_KIB = 64  # the plugin's mappings with less RSS are left out of its table
+BRIDGE_FLOOR_KIB = 16  # the bridge's mappings with less private memory are left out of its table
 
 PLACEHOLDER = re.compile(r"\{\{([^}]*)\}\}")
 
@@ -51,13 +54,13 @@ class RecordError(Exception):
 
 
 def read_record(text):
-    record = {"machine": {}, "value": {}, "qd_meta": {}, "row": [], "span": [], "mapping": [], "qd": [], "failed": []}
+    record = {"machine": {}, "value": {}, "qd_meta": {}, "memory_meta": {}, "row": [], "span": [], "mapping": [], "qd": [], "failed": []}
     for n, line in enumerate(text.splitlines(), 1):
         if not line:
             continue
         fields = line.split("\t")
         kind = fields[0]
-        if kind in ("machine", "value", "qd_meta"):
+        if kind in ("machine", "value", "qd_meta", "memory_meta"):
             if len(fields) != 3:
                 raise RecordError(f"record line {n}: {kind} wants KEY VALUE: {line!r}")
             record[kind][fields[1]] = fields[2]
@@ -129,10 +132,11 @@ def block_mappings(rec, args):
     sums = mappings(rec, "bridge")
     if not sums:
         return not_measured()
-    rows = [[n] + [str(v) for v in s] for n, s in sums.items()
-            if n == "total (KiB)" or s[0] >= MAPPING_FLOOR_KIB or s[2] > 0]
-    return [f"KiB per mapping of the bridge whose private memory is the median ({floor} unless "
-            "they hold private pages):", ""] + table(["Mapping", "RSS", "PSS", "Private"], rows)
+    names = sorted((n for n in sums if n != "total (KiB)" and sums[n][2] >= BRIDGE_FLOOR_KIB),
+                   key=lambda n: (-sums[n][2], n))
+    rows = [[n] + [str(v) for v in sums[n]] for n in names + ["total (KiB)"] if n in sums]
+    return [f"KiB per mapping, largest private first (mappings holding under {BRIDGE_FLOOR_KIB} KiB of private "
+            "memory left out):", ""] + table(["Mapping", "RSS", "PSS", "Private"], rows)
 
 
 def median_of(spread):
@@ -217,6 +221,20 @@ def block_failed(rec, _):
     return ["**Benchmarks that reported errors in this run:**"] + [f"- `{f[1]}`" for f in rec["failed"] if len(f) == 2]
 
 
+def block_produced_by(rec, args):
+    meta = rec[args[0]]
+    if "produced_by" not in meta:
+        return []
+    get = lambda k: meta.get(k, "unknown")  # noqa: E731
+    return [f"Produced by `{get('produced_by')}` on {get('date')}, commit {get('commit')}, load average "
+            f"{get('load')} at the end (over the last minute, five and fifteen)."]
+
+
+def block_skip(rec, args):
+    why = rec[args[0]].get("skip")
+    return [f"**Skipped in this run:** {why}"] if why else []
+
+
 def block_chart(rec, args):
     kind, key, alt = args[0], args[1], " ".join(args[2:])
     name = rec[kind].get(key)
@@ -225,12 +243,13 @@ def block_chart(rec, args):
 
 BLOCKS = {"rows": block_rows, "spans": block_spans, "mappings": block_mappings,
           "bridge_targets": block_bridge_targets, "qd_table": block_qd_table, "rbd_table": block_rbd_table,
-          "machine_table": block_machine_table, "failed": block_failed, "chart": block_chart}
+          "machine_table": block_machine_table, "failed": block_failed, "chart": block_chart,
+          "skip": block_skip, "produced_by": block_produced_by}
 
 
 def inline(rec, name, where):
     kind, _, key = name.partition(":")
-    if kind not in ("machine", "value", "qd_meta") or not key:
+    if kind not in ("machine", "value", "qd_meta", "memory_meta") or not key:
         raise RecordError(f"template line {where}: unknown placeholder {{{{{name}}}}}")
     return rec[kind].get(key, "(not measured in this run)")
 
@@ -317,14 +336,19 @@ def main(argv):
     parser.add_argument("--record", required=True)
     parser.add_argument("--doc")
     args = parser.parse_args(argv[1:])
-    template = open(args.template, encoding="utf-8").read()
-    record_text = open(args.record, encoding="utf-8").read()
+    try:
+        template = open(args.template, encoding="utf-8").read()
+        record_text = open(args.record, encoding="utf-8").read()
+        doc = open(args.doc, encoding="utf-8").read() if args.doc else None
+    except OSError as e:  # no record: the report was not made by a run of hack/bench.sh
+        print(f"performance_doc: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 1
     if args.command == "render":
         sys.stdout.write(render(template, read_record(record_text)))
         return 0
     if not args.doc:
         parser.error("check wants --doc")
-    problems = check(template, record_text, open(args.doc, encoding="utf-8").read())
+    problems = check(template, record_text, doc)
     for p in problems:
         print(f"{args.doc}: {p}", file=sys.stderr)
     return 1 if problems else 0
