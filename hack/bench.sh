@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Runs the benchmarks of issue #7 and writes docs/performance.md (or --out).
-# Every figure is a ratio to a baseline measured in the same run; nothing is
-# asserted (CI does not run this). Needs root, tgt, FUSE and loop devices;
-# fio is used when installed (hack/install-deps.sh installs it).
+# Runs the benchmarks and writes docs/performance.md (or --out) with the
+# run's record beside it (docs/performance.tsv: every figure the report
+# shows, as the programs printed it). Every figure is a ratio to a baseline
+# measured in the same run; nothing is asserted (CI does not run this).
+# Needs root, tgt, FUSE and loop devices; fio is used when installed
+# (hack/install-deps.sh installs it).
 #
 #   hack/bench.sh [--out FILE] [--build-dir DIR] [--no-build] [--quick]
-#                 [--memory-compare LABEL=BLOCKCSI_BINARY]... [--only qd]
+#                 [--memory-compare LABEL=BLOCKCSI_BINARY]... [--only qd|memory]
 #
-# --only qd runs one section alone: queue depth 1..32 and RBD sequential
-# writes (issue #17, hack/bench-qd.sh); it rewrites only that section of
-# --out (between its markers) and datapath-qd.svg beside it, leaving the rest.
+# --only runs one section alone: qd, queue depth 1..32 and RBD sequential
+# writes (hack/bench-qd.sh), or memory, the plugin against hostpathplugin.
+# Its lines replace that section's in the record of a previous whole run,
+# and the report (and datapath-qd.svg) is made again; the section says when
+# and how it ran. hostpathplugin comes from $BLOCKCSI_PEERS_DIR/bin
+# (default ../shared/peers, beside the clone).
 #
 # Each benchmark program starts its own tgtd on free private ports and stops
 # it by pid. Everything they make lives under one private directory
@@ -42,9 +47,11 @@ while [ $# -gt 0 ]; do
 done
 
 case "$only" in
-  ""|qd) ;;
-  *) echo "bench.sh: unknown section for --only: $only (known: qd)" >&2; exit 2 ;;
+  ""|qd|memory) ;;
+  *) echo "bench.sh: unknown section for --only: $only (known: qd, memory)" >&2; exit 2 ;;
 esac
+# want <section>: whether this run measures it.
+want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "bench.sh: needs root (tgtd, FUSE, loop devices, mount)" >&2
@@ -55,21 +62,25 @@ for tool in tgtd tgtadm losetup mkfs.ext4; do
 done
 
 # --quick is smaller, never different: every program still runs a warm-up
-# round and at least two measured rounds (so each side goes first once).
+# round and whole turns of measured rounds (each side goes first equally
+# often: a multiple of two for two sides, of three for the storm's three;
+# the programs refuse other counts).
 if [ "$quick" -eq 1 ]; then
-  lifecycle_args=(--runs 3 --storm 8 --storm-rounds 2 --size-mib 64 --spans 2)
+  lifecycle_args=(--runs 4 --storm 8 --storm-rounds 3 --size-mib 64 --spans 2)
   attach_args=(64 2)
   datapath_args=(--size-mib 64 --ops 300 --rounds 2 --fio-seconds 3)
-  scale_args=(--volumes 100 --page 50 --samples 5)
+  scale_args=(--volumes 100 --page 50 --samples 4)
   control_args=(--rounds 20 --warmup 2)
   memory_args=(--staged 8)
+  bridge_volumes=8
 else
   lifecycle_args=(--runs 20 --storm "32,64" --storm-rounds 3 --size-mib 64 --spans 5)
-  attach_args=(256 3)
-  datapath_args=(--size-mib 256 --ops 2000 --rounds 5 --fio-seconds 5)
+  attach_args=(256 4)
+  datapath_args=(--size-mib 256 --ops 2000 --rounds 4 --fio-seconds 5)
   scale_args=(--volumes 1000 --page 100 --samples 40)
   control_args=(--rounds 200 --warmup 10)
   memory_args=(--staged 64)
+  bridge_volumes=64
 fi
 
 if [ "$do_build" -eq 1 ]; then
@@ -79,12 +90,15 @@ if [ "$do_build" -eq 1 ]; then
   # Only what the benchmarks run; the machine may be shared.
   if [ -z "$only" ]; then
     cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi attach_tool attach_bench lifecycle_bench \
-      datapath_bench controller_scale_bench tgtd_control_bench memory_bench
+      datapath_bench controller_scale_bench tgtd_control_bench
   fi
-  cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi-bridge iscsi_qd_bench datapath_qd_bench
-  # Configured only where librbd/librados headers were found.
-  cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target rbd_seq_bench 2>/dev/null ||
-    echo "bench.sh: rbd_seq_bench not built; its section will say so" >&2
+  if want memory; then cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi memory_bench; fi
+  if want qd; then
+    cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target blockcsi-bridge iscsi_qd_bench datapath_qd_bench
+    # Configured only where librbd/librados headers were found.
+    cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target rbd_seq_bench 2>/dev/null ||
+      echo "bench.sh: rbd_seq_bench not built; its section will say so" >&2
+  fi
 fi
 
 workdir=$(mktemp -d /tmp/blockcsi-bench-XXXXXX)
@@ -184,90 +198,58 @@ if [ -z "$only" ]; then
   run 5 "$bin/bench/controller_scale_bench" "${scale_args[@]}" --create-only --tgtd-io-threads 0
   run 5 "$bin/bench/tgtd_control_bench" "${control_args[@]}"
 
-  # ---- issue #18: plugin memory against the CSI reference driver -------------
-  # hostpathplugin (csi-driver-host-path, a peer program) is unpacked into the
-  # build tree and run beside blockcsi in each --mode by memory_bench; a clone
-  # without ../shared/peers skips this section with the reason.
-  bench_memory() {
-    local peers="$repo/../shared/peers/bin" hostpath="$bin/peers/hostpathplugin"
-    if [ ! -x "$hostpath" ]; then
-      if [ ! -f "$peers/hostpathplugin.xz" ]; then
-        echo "bench.sh: memory section skipped: no $peers/hostpathplugin.xz" >&2
-        return 0
-      fi
-      mkdir -p "$bin/peers"
-      xz -dc "$peers/hostpathplugin.xz" >"$hostpath.tmp" && chmod +x "$hostpath.tmp" && mv "$hostpath.tmp" "$hostpath"
-    fi
-    run M "$bin/bench/memory_bench" --hostpath "$hostpath" --smaps-dir "$workdir/smaps" \
-      "${memory_args[@]}" "${memory_compare[@]}"
-  }
-  bench_memory
-
   # ---- issue #17: each userspace bridge's memory with many volumes staged ----
   # bridge_memory_bench stages N volumes (ext4, mounted, 4 MiB written and
   # fsynced) through blockcsi-bridge and reads each bridge's smaps_rollup.
   bench_bridge_memory() {
-    local volumes=64
-    if [ "$quick" -eq 1 ]; then volumes=8; fi
     if [ "$do_build" -eq 1 ]; then
       cmake --build "$build_dir" -j "${BENCH_JOBS:-2}" --target bridge_memory_bench >/dev/null
     fi
-    run B "$bin/bench/bridge_memory_bench" --volumes "$volumes"
+    run B "$bin/bench/bridge_memory_bench" --volumes "$bridge_volumes" --smaps-dir "$workdir/smaps"
   }
   bench_bridge_memory
 fi
 
+# ---- the plugin's memory against the CSI reference driver -----------------
+# hostpathplugin (csi-driver-host-path, a peer program) is unpacked into the
+# build tree and run beside blockcsi in each --mode by memory_bench; where
+# it is absent the section is skipped, and the report says why.
+memory_skip=""
+bench_memory() {
+  local peers="${BLOCKCSI_PEERS_DIR:-$repo/../shared/peers}/bin" hostpath="$bin/peers/hostpathplugin"
+  if [ ! -x "$hostpath" ]; then
+    if [ ! -f "$peers/hostpathplugin.xz" ]; then
+      memory_skip="no $peers/hostpathplugin.xz (set BLOCKCSI_PEERS_DIR)"
+      echo "bench.sh: memory section skipped: $memory_skip" >&2
+      return 0
+    fi
+    mkdir -p "$bin/peers"
+    xz -dc "$peers/hostpathplugin.xz" >"$hostpath.tmp" && chmod +x "$hostpath.tmp" && mv "$hostpath.tmp" "$hostpath"
+  fi
+  run M "$bin/bench/memory_bench" --hostpath "$hostpath" --smaps-dir "$workdir/smaps" \
+    "${memory_args[@]}" "${memory_compare[@]}"
+}
+if want memory; then bench_memory; fi
+
 # ---- issue #17 item 5: queue depth 1..32 and RBD sequential writes --------
 # shellcheck source=hack/bench-qd.sh
 . "$repo/hack/bench-qd.sh"
-bench_qd
-draw_qd_chart
+if want qd; then
+  bench_qd
+  draw_qd_chart
+fi
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
-# --only: that section alone, spliced into the existing report.
-publish_qd_chart() {
-  if [ -s "$workdir/$qd_chart_name" ]; then cp "$workdir/$qd_chart_name" "$(dirname "$out")/$qd_chart_name"; fi
-}
-if [ -n "$only" ]; then
-  mkdir -p "$(dirname "$out")"
-  publish_qd_chart
-  splice_qd_section "$out"
-  echo >&2
-  column -t -s $'\t' "$rows" >&2 || cat "$rows" >&2
-  echo "bench.sh: rewrote section $only of $out" >&2
-  if [ "${#failed_steps[@]}" -gt 0 ]; then exit 1; fi
-  exit 0
-fi
-
-# ---- issue #18: per-step breakdown from the plugin's debug spans ----------
+# ---- per-step breakdown from the plugin's debug spans ----------------------
 # lifecycle_bench prints SPAN<TAB>step<TAB>span<TAB>ms<TAB>count lines (the
 # mean per call of each kind of span inside each CSI step, and "other": the
-# wall time no span covers). Written as a table and, where gnuplot is
+# wall time no span covers): a table in the report and, where gnuplot is
 # installed, a stacked bar chart beside $out.
 spans="$workdir/spans.tsv"
 grep '^SPAN' "$workdir/lifecycle_bench.log" 2>/dev/null | cut -f2- >"$spans" || true
 spans_chart="$(dirname "$out")/lifecycle-spans.svg"
 spans_tmp="$workdir/lifecycle-spans.svg"
-spans_table() {
-  [ -s "$spans" ] || return 0
-  echo
-  echo "### 1b. Where each step's time goes (plugin debug spans, mean per call)"
-  echo
-  echo "Each exec (by program), tgtd request, mount, fsync, mountinfo read, libblkid"
-  echo "probe, bridge start, bridge control call, wait for a bridge's exit, /proc and"
-  echo "loop-device scan and attach-record read, summed per CSI step; \"other\" is the"
-  echo "step's wall time that no span covers (gRPC, locks, our own code). Measured on a"
-  echo "plugin restarted with \`--log-level debug\` after the timed rounds above."
-  if [ -s "$spans_tmp" ]; then
-    echo
-    echo "![per-step breakdown]($(basename "$spans_chart"))"
-  fi
-  echo
-  echo "| Step | Span | ms per call | Count per call |"
-  echo "|---|---|---|---|"
-  awk -F'\t' '{ printf "| %s | %s | %.2f | %s |\n", $1, $2, $3, $4 }' "$spans"
-}
 draw_spans_chart() {
   [ -s "$spans" ] && command -v gnuplot >/dev/null 2>&1 || return 0
   local matrix="$workdir/spans-matrix.tsv"
@@ -302,257 +284,108 @@ set grid ytics
 plot for [i=2:$ncols] "$matrix" using i:xtic(1) title columnheader(i)
 GNUPLOT
 }
-draw_spans_chart
 
-# ---- the report ------------------------------------------------------------
-cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-cores=$(nproc)
-ram=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
-kernel=$(uname -sr)
-when=$(date -u '+%Y-%m-%d %H:%M UTC')
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
-  commit="$commit + uncommitted changes"
-fi
-fio_version=$(fio --version 2>/dev/null || echo "not installed")
-tgt_version=$(dpkg-query -W -f='${Version}' tgt 2>/dev/null || echo unknown)
-
-# ---- issue #17: where a bridge's memory goes (the table, then why) ---------
-bridge_memory_doc() {
-  table "7. Userspace bridge memory (issue #17)" "B"
-  cat <<'BRIDGE_DOC'
-
-Targets: private (Private_Clean + Private_Dirty) ≤ 2 MiB and PSS ≤ 3 MiB per
-bridge with 64 volumes staged. Before issue #17 each bridge was the whole
-plugin (`blockcsi bridge ...`): measured the same way with 16 staged
-(`bridge_memory_bench --volumes 16 --bridge-dir DIR`, DIR holding a
-`blockcsi-bridge` script that runs the previous plugin's `blockcsi bridge`)
-RSS 36.1, PSS 11.0, private 9.5 MiB (medians). Where one bridge's private
-memory goes now (`/proc/PID/smaps` by mapping, 2 staged):
-
-| Where | Private KiB | How it is sized |
-|---|---|---|
-| FUSE receive buffer | 516 | 1 worker (one per iSCSI session: each runs one command at a time) × (max_write 1 MiB + 4 KiB), kept for the worker's life; resident is what the largest request touched (512 KiB through ext4 here, at most 1 MiB). Before: up to 10 workers × 1 MiB. 256 KiB requests with 2 workers (520 KiB) cut the 1 MiB sequential read ratio from 1.04 to 0.76 and bought nothing on writes |
-| other anonymous (thread stacks, TLS, libiscsi context and PDUs) | 132 | FUSE worker stack 256 KiB (`FUSE_THREAD_STACK`), 12 KiB touched |
-| heap | 64 | one malloc arena (`M_ARENA_MAX` 1); a fixed 64 KiB mmap threshold, so request-sized buffers are unmapped after use |
-| shared libraries' relocated data | 268 | libstdc++, libc, libfuse3, libiscsi (with its libnl/librdmacm for iSER); no gRPC, protobuf, OpenSSL, spdlog or Ceph (before: 2 MiB here) |
-| main thread's stack | 28 | |
-
-RBD: the same program loads librbd/librados with dlopen when an RBD volume
-opens (`common/ceph_lazy.h`, issue #18), so an iSCSI bridge maps no Ceph
-library. A second program linked with them would map the same libraries in
-an RBD bridge and none in an iSCSI one, so the same memory either way; one
-program and one mechanism for Ceph decided it.
-BRIDGE_DOC
+# ---- the run's record, and the report made from it -------------------------
+# Every figure of the report is a line of the record (docs/performance.tsv
+# beside docs/performance.md): what the programs printed, the smaps sums of
+# hack/smaps_by_mapping.py and what this script read from the machine.
+# hack/performance_doc.py fills hack/performance.md.in from it; the template
+# holds words only, and ctest performance_doc_figures re-renders the report
+# from the record and the template and fails when they differ.
+record="$workdir/record.tsv"
+record_out="${out%.md}.tsv"
+commit_now() {
+  local commit
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit + uncommitted changes"; fi
+  echo "$commit"
 }
-
-# Section 6's per-mapping sums of blockcsi --mode all (KiB), idle and after
-# one lifecycle, from the smaps files memory_bench kept in this run.
-mapping_table() {
-  local idle="$workdir/smaps/blockcsi-all-idle.smaps" used="$workdir/smaps/blockcsi-all-lifecycle.smaps"
-  [ -s "$idle" ] && [ -s "$used" ] || return 0
-  echo
-  echo "Where \`blockcsi --mode all\` keeps its memory (KiB per mapping, idle / after one"
-  echo "lifecycle; \`hack/smaps_by_mapping.py\` on the smaps of this run; mappings under 64 KiB RSS left out):"
-  echo
-  echo "| Mapping | RSS | PSS | Private |"
-  echo "|---|---|---|---|"
-  python3 "$repo/hack/smaps_by_mapping.py" "$idle" "$used" | awk '
-    NR > 1 {
-      n = split($0, halves, "|"); split(halves[1], a, " "); split(halves[2], b, " ")
-      k = length(a); name = a[1]; for (i = 2; i <= k - 3; ++i) name = name " " a[i]
-      if (a[k-2] + b[1] < 64 && name != "total (KiB)") next
-      printf "| %s | %s / %s | %s / %s | %s / %s |\n", name, a[k-2], b[1], a[k-1], b[2], a[k], b[3]
-    }'
+# kv <kind> <key> <value>: one line of the record (tabs and newlines in the value become spaces).
+kv() { printf '%s\t%s\t%s\n' "$1" "$2" "$(printf '%s' "$3" | tr '\t\n' '  ')"; }
+# section_of <step>: the --only section a failed step belongs to.
+section_of() {
+  case "$1" in
+    *datapath_qd_bench* | *rbd_seq_bench*) echo qd ;;
+    *memory_bench* | *hostpathplugin*) echo memory ;;
+    *) echo main ;;
+  esac
 }
-
-table() {
-  local title="$1" items="$2"
-  echo
-  echo "### $title"
-  echo
-  echo "| Figure | Measured | Baseline (same run) | Ratio | Command |"
-  echo "|---|---|---|---|---|"
-  awk -F'\t' -v items="$items" '
-    BEGIN { n = split(items, want, ",") }
-    { for (i = 1; i <= n; ++i) if ($1 == want[i]) printf "| %s | %s | %s | %s | `%s` |\n", $2, $3, $4, $5, $6 }' "$rows"
+# The lines of section $1 in a record (read on stdin) are left out.
+without_section() {
+  case "$1" in
+    qd) awk -F'\t' '!($1 == "qd" || $1 == "qd_meta" || ($1 == "row" && $2 ~ /^[QR]$/) || ($1 == "failed" && $2 == "qd"))' ;;
+    memory) awk -F'\t' '!($1 == "memory_meta" || ($1 == "row" && $2 == "M") || ($1 == "mapping" && $2 ~ /^plugin-/) ||
+      ($1 == "value" && $2 == "hostpath_version") || ($1 == "failed" && $2 == "memory"))' ;;
+  esac
 }
-
-{
-  cat <<'EOF'
-# Performance
-
-Figures from `hack/bench.sh` (issue #7). Each one is set against a baseline
-measured **in the same run on the same machine**, so the ratio is the figure
-to compare across machines; the absolute numbers depend on the host. CI does
-not run this and nothing here is asserted. Re-run with `sudo hack/bench.sh`
-(rewrites this file; `--out FILE` writes elsewhere, `--quick` is a smoke run).
-
-What is measured (sources under `test/bench/` and `test/integration/attach/attach_bench_main.cc`):
-
-1. **Lifecycle, per CSI step** — the real `blockcsi --mode all` (local backend,
-   userspace connector) on a private tgtd, driven over its CSI socket, against
-   the same work as bare commands on the same tgtd: `truncate` + `tgtadm`
-   (create), `tgtadm bind` (publish), libiscsi login + `losetup` + `mkfs.ext4`
-   + `mount` (stage), `mount --bind` (node publish), and their reverses. There
-   is no kernel iSCSI initiator on this host, so the bare stage logs in with
-   libiscsi but puts its loop device on the image file: the stage ratio
-   includes everything the bridge (libiscsi session → FUSE file → loop
-   device) adds. Both sides mount through libmount. A warm-up round is
-   dropped, the side that goes first alternates per round, and each figure
-   shows min / median / max of both sides. A bind mount takes less time than
-   any gRPC call, so NodePublish/NodeUnpublish are also set against their
-   mount call plus a no-op CSI call (`NodeGetCapabilities`) of the same round.
-2. **Attach storm** — N volumes created and published first, then N
-   `NodeStageVolume` calls at once (one thread each), wall time against N bare
-   stages at once (concurrent against concurrent, issue #22) and against N
-   bare stages one after the other, each on a fresh volume (issue #18: what
-   concurrency should beat), in rounds like item 1, the three sides taking
-   turns to go first. Failures are counted (expected 0).
-3. **Plugin RSS** (`VmRSS` of the plugin process) idle after start-up, with
-   the storm staged, and after everything was unstaged; the bridges (one
-   process per staged volume) are reported apart.
-4. **Data path** — through the loop device of a userspace-connector attach
-   against raw libiscsi on the same LUN, one command in flight: 1 MiB
-   sequential (`attach_bench`) and 4 KiB random (`datapath_bench`, same
-   offsets both sides), each a warm-up round dropped, then rounds with the
-   side that goes first alternating. Debian's fio has no libiscsi
-   engine, so fio runs only on the loop device (psync, direct, QD1) as a
-   cross-check of our own tool, set against our raw libiscsi figure for the
-   same pattern measured just before and just after each fio job.
-5. **Controller at 1,000 volumes** — in-process controller over gRPC on the
-   real local backend: `CreateVolume` at 1,000 volumes against an empty
-   pool; a `ListVolumes` page against one `tgtadm --op show` at that size
-   (the floor for a page that checks each export), with the `tgtadm` runs
-   counted. A page's health checks are made once per page
-   (`VolumeBackend::CheckVolumes`, one tgtd read for the page); the
-   pre-batching path, one `CheckVolume` and one `tgtadm --op show` per
-   volume, is measured on the same ids for comparison. The baselines (an
-   empty pool, then a pool of one page) come from a second pool with a
-   tgtd of its own, run beside the large one: each figure and its baseline
-   are sampled in turn, the side that goes first alternating, and a page
-   of each pool follows each `tgtadm show` equally often (timed one size
-   after the other, the disk's drifting flush latency set the CreateVolume
-   ratio, and a page right after the exec of tgtadm, which only the large
-   pool's pages followed, took 0.3 ms longer). `ControllerPublishVolume`
-   and `ControllerUnpublishVolume` of one volume at 1,000 volumes against
-   the same on the empty pool are a finding, not a target of issue #18:
-   each ACL change is decided on a fresh read of tgtd and read back
-   (`tgt_exporter.h`), tgtd has no read of one target's ACL, and its
-   listing of all targets grows faster than the count (tgt 1.0.85 looks
-   each target up again by id in a list scan while printing it). The
-   grants and revokes that come while one is at tgtd are applied together
-   (`TgtExporter::Apply`: one fresh read and one read-back per batch); the
-   rows "x32 concurrent" publish, then unpublish, 32 volumes at once, as the
-   external-attacher's workers do when a node's pods move, against the same
-   on the empty pool and against the 32 calls one after the other. tgtd runs with the
-   I/O threads per LUN that `deploy/target-host/target.env` ships
-   (`TGT_IO_THREADS`, 4; `tgtd -t`): tgtd starts that many threads for
-   every LUN, each a task of the host (at tgt's own default of 16, 16,000
-   threads at 1,000 volumes). The rows "tgt's default I/O threads" are the
-   same CreateVolume figure on tgtds left at 16 (`--tgtd-io-threads 0`),
-   and the CreateVolume calls such a tgtd refused on the way (a finding,
-   not an error of the benchmark: every thread takes a pid, and under the
-   kernel's default pid_max of 32,768 a tgtd at 16 stops adding LUNs near
-   2,020 volumes with "tgtadm: out of memory"; `controller_scale_bench
-   --volumes 2100 --create-only --tgtd-io-threads 0`). Then one tgtd
-   management call over its control socket against an exec of `tgtadm`
-   (`tgtd_control_bench`).
-6. **Plugin memory** (issue #18) — `blockcsi` in `--mode all`, `controller`
-   and `node` beside the CSI reference driver (hostpathplugin v1.15.0, a Go
-   program) doing the same CSI calls: idle, after one volume's lifecycle and
-   with 64 volumes staged (controller: published). VmRSS, and PSS and private
-   pages from `/proc/PID/smaps_rollup`, of the plugin process alone (the
-   bridges are separate processes). RSS counts every shared-library page the
-   process touched; hostpath is one static binary, so its RSS is all its
-   own. PSS splits shared pages between the processes mapping them (the
-   bridges map the same binary), so it falls as more volumes are staged.
-   `--memory-compare LABEL=BINARY` adds another blockcsi build to the table.
-   Where it goes: the table after section 6 sums `/proc/PID/smaps` per
-   mapping for `--mode all` idle and after one lifecycle (`memory_bench
-   --smaps-dir DIR` keeps one file per row and state,
-   `hack/smaps_by_mapping.py FILE [FILE2]` sums it). librbd, librados and
-   libceph-common are loaded with dlopen only by an RBD backend or bridge
-   (`src/common/ceph_lazy.h`); gRPC, protobuf, abseil, OpenSSL, libstdc++,
-   libgcc, yaml-cpp and inih are linked statically
-   (`src/cmd/lean_link.cmake`), and gRPC registers only the components
-   the plugin uses (`src/cmd/grpc_core_configuration.cc`: no xDS, RLS,
-   grpclb, ring-hash, priority or outlier-detection policies, fault
-   injection or RBAC; 1.6 MiB less text, ~1.4 MiB less RSS measured with
-   `memory_bench --binary` side by side); the code a volume's lifecycle
-   executes is gathered at the start of the text (the functions listed in
-   `hack/profiles/hot_text.symbols`, written by `hack/profile-text-layout.sh`
-   from a callgrind run of the demo; the build turns the list into a linker
-   script and fails when it matches under 90% of the code; 2 MiB of
-   executed functions had been spread over 130 of the kernel's 64 KiB
-   fault-around windows, 8 MiB of text resident after one lifecycle;
-   gathered, the 3.4 MiB of input sections that hold them, our
-   code compiled with a section per function; 3.0-3.5 MiB less RSS in
-   every mode, `memory_bench --binary` side by side); /metrics is served by a small plain-HTTP/1.1
-   server of our own (`src/common/plain_http_server.h`: one thread, poll),
-   so `--metrics-address` loads neither cpp-httplib nor OpenSSL (cpp-httplib
-   is loaded only for the Kubernetes API, over TLS). Two tries measured
-   no gain and were taken out: linking with lld in a profiled function
-   order (lld 14 packs no relative relocations, and the larger relocation
-   table cost more RSS than the denser code saved, `memory_bench
-   --binary` side by side), and one malloc arena or a `malloc_trim` when
-   the last call ends. What remains is the code the calls run, the RELRO pages of a
-   position-independent program (`-no-pie` measured 0–0.3 MiB less, not
-   worth giving up ASLR for) and libc. Start-up's code pages are not dropped from the page
-   tables after start (an `MADV_DONTNEED` on them lowered RSS and PSS, but
-   the pages stay in the page cache charged to the container's cgroup:
-   the figure would fall, the memory would not).
-
-7. **Userspace bridge memory** (issue #17) — see its section.
-8. **Queue depth** (issue #17) — the userspace data path at 1 to 32 commands
-   in flight against raw libiscsi at the same depth, and RBD sequential
-   writes through the bridge against `rbd bench`; see its section.
-
-On a shared or small machine the absolute figures move with the load from
-other work (the load average is in the machine table); ratios of figures
-taken close together in time move much less, which is why each baseline is
-measured next to what it is compared with.
-EOF
-  echo
-  echo "## Machine"
-  echo
-  echo "| | |"
-  echo "|---|---|"
-  echo "| Produced by | \`$invocation\` (each row names the program it came from) |"
-  echo "| CPU | $cpu |"
-  echo "| Cores | $cores |"
-  echo "| RAM | $ram |"
-  echo "| Kernel | $kernel |"
-  echo "| Date | $when |"
-  echo "| Commit | $commit |"
-  echo "| tgt / fio | $tgt_version / $fio_version |"
-  echo "| Load average (1/5/15 min) | before: $load_before; after: $load_after |"
-  echo
-  echo "## Results"
-  table "1. Lifecycle latency per step" "1-3" | awk -F'|' 'NR <= 5 || $2 !~ /Storm|RSS/'
-  spans_table
-  table "2-3. Attach storm and plugin RSS" "1-3" | awk -F'|' 'NR <= 5 || $2 ~ /Storm|RSS/'
-  table "4. Userspace data path" "4"
-  table "5. Controller at scale" "5"
-  table "6. Plugin memory against hostpathplugin (issue #18)" "M"
-  mapping_table
-  bridge_memory_doc
-  echo
-  qd_section
-  if [ "${#failed_steps[@]}" -gt 0 ]; then
-    echo
-    echo "**Benchmarks that reported errors in this run:**"
-    for s in "${failed_steps[@]}"; do echo "- \`$s\`"; done
+# The memory section's lines: when and how it ran, its rows, and the
+# per-mapping sums of `--mode all` idle and after one lifecycle.
+memory_record() {
+  kv memory_meta produced_by "$invocation"
+  kv memory_meta date "$(date -u '+%Y-%m-%d %H:%M UTC')"
+  kv memory_meta commit "$(commit_now)"
+  kv memory_meta load "$(cut -d' ' -f1-3 /proc/loadavg)"
+  if [ -n "$memory_skip" ]; then kv memory_meta skip "$memory_skip"; fi
+  if [ -x "$bin/peers/hostpathplugin" ]; then
+    kv value hostpath_version "$("$bin/peers/hostpathplugin" --version 2>/dev/null | awk '{ print $NF; exit }')"
   fi
-} >"$workdir/performance.md"
+  awk -F'\t' '$1 == "M" { print "row\t" $0 }' "$rows"
+  local set file
+  for set in plugin-idle:blockcsi-all-idle plugin-lifecycle:blockcsi-all-lifecycle; do
+    file="$workdir/smaps/${set#*:}.smaps"
+    if [ -s "$file" ]; then python3 "$repo/hack/smaps_by_mapping.py" --tsv "$file" | sed "s/^/mapping\t${set%%:*}\t/"; fi
+  done
+}
+# The figures of every other section (machine, lifecycle, data path,
+# controller, bridges).
+record_main() {
+  kv machine produced_by "$invocation"
+  kv machine cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+  kv machine cores "$(nproc)"
+  kv machine ram "$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+  kv machine kernel "$(uname -sr)"
+  kv machine date "$(date -u '+%Y-%m-%d %H:%M UTC')"
+  kv machine commit "$(commit_now)"
+  kv machine tgt "$(dpkg-query -W -f='${Version}' tgt 2>/dev/null || echo unknown)"
+  kv machine fio "$(fio --version 2>/dev/null || echo "not installed")"
+  kv machine load_before "$load_before"
+  kv machine load_after "$load_after"
+  kv value pid_max "$(cat /proc/sys/kernel/pid_max)"
+  kv value tgt_io_threads "$(sed -n 's/^TGT_IO_THREADS=//p' deploy/target-host/target.env)"
+  if [ -s "$spans_tmp" ]; then kv value spans_chart "$(basename "$spans_chart")"; fi
+  awk -F'\t' '$1 !~ /^[QRM]$/ { print "row\t" $0 }' "$rows"
+  sed 's/^/span\t/' "$spans"
+  local set file
+  if [ -s "$workdir/smaps/bridge.smaps" ]; then
+    python3 "$repo/hack/smaps_by_mapping.py" --tsv "$workdir/smaps/bridge.smaps" | sed "s/^/mapping\tbridge\t/"
+  fi
+}
 
+draw_spans_chart
 mkdir -p "$(dirname "$out")"
+if [ -n "$only" ]; then
+  # --only: this run's lines of the section replace the previous record's,
+  # the rest of the record stays; the whole report is made again from it.
+  if [ ! -s "$record_out" ]; then
+    echo "bench.sh: --only $only wants the record of a whole run ($record_out)" >&2
+    exit 2
+  fi
+  without_section "$only" <"$record_out" >"$record"
+else
+  record_main >"$record"
+fi
+if want memory; then memory_record >>"$record"; fi
+if want qd; then qd_record >>"$record"; fi
+for s in "${failed_steps[@]}"; do kv failed "$(section_of "$s")" "$s" >>"$record"; done
+python3 "$repo/hack/performance_doc.py" render --template "$repo/hack/performance.md.in" --record "$record" \
+  >"$workdir/performance.md"
+cp "$record" "$record_out"
 cp "$workdir/performance.md" "$out"
 if [ -s "$spans_tmp" ]; then mv "$spans_tmp" "$spans_chart"; fi
-publish_qd_chart
+if [ -s "$workdir/$qd_chart_name" ]; then cp "$workdir/$qd_chart_name" "$(dirname "$out")/$qd_chart_name"; fi
 echo >&2
 column -t -s $'\t' "$rows" >&2 || cat "$rows" >&2
-echo "bench.sh: wrote $out" >&2
+echo "bench.sh: wrote $out and its record $record_out" >&2
 if [ "${#failed_steps[@]}" -gt 0 ]; then
   exit 1
 fi

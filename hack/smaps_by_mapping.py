@@ -2,12 +2,16 @@
 """Sums a /proc/PID/smaps file per mapping (issue #18: where the RSS goes).
 
     hack/smaps_by_mapping.py FILE [FILE2]     (or /proc/PID/smaps)
+    hack/smaps_by_mapping.py --tsv FILE       name, Rss, Pss, private: tab-separated
+
 
 Prints Rss, Pss and private (clean + dirty) in KiB per mapped file, [heap],
 [stack] and anonymous memory, largest RSS first; a program's own file is
 split into text (r-x), read-only data (r--) and writable data (rw-). With a
 second file, its figures are printed beside the first's (e.g. idle and after
-a lifecycle). memory_bench --smaps-dir writes such files.
+a lifecycle). memory_bench --smaps-dir writes such files. --tsv prints one
+file's sums for a program to read (hack/bench.sh keeps them in the run's
+record), the total last.
 """
 import collections
 import re
@@ -40,7 +44,18 @@ def by_mapping(path):
     return totals
 
 
+def tsv(path):
+    sums = by_mapping(path)
+    for n in sorted(sums, key=lambda n: (-sums[n][0], n)):
+        if sums[n][0] > 0:
+            print("\t".join([n] + [str(v) for v in sums[n]]))
+    print("\t".join(["total (KiB)"] + [str(sum(v[i] for v in sums.values())) for i in range(3)]))
+    return 0
+
+
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--tsv":
+        return tsv(argv[2])
     if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2

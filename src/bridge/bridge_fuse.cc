@@ -29,7 +29,8 @@ constexpr unsigned kMaxBackground = 64;
 // FUSE workers, for a transport without an I/O thread to serve /dev/fuse
 // (RBD: librbd runs its own). One worker takes a request off /dev/fuse,
 // hands it to the transport and goes back for the next, so it keeps many in
-// flight; a second bought nothing measurable (docs/performance.md) and each
+// flight; a second bought nothing measurable (attach_bench and
+// datapath_qd_bench, one build against the other) and each
 // keeps a receive buffer of up to max_write + 4 KiB for its life.
 constexpr unsigned kFuseWorkers = 1;
 // Requests read per wake-up of the iSCSI session's thread before it looks

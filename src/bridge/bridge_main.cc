@@ -214,8 +214,8 @@ void Bridge::Serve() {
 
 namespace {
 
-// What each bridge holds resident, sized on purpose (docs/performance.md,
-// "What one bridge costs"); a node runs one bridge per volume.
+// What each bridge holds resident, sized on purpose (docs/performance.md
+// section 7, by mapping); a node runs one bridge per volume.
 void SizeMemory() {
   // One malloc arena: glibc's default is one per thread (up to 8 x cores),
   // each keeping what its thread freed. A bridge's few threads spend their

@@ -1,5 +1,7 @@
 # How the blockcsi program is linked to keep its resident memory small
-# (docs/performance.md section 6 has the figures).
+# (docs/performance.md section 6 shows where the memory goes in the last
+# benchmark run; `hack/bench.sh --memory-compare LABEL=BINARY` sets a build
+# without one of these steps beside this one).
 #
 # 1. Static gRPC, protobuf, abseil, re2, upb, c-ares and zlib archives
 # instead of their shared libraries. Why: a shared library's pages count in the process's RSS as soon as they are
