@@ -180,19 +180,33 @@ def load_costs(*builds):
     return costs
 
 
-def ordered_tests(coverage, tests, rel, costs):
-    """Cheapest first: the tests built from <file>_test.cc, the other unit tests, then the rest."""
+def mirror_suites(coverage, target, rel):
+    """The gtest suites defined in <file>_test.cc among the target's sources."""
     stem = os.path.splitext(os.path.basename(rel))[0] + "_test.cc"
+    suites = set()
+    for src in coverage.sources(target):
+        if os.path.basename(src) == stem:
+            with open(src, errors="replace") as f:
+                suites |= set(re.findall(r"\bTEST(?:_F|_P)?\(\s*(\w+)\s*,", f.read()))
+    return suites
 
-    def tier(item):
-        name, target, labels, _ = item
-        mirrors = any(os.path.basename(s) == stem for s in coverage.sources(target))
-        return (0 if mirrors else 1 if "unit" in labels else 2, cost(name, labels), name)
 
-    def cost(name, labels):
-        return costs.get(name, 1.0 if "unit" in labels else 30.0)
+def tier_of(coverage, test, rel):
+    """0: a test of <file>_test.cc, 1: another unit test, 2: the rest."""
+    name, target, labels, _ = test
+    suite = name.split(".")[0].split("/")[-1]
+    if suite in mirror_suites(coverage, target, rel):
+        return 0
+    return 1 if "unit" in labels else 2
 
-    return [(t, cost(t[0], t[2])) for t in sorted(tests, key=tier)]
+
+def ordered_tests(coverage, tests, rel, costs):
+    """[(test, its cost)], cheapest first within each tier."""
+
+    def cost(test):
+        return costs.get(test[0], 1.0 if "unit" in test[2] else 30.0)
+
+    return [(t, cost(t)) for t in sorted(tests, key=lambda t: (tier_of(coverage, t, rel), cost(t), t[0]))]
 
 
 def run_ctest(build, names, timeout, deadline):
@@ -251,26 +265,26 @@ def run_mutant(m, coverage, args, costs, tree_build, deadline):
             break
         chosen.append(t)
         total += cost
-    targets = sorted({t[1] for t in chosen} | {p for t in chosen for p in t[3]})
     path = os.path.join(args.work, "tree", rel)
     with open(path) as f:
         original = f.read()
     if original[m.start:m.end] != m.original:
         return "not built", "the tree's %s differs from the clone's" % rel, []
+    tiers = {}
+    for t in chosen:
+        tiers.setdefault(tier_of(coverage, t, rel), []).append(t)
     try:
         with open(path, "w") as f:
             f.write(m.apply(original))
-        built = subprocess.run(["nice", "ninja", "-C", tree_build] + targets, capture_output=True, text=True)
-        if built.returncode != 0:
-            err = [line for line in built.stdout.splitlines() if "error" in line][:2]
-            return "not built", "; ".join(err)[:300], []
-        tiers = {}
-        for name, target, labels, _ in chosen:
-            stem = os.path.splitext(os.path.basename(rel))[0] + "_test.cc"
-            mirrors = any(os.path.basename(s) == stem for s in coverage.sources(target))
-            tiers.setdefault(0 if mirrors else 1 if "unit" in labels else 2, []).append(name)
+        # Tier by tier: most mutants die in the first, before the other
+        # binaries are even linked.
         for tier in sorted(tiers):
-            failed, _ = run_ctest(tree_build, tiers[tier], args.test_timeout,
+            targets = sorted({t[1] for t in tiers[tier]} | {p for t in tiers[tier] for p in t[3]})
+            built = subprocess.run(["nice", "ninja", "-C", tree_build] + targets, capture_output=True, text=True)
+            if built.returncode != 0:
+                err = [line for line in built.stdout.splitlines() if "error" in line][:2]
+                return "not built", "; ".join(err)[:300], []
+            failed, _ = run_ctest(tree_build, [t[0] for t in tiers[tier]], args.test_timeout,
                                   min(deadline, time.time() + args.mutant_seconds * 2))
             if failed:
                 how = "timed out" if any(kind == "Timeout" for _, kind in failed) else "failed"
