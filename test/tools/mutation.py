@@ -210,19 +210,30 @@ def ordered_tests(coverage, tests, rel, costs):
 
 
 def run_ctest(build, names, timeout, deadline):
-    """(failed names, timed out) for one ctest run of exactly these tests, stopping at the first failure."""
-    regex = "^(%s)$" % "|".join(re.escape(n) for n in names)
-    stop = time.strftime("%H:%M:%S", time.localtime(deadline))
-    r = subprocess.run(["nice", "ctest", "-R", regex, "-j", os.environ.get("MUTATION_CTEST_JOBS", "2"),
-                        "--stop-on-failure", "--timeout", str(timeout), "--stop-time", stop, "--output-on-failure"],
-                       cwd=build, capture_output=True, text=True)
-    failed = re.findall(r"^\s*\d+ - (\S+) \((Failed|Timeout|SEGFAULT|Subprocess aborted|Child aborted|Exception)",
-                        r.stdout, re.M)
-    if "No tests were found" in r.stdout or "(Not Run)" in r.stdout:
-        raise RuntimeError("ctest found no runnable test among %s" % ", ".join(names[:5]))
-    if r.returncode != 0 and not failed:
-        failed = [("(ctest exited %d)" % r.returncode, "Failed")]
-    return failed, r.stdout
+    """[(failed test, how)] of ctest runs of exactly these tests, stopping at the first failure.
+    The names go in chunks: CMake's regular expressions have a size limit."""
+    chunks, current = [], []
+    for n in names:
+        if current and sum(len(c) + 1 for c in current) + len(n) > 3000:
+            chunks.append(current)
+            current = []
+        current.append(n)
+    chunks.append(current)
+    for chunk in chunks:
+        regex = "^(%s)$" % "|".join(re.escape(n) for n in chunk)
+        stop = time.strftime("%H:%M:%S", time.localtime(deadline))
+        r = subprocess.run(["nice", "ctest", "-R", regex, "-j", os.environ.get("MUTATION_CTEST_JOBS", "2"),
+                            "--stop-on-failure", "--timeout", str(timeout), "--stop-time", stop,
+                            "--output-on-failure"], cwd=build, capture_output=True, text=True)
+        failed = re.findall(r"^\s*\d+ - (\S+) \((Failed|Timeout|SEGFAULT|Subprocess aborted|Child aborted|Exception)",
+                            r.stdout, re.M)
+        if "No tests were found" in r.stdout or "(Not Run)" in r.stdout:
+            raise RuntimeError("ctest found no runnable test among %s" % ", ".join(chunk[:5]))
+        if r.returncode != 0 and not failed:
+            failed = [("(ctest exited %d)" % r.returncode, "Failed")]
+        if failed:
+            return failed, r.stdout
+    return [], ""
 
 
 def seeded_order(mutants, seed):
