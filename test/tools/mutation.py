@@ -55,12 +55,21 @@ def log(msg):
 
 
 def sync_tree(root, tree):
-    """Copies this clone's files (tracked and new, not ignored) into tree,
-    rewriting only files whose contents changed so that Ninja rebuilds only those."""
+    """Copies this clone's files (tracked and new, not ignored) into tree, links
+    as links, rewriting only files whose contents changed so that Ninja rebuilds only those."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, check=True,
                            capture_output=True).stdout.decode().split("\0")
     for rel in filter(None, files):
         src, dst = os.path.join(root, rel), os.path.join(tree, rel)
+        if os.path.islink(src):
+            # Test data holds sysfs trees whose links must stay links.
+            target = os.readlink(src)
+            if not os.path.islink(dst) or os.readlink(dst) != target:
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                if os.path.lexists(dst):
+                    os.remove(dst)
+                os.symlink(target, dst)
+            continue
         if not os.path.isfile(src):
             continue
         with open(src, "rb") as f:
