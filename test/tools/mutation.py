@@ -13,8 +13,8 @@ entries whose programs contain the mutated file: the test binary links its
 object, or runs a program of ours (blockcsi, blockcsi-target, blockcsi-bridge,
 blockctl) that does — a binary runs program P when one of its sources names
 "/P" in a string, or depends on P in the build graph. They run cheapest first:
-the tests built from <file>_test.cc, then the rest of the unit tests, then the
-others (integration included), each group by its time in build/'s last ctest
+the tests built from <file>_test.cc, the unit tests beside it, the rest of the
+unit tests, then the others (integration included), each group by its time in build/'s last ctest
 run, stopping at the first failure.
 
   killed     a test failed (or hung past its ctest timeout)
@@ -189,24 +189,34 @@ def load_costs(*builds):
     return costs
 
 
-def mirror_suites(coverage, target, rel):
-    """The gtest suites defined in <file>_test.cc among the target's sources."""
-    stem = os.path.splitext(os.path.basename(rel))[0] + "_test.cc"
-    suites = set()
-    for src in coverage.sources(target):
-        if os.path.basename(src) == stem:
-            with open(src, errors="replace") as f:
-                suites |= set(re.findall(r"\bTEST(?:_F|_P)?\(\s*(\w+)\s*,", f.read()))
-    return suites
+def suite_files(coverage, target):
+    """{gtest suite: the *_test.cc that defines it} among the target's sources."""
+    key = ("suites", target)
+    if key not in coverage._inputs:
+        found = {}
+        for src in sorted(coverage.sources(target)):
+            if src.endswith("_test.cc"):
+                with open(src, errors="replace") as f:
+                    for suite in re.findall(r"\bTEST(?:_F|_P)?\(\s*(\w+)\s*,", f.read()):
+                        found.setdefault(suite, src)
+        coverage._inputs[key] = found
+    return coverage._inputs[key]
 
 
 def tier_of(coverage, test, rel):
-    """0: a test of <file>_test.cc, 1: another unit test, 2: the rest."""
+    """0: a test of <file>_test.cc, 1: a test beside it (test/unit/<the file's
+    folder below src/>), 2: another unit test, 3: the rest."""
     name, target, labels, _ = test
     suite = name.split(".")[0].split("/")[-1]
-    if suite in mirror_suites(coverage, target, rel):
-        return 0
-    return 1 if "unit" in labels else 2
+    where = suite_files(coverage, target).get(suite)
+    if where:
+        stem = os.path.splitext(os.path.basename(rel))[0] + "_test.cc"
+        if os.path.basename(where) == stem:
+            return 0
+        folder = os.path.dirname(os.path.relpath(rel, "src"))
+        if os.path.dirname(where).endswith(os.path.join("test", "unit", folder)):
+            return 1
+    return 2 if "unit" in labels else 3
 
 
 def ordered_tests(coverage, tests, rel, costs):
