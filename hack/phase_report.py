@@ -9,6 +9,8 @@ run beside ctest; the report says which of them held the side chain longest
 and whether the side chain or ctest ended the run.
 FUZZ_TIMES_TSV: lines "target<TAB>wall seconds<TAB>CPU seconds<TAB>inputs<TAB>result",
 written by hack/fuzz.sh (FUZZ_TIMES).
+With a mutation phase, its counts and survivors from build-mutation/results.json
+(test/tools/mutation.py --json).
 CTEST_TIMED_LOG: ctest's console output, each line prefixed with the epoch time
 it arrived. A label's wall time is the span from the start of its first test to
 the end of its last (labels run side by side under `ctest -j`, so the spans
@@ -202,6 +204,22 @@ def print_skipped(found):
         print("  %s: %s" % (name, reason))
 
 
+def mutation_summary(phases, path):
+    """One line from test/tools/mutation.py's --json, when this run had the phase."""
+    if not any(name == "mutation" for name, *_ in phases) or not os.path.exists(path):
+        return
+    with open(path) as f:
+        data = json.load(f)
+    verdicts = [r["verdict"] for r in data["results"]]
+    survivors = [r["id"] for r in data["results"] if r["verdict"] == "survived"]
+    print()
+    print("mutation: %d mutants in %s: %d killed, %d survived, %d timed out, %d not built; survivor rate %.0f%%" % (
+        len(verdicts), clock(data["seconds"]), verdicts.count("killed"), verdicts.count("survived"),
+        verdicts.count("timed out"), verdicts.count("not built"), 100 * data["survivor_rate"]))
+    for ident in survivors:
+        print("  survived: %s" % ident)
+
+
 def main():
     if len(sys.argv) not in (4, 5):
         print(__doc__, file=sys.stderr)
@@ -213,6 +231,7 @@ def main():
     phase_table(phases)
     side_check_summary(phases)
     fuzz_table(sys.argv[4] if len(sys.argv) > 4 else None)
+    mutation_summary(phases, "build-mutation/results.json")
     label_table(sys.argv[2], sys.argv[3])
     if skipped is not None:
         print_skipped(skipped)

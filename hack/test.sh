@@ -10,7 +10,10 @@
 #                                runs what needs no privileges). docs/testing.md
 #                                describes each label.
 #   BLOCKCSI_SANITIZE=address hack/test.sh -L unit   sanitizer build in build-address/
-#   BLOCKCSI_SKIP_FUZZ=1 / BLOCKCSI_SKIP_VERIFY=1    leave out those phases
+#   BLOCKCSI_SKIP_FUZZ=1 / BLOCKCSI_SKIP_VERIFY=1 / BLOCKCSI_SKIP_MUTATION=1
+#                                leave out those phases
+#   MUTATION_BUDGET_SECONDS=600  the mutation phase's wall-time budget (a whole
+#                                run only; docs/testing.md "Mutation testing")
 #   BLOCKCSI_SIDE_BY_SIDE=0/1    static checks and fuzz one after the other /
 #                                side by side (default: side by side with 2 or
 #                                more cores)
@@ -142,6 +145,20 @@ run_ctest() {
 rm -f "$ctest_log"
 phase ctest run_ctest "$@" || ctest_status=1
 
+# Mutation testing (test/tools/mutation.py, docs/testing.md "Mutation
+# testing"): generated mutants of src/, each built in build-mutation/ and
+# checked by the ctest entries whose programs contain the mutated file, on a
+# budget, with a sample seeded by the commit. After ctest, not beside it: a
+# mutant's integration tests start tgtd, loop devices, mounts and bridges,
+# which the suite's own leak checks would count. Only on a whole run (it
+# needs every test binary built and ctest's test times) whose tests passed.
+mutation_status=0
+if [ -z "$sanitize" ] && [ $# -eq 0 ] && [ "$ctest_status" -eq 0 ] && [ "${BLOCKCSI_SKIP_MUTATION:-0}" != "1" ]; then
+  echo "==== mutation (budget ${MUTATION_BUDGET_SECONDS:-600} s)"
+  phase mutation nice -n 10 python3 test/tools/mutation.py --build "$BUILD_DIR" \
+    --budget "${MUTATION_BUDGET_SECONDS:-600}" --json build-mutation/results.json || mutation_status=1
+fi
+
 side_status=0
 wait "$side_pid" || side_status=$?
 echo "==== static checks (ran beside the tests)"
@@ -155,4 +172,7 @@ python3 "$root/hack/phase_report.py" "$phases" "$BUILD_DIR" "$ctest_log" "$fuzz_
 if [ "$side_status" -ne 0 ]; then
   echo "test.sh: static checks or fuzz FAILED (see above)" >&2
 fi
-[ "$ctest_status" -eq 0 ] && [ "$side_status" -eq 0 ]
+if [ "$mutation_status" -ne 0 ]; then
+  echo "test.sh: mutation FAILED (survivors listed above)" >&2
+fi
+[ "$ctest_status" -eq 0 ] && [ "$side_status" -eq 0 ] && [ "$mutation_status" -eq 0 ]

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "support/test_util.h"
@@ -44,6 +45,22 @@ TEST(HostTest, PermissionsAreReadAndSetUnderTheRoot) {
 
   EXPECT_EQ(host->Permissions("/etc/blockcsi/absent").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(host->SetPermissions("/etc/blockcsi/absent", 0600).code(), StatusCode::kNotFound);
+}
+
+// A node record may hold a CHAP secret: the replacement lands under the
+// root with mode 0600 (even over a looser file) and leaves no temp file.
+TEST(HostTest, ReplaceFileWritesTheWholeFileUnderTheRootWithMode0600) {
+  testing::TempDir dir;
+  auto host = HostRootedAt(dir.path());
+  ASSERT_TRUE(host->MakeDirectory("/etc/iscsi", 0755).ok());
+  ASSERT_TRUE(host->OverwriteFile("/etc/iscsi/record", "old contents, longer than the new").ok());
+  ASSERT_EQ(::chmod(dir.Join("etc/iscsi/record").c_str(), 0644), 0);
+  ASSERT_TRUE(host->ReplaceFile("/etc/iscsi/record", "new").ok());
+  EXPECT_EQ(*ReadFileToString(dir.Join("etc/iscsi/record")), "new");
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.Join("etc/iscsi/record").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(*host->ListDir("/etc/iscsi"), std::vector<std::string>{"record"});
 }
 
 TEST(HostTest, KindTellsASocketFromAFile) {
