@@ -209,6 +209,7 @@ Status LocalBackend::ApplyExport(const VolumeRecord& record) {
 StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateText(spec.name, "volume name", kMaxNameBytes));
   BLOCKCSI_RETURN_IF_ERROR(ValidateParameters(spec.parameters, "volume \"" + spec.name + "\""));
+  BLOCKCSI_RETURN_IF_ERROR(CheckContentSource(spec));
   if (spec.size_bytes == 0 || spec.size_bytes % kTargetAllocationGranularity != 0) {
     return InvalidArgument("size " + std::to_string(spec.size_bytes) + " of volume \"" + spec.name +
                            "\" is not a positive multiple of 1 MiB");
