@@ -142,6 +142,9 @@ class TgtExporter final : public Exporter {
   // Checked before any change.
   Status CheckChapLocked(const DesiredExport& d, const std::vector<TgtTarget>& live,
                          const std::vector<std::string>& live_accounts) REQUIRES(mu_);
+  // Whether `user`'s account, whose password this process does not know,
+  // is kept as it is for `d`: d's target and another one bind it already.
+  static bool KeptAsBound(const DesiredExport& d, const std::string& user, const std::vector<TgtTarget>& live);
   // Account `user` with `password` in tgtd for `d` (CheckChapLocked passed):
   // replaced in place without a moment where d's target binds no incoming
   // account.

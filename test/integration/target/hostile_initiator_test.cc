@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +42,10 @@ class HostileInitiatorTest : public testing::TgtdTest {
   void SetUp() override {
     TgtdTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
+    OpenBackend();
+  }
+
+  void OpenBackend() {
     LocalBackendOptions options;
     options.iqn_prefix = kPrefix;
     options.reconcile_interval = std::chrono::milliseconds(0);
@@ -50,10 +55,12 @@ class HostileInitiatorTest : public testing::TgtdTest {
   }
 
   // What an agent restart does to the backend: a new process with the same
-  // pool and the same running tgtd, and none of the secrets.
+  // pool and the same running tgtd (not SetUp, which starts another tgtd:
+  // that is a restart of both, and tgtd's accounts would go with it), and
+  // none of the secrets.
   void RestartAgent() {
     backend_.reset();
-    SetUp();
+    OpenBackend();
   }
 
   VolumeRecord Create(const std::string& name) {
@@ -182,6 +189,70 @@ TEST_F(HostileInitiatorTest, NoGrantRotationOrRestartLetsALoginWithoutChapIn) {
   IscsiLogin current{tgtd_->portal(), a.target_iqn, kNodeA, "rotating-user", "password-1006", "", ""};
   EXPECT_NE(IscsiClient::Login(current, &error), nullptr) << error;
   EXPECT_EQ(tgtd_->ShowTargets().find("blockcsi-hold-"), std::string::npos) << "a hold account stayed bound";
+}
+
+// A class's volumes share its CHAP Secret: one user name and password for
+// all of them. An agent restart forgets every secret, and those volumes
+// must keep working: their nodes log in with that password, a retried
+// publish and a publish to another node are served (before, each was
+// FAILED_PRECONDITION for as long as another volume bound the name), and
+// no login without CHAP gets in at any moment.
+TEST_F(HostileInitiatorTest, VolumesSharingAChapUserNameKeepWorkingAcrossAnAgentRestart) {
+  constexpr char kNodeC[] = "iqn.2026-11.io.blockcsi:node:node-c";
+  const std::string password = "class-password-0001";
+  VolumeRecord a = Create("pvc-class-a");
+  VolumeRecord b = Create("pvc-class-b");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, ChapGrant(kNodeA, "class-user", password)).ok());
+  ASSERT_TRUE(backend_->GrantAccess(b.id, ChapGrant(kNodeB, "class-user", password)).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> attempts{0}, open{0};
+  std::thread prober([&] {
+    for (int i = 0; !stop; ++i) {
+      const VolumeRecord& v = i % 2 == 0 ? a : b;
+      IscsiLogin without_chap{tgtd_->portal(), v.target_iqn, i % 2 == 0 ? kNodeA : kNodeB, "", "", "", ""};
+      std::string error;
+      if (IscsiClient::Login(without_chap, &error) != nullptr) ++open;
+      ++attempts;
+    }
+  });
+  auto logs_in = [&](const VolumeRecord& v, const char* node, const std::string& secret) {
+    std::string error;
+    IscsiLogin login{tgtd_->portal(), v.target_iqn, node, "class-user", secret, "", ""};
+    bool in = IscsiClient::Login(login, &error) != nullptr;
+    EXPECT_TRUE(in) << node << " on " << v.id << ": " << error;
+    return in;
+  };
+  RestartAgent();
+  ASSERT_NE(backend_, nullptr);
+  EXPECT_TRUE(logs_in(a, kNodeA, password));
+  EXPECT_TRUE(logs_in(b, kNodeB, password));
+  auto reconciled = backend_->ReconcileNow();
+  EXPECT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+  // The attacher's retry of a publish that is in place, and a publish to one
+  // more node (a pod moved, or a second reader), each with the class's Secret.
+  auto retried = backend_->GrantAccess(a.id, ChapGrant(kNodeA, "class-user", password));
+  EXPECT_TRUE(retried.ok()) << retried.status().ToString();
+  auto second_node = backend_->GrantAccess(b.id, ChapGrant(kNodeC, "class-user", password));
+  EXPECT_TRUE(second_node.ok()) << second_node.status().ToString();
+  reconciled = backend_->ReconcileNow();
+  EXPECT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+  EXPECT_TRUE(logs_in(a, kNodeA, password));
+  EXPECT_TRUE(logs_in(b, kNodeB, password));
+  if (second_node.ok()) {
+    EXPECT_TRUE(logs_in(b, kNodeC, password));
+  }
+  // Another class's volume that picks the same user name with its own
+  // password still cannot take the account over.
+  VolumeRecord c = Create("pvc-other-class");
+  auto other = backend_->GrantAccess(c.id, ChapGrant(kNodeC, "class-user", "other-password-0002"));
+  EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition) << other.status().ToString();
+  EXPECT_TRUE(logs_in(a, kNodeA, password));
+  stop = true;
+  prober.join();
+  EXPECT_GT(attempts.load(), 0);
+  EXPECT_EQ(open.load(), 0) << "of " << attempts.load() << " logins without CHAP";
+  std::printf("shared CHAP user across an agent restart: %d of %d logins without CHAP got in\n", open.load(),
+              attempts.load());
 }
 
 }  // namespace
