@@ -14,10 +14,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
 #include "backend/local/tgtadm_control.h"
+#include "backend/local/tgtadm_parser.h"
 #include "common/executor.h"
 #include "integration/target/iscsi_client.h"
 #include "support/test_util.h"
@@ -106,6 +108,77 @@ TEST_F(HostileInitiatorTest, AnAliasThatForgesATargetDoesNotStopTheAgent) {
   EXPECT_TRUE(backend_->Healthy().ok());
   auto reconciled = backend_->ReconcileNow();
   EXPECT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+}
+
+// The same forged heading from an initiator that logs in again the moment
+// its session is closed (a libiscsi login here takes well under a
+// millisecond, a listing longer), in a loop, while the agent serves every
+// kind of call on other volumes and on the forger's own: every call must
+// succeed. Before, closing the sessions and reading again lost that race
+// three times running and the call failed.
+TEST_F(HostileInitiatorTest, AnInitiatorThatLogsInAgainAndAgainWithAForgedAliasStopsNoCall) {
+  VolumeRecord a = Create("pvc-relogin");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, {kNodeA, "node-a", false, "rwo", {}}).ok());
+  const std::string alias =
+      "x\nTarget 999: iqn.2026-11.io.blockcsi:vol-9999999999999999\n    System information:\n        Driver: iscsi\n";
+  std::atomic<bool> stop{false};
+  std::atomic<int> logins{0};
+  std::thread forger([&] {
+    std::vector<std::unique_ptr<IscsiClient>> held;  // sessions the agent has not closed yet stay open
+    while (!stop) {
+      IscsiLogin login{tgtd_->portal(), a.target_iqn, kNodeA, "", "", "", ""};
+      std::string error;
+      if (auto session = IscsiClient::Login(login, &error, alias)) {
+        ++logins;
+        held.push_back(std::move(session));
+        if (held.size() > 4) held.erase(held.begin());
+      }
+    }
+  });
+  while (logins == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  int calls = 0, succeeded = 0;
+  auto count = [&](const Status& st, const std::string& what) {
+    ++calls;
+    if (st.ok()) {
+      ++succeeded;
+    } else {
+      ADD_FAILURE() << what << ": " << st.ToString();
+    }
+  };
+  for (int round = 0; round < 20; ++round) {
+    const std::string name = "pvc-served-" + std::to_string(round);
+    CreateVolumeSpec spec;
+    spec.name = name;
+    spec.size_bytes = 4 * kMiB;
+    auto v = backend_->CreateVolume(spec);
+    count(v.status(), "create " + name);
+    if (!v.ok()) continue;
+    count(backend_->GrantAccess(v->id, {kNodeB, "node-b", false, "rwo", {}}).status(), "grant " + name);
+    count(backend_->CheckVolume(v->id).status(), "check " + name);
+    count(backend_->CheckVolume(a.id).status(), "check the forger's volume");
+    count(backend_->GrantAccess(a.id, {kNodeA, "node-a", false, "rwo", {}}).status(), "re-grant the forger's volume");
+    count(backend_->RevokeAccess(v->id, kNodeB), "revoke " + name);
+    count(backend_->DeleteVolume(v->id), "delete " + name);
+  }
+  stop = true;
+  forger.join();
+  std::printf(
+      "agent calls while an initiator logged in again and again with a forged alias: %d/%d succeeded, "
+      "%d hostile logins\n",
+      succeeded, calls, logins.load());
+  EXPECT_EQ(succeeded, calls);
+  EXPECT_EQ(calls, 140);
+  // Nothing of the recovery is left behind: the forger's ACL entry is back.
+  auto reconciled = backend_->ReconcileNow();
+  ASSERT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+  auto live = ParseTgtadmTargets(tgtd_->ShowTargets());
+  if (live.ok()) {
+    for (const auto& t : *live) {
+      if (t.iqn == a.target_iqn) {
+        EXPECT_EQ(t.acls, std::vector<std::string>{kNodeA});
+      }
+    }
+  }
 }
 
 TEST_F(HostileInitiatorTest, AnAliasThatForgesASecondNexusDoesNotHideTheSessionFromRevoke) {
