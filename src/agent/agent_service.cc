@@ -1,6 +1,7 @@
 #include "agent/agent_service.h"
 
 #include "backend/remote/target_proto.h"
+#include "backend/volume_id.h"
 #include "common/fault_points.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
@@ -32,7 +33,9 @@ grpc::Status TargetAgentService::CreateVolume(Context*, const CreateVolumeReques
   CreateVolumeSpec spec;
   spec.name = in->name();
   spec.size_bytes = in->size_bytes();
-  spec.source = FromProto(in->source());
+  auto source = FromProto(in->source());
+  if (!source.ok()) return ToGrpcStatus(source.status().WithContext("volume " + QuoteId(in->name())));
+  spec.source = *source;
   spec.parameters.insert(in->parameters().begin(), in->parameters().end());
   auto r = backend_->CreateVolume(spec);
   if (!r.ok()) return ToGrpcStatus(r.status());

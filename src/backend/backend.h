@@ -46,6 +46,13 @@ struct CreateVolumeSpec {
   AccessibilityRequirements accessibility = {};
 };
 
+// INVALID_ARGUMENT naming the volume when `spec.source` is not one a backend
+// can act on: a kind outside the enum (a caller's cast), a source id without
+// a kind, or a kind without an id. Checked by every backend before it makes
+// anything, so that such a request never becomes a blank volume whose
+// record keeps a source id.
+Status CheckContentSource(const CreateVolumeSpec& spec);
+
 // The csi_secret fields of one CSI call (e.g. the cephx userID and userKey
 // of a provisioner secret). Never logged, persisted or put in a message.
 struct CallSecrets {

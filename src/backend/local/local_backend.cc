@@ -209,20 +209,32 @@ Status LocalBackend::ApplyExport(const VolumeRecord& record) {
 StatusOr<VolumeRecord> LocalBackend::CreateVolume(const CreateVolumeSpec& spec) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateText(spec.name, "volume name", kMaxNameBytes));
   BLOCKCSI_RETURN_IF_ERROR(ValidateParameters(spec.parameters, "volume \"" + spec.name + "\""));
+  BLOCKCSI_RETURN_IF_ERROR(CheckContentSource(spec));
   if (spec.size_bytes == 0 || spec.size_bytes % kTargetAllocationGranularity != 0) {
     return InvalidArgument("size " + std::to_string(spec.size_bytes) + " of volume \"" + spec.name +
                            "\" is not a positive multiple of 1 MiB");
   }
   ReaderMutexLock op(reconcile_mu_);
+  // DeleteVolume takes the name's lock too, so a volume found here stays
+  // until this call has answered with it.
   auto name_lock = locks_->Lock("name:" + spec.name);
   if (auto existing = pool_->FindVolumeByName(spec.name)) {
     if (existing->size_bytes != spec.size_bytes || !(existing->source == spec.source)) {
       return AlreadyExists("volume \"" + spec.name + "\" already exists as " + existing->id + " with size " +
                            std::to_string(existing->size_bytes) + " and another size or content source");
     }
+    BLOCKCSI_RETURN_IF_ERROR(Fault("controller.create.existing-found"));
     auto id_lock = locks_->Lock(existing->id);
-    BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*existing));  // a retry after a failed export
-    return WithCurrentPortals(*existing);
+    // Exported from the record as it is under the volume's lock, never from
+    // the copy read before it: exporting a volume that is gone would make a
+    // target for a deleted image. ABORTED (retry) should anything but
+    // DeleteVolume, which cannot run now, take it away.
+    auto current = pool_->GetVolume(existing->id);
+    if (!current) {
+      return Aborted("volume \"" + spec.name + "\" (" + existing->id + ") was deleted while this call ran; retry");
+    }
+    BLOCKCSI_RETURN_IF_ERROR(ApplyExport(*current));  // a retry after a failed export
+    return WithCurrentPortals(*current);
   }
 
   KeyedLock::Guard source_lock;
@@ -277,6 +289,13 @@ void LocalBackend::UndoCreate(const VolumeRecord& record, const Status& why) {
 Status LocalBackend::DeleteVolume(const std::string& volume_id) {
   if (!IsVolumeId(volume_id)) return OkStatus();  // not ours, so nothing of ours to delete
   ReaderMutexLock op(reconcile_mu_);
+  // The name's lock, then the volume's, in CreateVolume's order: a create
+  // of this name that has found the volume answers with it before it goes
+  // (without the name's lock it re-exported a deleted volume). A volume's
+  // name never changes, so the unlocked read names the right lock.
+  auto named = pool_->GetVolume(volume_id);
+  if (!named) return OkStatus();
+  auto name_lock = locks_->Lock("name:" + named->name);
   auto id_lock = locks_->Lock(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return OkStatus();

@@ -71,9 +71,16 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
   // for is never acted on; the sessions whose alias broke it (found through
   // tgtd's alias-free connection listing) are closed and tgtd read again, so
   // that one initiator cannot stop the agent from serving every volume.
+  // Closing alone loses to an initiator that logs in again at once (a login
+  // takes well under a millisecond, a listing longer): from the second
+  // round on, the ACL entries of the sessions closed are taken out first,
+  // for one read, and put back right after it (WithheldAcls).
   constexpr int kRecoveries = 3;
+  WithheldAcls withheld;
   for (int round = 0;; ++round) {
-    BLOCKCSI_ASSIGN_OR_RETURN(std::string text, Show(TgtdRequest::ShowTargets()));
+    auto shown = Show(TgtdRequest::ShowTargets());
+    if (!shown.ok()) return RestoreAcls(withheld, shown.status());
+    const std::string& text = *shown;
     int failed_line = 0;
     auto parsed = ParseTgtadmTargets(text, &failed_line);
     // Even a listing that parses is checked where an alias could have
@@ -87,30 +94,54 @@ StatusOr<std::vector<TgtTarget>> TgtExporter::ShowTargets() {
         const TgtTarget& t = (*parsed)[i];
         if (t.sessions.empty()) continue;
         auto connections = ShowConnections(t.tid);
-        std::set<uint64_t> shown, real;
-        for (const auto& s : t.sessions) shown.insert(static_cast<uint64_t>(s.sid));
+        std::set<uint64_t> listed, real;
+        for (const auto& s : t.sessions) listed.insert(static_cast<uint64_t>(s.sid));
         if (connections.ok()) {
           for (const auto& c : *connections) real.insert(c.sid);
-          if (shown == real) continue;
+          if (listed == real) continue;
           suspects.insert(t.tid);
         } else if (connections.status().code() == StatusCode::kNotFound) {
           if (i > 0) suspects.insert((*parsed)[i - 1].tid);
         } else {
-          return connections.status();
+          return RestoreAcls(withheld, connections.status());
         }
         why = InvalidArgument("target " + std::to_string(t.tid) +
                               " shows sessions tgtd's connection listing does not have");
       }
-      if (why.ok()) return parsed;
+      if (why.ok()) {
+        BLOCKCSI_RETURN_IF_ERROR(RestoreAcls(withheld, OkStatus()));
+        // The listing was read with those entries out; tgtd has them again.
+        for (auto& t : *parsed) {
+          for (const auto& [tid, initiator] : withheld) {
+            if (t.tid == tid && !Contains(t.acls, initiator)) t.acls.push_back(initiator);
+          }
+        }
+        return parsed;
+      }
     }
     // Output we cannot account for is tgtd's (or a forger's) problem, not
     // the caller's bad input: INTERNAL, and nothing is changed on its strength.
     Status untrusted =
         Internal("tgtd's target list cannot be trusted, nothing changed: " + why.message() + kUntrustedHint);
-    if (round == kRecoveries) return untrusted;
-    BLOCKCSI_ASSIGN_OR_RETURN(size_t closed, CloseForgingSessions(text, suspects, parsed.ok() ? 0 : failed_line));
-    if (closed == 0) return untrusted;
+    if (round == kRecoveries) return RestoreAcls(withheld, untrusted);
+    auto closed = CloseForgingSessions(text, suspects, parsed.ok() ? 0 : failed_line, round == 0 ? nullptr : &withheld);
+    if (!closed.ok()) return RestoreAcls(withheld, closed.status());
+    if (*closed == 0) return RestoreAcls(withheld, untrusted);
   }
+}
+
+Status TgtExporter::RestoreAcls(const WithheldAcls& withheld, Status result) {
+  for (const auto& [tid, initiator] : withheld) {
+    Status st =
+        Run(TgtdRequest::BindInitiator(tid, initiator),
+            "give " + initiator + " back its ACL entry on target " + std::to_string(tid), {TgtdError::kAclExists});
+    if (!st.ok()) {
+      // The record still lists it: the next Apply or reconcile puts it back.
+      LogWarn("cannot give back an ACL entry taken out for a listing", {{"error", st.ToString()}});
+      if (result.ok()) result = st;
+    }
+  }
+  return result;
 }
 
 StatusOr<std::vector<TgtConnectionEntry>> TgtExporter::ShowConnections(int tid) {
@@ -128,7 +159,8 @@ StatusOr<std::vector<TgtConnectionEntry>> TgtExporter::ShowConnections(int tid) 
   return parsed;
 }
 
-StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text, std::set<int> suspects, int failed_line) {
+StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text, std::set<int> suspects, int failed_line,
+                                                   WithheldAcls* withhold) {
   // Every target the listing names, real or forged: tgtd answers NO_TARGET
   // for a forged one. Of the real ones' sessions, each one the listing does
   // not show plainly is one whose alias could have made it what it is; on a
@@ -159,6 +191,14 @@ StatusOr<size_t> TgtExporter::CloseForgingSessions(const std::string& text, std:
   for (const auto& [tid, connections] : real) {
     for (const auto& c : connections) {
       if (plain(tid, c)) continue;
+      if (withhold != nullptr && !withhold->count({tid, c.initiator})) {
+        // Out of the ACL before its sessions close, so that it cannot log in
+        // again before the next read; only an entry tgtd had is put back.
+        auto unbound = control_->Send(TgtdRequest::UnbindInitiator(tid, c.initiator));
+        BLOCKCSI_RETURN_IF_ERROR(unbound.status());
+        listing_.valid = false;
+        if (unbound->ok()) withhold->insert({tid, c.initiator});
+      }
       auto answer = control_->Send(TgtdRequest::DeleteConnection(tid, c.sid, c.cid));
       BLOCKCSI_RETURN_IF_ERROR(answer.status());
       const TgtdErrors gone = {TgtdError::kNoConnection, TgtdError::kNoSession, TgtdError::kNoTarget};
@@ -185,7 +225,10 @@ StatusOr<std::vector<std::string>> TgtExporter::ShowAccounts() {
   return parsed;
 }
 
-Status TgtExporter::Healthy() { return ShowTargets().status(); }
+Status TgtExporter::Healthy() {
+  MutexLock lock(mu_);  // a recovery from a forged listing changes ACLs
+  return ShowTargets().status();
+}
 
 namespace {
 

@@ -80,7 +80,12 @@ class TgtExporter final : public Exporter {
   // tgtd's targets; a listing an initiator's alias broke is recovered from
   // by closing the sessions that broke it (CloseForgingSessions) and
   // reading again, a few times at most.
-  StatusOr<std::vector<TgtTarget>> ShowTargets();
+  StatusOr<std::vector<TgtTarget>> ShowTargets() REQUIRES(mu_);
+  // ACL entries (tid, initiator) taken out of tgtd for the length of one
+  // listing, and put back after it.
+  using WithheldAcls = std::set<std::pair<int, std::string>>;
+  // Puts `withheld` back; `result`, or the first failure to put one back.
+  Status RestoreAcls(const WithheldAcls& withheld, Status result) REQUIRES(mu_);
   // Target `tid`'s connections from tgtd's alias-free listing; NOT_FOUND
   // when tgtd has no such target.
   StatusOr<std::vector<TgtConnectionEntry>> ShowConnections(int tid);
@@ -89,7 +94,10 @@ class TgtExporter final : public Exporter {
   // `suspects` (or, when nothing else looks forged, of the target whose
   // heading comes last before `failed_line`, where the parse stopped); how
   // many.
-  StatusOr<size_t> CloseForgingSessions(const std::string& text, std::set<int> suspects, int failed_line);
+  // With `withhold`, each of those sessions' initiators is first taken out
+  // of that target's ACL and added to it.
+  StatusOr<size_t> CloseForgingSessions(const std::string& text, std::set<int> suspects, int failed_line,
+                                        WithheldAcls* withhold) REQUIRES(mu_);
   // Reads tgtd's targets into listing_ (fresh, whatever it held) and
   // returns them.
   StatusOr<std::vector<TgtTarget>*> ReadLiveLocked() REQUIRES(mu_);
@@ -142,6 +150,9 @@ class TgtExporter final : public Exporter {
   // Checked before any change.
   Status CheckChapLocked(const DesiredExport& d, const std::vector<TgtTarget>& live,
                          const std::vector<std::string>& live_accounts) REQUIRES(mu_);
+  // Whether `user`'s account, whose password this process does not know,
+  // is kept as it is for `d`: d's target and another one bind it already.
+  static bool KeptAsBound(const DesiredExport& d, const std::string& user, const std::vector<TgtTarget>& live);
   // Account `user` with `password` in tgtd for `d` (CheckChapLocked passed):
   // replaced in place without a moment where d's target binds no incoming
   // account.

@@ -60,6 +60,7 @@ Status TgtExporter::CheckChapLocked(const DesiredExport& d, const std::vector<Tg
     if (!ListHas(live_accounts, user)) continue;
     auto known = account_passwords_.find(user);
     if (known != account_passwords_.end() && known->second == *password) continue;
+    if (known == account_passwords_.end() && KeptAsBound(d, user, live)) continue;
     std::string elsewhere;
     for (const auto& t : live) {
       if (t.iqn == d.iqn || (!ListHas(t.incoming_accounts, user) && !ListHas(t.outgoing_accounts, user))) continue;
@@ -76,6 +77,24 @@ Status TgtExporter::CheckChapLocked(const DesiredExport& d, const std::vector<Tg
   return OkStatus();
 }
 
+bool TgtExporter::KeptAsBound(const DesiredExport& d, const std::string& user, const std::vector<TgtTarget>& live) {
+  // After a restart no password is known, and volumes of one class share
+  // the class's user name and password. Replacing that account for one of
+  // them would put a password nobody checked on all of them; refusing would
+  // stop every publish of every one of them for as long as any other still
+  // binds it (retries and new nodes alike). A volume whose own target
+  // already binds the account needs no change to it: it is kept as it is.
+  // That opens nothing (tgtd is not touched); a grant that came with
+  // another password (a rotation that kept the user name) then gets a login
+  // failure on the node instead of FAILED_PRECONDITION here.
+  bool here = false, elsewhere = false;
+  for (const auto& t : live) {
+    if (!ListHas(t.incoming_accounts, user) && !ListHas(t.outgoing_accounts, user)) continue;
+    (t.iqn == d.iqn ? here : elsewhere) = true;
+  }
+  return here && elsewhere;
+}
+
 Status TgtExporter::EnsureAccount(const DesiredExport& d, const std::string& user, const std::string& password,
                                   std::vector<TgtTarget>& live, std::vector<std::string>& live_accounts,
                                   std::vector<std::string>& repairs) {
@@ -83,6 +102,7 @@ Status TgtExporter::EnsureAccount(const DesiredExport& d, const std::string& use
   const bool exists = ListHas(live_accounts, user);
   const bool same_password = known != account_passwords_.end() && known->second == password;
   if (exists && same_password) return OkStatus();
+  if (exists && known == account_passwords_.end() && KeptAsBound(d, user, live)) return OkStatus();
   std::vector<std::pair<int, bool>> here;  // this target's binds: tid, outgoing
   if (exists) {
     for (const auto& t : live) {

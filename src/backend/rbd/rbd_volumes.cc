@@ -45,6 +45,7 @@ Status CheckSourceFits(rbd_image_t source, const CreateVolumeSpec& spec, const s
 
 StatusOr<VolumeRecord> RbdBackend::CreateVolume(const CreateVolumeSpec& spec) {
   if (spec.name.empty()) return InvalidArgument("volume name is empty");
+  BLOCKCSI_RETURN_IF_ERROR(CheckContentSource(spec));
   if (spec.size_bytes == 0 || spec.size_bytes % kGranularity != 0) {
     return InvalidArgument("volume " + spec.name + ": size " + std::to_string(spec.size_bytes) +
                            " is not a positive multiple of " + std::to_string(kGranularity));

@@ -17,11 +17,22 @@ void ToProto(const ContentSource& in, targetpb::ContentSource* out) {
   out->set_id(in.id);
 }
 
-ContentSource FromProto(const targetpb::ContentSource& in) {
+StatusOr<ContentSource> FromProto(const targetpb::ContentSource& in) {
   ContentSource out;
-  out.kind = in.kind() == targetpb::ContentSource::SNAPSHOT ? ContentSource::Kind::kSnapshot
-             : in.kind() == targetpb::ContentSource::VOLUME ? ContentSource::Kind::kVolume
-                                                            : ContentSource::Kind::kNone;
+  switch (in.kind()) {
+    case targetpb::ContentSource::NONE:
+      out.kind = ContentSource::Kind::kNone;
+      break;
+    case targetpb::ContentSource::SNAPSHOT:
+      out.kind = ContentSource::Kind::kSnapshot;
+      break;
+    case targetpb::ContentSource::VOLUME:
+      out.kind = ContentSource::Kind::kVolume;
+      break;
+    default:
+      return InvalidArgument("content source kind " + std::to_string(static_cast<int>(in.kind())) +
+                             " is neither a snapshot nor a volume");
+  }
   out.id = in.id();
   return out;
 }
@@ -56,7 +67,9 @@ VolumeRecord FromProto(const targetpb::Volume& in) {
   out.name = in.name();
   out.size_bytes = in.size_bytes();
   out.created_unix_seconds = in.created_unix_seconds();
-  out.source = FromProto(in.source());
+  // An answer whose source this build cannot read keeps no source at all.
+  auto source = FromProto(in.source());
+  if (source.ok()) out.source = *source;
   out.parameters.insert(in.parameters().begin(), in.parameters().end());
   out.portals.assign(in.portals().begin(), in.portals().end());
   out.target_iqn = in.target_iqn();

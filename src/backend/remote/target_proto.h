@@ -15,7 +15,9 @@ VolumeRecord FromProto(const targetpb::Volume& in);
 void ToProto(const SnapshotRecord& in, targetpb::Snapshot* out);
 SnapshotRecord FromProto(const targetpb::Snapshot& in);
 void ToProto(const ContentSource& in, targetpb::ContentSource* out);
-ContentSource FromProto(const targetpb::ContentSource& in);
+// INVALID_ARGUMENT for a kind this build does not know: proto3 keeps an
+// enum number it has no name for, which must not pass for "none".
+StatusOr<ContentSource> FromProto(const targetpb::ContentSource& in);
 void ToProto(const ChapCredentials& in, targetpb::Chap* out);
 ChapCredentials FromProto(const targetpb::Chap& in);
 void ToProto(const FenceRecord& in, targetpb::Fence* out);

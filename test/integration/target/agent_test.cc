@@ -3,6 +3,7 @@
 // tgtd through it. Also the closing-note measurements (printed, not asserted).
 #include <arpa/inet.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "backend/local/local_backend.h"
@@ -485,6 +487,77 @@ TEST_F(AgentTest, InsecureTcpAndUnixSocketServeWhenAskedFor) {
   auto v = (*over_socket)->CreateVolume(spec);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ((*over_tcp)->GetVolume(v->id)->name, "pvc-socket");
+}
+
+// What the agent is sent is checked as it arrives: a content source of a
+// kind this build has no name for (proto3 keeps the number) is refused,
+// naming the volume, and makes nothing (it used to become a blank volume
+// whose record kept the source id); bytes that do not parse as the
+// method's request are INVALID_ARGUMENT with one line (gRPC's own answer is
+// INTERNAL with an empty message).
+TEST_F(AgentTest, AnUnknownSourceKindOrARequestThatDoesNotParseIsInvalidArgument) {
+  auto args = AgentArgs();
+  std::string socket = tmp_.Join("agent.sock");
+  args.insert(args.end(), {"--insecure", "--socket", socket});
+  ChildProcess agent(args, tmp_.Join("agent.log"));
+  ASSERT_TRUE(testing::WaitForSocket(socket, std::chrono::seconds(20)))
+      << testing::ReadFileOrEmpty(tmp_.Join("agent.log"));
+  auto channel = grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials());
+  auto stub = target::v1::TargetAgent::NewStub(channel);
+  auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(20); };
+  auto v = [&] {  // a volume the bad source names
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    target::v1::CreateVolumeRequest req;
+    req.set_name("pvc-named-source");
+    req.set_size_bytes(4 * kMiB);
+    target::v1::Volume out;
+    grpc::Status st = stub->CreateVolume(&ctx, req, &out);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return out;
+  }();
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    target::v1::CreateVolumeRequest req;
+    req.set_name("pvc-unknown-kind");
+    req.set_size_bytes(4 * kMiB);
+    req.mutable_source()->set_kind(static_cast<target::v1::ContentSource::Kind>(7));
+    req.mutable_source()->set_id(v.id());
+    target::v1::Volume out;
+    grpc::Status st = stub->CreateVolume(&ctx, req, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("pvc-unknown-kind"), std::string::npos) << st.error_message();
+  }
+  {
+    grpc::GenericStub generic(channel);
+    for (const std::string& bytes : {std::string("\x0a\x7f\x61\x62", 4), std::string("\x0a\x02\xc3\x28", 4)}) {
+      grpc::Slice slice(bytes);
+      grpc::ByteBuffer request(&slice, 1), response;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline());
+      std::promise<grpc::Status> done;
+      generic.UnaryCall(&ctx, "/blockcsi.target.v1.TargetAgent/CreateVolume", grpc::StubOptions(), &request, &response,
+                        [&](grpc::Status st) { done.set_value(std::move(st)); });
+      grpc::Status st = done.get_future().get();
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+      EXPECT_FALSE(st.error_message().empty());
+      EXPECT_EQ(st.error_message().find('\n'), std::string::npos) << st.error_message();
+    }
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline());
+  target::v1::ListVolumesRequest list;
+  target::v1::ListVolumesResponse listed;
+  ASSERT_TRUE(stub->ListVolumes(&ctx, list, &listed).ok());
+  ASSERT_EQ(listed.volumes_size(), 1) << "a refused create left a volume";
+  EXPECT_EQ(listed.volumes(0).id(), v.id());
+  auto targets = ParseTgtadmTargets(tgtd_->ShowTargets());
+  ASSERT_TRUE(targets.ok()) << targets.status().ToString();
+  EXPECT_EQ(targets->size(), 1u) << tgtd_->ShowTargets();
+  size_t images = 0;
+  for (const auto& e : std::filesystem::directory_iterator(pool_.Join("images"))) images += e.exists();
+  EXPECT_EQ(images, 1u);
 }
 
 // The closing note's figures: one create+grant+revoke+delete cycle through

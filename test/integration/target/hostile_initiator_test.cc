@@ -10,13 +10,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/local/local_backend.h"
 #include "backend/local/tgt_exporter.h"
 #include "backend/local/tgtadm_control.h"
+#include "backend/local/tgtadm_parser.h"
 #include "common/executor.h"
 #include "integration/target/iscsi_client.h"
 #include "support/test_util.h"
@@ -41,6 +44,10 @@ class HostileInitiatorTest : public testing::TgtdTest {
   void SetUp() override {
     TgtdTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
+    OpenBackend();
+  }
+
+  void OpenBackend() {
     LocalBackendOptions options;
     options.iqn_prefix = kPrefix;
     options.reconcile_interval = std::chrono::milliseconds(0);
@@ -50,10 +57,12 @@ class HostileInitiatorTest : public testing::TgtdTest {
   }
 
   // What an agent restart does to the backend: a new process with the same
-  // pool and the same running tgtd, and none of the secrets.
+  // pool and the same running tgtd (not SetUp, which starts another tgtd:
+  // that is a restart of both, and tgtd's accounts would go with it), and
+  // none of the secrets.
   void RestartAgent() {
     backend_.reset();
-    SetUp();
+    OpenBackend();
   }
 
   VolumeRecord Create(const std::string& name) {
@@ -99,6 +108,77 @@ TEST_F(HostileInitiatorTest, AnAliasThatForgesATargetDoesNotStopTheAgent) {
   EXPECT_TRUE(backend_->Healthy().ok());
   auto reconciled = backend_->ReconcileNow();
   EXPECT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+}
+
+// The same forged heading from an initiator that logs in again the moment
+// its session is closed (a libiscsi login here takes well under a
+// millisecond, a listing longer), in a loop, while the agent serves every
+// kind of call on other volumes and on the forger's own: every call must
+// succeed. Before, closing the sessions and reading again lost that race
+// three times running and the call failed.
+TEST_F(HostileInitiatorTest, AnInitiatorThatLogsInAgainAndAgainWithAForgedAliasStopsNoCall) {
+  VolumeRecord a = Create("pvc-relogin");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, {kNodeA, "node-a", false, "rwo", {}}).ok());
+  const std::string alias =
+      "x\nTarget 999: iqn.2026-11.io.blockcsi:vol-9999999999999999\n    System information:\n        Driver: iscsi\n";
+  std::atomic<bool> stop{false};
+  std::atomic<int> logins{0};
+  std::thread forger([&] {
+    std::vector<std::unique_ptr<IscsiClient>> held;  // sessions the agent has not closed yet stay open
+    while (!stop) {
+      IscsiLogin login{tgtd_->portal(), a.target_iqn, kNodeA, "", "", "", ""};
+      std::string error;
+      if (auto session = IscsiClient::Login(login, &error, alias)) {
+        ++logins;
+        held.push_back(std::move(session));
+        if (held.size() > 4) held.erase(held.begin());
+      }
+    }
+  });
+  while (logins == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  int calls = 0, succeeded = 0;
+  auto count = [&](const Status& st, const std::string& what) {
+    ++calls;
+    if (st.ok()) {
+      ++succeeded;
+    } else {
+      ADD_FAILURE() << what << ": " << st.ToString();
+    }
+  };
+  for (int round = 0; round < 20; ++round) {
+    const std::string name = "pvc-served-" + std::to_string(round);
+    CreateVolumeSpec spec;
+    spec.name = name;
+    spec.size_bytes = 4 * kMiB;
+    auto v = backend_->CreateVolume(spec);
+    count(v.status(), "create " + name);
+    if (!v.ok()) continue;
+    count(backend_->GrantAccess(v->id, {kNodeB, "node-b", false, "rwo", {}}).status(), "grant " + name);
+    count(backend_->CheckVolume(v->id).status(), "check " + name);
+    count(backend_->CheckVolume(a.id).status(), "check the forger's volume");
+    count(backend_->GrantAccess(a.id, {kNodeA, "node-a", false, "rwo", {}}).status(), "re-grant the forger's volume");
+    count(backend_->RevokeAccess(v->id, kNodeB), "revoke " + name);
+    count(backend_->DeleteVolume(v->id), "delete " + name);
+  }
+  stop = true;
+  forger.join();
+  std::printf(
+      "agent calls while an initiator logged in again and again with a forged alias: %d/%d succeeded, "
+      "%d hostile logins\n",
+      succeeded, calls, logins.load());
+  EXPECT_EQ(succeeded, calls);
+  EXPECT_EQ(calls, 140);
+  // Nothing of the recovery is left behind: the forger's ACL entry is back.
+  auto reconciled = backend_->ReconcileNow();
+  ASSERT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+  auto live = ParseTgtadmTargets(tgtd_->ShowTargets());
+  if (live.ok()) {
+    for (const auto& t : *live) {
+      if (t.iqn == a.target_iqn) {
+        EXPECT_EQ(t.acls, std::vector<std::string>{kNodeA});
+      }
+    }
+  }
 }
 
 TEST_F(HostileInitiatorTest, AnAliasThatForgesASecondNexusDoesNotHideTheSessionFromRevoke) {
@@ -182,6 +262,70 @@ TEST_F(HostileInitiatorTest, NoGrantRotationOrRestartLetsALoginWithoutChapIn) {
   IscsiLogin current{tgtd_->portal(), a.target_iqn, kNodeA, "rotating-user", "password-1006", "", ""};
   EXPECT_NE(IscsiClient::Login(current, &error), nullptr) << error;
   EXPECT_EQ(tgtd_->ShowTargets().find("blockcsi-hold-"), std::string::npos) << "a hold account stayed bound";
+}
+
+// A class's volumes share its CHAP Secret: one user name and password for
+// all of them. An agent restart forgets every secret, and those volumes
+// must keep working: their nodes log in with that password, a retried
+// publish and a publish to another node are served (before, each was
+// FAILED_PRECONDITION for as long as another volume bound the name), and
+// no login without CHAP gets in at any moment.
+TEST_F(HostileInitiatorTest, VolumesSharingAChapUserNameKeepWorkingAcrossAnAgentRestart) {
+  constexpr char kNodeC[] = "iqn.2026-11.io.blockcsi:node:node-c";
+  const std::string password = "class-password-0001";
+  VolumeRecord a = Create("pvc-class-a");
+  VolumeRecord b = Create("pvc-class-b");
+  ASSERT_TRUE(backend_->GrantAccess(a.id, ChapGrant(kNodeA, "class-user", password)).ok());
+  ASSERT_TRUE(backend_->GrantAccess(b.id, ChapGrant(kNodeB, "class-user", password)).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> attempts{0}, open{0};
+  std::thread prober([&] {
+    for (int i = 0; !stop; ++i) {
+      const VolumeRecord& v = i % 2 == 0 ? a : b;
+      IscsiLogin without_chap{tgtd_->portal(), v.target_iqn, i % 2 == 0 ? kNodeA : kNodeB, "", "", "", ""};
+      std::string error;
+      if (IscsiClient::Login(without_chap, &error) != nullptr) ++open;
+      ++attempts;
+    }
+  });
+  auto logs_in = [&](const VolumeRecord& v, const char* node, const std::string& secret) {
+    std::string error;
+    IscsiLogin login{tgtd_->portal(), v.target_iqn, node, "class-user", secret, "", ""};
+    bool in = IscsiClient::Login(login, &error) != nullptr;
+    EXPECT_TRUE(in) << node << " on " << v.id << ": " << error;
+    return in;
+  };
+  RestartAgent();
+  ASSERT_NE(backend_, nullptr);
+  EXPECT_TRUE(logs_in(a, kNodeA, password));
+  EXPECT_TRUE(logs_in(b, kNodeB, password));
+  auto reconciled = backend_->ReconcileNow();
+  EXPECT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+  // The attacher's retry of a publish that is in place, and a publish to one
+  // more node (a pod moved, or a second reader), each with the class's Secret.
+  auto retried = backend_->GrantAccess(a.id, ChapGrant(kNodeA, "class-user", password));
+  EXPECT_TRUE(retried.ok()) << retried.status().ToString();
+  auto second_node = backend_->GrantAccess(b.id, ChapGrant(kNodeC, "class-user", password));
+  EXPECT_TRUE(second_node.ok()) << second_node.status().ToString();
+  reconciled = backend_->ReconcileNow();
+  EXPECT_TRUE(reconciled.ok()) << reconciled.status().ToString();
+  EXPECT_TRUE(logs_in(a, kNodeA, password));
+  EXPECT_TRUE(logs_in(b, kNodeB, password));
+  if (second_node.ok()) {
+    EXPECT_TRUE(logs_in(b, kNodeC, password));
+  }
+  // Another class's volume that picks the same user name with its own
+  // password still cannot take the account over.
+  VolumeRecord c = Create("pvc-other-class");
+  auto other = backend_->GrantAccess(c.id, ChapGrant(kNodeC, "class-user", "other-password-0002"));
+  EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition) << other.status().ToString();
+  EXPECT_TRUE(logs_in(a, kNodeA, password));
+  stop = true;
+  prober.join();
+  EXPECT_GT(attempts.load(), 0);
+  EXPECT_EQ(open.load(), 0) << "of " << attempts.load() << " logins without CHAP";
+  std::printf("shared CHAP user across an agent restart: %d of %d logins without CHAP got in\n", open.load(),
+              attempts.load());
 }
 
 }  // namespace

@@ -401,6 +401,51 @@ TEST_F(TargetBackendTest, ReconcileRemovesOurOrphanTargetsAndLeavesForeignOnes) 
   EXPECT_EQ(live[0].iqn, "iqn.2003-01.org.example:keep");
 }
 
+// A retried CreateVolume and a DeleteVolume of the same volume at once:
+// the create is stopped where it has found the volume's record and not yet
+// exported it, and the delete runs there. Decided: the delete waits for
+// the create (both hold the name's lock), so the create answers with the
+// volume, whole, and the delete then removes it, leaving no target in tgtd.
+// Before, the delete went through at once and the create exported the
+// deleted id: INTERNAL, and a target over no image until a reconcile.
+TEST_F(TargetBackendTest, ADeleteRacingACreateOfTheSameNameLeavesNoStaleTarget) {
+  backend_.reset();
+  std::shared_ptr<LocalBackend> b;
+  std::string victim;
+  std::thread deleter;
+  std::atomic<bool> delete_done{false};
+  std::atomic<bool> delete_done_at_export{false};
+  Status deleted;
+  b = Open([&](std::string_view point) {
+    if (point == "controller.create.existing-found" && !deleter.joinable()) {
+      deleter = std::thread([&] {
+        deleted = b->DeleteVolume(victim);
+        delete_done = true;
+      });
+      // Time for the delete to finish, as it did when it took no name lock.
+      for (int i = 0; i < 100 && !delete_done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      delete_done_at_export = delete_done.load();
+    }
+    return OkStatus();
+  });
+  ASSERT_NE(b, nullptr);
+  auto v = b->CreateVolume(Spec("pvc-race", 4 * kMiB));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  victim = v->id;
+  auto again = b->CreateVolume(Spec("pvc-race", 4 * kMiB));
+  ASSERT_TRUE(deleter.joinable()) << "the create never reached controller.create.existing-found";
+  deleter.join();
+  EXPECT_FALSE(delete_done_at_export) << "the delete ran while the create held the volume's name";
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+  if (again.ok()) {
+    EXPECT_EQ(again->id, v->id);
+  }
+  EXPECT_TRUE(deleted.ok()) << deleted.ToString();
+  EXPECT_EQ(b->GetVolume(v->id).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(LiveTarget(v->target_iqn).has_value()) << "a stale target: " << tgtd_->ShowTargets();
+  EXPECT_TRUE(std::filesystem::is_empty(pool_.Join("images")));
+}
+
 // An error return between steps, then a restart (a real kill -9 at these steps: test/fault).
 TEST_F(TargetBackendTest, ErrorBetweenStepsThenRestartLeavesNothingHalfMade) {
   for (const char* step : {"controller.create.image-staged", "controller.create.image-placed",

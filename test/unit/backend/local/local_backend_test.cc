@@ -78,6 +78,38 @@ TEST_F(LocalBackendTest, CreateIsIdempotentByNameAndConflictsAreAlreadyExists) {
   EXPECT_EQ(b->CreateVolume(Spec("", kMiB)).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A source the backend cannot act on is the caller's mistake, refused
+// before anything is made: it used to become a blank volume (or, for a
+// kind out of the enum, a copy of whatever the id named) whose record kept
+// the source id.
+TEST_F(LocalBackendTest, AContentSourceOfNoKnownKindIsInvalidArgumentAndMakesNothing) {
+  auto b = Open();
+  auto v = b->CreateVolume(Spec("pvc-source", 4 * kMiB));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  CreateVolumeSpec unknown_kind = Spec("pvc-unknown-kind", 4 * kMiB);
+  unknown_kind.source = {static_cast<ContentSource::Kind>(7), v->id};
+  CreateVolumeSpec id_without_kind = Spec("pvc-id-without-kind", 4 * kMiB);
+  id_without_kind.source = {ContentSource::Kind::kNone, v->id};
+  CreateVolumeSpec kind_without_id = Spec("pvc-kind-without-id", 4 * kMiB);
+  kind_without_id.source = {ContentSource::Kind::kSnapshot, ""};
+  for (const auto& spec : {unknown_kind, id_without_kind, kind_without_id}) {
+    SCOPED_TRACE(spec.name);
+    auto created = b->CreateVolume(spec);
+    EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument) << created.status().ToString();
+    EXPECT_NE(created.status().message().find(spec.name), std::string::npos) << created.status().ToString();
+  }
+  auto listed = b->ListVolumes("", 0);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->items.size(), 1u);
+  EXPECT_EQ(listed->items[0].id, v->id);
+  EXPECT_EQ(Files("images").size(), 1u);
+  size_t targets = 0;
+  for (const auto& e : std::filesystem::directory_iterator(configfs_.Join("target/iscsi"))) {
+    targets += e.path().filename().string().rfind(kPrefix, 0) == 0;
+  }
+  EXPECT_EQ(targets, 1u);
+}
+
 TEST_F(LocalBackendTest, IdsThatAreNotOursAreNotFoundOrOkNeverPaths) {
   auto b = Open();
   const std::string evil = "../../etc";

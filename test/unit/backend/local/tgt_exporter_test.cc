@@ -298,8 +298,33 @@ TEST_F(TgtExporterTest, WhenNoSessionLooksForgedTheTargetHoldingTheRefusedLineIs
   EXPECT_TRUE(exporter_.Apply(Volume2()).ok());
 }
 
+// The initiator that broke the listing logs in again at once (a new
+// session each time): the first round only closes its session, the second
+// takes it out of the target's ACL before closing, so the third read is
+// clean; its ACL entry is put back right after that read and the listing
+// the call goes on with shows it.
+TEST_F(TgtExporterTest, AnInitiatorThatLogsInAgainIsKeptOutForOneReadAndLetBackIn) {
+  std::string hostile = Edited(Captured("show_target_no_sessions.txt"), "    I_T nexus information:\n",
+                               std::string("    I_T nexus information:\n        I_T nexus: 10\n") +
+                                   "            Initiator: " + kN1 + " alias: \nTarget 999: iqn.x\n");
+  for (int round = 0; round < 2; ++round) {
+    tgtd_->ExpectOk(kShowTargets, hostile);
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(1), ConnectionListed(10 + round, 0, kN1));
+    tgtd_->ExpectRefused(TgtdRequest::ShowConnections(999), TgtdError::kNoTarget);
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(2));
+    tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
+    if (round == 1) tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(1, kN1));  // before its session closes
+    tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10 + round, 0));
+  }
+  tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
+  tgtd_->ExpectOk(TgtdRequest::BindInitiator(1, kN1));
+  EXPECT_TRUE(exporter_.Apply(Volume2()).ok());
+}
+
 // A listing that stays broken after the sessions that broke it are closed
-// (the initiator logs in again each time) is refused after a few rounds.
+// and their initiators kept out (others log in and forge it again each
+// time) is refused after a few rounds, with every ACL entry taken out put
+// back.
 TEST_F(TgtExporterTest, AListingThatStaysBrokenIsRefusedAfterAFewRecoveries) {
   std::string hostile = Edited(Captured("show_target_no_sessions.txt"), "    I_T nexus information:\n",
                                std::string("    I_T nexus information:\n        I_T nexus: 10\n") +
@@ -311,8 +336,10 @@ TEST_F(TgtExporterTest, AListingThatStaysBrokenIsRefusedAfterAFewRecoveries) {
     tgtd_->ExpectRefused(TgtdRequest::ShowConnections(999), TgtdError::kNoTarget);
     tgtd_->ExpectOk(TgtdRequest::ShowConnections(2));
     tgtd_->ExpectOk(TgtdRequest::ShowConnections(5));
+    if (round == 1) tgtd_->ExpectOk(TgtdRequest::UnbindInitiator(1, kN1));  // once: it is out from then on
     tgtd_->ExpectOk(TgtdRequest::DeleteConnection(1, 10 + round, 0));
   }
+  tgtd_->ExpectOk(TgtdRequest::BindInitiator(1, kN1));
   EXPECT_EQ(exporter_.Apply(Volume2()).status().code(), StatusCode::kInternal);
 }
 
