@@ -133,7 +133,13 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& con
   // Fences are recorded on the storage hosts; the mirror is rebuilt from
   // them before the first CSI call is served (a fence a crash cut short is
   // completed here).
-  auto fencer = std::make_shared<NodeFencer>(volume_backend);
+  // With the Kubernetes API, every fence (the watcher's, blockctl's) is told
+  // to its node through a Lease and its cleanup report read back there.
+  BLOCKCSI_ASSIGN_OR_RETURN(std::optional<KubeApiAccess> api_access, KubeAccess(config));
+  std::shared_ptr<KubeApiClient> api;
+  if (api_access) api = MakeKubeApiClient(*std::move(api_access), MachineHost());
+  auto fencer = std::make_shared<NodeFencer>(
+      volume_backend, api ? std::make_shared<FenceLeases>(api, FenceNamespace(config)) : nullptr);
   for (const auto& [host, why] : fencer->Load()) {
     LogWarn("fences of a storage host not read at start; that host still refuses its fenced nodes",
             {{"host", host}, {"error", why}});
@@ -141,18 +147,15 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& con
   controller_options.fencer = fencer;
   extra.push_back(std::make_shared<FencingService>(fencer));
   if (config.fence_dead_nodes_after.count() > 0) {
-    BLOCKCSI_ASSIGN_OR_RETURN(std::optional<KubeApiAccess> access, KubeAccess(config));
-    if (!access) {
+    if (!api) {
       return InvalidArgument("--fence-dead-nodes-after needs the Kubernetes API (--kubeconfig, or a service account)");
     }
     NodeFenceWatcherOptions watch;
     watch.dead_after = std::chrono::duration_cast<std::chrono::seconds>(config.fence_dead_nodes_after);
     watch.taint = config.taint_fenced_nodes;
-    watch.lease_namespace = FenceNamespace(config);
     watch.driver_name = config.driver_name;
     if (*directory) watch.runs_driver = [d = *directory](const std::string& node) { return d->Known(node); };
-    background.watcher = std::make_shared<NodeFenceWatcher>(
-        std::shared_ptr<KubeApiClient>(MakeKubeApiClient(*std::move(access), MachineHost())), fencer, watch);
+    background.watcher = std::make_shared<NodeFenceWatcher>(api, fencer, watch);
   }
   return std::shared_ptr<grpc::Service>(
       std::make_shared<ControllerService>(volume_backend, std::move(controller_options)));
@@ -183,8 +186,7 @@ std::shared_ptr<NodeFenceMonitor> FenceMonitor(const PluginConfig& config, std::
     for (const auto& p : lazily) paths += (paths.empty() ? "" : ",") + p;
     nlohmann::json patch = {
         {"metadata",
-         {{"annotations",
-           {{fence_annotations::kCleanedUp, fence_id}, {"fencing.blockcsi.io/lazily-unmounted", paths}}}}}};
+         {{"annotations", {{fence_annotations::kCleanedUp, fence_id}, {fence_annotations::kLazilyUnmounted, paths}}}}}};
     BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse patched,
                               api->Send("PATCH", path, "application/merge-patch+json", patch.dump()));
     if (patched.http_status != 200) {

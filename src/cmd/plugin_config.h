@@ -62,7 +62,7 @@ struct PluginConfig {
   // Several named backends instead of the one above (backend/backend_config.h).
   std::string backend_config;
 
-  // Fencing (docs/deploy.md, "Fencing dead nodes"). Controller: fence a Node
+  // Fencing (docs/deploy.md, "Fencing"). Controller: fence a Node
   // that has been NotReady or Unknown this long (0: the watcher is off), and
   // then give it the out-of-service taint (--taint-fenced-nodes, separately
   // opt-in). Node: how often the plugin asks whether its node is fenced (0:

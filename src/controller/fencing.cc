@@ -53,7 +53,8 @@ int64_t NowUnixSeconds() {
 
 }  // namespace
 
-NodeFencer::NodeFencer(std::shared_ptr<VolumeBackend> backend) : backend_(std::move(backend)) {}
+NodeFencer::NodeFencer(std::shared_ptr<VolumeBackend> backend, std::shared_ptr<FenceChannel> channel)
+    : backend_(std::move(backend)), channel_(std::move(channel)) {}
 
 NodeFence NodeFencer::Merge(const std::string& node_id, const std::vector<HostFences>& answers) {
   NodeFence fence;
@@ -143,7 +144,29 @@ StatusOr<NodeFence> NodeFencer::Fence(const std::string& node_id) {
       LogWarn("node not fenced yet on a storage host; retrying", {{"node", node_id}, {"host", host}, {"error", why}});
     }
   }
+  // Told even while incomplete: the node lets go of what it holds at once.
+  if (channel_) {
+    if (Status told = channel_->Publish(node_id, fence.id()); !told.ok()) {
+      LogWarn("fencing: the node cannot be told of its fence yet; its volumes fail meanwhile",
+              {{"node", node_id}, {"fence", fence.id()}, {"error", told.ToString()}});
+    }
+  }
   return fence;
+}
+
+Status NodeFencer::Tell(const std::string& node_id) {
+  std::optional<NodeFence> fence = Get(node_id);
+  if (!channel_ || !fence) return OkStatus();
+  return channel_->Publish(node_id, fence->id());
+}
+
+void NodeFencer::RefreshReports() {
+  if (!channel_) return;
+  for (const auto& fence : List()) {
+    if (fence.cleaned_up) continue;
+    auto report = channel_->CleanupReport(fence.node_id);
+    if (report.ok() && *report == fence.id()) ReportCleanedUp(fence.node_id, *report);
+  }
 }
 
 std::vector<NodeFence> NodeFencer::RetryPending() {
@@ -175,6 +198,10 @@ Status NodeFencer::Unfence(const std::string& node_id, bool force) {
   if (!ValidateNodeId(node_id).ok()) return OkStatus();  // never fenced
   auto held = node_locks_.Lock(node_id);
   std::optional<NodeFence> fence = Get(node_id);
+  if (fence && !fence->cleaned_up && !force && channel_) {
+    BLOCKCSI_ASSIGN_OR_RETURN(std::string report, channel_->CleanupReport(node_id));
+    if (report == fence->id() && ReportCleanedUp(node_id, report)) fence->cleaned_up = true;
+  }
   if (fence && !fence->cleaned_up && !force) {
     CountFence("unfence", "refused");
     return FailedPrecondition("node " + Quoted(node_id) + " is fenced since " + fence->id() +
@@ -193,6 +220,15 @@ Status NodeFencer::Unfence(const std::string& node_id, bool force) {
   if (code != StatusCode::kOk) {
     CountFence("unfence", "pending");
     return Status(code, "node " + Quoted(node_id) + " is still fenced on some storage hosts: " + failed);
+  }
+  // The notice goes last: a node that still saw it would refuse NodeStage
+  // forever, so its failure keeps the fence here for the retry.
+  if (channel_) {
+    if (Status withdrawn = channel_->Withdraw(node_id); !withdrawn.ok()) {
+      CountFence("unfence", "pending");
+      return withdrawn.WithContext("node " + Quoted(node_id) +
+                                   " is unfenced on every storage host but still told it is fenced");
+    }
   }
   MutexLock lock(mu_);
   if (auto it = fences_.find(node_id); it != fences_.end()) {

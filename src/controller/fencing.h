@@ -8,8 +8,13 @@
 // are missing are named with their reason.
 //
 // Unfencing needs the node's plugin to have reported that it cleaned up
-// after this fence (ReportCleanedUp, naming the fence's id), never a timer;
-// `force` skips that for an admin who knows the node is gone for good.
+// after this fence (ReportCleanedUp, naming the fence's id, or the report
+// read back through the FenceChannel), never a timer; `force` skips that for
+// an admin who knows the node is gone for good.
+//
+// Whoever fences (the watcher, blockctl fence), the node is told through
+// the FenceChannel when there is one (the Kubernetes API: FenceLeases), and
+// Unfence reads its report there and withdraws the notice.
 //
 // Durability: the records live on the storage hosts; Load() rebuilds this
 // mirror from them at start, and a node fenced on any host is fenced again
@@ -51,9 +56,21 @@ struct NodeFence {
   std::string id() const { return FenceTime(since_unix_seconds); }
 };
 
+// Where a fenced node hears of its fence and reports its cleanup. Thread-safe.
+class FenceChannel {
+ public:
+  virtual ~FenceChannel() = default;
+  virtual Status Publish(const std::string& node_id, const std::string& fence_id) = 0;
+  // The fence id the node last reported cleaning up after, or "".
+  virtual StatusOr<std::string> CleanupReport(const std::string& node_id) = 0;
+  virtual Status Withdraw(const std::string& node_id) = 0;
+};
+
 class NodeFencer {
  public:
-  explicit NodeFencer(std::shared_ptr<VolumeBackend> backend);
+  // `channel` may be null (no Kubernetes API): the node is then not told,
+  // and only ReportCleanedUp or force can unfence.
+  explicit NodeFencer(std::shared_ptr<VolumeBackend> backend, std::shared_ptr<FenceChannel> channel = nullptr);
   NodeFencer(const NodeFencer&) = delete;
   NodeFencer& operator=(const NodeFencer&) = delete;
 
@@ -62,9 +79,15 @@ class NodeFencer {
   // records are read again by the next Load().
   std::map<std::string, std::string> Load();
 
-  // One round of fencing on every host. Idempotent. INVALID_ARGUMENT for a
-  // node id that is not one (nothing is fenced).
+  // One round of fencing on every host, then the node is told (a channel
+  // that fails is logged: the fence stands, Tell retries). Idempotent.
+  // INVALID_ARGUMENT for a node id that is not one (nothing is fenced).
   StatusOr<NodeFence> Fence(const std::string& node_id);
+  // Tells the node of its fence again (e.g. a notice someone deleted). OK
+  // without a channel or without a fence.
+  Status Tell(const std::string& node_id);
+  // Reads the channel's report of every fenced node not reported yet.
+  void RefreshReports();
   // Fences again every node whose fence is not complete; their states after.
   std::vector<NodeFence> RetryPending();
 
@@ -73,9 +96,10 @@ class NodeFencer {
   // ignored: false.
   bool ReportCleanedUp(const std::string& node_id, const std::string& fence_id);
 
-  // Lifts the fence on every host. FAILED_PRECONDITION when the node has
-  // not reported its cleanup (unless `force`); a host that fails leaves the
-  // node fenced here (retry). Not fenced → OK.
+  // Lifts the fence on every host, then withdraws the node's notice.
+  // FAILED_PRECONDITION when the node has not reported its cleanup (unless
+  // `force`; the channel's report is read first); a host or a channel that
+  // fails leaves the node fenced here (retry). Not fenced → OK.
   Status Unfence(const std::string& node_id, bool force);
 
   std::optional<NodeFence> Get(const std::string& node_id) const;
@@ -89,6 +113,7 @@ class NodeFencer {
   NodeFence Merge(const std::string& node_id, const std::vector<HostFences>& answers);
 
   const std::shared_ptr<VolumeBackend> backend_;
+  const std::shared_ptr<FenceChannel> channel_;
   KeyedLock node_locks_;  // one fence/unfence per node at a time
   mutable Mutex mu_;
   std::map<std::string, NodeFence> fences_ GUARDED_BY(mu_);

@@ -27,6 +27,8 @@ void ToProto(const NodeFence& in, fpb::NodeFence* out) {
 
 grpc::Status FencingService::ListFences(grpc::ServerContext*, const fpb::ListFencesRequest*,
                                         fpb::ListFencesResponse* response) {
+  // "Cleaned up" as the nodes reported it, not as the last unfence saw it.
+  fencer_->RefreshReports();
   for (const auto& fence : fencer_->List()) ToProto(fence, response->add_fences());
   return grpc::Status::OK;
 }

@@ -17,16 +17,7 @@ int64_t WallNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Status HttpFailure(const std::string& what, const KubeApiResponse& response) {
-  std::string hint;
-  if (response.http_status == 403) hint = " (the controller's RBAC lacks this permission: docs/deploy.md, Fencing)";
-  std::string body = response.body.substr(0, 200);
-  return Unavailable("API server: " + what + ": HTTP " + std::to_string(response.http_status) + hint + ": " + body);
-}
-
 }  // namespace
-
-std::string FenceLeaseName(const std::string& node_id) { return "blockcsi-fence-" + node_id; }
 
 StatusOr<int64_t> ParseRfc3339(const std::string& text) {
   std::tm tm{};
@@ -86,7 +77,7 @@ void NodeFenceWatcher::Stop() {
 
 Status NodeFenceWatcher::RunOnce() {
   BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse response, api_->Get("/api/v1/nodes"));
-  if (response.http_status != 200) return HttpFailure("list nodes", response);
+  if (response.http_status != 200) return KubeApiFailure("list nodes", response);
   json list = json::parse(response.body, nullptr, false);
   if (list.is_discarded() || !list.contains("items")) return Unavailable("API server: list nodes: not a NodeList");
   Status first_error;
@@ -128,6 +119,8 @@ Status NodeFenceWatcher::Visit(const NodeView& node) {
   const int64_t now = options_.now ? options_.now() : WallNow();
   std::optional<NodeFence> fence = fencer_->Get(node.name);
   if (!fence) {
+    // A taint of ours whose removal failed after the unfence: removed now.
+    if (node.ready && node.annotations.contains(fence_annotations::kTainted)) return Untaint(node);
     if (node.ready || node.not_ready_since == 0) return OkStatus();
     if (now - node.not_ready_since < options_.dead_after.count()) return OkStatus();
     if (options_.runs_driver) {
@@ -138,7 +131,6 @@ Status NodeFenceWatcher::Visit(const NodeView& node) {
             {{"node", node.name}, {"not_ready_for", std::to_string(now - node.not_ready_since) + "s"}});
     BLOCKCSI_ASSIGN_OR_RETURN(NodeFence fenced, fencer_->Fence(node.name));
     fence = fenced;
-    BLOCKCSI_RETURN_IF_ERROR(EnsureLease(node.name, fence->id()));
     if (fence->complete()) {
       Event(node, "Warning", "NodeFenced",
             "blockcsi fenced the node after " + std::to_string(now - node.not_ready_since) +
@@ -150,15 +142,14 @@ Status NodeFenceWatcher::Visit(const NodeView& node) {
   } else if (!fence->complete()) {
     BLOCKCSI_ASSIGN_OR_RETURN(NodeFence retried, fencer_->Fence(node.name));
     fence = retried;
-    BLOCKCSI_RETURN_IF_ERROR(EnsureLease(node.name, fence->id()));
     if (fence->complete()) {
       last_pending_event_.erase(node.name);
       Event(node, "Warning", "NodeFenced",
             "blockcsi completed the node's fence on every storage host (fence " + fence->id() + ")");
     }
-  } else {
-    BLOCKCSI_RETURN_IF_ERROR(EnsureLease(node.name, fence->id()));
   }
+  // Each pass: a Lease deleted by hand, or one a failed call did not make.
+  BLOCKCSI_RETURN_IF_ERROR(fencer_->Tell(node.name));
 
   if (!fence->complete()) {
     std::string why;
@@ -178,73 +169,19 @@ Status NodeFenceWatcher::Visit(const NodeView& node) {
     return OkStatus();
   }
 
-  // Ready again: unfence once its plugin reported it cleaned up after this fence.
-  BLOCKCSI_ASSIGN_OR_RETURN(std::string reported, CleanupReport(node.name));
-  if (reported != fence->id() || !fencer_->ReportCleanedUp(node.name, reported)) {
+  // Ready again: unfenced once its plugin reported it cleaned up after this
+  // fence (the fencer reads the report; FAILED_PRECONDITION until then).
+  Status unfenced = fencer_->Unfence(node.name, false);
+  if (unfenced.code() == StatusCode::kFailedPrecondition) {
     LogInfo("fence watcher: node is Ready but its plugin has not reported its cleanup yet",
             {{"node", node.name}, {"fence", fence->id()}});
     return OkStatus();
   }
-  BLOCKCSI_RETURN_IF_ERROR(fencer_->Unfence(node.name, false));
+  BLOCKCSI_RETURN_IF_ERROR(unfenced);
   BLOCKCSI_RETURN_IF_ERROR(Untaint(node));
-  BLOCKCSI_RETURN_IF_ERROR(DeleteLease(node.name));
   last_pending_event_.erase(node.name);
   Event(node, "Normal", "NodeUnfenced",
         "blockcsi unfenced the node: it is Ready and its plugin cleaned up after fence " + fence->id());
-  return OkStatus();
-}
-
-Status NodeFenceWatcher::EnsureLease(const std::string& node_id, const std::string& fence_id) {
-  const std::string base = "/apis/coordination.k8s.io/v1/namespaces/" + options_.lease_namespace + "/leases";
-  const std::string path = base + "/" + FenceLeaseName(node_id);
-  BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse got, api_->Get(path));
-  if (got.http_status == 200) {
-    json lease = json::parse(got.body, nullptr, false);
-    const std::string id =
-        lease.is_discarded()
-            ? ""
-            : lease.value("/metadata/annotations"_json_pointer, json::object()).value(fence_annotations::kFenceId, "");
-    if (id == fence_id) return OkStatus();
-    json patch = {{"metadata", {{"annotations", {{fence_annotations::kFenceId, fence_id}}}}}};
-    BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse patched,
-                              api_->Send("PATCH", path, "application/merge-patch+json", patch.dump()));
-    if (patched.http_status != 200) return HttpFailure("patch lease " + FenceLeaseName(node_id), patched);
-    return OkStatus();
-  }
-  if (got.http_status != 404) return HttpFailure("get lease " + FenceLeaseName(node_id), got);
-  json lease = {{"apiVersion", "coordination.k8s.io/v1"},
-                {"kind", "Lease"},
-                {"metadata",
-                 {{"name", FenceLeaseName(node_id)},
-                  {"namespace", options_.lease_namespace},
-                  {"labels", {{"app.kubernetes.io/managed-by", "blockcsi"}}},
-                  {"annotations", {{fence_annotations::kFenceId, fence_id}}}}},
-                {"spec", {{"holderIdentity", node_id}}}};
-  BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse created, api_->Send("POST", base, "application/json", lease.dump()));
-  if (created.http_status != 201 && created.http_status != 200 && created.http_status != 409) {
-    return HttpFailure("create lease " + FenceLeaseName(node_id), created);
-  }
-  return OkStatus();
-}
-
-StatusOr<std::string> NodeFenceWatcher::CleanupReport(const std::string& node_id) {
-  const std::string path =
-      "/apis/coordination.k8s.io/v1/namespaces/" + options_.lease_namespace + "/leases/" + FenceLeaseName(node_id);
-  BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse got, api_->Get(path));
-  if (got.http_status == 404) return std::string();
-  if (got.http_status != 200) return HttpFailure("get lease " + FenceLeaseName(node_id), got);
-  json lease = json::parse(got.body, nullptr, false);
-  if (lease.is_discarded()) return std::string();
-  return lease.value("/metadata/annotations"_json_pointer, json::object()).value(fence_annotations::kCleanedUp, "");
-}
-
-Status NodeFenceWatcher::DeleteLease(const std::string& node_id) {
-  const std::string path =
-      "/apis/coordination.k8s.io/v1/namespaces/" + options_.lease_namespace + "/leases/" + FenceLeaseName(node_id);
-  BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse deleted, api_->Send("DELETE", path, "", ""));
-  if (deleted.http_status != 200 && deleted.http_status != 202 && deleted.http_status != 404) {
-    return HttpFailure("delete lease " + FenceLeaseName(node_id), deleted);
-  }
   return OkStatus();
 }
 
@@ -261,7 +198,7 @@ Status NodeFenceWatcher::Taint(const NodeView& node, const std::string& fence_id
       {"spec", {{"taints", taints}}}};
   BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse patched, api_->Send("PATCH", "/api/v1/nodes/" + node.name,
                                                                 "application/merge-patch+json", patch.dump()));
-  if (patched.http_status != 200) return HttpFailure("taint node " + node.name, patched);
+  if (patched.http_status != 200) return KubeApiFailure("taint node " + node.name, patched);
   LogWarn("fence watcher: node tainted out-of-service", {{"node", node.name}, {"fence", fence_id}});
   Event(node, "Warning", "NodeOutOfService",
         "blockcsi gave the fenced node the node.kubernetes.io/out-of-service taint: its pods are deleted and its "
@@ -283,7 +220,7 @@ Status NodeFenceWatcher::Untaint(const NodeView& node) {
       {"spec", {{"taints", taints}}}};
   BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse patched, api_->Send("PATCH", "/api/v1/nodes/" + node.name,
                                                                 "application/merge-patch+json", patch.dump()));
-  if (patched.http_status != 200) return HttpFailure("remove the taint of node " + node.name, patched);
+  if (patched.http_status != 200) return KubeApiFailure("remove the taint of node " + node.name, patched);
   LogInfo("fence watcher: out-of-service taint removed", {{"node", node.name}});
   return OkStatus();
 }

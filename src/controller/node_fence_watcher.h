@@ -6,15 +6,9 @@
 // Detach). It taints only once the fence is complete on every storage host;
 // an incomplete fence is retried each pass and its reason is put on the Node
 // as an event. When the Node is Ready again and its plugin has reported that
-// it cleaned up (the fence's Lease, below), it unfences, removes the taint it
-// added and deletes the Lease.
-//
-// The node's side of the conversation is one Lease per fenced node,
-// "blockcsi-fence-<node>" in the driver's namespace: the watcher creates it
-// with the annotation fencing.blockcsi.io/fence-id; the node plugin reads it
-// (404: not fenced) and, once it has cleaned up, sets
-// fencing.blockcsi.io/cleaned-up to the same id. Only the watcher creates and
-// deletes it.
+// it cleaned up (the fence's Lease, controller/fence_leases.h, which the
+// fencer makes, reads and deletes), it unfences and removes the taint it
+// added.
 //
 // Only one instance may run the watcher (run the controller with one
 // replica, or enable it on one); two would fence and taint alike, but their
@@ -30,28 +24,18 @@
 
 #include "common/mutex.h"
 #include "common/status.h"
+#include "controller/fence_leases.h"
 #include "controller/fencing.h"
 #include "controller/k8s_node_directory.h"
 
 namespace blockcsi {
 
-namespace fence_annotations {
-inline constexpr char kFenceId[] = "fencing.blockcsi.io/fence-id";
-inline constexpr char kCleanedUp[] = "fencing.blockcsi.io/cleaned-up";
-// On the Node: the fence id whose taint the watcher added (it removes only those).
-inline constexpr char kTainted[] = "fencing.blockcsi.io/tainted";
-}  // namespace fence_annotations
-
 inline constexpr char kOutOfServiceTaint[] = "node.kubernetes.io/out-of-service";
-
-// The Lease a fenced node's plugin reads and reports on.
-std::string FenceLeaseName(const std::string& node_id);
 
 struct NodeFenceWatcherOptions {
   std::chrono::seconds dead_after{0};  // 0: the watcher is off
   bool taint = false;
   std::chrono::milliseconds period{std::chrono::seconds(5)};
-  std::string lease_namespace = "kube-system";
   std::string driver_name = "blockcsi.io";
   // "Is this node one of ours" (CSINode lists the driver): only such nodes
   // are fenced. Empty: every node.
@@ -80,10 +64,6 @@ class NodeFenceWatcher {
  private:
   struct NodeView;
   Status Visit(const NodeView& node);
-  Status EnsureLease(const std::string& node_id, const std::string& fence_id);
-  // The Lease's cleaned-up annotation, or "" (no Lease, or not reported).
-  StatusOr<std::string> CleanupReport(const std::string& node_id);
-  Status DeleteLease(const std::string& node_id);
   Status Taint(const NodeView& node, const std::string& fence_id);
   Status Untaint(const NodeView& node);
   // A Node event; failures are logged, never fatal.

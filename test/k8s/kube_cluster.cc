@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -90,6 +91,8 @@ int64_t QuantityBytes(const std::string& quantity) {
 }
 
 std::string KubeCluster::PeersDir() {
+  // A worktree of a clone is not beside ../shared: it names it.
+  if (const char* dir = std::getenv("BLOCKCSI_PEERS_DIR"); dir != nullptr && *dir != '\0') return dir;
   return std::filesystem::weakly_canonical(SourceDir() + "/../shared/peers/bin").string();
 }
 

@@ -31,7 +31,8 @@ struct KubectlResult {
 
 class KubeCluster {
  public:
-  // Where the packed peer programs are: <source>/../shared/peers/bin.
+  // Where the packed peer programs are: $BLOCKCSI_PEERS_DIR, else
+  // <source>/../shared/peers/bin.
   static std::string PeersDir();
   // Why this machine cannot run the cluster at all (not root, no peers
   // directory, no etcd/kubectl/openssl/xz), or "" when it can.

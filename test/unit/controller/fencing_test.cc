@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/routing/routing_backend.h"
+#include "common/metrics.h"
 #include "controller/controller_service.h"
 #include "support/fake_backend.h"
 
@@ -30,6 +31,36 @@ std::string MakeVolume(FakeBackend& backend, const std::string& name) {
   auto v = backend.CreateVolume(spec);
   EXPECT_TRUE(v.ok());
   return v.ok() ? v->id : "";
+}
+
+// Where the node reads its fence and writes its report: a mailbox per node,
+// with a switch that makes the next Withdraw fail.
+class MailboxChannel final : public FenceChannel {
+ public:
+  Status Publish(const std::string& node_id, const std::string& fence_id) override {
+    notices[node_id] = fence_id;
+    return OkStatus();
+  }
+  StatusOr<std::string> CleanupReport(const std::string& node_id) override {
+    return reports.contains(node_id) ? reports[node_id] : "";
+  }
+  Status Withdraw(const std::string& node_id) override {
+    if (fail_withdraw) return Unavailable("API server unreachable");
+    notices.erase(node_id);
+    reports.erase(node_id);
+    return OkStatus();
+  }
+  std::map<std::string, std::string> notices;
+  std::map<std::string, std::string> reports;
+  bool fail_withdraw = false;
+};
+
+// The value of one series in the metrics' text, or -1 when absent.
+double Series(const std::string& series) {
+  const std::string text = Metrics().Render();
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
 }
 
 TEST(NodeFencerTest, PublishIsRefusedNamingTheFenceAndUnpublishAnswersWithoutTheBackend) {
@@ -138,6 +169,63 @@ TEST(NodeFencerTest, LoadFencesOnEveryHostANodeOneHostRecorded) {
   EXPECT_TRUE(fence->complete());
   EXPECT_EQ(two->ListFences()[0].fences.size(), 1u);
   EXPECT_TRUE(two->GetVolume(id_two)->grants.empty());
+}
+
+TEST(NodeFencerTest, AFenceByHandIsToldToItsNodeAndUnfenceReadsItsReportThenWithdrawsTheNotice) {
+  auto backend = std::make_shared<FakeBackend>();
+  auto channel = std::make_shared<MailboxChannel>();
+  NodeFencer fencer(backend, channel);
+  auto fence = fencer.Fence("node-a");
+  ASSERT_TRUE(fence.ok());
+  EXPECT_EQ(channel->notices["node-a"], fence->id()) << "a fence not made by the watcher was not told to the node";
+  EXPECT_EQ(fencer.Unfence("node-a", false).code(), StatusCode::kFailedPrecondition);
+  channel->reports["node-a"] = "2001-01-01T00:00:00Z";  // a report for another fence
+  EXPECT_EQ(fencer.Unfence("node-a", false).code(), StatusCode::kFailedPrecondition);
+  fencer.RefreshReports();
+  EXPECT_FALSE(fencer.Get("node-a")->cleaned_up);
+
+  // The node reported; a controller restarted since reads it from the
+  // channel (the mirror's memory of it is gone).
+  channel->reports["node-a"] = fence->id();
+  NodeFencer restarted(backend, channel);
+  EXPECT_TRUE(restarted.Load().empty());
+  restarted.RefreshReports();
+  EXPECT_TRUE(restarted.Get("node-a")->cleaned_up) << "blockctl fences would say the node has not reported";
+  // The notice cannot be withdrawn: the node would keep refusing NodeStage,
+  // so the fence stays here for the retry.
+  channel->fail_withdraw = true;
+  Status half = restarted.Unfence("node-a", false);
+  EXPECT_EQ(half.code(), StatusCode::kUnavailable) << half.ToString();
+  EXPECT_TRUE(restarted.Get("node-a").has_value());
+  channel->fail_withdraw = false;
+  ASSERT_TRUE(restarted.Unfence("node-a", false).ok());
+  EXPECT_FALSE(restarted.Get("node-a").has_value());
+  EXPECT_FALSE(channel->notices.contains("node-a"));
+  EXPECT_TRUE(backend->ListFences()[0].fences.empty());
+}
+
+TEST(NodeFencerTest, FencesAndTheirDurationsAreCounted) {
+  auto backend = std::make_shared<FakeBackend>();
+  NodeFencer fencer(backend);
+  const std::string complete = R"(blockcsi_fence_operations_total{operation="fence",result="complete"})";
+  const std::string refused = R"(blockcsi_fence_operations_total{operation="unfence",result="refused"})";
+  const std::string unfenced = R"(blockcsi_fence_operations_total{operation="unfence",result="complete"})";
+  auto count = [](const std::string& series) { return std::max(0.0, Series(series)); };
+  const double complete_before = count(complete), refused_before = count(refused), unfenced_before = count(unfenced);
+  const double rounds_before = count("blockcsi_fence_round_seconds_count");
+  const double durations_before = count("blockcsi_fenced_duration_seconds_count");
+
+  auto fence = fencer.Fence("node-m");
+  ASSERT_TRUE(fence.ok());
+  EXPECT_EQ(Series(complete), complete_before + 1);
+  EXPECT_EQ(Series("blockcsi_fence_round_seconds_count"), rounds_before + 1);
+  EXPECT_GE(Series(R"(blockcsi_fenced_nodes{state="all"})"), 1);
+  EXPECT_EQ(fencer.Unfence("node-m", false).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Series(refused), refused_before + 1);
+  ASSERT_TRUE(fencer.ReportCleanedUp("node-m", fence->id()));
+  ASSERT_TRUE(fencer.Unfence("node-m", false).ok());
+  EXPECT_EQ(Series(unfenced), unfenced_before + 1);
+  EXPECT_EQ(Series("blockcsi_fenced_duration_seconds_count"), durations_before + 1);
 }
 
 TEST(NodeFencerTest, ABadNodeIdFencesNothing) {

@@ -53,6 +53,10 @@ class FakeApiServer final : public KubeApiClient {
       return KubeApiResponse{200, leases[name].dump()};
     }
     if (method == "PATCH" && path.starts_with("/api/v1/nodes/")) {
+      if (fail_node_patches > 0) {
+        --fail_node_patches;
+        return KubeApiResponse{500, R"({"kind":"Status","reason":"InternalError"})"};
+      }
       json& node = nodes.at(path.substr(std::string("/api/v1/nodes/").size()));
       if (j["metadata"]["resourceVersion"] != node["metadata"]["resourceVersion"]) return KubeApiResponse{409, "{}"};
       j["metadata"].erase("resourceVersion");
@@ -91,6 +95,7 @@ class FakeApiServer final : public KubeApiClient {
   std::map<std::string, json> nodes;
   std::map<std::string, json> leases;
   std::vector<json> events;
+  int fail_node_patches = 0;
 };
 
 constexpr int64_t kNow = 1'800'000'000;  // 2027-01-15T08:00:00Z
@@ -112,7 +117,6 @@ class NodeFenceWatcherTest : public ::testing::Test {
     NodeFenceWatcherOptions options;
     options.dead_after = std::chrono::seconds(60);
     options.taint = taint;
-    options.lease_namespace = "blockcsi";
     options.now = [this] { return now_; };
     return std::make_unique<NodeFenceWatcher>(api_, fencer_, options);
   }
@@ -120,7 +124,8 @@ class NodeFenceWatcherTest : public ::testing::Test {
 
   std::shared_ptr<FakeApiServer> api_ = std::make_shared<FakeApiServer>();
   std::shared_ptr<FakeBackend> backend_ = std::make_shared<FakeBackend>();
-  std::shared_ptr<NodeFencer> fencer_ = std::make_shared<NodeFencer>(backend_);
+  std::shared_ptr<NodeFencer> fencer_ =
+      std::make_shared<NodeFencer>(backend_, std::make_shared<FenceLeases>(api_, "blockcsi"));
   int64_t now_ = kNow;
   std::string id_;
 };
@@ -211,6 +216,38 @@ TEST_F(NodeFenceWatcherTest, AnAdminsOwnOutOfServiceTaintStays) {
   ASSERT_TRUE(watcher->RunOnce().ok());
   EXPECT_FALSE(fencer_->Get("node-a").has_value());
   EXPECT_TRUE(api_->Tainted("node-a")) << "the watcher removed a taint it did not add";
+}
+
+TEST_F(NodeFenceWatcherTest, AFenceMadeByHandIsUnfencedOnItsReportAndATaintLeftBehindGoesNextPass) {
+  auto watcher = Watcher(true);
+  api_->SetNode("node-a", "Unknown", Time(kNow - 600));
+  ASSERT_TRUE(watcher->RunOnce().ok());
+  auto fence = fencer_->Get("node-a");
+  ASSERT_TRUE(fence.has_value());
+  ASSERT_TRUE(api_->Tainted("node-a"));
+  // Ready and reported; the taint's removal fails after the unfence.
+  api_->SetNode("node-a", "True", Time(now_));
+  api_->leases["blockcsi-fence-node-a"]["metadata"]["annotations"][fence_annotations::kCleanedUp] = fence->id();
+  api_->fail_node_patches = 1;
+  EXPECT_FALSE(watcher->RunOnce().ok());
+  EXPECT_FALSE(fencer_->Get("node-a").has_value());
+  ASSERT_TRUE(api_->Tainted("node-a"));
+  ASSERT_TRUE(watcher->RunOnce().ok());
+  EXPECT_FALSE(api_->Tainted("node-a")) << "a taint of ours stayed on a node no longer fenced";
+
+  // A fence made by hand (blockctl fence) on a Ready node: told through the
+  // Lease, and unfenced by the watcher once reported.
+  auto by_hand = fencer_->Fence("node-a");
+  ASSERT_TRUE(by_hand.ok());
+  ASSERT_TRUE(api_->leases.contains("blockcsi-fence-node-a"));
+  EXPECT_EQ(api_->leases["blockcsi-fence-node-a"]["metadata"]["annotations"][fence_annotations::kFenceId],
+            by_hand->id());
+  ASSERT_TRUE(watcher->RunOnce().ok());
+  EXPECT_TRUE(fencer_->Get("node-a").has_value()) << "unfenced without the node's report";
+  api_->leases["blockcsi-fence-node-a"]["metadata"]["annotations"][fence_annotations::kCleanedUp] = by_hand->id();
+  ASSERT_TRUE(watcher->RunOnce().ok());
+  EXPECT_FALSE(fencer_->Get("node-a").has_value());
+  EXPECT_FALSE(api_->leases.contains("blockcsi-fence-node-a"));
 }
 
 TEST(ParseRfc3339Test, ReadsTheApiServersTimes) {

@@ -1,0 +1,124 @@
+// Fencing a node on the RBD backend against a real single-node Ceph
+// (hack/ceph-cluster.sh; root and the ceph packages, else skipped with the
+// reason). The "nodes" are librados/librbd clients of the test's own, as in
+// rbd_backend_test.cc: node-a writes its image, is fenced, and its next write
+// fails (its client is blocklisted); the fence is recorded in the pool with
+// what it held, refuses node-a's grants until it is lifted, and node-b takes
+// the image over. The pool is left as found (the shared leak checker).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "backend/rbd/rbd_backend.h"
+#include "contract/initiator.h"
+#include "support/ceph_client.h"
+#include "support/ceph_test_cluster.h"
+#include "support/rbd_backend_env.h"
+#include "support/test_util.h"
+
+namespace blockcsi {
+namespace {
+
+using Client = testing::CephClient;
+
+class RbdFenceTest : public testing::CephSuiteTest {
+ protected:
+  void SetUp() override {
+    CephSuiteTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto backend = MakeRbdBackend(testing::RbdBackendOptionsFor(env_));
+    ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+    backend_ = *backend;
+    baseline_ = testing::TakeLeakSnapshot(PoolLeakScope());
+    have_baseline_ = true;
+  }
+
+  void TearDown() override {
+    if (have_baseline_) {
+      EXPECT_TRUE(testing::NothingLeftSince(baseline_, PoolLeakScope(), "the test's own deletes"));
+    }
+    if (backend_ == nullptr) return;
+    (void)backend_->UnfenceNode("node-a");
+    if (!volume_.empty()) {
+      for (const char* node : {"node-a", "node-b"}) (void)backend_->RevokeAccess(volume_, InitiatorIqnForNode(node));
+      (void)backend_->DeleteVolume(volume_);
+    }
+  }
+
+  std::unique_ptr<Client> NodeClient() {
+    return std::make_unique<Client>(env_["CEPH_CONF"], "admin", env_["CEPH_KEYRING"], env_["RBD_POOL"]);
+  }
+
+  static AccessGrant GrantFor(const std::string& node) {
+    AccessGrant grant;
+    grant.node_id = node;
+    grant.initiator_iqn = InitiatorIqnForNode(node);
+    grant.capability = "SINGLE_NODE_WRITER/block";
+    return grant;
+  }
+
+  testing::LeakSnapshot baseline_;
+  bool have_baseline_ = false;
+  std::shared_ptr<VolumeBackend> backend_;
+  std::string volume_;
+};
+
+TEST_F(RbdFenceTest, AFencedNodesClientCannotWriteItsGrantsAreRefusedAndAnotherNodeTakesOver) {
+  CreateVolumeSpec spec;
+  spec.name = "fence-" + std::to_string(::getpid());
+  spec.size_bytes = 8 << 20;
+  spec.parameters = {{"fsType", "ext4"}};
+  auto vol = backend_->CreateVolume(spec);
+  ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+  volume_ = vol->id;
+  const std::string image = vol->transport_params.at(rbd_params::kImage);
+
+  ASSERT_TRUE(backend_->GrantAccess(volume_, GrantFor("node-a")).ok());
+  auto node_a = NodeClient();
+  ASSERT_EQ(node_a->error(), 0);
+  ASSERT_EQ(node_a->OpenImage(image), 0);
+  ASSERT_EQ(node_a->Write(0, std::string(4096, 'a')), 0) << "node-a should write while published";
+  auto a_addrs = node_a->Watchers();
+  ASSERT_EQ(a_addrs.size(), 1u);
+
+  auto answers = backend_->FenceNode("node-a", InitiatorIqnForNode("node-a"));
+  ASSERT_EQ(answers.size(), 1u);
+  ASSERT_TRUE(answers[0].status.ok()) << answers[0].status.ToString();
+  ASSERT_EQ(answers[0].fences.size(), 1u);
+  ASSERT_EQ(answers[0].fences[0].held.size(), 1u);
+  EXPECT_EQ(answers[0].fences[0].held[0].volume_id, volume_);
+
+  auto admin = NodeClient();
+  EXPECT_TRUE(admin->Blocklist().contains(a_addrs[0])) << a_addrs[0] << " not blocklisted";
+  EXPECT_LT(node_a->Write(0, std::string(4096, 'x')), 0) << "a fenced node's client wrote";
+
+  // Recorded: listed, and every grant to node-a refused naming the fence.
+  auto listed = backend_->ListFences();
+  ASSERT_EQ(listed.size(), 1u);
+  ASSERT_EQ(listed[0].fences.size(), 1u);
+  EXPECT_EQ(listed[0].fences[0].node_id, "node-a");
+  auto refused = backend_->GrantAccess(volume_, GrantFor("node-a"));
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("fenced"), std::string::npos) << refused.status().ToString();
+
+  // node-b takes over: what node-a wrote before the fence, not after.
+  ASSERT_TRUE(backend_->GrantAccess(volume_, GrantFor("node-b")).ok());
+  auto node_b = NodeClient();
+  ASSERT_EQ(node_b->OpenImage(image), 0);
+  EXPECT_EQ(node_b->Read(0, 4096), std::string(4096, 'a'));
+  ASSERT_EQ(node_b->Write(4096, std::string(4096, 'b')), 0);
+  node_b->CloseImage();
+  node_a.reset();  // the fenced client goes, as its node's plugin lets go
+
+  ASSERT_TRUE(backend_->UnfenceNode("node-a")[0].status.ok());
+  EXPECT_TRUE(backend_->ListFences()[0].fences.empty());
+  ASSERT_TRUE(backend_->RevokeAccess(volume_, InitiatorIqnForNode("node-b")).ok());
+  ASSERT_TRUE(backend_->GrantAccess(volume_, GrantFor("node-a")).ok()) << "unfenced, node-a is granted again";
+  ASSERT_TRUE(backend_->RevokeAccess(volume_, InitiatorIqnForNode("node-a")).ok());
+  ASSERT_TRUE(backend_->DeleteVolume(volume_).ok());
+  volume_.clear();
+}
+
+}  // namespace
+}  // namespace blockcsi
