@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <set>
@@ -146,13 +147,27 @@ class NodeConformanceTest : public ::testing::Test {
     return scope;
   }
 
-  // Whatever a test left behind (it failed half-way): node side first,
-  // then the controller side, so the next test of the suite starts clean.
+  // A case unpublishes and unstages what it staged; its volumes (pool
+  // files, targets, ACLs) stay for the CO's ControllerUnpublish and
+  // DeleteVolume below. So: first look at the node, before anything is
+  // cleaned (a mount, loop device, bridge, record or session new since
+  // SetUp is a leak); only a case that failed gets the node-side fallback;
+  // then the CO's deletes, after which nothing new may be left anywhere.
   void TearDown() override {
     if (env_ == nullptr || !env_->plugin || !Plugin().running()) return;
+    if (have_baseline_) {
+      auto left = testing::NewItemsAfterSettling(baseline_, Scope(), testing::NodeSideItems);
+      EXPECT_TRUE(left.empty()) << "left on the node by the test's own calls, before the fixture cleans:"
+                                << testing::DescribeItems(left) << "\n"
+                                << Plugin().LogTail();
+    }
+    if (HasFailure()) {
+      for (auto it = volumes_.rbegin(); it != volumes_.rend(); ++it) {
+        for (const auto& target : {Target(*it), Target(*it) + "-2"}) (void)Unpublish(*it, target);
+        for (const auto& staging : {Staging(*it), SecondStaging(*it)}) (void)Unstage(*it, staging);
+      }
+    }
     for (auto it = volumes_.rbegin(); it != volumes_.rend(); ++it) {
-      for (const auto& target : {Target(*it), Target(*it) + "-2"}) (void)Unpublish(*it, target);
-      for (const auto& staging : {Staging(*it), SecondStaging(*it)}) (void)Unstage(*it, staging);
       (void)ControllerUnpublish(it->id, kNodeId);
       (void)ControllerUnpublish(it->id, "limit-node");
     }
@@ -164,12 +179,38 @@ class NodeConformanceTest : public ::testing::Test {
     }
     volumes_.clear();
     snapshots_.clear();
-    // The teardown went through the CSI calls a CO makes: after a passing
-    // test they must leave nothing the test did not find at SetUp.
+    // Only the CO's controller calls ran since the node check: after a
+    // passing test nothing may be left that the test did not find at SetUp.
     if (have_baseline_ && !HasFailure()) {
-      auto left = testing::NewItemsAfterSettling(baseline_, Scope());
-      EXPECT_TRUE(left.empty()) << "left behind after the test and its CSI teardown:\n" << testing::DescribeItems(left);
+      EXPECT_TRUE(testing::NothingLeftSince(baseline_, Scope(), "the CO's ControllerUnpublish and DeleteVolume"))
+          << Plugin().LogTail();
     }
+  }
+
+  // The suite's scope without tgtd, for a check while tgtd is stopped
+  // (SIGSTOP): tgtadm cannot answer then, and a stopped tgtd changes nothing.
+  static testing::LeakScope NodeSideScope() {
+    testing::LeakScope scope = Scope();
+    scope.tgtd = nullptr;
+    return scope;
+  }
+
+  // A refused call that could have made something: its code (and the
+  // volume named), and right after it, before anything cleans, nothing new
+  // in `scope` (the shared leak checker): no mount, loop device, bridge,
+  // record, pool file, target, ACL or session.
+  ::testing::AssertionResult Refused(const std::function<grpc::Status()>& call, Code code, const std::string& volume_id,
+                                     const testing::LeakScope& scope = Scope()) {
+    const testing::LeakSnapshot before = testing::TakeLeakSnapshot(scope);
+    const grpc::Status st = call();
+    const auto left = testing::NewItemsAfterSettling(before, scope);
+    ::testing::AssertionResult coded = IsCode(st, code, volume_id);
+    if (coded && left.empty()) return coded;
+    ::testing::AssertionResult failed = ::testing::AssertionFailure();
+    if (!coded) failed << coded.message() << "\n";
+    if (!left.empty())
+      failed << "left behind by the refused call (" << Describe(st) << "):" << testing::DescribeItems(left);
+    return failed;
   }
 
   static testing::PluginUnderTest& Plugin() { return *env_->plugin; }
@@ -385,20 +426,21 @@ TEST_F(NodeConformanceTest, NodeStageRequiresVolumeIdStagingPathAndCapability) {
   csi::v1::NodeStageVolumeRequest req;
   req.set_staging_target_path(Plugin().dir() + "/staging/x");
   *req.mutable_volume_capability() = MountCapability("ext4");
-  EXPECT_TRUE(IsCode(Node().NodeStageVolume(Deadline().get(), req, &resp), Code::INVALID_ARGUMENT, ""));
+  auto stage = [&] { return Node().NodeStageVolume(Deadline().get(), req, &resp); };
+  EXPECT_TRUE(Refused(stage, Code::INVALID_ARGUMENT, ""));
 
   req.set_volume_id(id);
   req.clear_staging_target_path();
-  EXPECT_TRUE(IsCode(Node().NodeStageVolume(Deadline().get(), req, &resp), Code::INVALID_ARGUMENT, id));
+  EXPECT_TRUE(Refused(stage, Code::INVALID_ARGUMENT, id));
 
   req.set_staging_target_path(Plugin().dir() + "/staging/x");
   req.clear_volume_capability();
-  EXPECT_TRUE(IsCode(Node().NodeStageVolume(Deadline().get(), req, &resp), Code::INVALID_ARGUMENT, id));
+  EXPECT_TRUE(Refused(stage, Code::INVALID_ARGUMENT, id));
 
   // A capability without an access type is as good as none.
   req.mutable_volume_capability()->mutable_access_mode()->set_mode(
       csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
-  EXPECT_TRUE(IsCode(Node().NodeStageVolume(Deadline().get(), req, &resp), Code::INVALID_ARGUMENT, id));
+  EXPECT_TRUE(Refused(stage, Code::INVALID_ARGUMENT, id));
 }
 
 TEST_F(NodeConformanceTest, NodePublishRequiresVolumeIdTargetPathAndCapability) {
@@ -408,21 +450,22 @@ TEST_F(NodeConformanceTest, NodePublishRequiresVolumeIdTargetPathAndCapability) 
   req.set_staging_target_path(Plugin().dir() + "/staging/x");
   req.set_target_path(Plugin().dir() + "/pods/x/mount");
   *req.mutable_volume_capability() = MountCapability("ext4");
-  EXPECT_TRUE(IsCode(Node().NodePublishVolume(Deadline().get(), req, &resp), Code::INVALID_ARGUMENT, ""));
+  auto publish = [&] { return Node().NodePublishVolume(Deadline().get(), req, &resp); };
+  EXPECT_TRUE(Refused(publish, Code::INVALID_ARGUMENT, ""));
 
   req.set_volume_id(id);
   req.clear_target_path();
-  EXPECT_TRUE(IsCode(Node().NodePublishVolume(Deadline().get(), req, &resp), Code::INVALID_ARGUMENT, id));
+  EXPECT_TRUE(Refused(publish, Code::INVALID_ARGUMENT, id));
 
   req.set_target_path(Plugin().dir() + "/pods/x/mount");
   req.clear_volume_capability();
-  EXPECT_TRUE(IsCode(Node().NodePublishVolume(Deadline().get(), req, &resp), Code::INVALID_ARGUMENT, id));
+  EXPECT_TRUE(Refused(publish, Code::INVALID_ARGUMENT, id));
 
   // The spec's own row: STAGE_UNSTAGE_VOLUME is advertised, so a publish
   // without a staging path is FAILED_PRECONDITION.
   *req.mutable_volume_capability() = MountCapability("ext4");
   req.clear_staging_target_path();
-  EXPECT_TRUE(IsCode(Node().NodePublishVolume(Deadline().get(), req, &resp), Code::FAILED_PRECONDITION, id));
+  EXPECT_TRUE(Refused(publish, Code::FAILED_PRECONDITION, id));
 }
 
 TEST_F(NodeConformanceTest, UnpublishUnstageStatsAndExpandRequireTheirFields) {
@@ -486,14 +529,14 @@ TEST_F(NodeConformanceTest, StatsAndExpandOfUnknownVolumeOrPathAreNotFound) {
   unknown.id = "conf-never-created";
   unknown.fs = "ext4";
   csi::v1::NodeExpandVolumeResponse expanded;
-  EXPECT_TRUE(
-      IsCode(NodeExpand(unknown, Plugin().dir() + "/pods/none/mount", 0, &expanded), Code::NOT_FOUND, unknown.id));
+  EXPECT_TRUE(Refused([&] { return NodeExpand(unknown, Plugin().dir() + "/pods/none/mount", 0, &expanded); },
+                      Code::NOT_FOUND, unknown.id));
 
   // A staged volume asked about at a path that does not exist.
   Volume v = Create("conf-stats-missing-path", "ext4");
   ASSERT_FALSE(v.id.empty());
   ASSERT_TRUE(Ok(Stage(v)));
-  EXPECT_TRUE(IsCode(Stats(v.id, Target(v), &stats), Code::NOT_FOUND, v.id));
+  EXPECT_TRUE(Refused([&] { return Stats(v.id, Target(v), &stats); }, Code::NOT_FOUND, v.id));
   ASSERT_TRUE(Ok(Unstage(v)));
 }
 
@@ -514,7 +557,7 @@ TEST_F(NodeConformanceTest, PublishBeforeStageIsFailedPrecondition) {
   for (const std::string fs : {"ext4", "block"}) {
     Volume v = Create("conf-order-" + fs, fs);
     ASSERT_FALSE(v.id.empty());
-    EXPECT_TRUE(IsCode(Publish(v), Code::FAILED_PRECONDITION, v.id)) << fs;
+    EXPECT_TRUE(Refused([&] { return Publish(v); }, Code::FAILED_PRECONDITION, v.id)) << fs;
     EXPECT_FALSE(std::filesystem::exists(Target(v))) << fs << ": a refused publish left its target";
   }
 }
@@ -548,7 +591,7 @@ TEST_F(NodeConformanceTest, AttachLimitIsAdvertisedAndEnforced) {
     ASSERT_TRUE(Ok(ControllerPublish(volumes[i].id, node, "block"))) << i;
   }
   const std::string& last = volumes.back().id;
-  EXPECT_TRUE(IsCode(ControllerPublish(last, node, "block"), Code::RESOURCE_EXHAUSTED, last));
+  EXPECT_TRUE(Refused([&] { return ControllerPublish(last, node, "block"); }, Code::RESOURCE_EXHAUSTED, last));
   // Publishing one of the published ones again is no new attachment.
   EXPECT_TRUE(Ok(ControllerPublish(volumes[0].id, node, "block")));
   // Other nodes have their own budget.
@@ -580,11 +623,30 @@ TEST_F(NodeConformanceTest, CallsOnAVolumeWithAStageInFlightAreAborted) {
     if (!in_flight) std::this_thread::sleep_for(50ms);
   }
   ASSERT_TRUE(in_flight) << Plugin().LogTail();
-  EXPECT_TRUE(IsCode(Stage(v), Code::ABORTED, v.id)) << "a second NodeStageVolume";
-  EXPECT_TRUE(IsCode(Unstage(v), Code::ABORTED, v.id)) << "NodeUnstageVolume";
-  EXPECT_TRUE(IsCode(Publish(v), Code::ABORTED, v.id)) << "NodePublishVolume";
+  // Each refused call leaves the node as the stage in flight holds it. That
+  // stage starts its bridge (its argv names the volume), which then waits
+  // in the login: from there on the node holds still, and what is new after
+  // a refused call is that call's.
+  testing::LeakScope node_side = NodeSideScope();
+  node_side.volume_id = v.id;
+  auto bridge_waits = [&] {
+    const auto items = testing::TakeLeakSnapshot(node_side).items;
+    return std::any_of(items.begin(), items.end(),
+                       [&](const std::string& i) { return i.starts_with("process ") && i.find(v.id) != i.npos; });
+  };
+  for (int i = 0; i < 600 && !bridge_waits(); ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(bridge_waits()) << "no bridge for the stage in flight:\n" << Plugin().LogTail();
+  for (int i = 0; i < 50; ++i) {
+    const auto was = testing::TakeLeakSnapshot(node_side).items;
+    std::this_thread::sleep_for(200ms);
+    if (testing::TakeLeakSnapshot(node_side).items == was) break;
+  }
+  EXPECT_TRUE(Refused([&] { return Stage(v); }, Code::ABORTED, v.id, node_side)) << "a second NodeStageVolume";
+  EXPECT_TRUE(Refused([&] { return Unstage(v); }, Code::ABORTED, v.id, node_side)) << "NodeUnstageVolume";
+  EXPECT_TRUE(Refused([&] { return Publish(v); }, Code::ABORTED, v.id, node_side)) << "NodePublishVolume";
   csi::v1::NodeExpandVolumeResponse expanded;
-  EXPECT_TRUE(IsCode(NodeExpand(v, Staging(v), 0, &expanded), Code::ABORTED, v.id)) << "NodeExpandVolume";
+  EXPECT_TRUE(Refused([&] { return NodeExpand(v, Staging(v), 0, &expanded); }, Code::ABORTED, v.id, node_side))
+      << "NodeExpandVolume";
   // Other volumes are not held up by it.
   Volume unknown;
   unknown.id = "conf-other-volume";
@@ -615,22 +677,23 @@ TEST_P(NodeVolumeTest, StageAndPublishAreIdempotentAndRefuseIncompatibleRepeats)
   ASSERT_TRUE(WriteData(v, Target(v), "idempotent"));
 
   // Same target path, incompatible request: ALREADY_EXISTS, nothing changed.
-  EXPECT_TRUE(IsCode(Publish(v, /*readonly=*/true), Code::ALREADY_EXISTS, v.id)) << "read-only flag differs";
+  EXPECT_TRUE(Refused([&] { return Publish(v, /*readonly=*/true); }, Code::ALREADY_EXISTS, v.id))
+      << "read-only flag differs";
   auto other_type = PublishRequest(v);
   *other_type.mutable_volume_capability() = Block() ? MountCapability("ext4") : BlockCapability();
-  EXPECT_TRUE(IsCode(Publish(other_type), Code::ALREADY_EXISTS, v.id)) << "access type differs";
+  EXPECT_TRUE(Refused([&] { return Publish(other_type); }, Code::ALREADY_EXISTS, v.id)) << "access type differs";
   if (!Block()) {
     auto other_fs = PublishRequest(v);
     *other_fs.mutable_volume_capability() = MountCapability(Fs() == "xfs" ? "ext4" : "xfs");
-    EXPECT_TRUE(IsCode(Publish(other_fs), Code::ALREADY_EXISTS, v.id)) << "fs_type differs";
+    EXPECT_TRUE(Refused([&] { return Publish(other_fs); }, Code::ALREADY_EXISTS, v.id)) << "fs_type differs";
     // The same at the staging path.
     auto restage = StageRequest(v);
     *restage.mutable_volume_capability() = MountCapability(Fs() == "xfs" ? "ext4" : "xfs");
-    EXPECT_TRUE(IsCode(Stage(restage), Code::ALREADY_EXISTS, v.id)) << "staged fs_type differs";
+    EXPECT_TRUE(Refused([&] { return Stage(restage); }, Code::ALREADY_EXISTS, v.id)) << "staged fs_type differs";
   }
   auto restage = StageRequest(v);
   *restage.mutable_volume_capability() = Block() ? MountCapability("ext4") : BlockCapability();
-  EXPECT_TRUE(IsCode(Stage(restage), Code::ALREADY_EXISTS, v.id)) << "staged access type differs";
+  EXPECT_TRUE(Refused([&] { return Stage(restage); }, Code::ALREADY_EXISTS, v.id)) << "staged access type differs";
   EXPECT_EQ(ReadData(v, Target(v), 10), "idempotent");
   if (!Block()) {
     EXPECT_EQ(FormatsLogged(v), 1);
@@ -669,8 +732,8 @@ TEST_P(NodeVolumeTest, StageAtASecondStagingPathIsRefusedNamingTheFirst) {
   Volume v = Create(Name("twostage"), Fs());
   ASSERT_FALSE(v.id.empty());
   ASSERT_TRUE(Ok(Stage(v)));
-  grpc::Status st = Stage(v, SecondStaging(v));
-  EXPECT_TRUE(IsCode(st, Code::FAILED_PRECONDITION, v.id));
+  grpc::Status st;
+  EXPECT_TRUE(Refused([&] { return st = Stage(v, SecondStaging(v)); }, Code::FAILED_PRECONDITION, v.id));
   EXPECT_NE(st.error_message().find(Staging(v)), std::string::npos) << st.error_message();
   EXPECT_TRUE(testing::MountsUnder(SecondStaging(v)).empty()) << "mounted a second time";
   // The first staging still serves.
@@ -749,7 +812,10 @@ TEST_P(NodeVolumeTest, ExpandThroughControllerThenNodeIsVisibleInStats) {
   if (Fs() == "ext4" && !HasCapSysResource()) {
     // The kernel lets only CAP_SYS_RESOURCE grow a mounted ext4; the plugin
     // (our child, our capabilities) must say so instead of failing oddly.
-    EXPECT_TRUE(IsCode(NodeExpand(v, Target(v), grown, &nresp), Code::FAILED_PRECONDITION, v.id));
+    EXPECT_TRUE(Refused([&] { return NodeExpand(v, Target(v), grown, &nresp); }, Code::FAILED_PRECONDITION, v.id));
+    // Unstaged like any case: TearDown looks at the node before it cleans.
+    ASSERT_TRUE(Ok(Unpublish(v)));
+    ASSERT_TRUE(Ok(Unstage(v)));
     GTEST_SKIP() << "growing a mounted ext4 needs CAP_SYS_RESOURCE, which this test process lacks";
   }
   ASSERT_TRUE(Ok(NodeExpand(v, Target(v), grown, &nresp)));

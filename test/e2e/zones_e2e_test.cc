@@ -36,6 +36,7 @@
 #include "e2e/co_simulator.h"
 #include "e2e/e2e_env.h"
 #include "e2e/netns_topology.h"
+#include "support/leak_check.h"
 #include "support/node_clean.h"
 #include "support/plugin_under_test.h"
 #include "support/test_util.h"
@@ -157,11 +158,18 @@ class ZonesE2eTest : public ::testing::Test {
       ASSERT_TRUE(testing::GrpcOk(co_->NodeTopology(node, &segments), nodes_[node]->LogTail()));
       segments_[node] = segments;
     }
+    baseline_ = testing::TakeLeakSnapshot(Scopes());
+    have_baseline_ = true;
     std::cout << "[e2e] set-up (namespaces, 2 x tgtd + agent, controller, 2 nodes): " << Seconds(Clock::now() - started)
               << " s\n";
   }
 
   void TearDown() override {
+    // Before anything is cleaned: the test went through the CO's whole
+    // teardown, so anything new since SetUp on either host or node is a leak.
+    if (have_baseline_) {
+      EXPECT_TRUE(NothingLeftSince(baseline_, "the test (before the fixture cleans)"));
+    }
     if (HasFailure()) DumpLogs();
     for (auto& [name, plugin] : nodes_) plugin->Stop();
     for (auto& [name, plugin] : nodes_) {
@@ -193,6 +201,43 @@ class ZonesE2eTest : public ::testing::Test {
   }
 
   std::string zone_b_fs() const { return root_.Join("b/fs"); }
+
+  // Everything the daemons can leave, in the one leak checker's terms:
+  // processes, mounts and loop devices under the test's root, both nodes'
+  // attach records, each host's pool files and its tgtd's targets, LUNs,
+  // ACLs, accounts and sessions. The daemons themselves are not leaks; a
+  // bridge is.
+  std::vector<testing::LeakScope> Scopes() const {
+    std::vector<pid_t> daemons;
+    for (const auto& host : hosts_) {
+      if (host.tgtd) daemons.push_back(host.tgtd->pid());
+      if (host.agent) daemons.push_back(host.agent->pid());
+    }
+    if (controller_ && controller_->running()) daemons.push_back(controller_->pid());
+    for (const auto& [name, plugin] : nodes_) {
+      if (plugin->running()) daemons.push_back(plugin->pid());
+    }
+    std::vector<testing::LeakScope> scopes;
+    for (const auto& host : hosts_) {
+      testing::LeakScope scope;
+      scope.pool_dir = host.pool;
+      scope.tgtd = host.tgtd.get();
+      scopes.push_back(scope);
+    }
+    scopes[0].dir = root_.path();
+    for (const auto& [name, plugin] : nodes_) {
+      testing::LeakScope records;
+      records.state_dir = plugin->state_dir();
+      scopes.push_back(records);
+    }
+    for (auto& scope : scopes) scope.ignore_pids = daemons;
+    return scopes;
+  }
+  ::testing::AssertionResult NothingLeftSince(const testing::LeakSnapshot& before, const std::string& after) const {
+    auto left = testing::NewItemsAfterSettling(before, Scopes());
+    if (left.empty()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "left behind after " << after << ":" << testing::DescribeItems(left);
+  }
 
   void StartAgent(StorageHost& host) {
     host.agent_log = root_.Join(host.zone + "-agent.log");
@@ -253,6 +298,8 @@ class ZonesE2eTest : public ::testing::Test {
   std::map<std::string, std::unique_ptr<PluginUnderTest>> nodes_;
   std::map<std::string, Segments> segments_;  // node → NodeGetInfo's segment
   std::unique_ptr<CoSimulator> co_;
+  testing::LeakSnapshot baseline_;  // at the end of SetUp
+  bool have_baseline_ = false;
 };
 
 // A pod placed on n2 (zone b) gets its volume on zone b's host: the id
@@ -328,7 +375,9 @@ TEST_F(ZonesE2eTest, CapacityIsPerZoneAndAFullHostIsSkipped) {
   only_b.requisite = {segments_.at("n2")};
   only_b.preferred = {segments_.at("n2")};
   PersistentVolume pv;
+  const testing::LeakSnapshot before_refused = testing::TakeLeakSnapshot(Scopes());
   grpc::Status st = co_->Provision("must-b", kVolumeBytes, testing::MountCapability("ext4"), {}, &pv, only_b);
+  EXPECT_TRUE(NothingLeftSince(before_refused, "the refused CreateVolume in the full zone"));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << CodeName(st.error_code()) << ": " << st.error_message();
   EXPECT_NE(st.error_message().find("pvc-must-b"), std::string::npos) << st.error_message();

@@ -1,5 +1,6 @@
-// The shared leak checker's loop devices on a real kernel (root, loop):
-// the cases `losetup -l` and a path match miss, which a failed stage leaves.
+// The shared leak checker on a real machine: the loop devices `losetup -l`
+// and a path match miss, which a failed stage leaves (root, loop); and a
+// tgtd it cannot read, which it reports instead of seeing nothing (root, tgt).
 #include <sys/mount.h>
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "common/executor.h"
 #include "support/leak_check.h"
 #include "support/test_util.h"
+#include "support/tgtd_harness.h"
 
 namespace blockcsi::testing {
 namespace {
@@ -75,6 +77,30 @@ TEST_F(LoopLeakTest, FindsStackedLoopsAndLoopsWhoseMountWasLazilyUnmounted) {
   auto items = TakeLeakSnapshot(scope).items;
   EXPECT_TRUE(items.contains("loop " + base + " <- /lun")) << DescribeItems({items.begin(), items.end()});
   EXPECT_TRUE(items.contains("loop " + layer + " <- " + base)) << DescribeItems({items.begin(), items.end()});
+}
+
+// A tgtd that does not answer tgtadm lists nothing; read as "nothing
+// left", every check of a test whose tgtd died would pass. The checker
+// fails closed: the diff names the tgtd it could not read, also when the
+// snapshot before could not read it either.
+TEST(TgtdLeakTest, ATgtdThatDoesNotAnswerIsReportedNotReadAsEmpty) {
+  std::string error;
+  auto tgtd = TgtdHarness::Start(&error);
+  BLOCKCSI_REQUIRE_TGTD(tgtd, error);
+  LeakScope scope;
+  scope.tgtd = tgtd.get();
+  const LeakSnapshot answering = TakeLeakSnapshot(scope);
+  EXPECT_TRUE(answering.unreadable.empty())
+      << DescribeItems({answering.unreadable.begin(), answering.unreadable.end()});
+  tgtd->Kill9();
+  const LeakSnapshot dead = TakeLeakSnapshot(scope);
+  const auto left = NewItems(answering, dead);
+  ASSERT_EQ(left.size(), 1u) << DescribeItems(left);
+  EXPECT_TRUE(left[0].starts_with("unreadable tgtd (control port " + std::to_string(tgtd->control_port()) + ")"))
+      << left[0];
+  EXPECT_EQ(NewItems(dead, TakeLeakSnapshot(scope)), left) << "a blind baseline hides a blind snapshot";
+  ASSERT_TRUE(tgtd->Restart(&error)) << error;
+  EXPECT_TRUE(NewItems(answering, TakeLeakSnapshot(scope)).empty());
 }
 
 }  // namespace

@@ -206,13 +206,13 @@ std::optional<std::string> RunRbd(const LeakScope& scope, const std::vector<std:
   return r->stdout_text;
 }
 
-void AddRbdPool(const LeakScope& scope, std::set<std::string>* out) {
+void AddRbdPool(const LeakScope& scope, std::set<std::string>* out, std::set<std::string>* unreadable) {
   if (scope.rbd_command.empty()) return;
   if (!scope.rbd_pool.empty()) {
     if (auto ls = RunRbd(scope, {"ls", "-l", "--format", "json", scope.rbd_pool})) {
       for (auto& item : RbdPoolItems(scope.rbd_pool, *ls)) out->insert(item);
     } else {
-      out->insert("rbd pool " + scope.rbd_pool + " cannot be listed");
+      unreadable->insert("unreadable rbd pool " + scope.rbd_pool + ": rbd ls failed");
     }
   }
   for (const auto& image : scope.rbd_metadata_images) {
@@ -234,7 +234,27 @@ void AddRbdWatchers(const LeakScope& scope, std::set<std::string>* out) {
   }
 }
 
-void AddScope(const LeakScope& scope, std::set<std::string>* items) {
+// tgtd's targets (LUNs, ACLs, accounts, sessions) and its accounts. A
+// tgtadm that fails (tgtd dead, stopped, or not answering on its control
+// port) prints nothing, which would read as "nothing left": it is recorded
+// as unreadable instead, so the check fails closed.
+void AddTgtd(const TgtdHarness& tgtd, LeakSnapshot* out) {
+  for (const char* mode : {"target", "account"}) {
+    int exit_code = 0;
+    const std::string text = tgtd.Tgtadm({"--op", "show", "--mode", mode}, &exit_code);
+    if (exit_code != 0) {
+      out->unreadable.insert("unreadable tgtd (control port " + std::to_string(tgtd.control_port()) +
+                             "): tgtadm --op show --mode " + mode + " exited " + std::to_string(exit_code));
+      return;
+    }
+    // An account unbound from its target (or never bound) is not in the
+    // targets' listing, yet it keeps a CHAP secret in tgtd.
+    for (auto& item : std::string(mode) == "target" ? TgtdItems(text) : TgtdAccountItems(text)) out->items.insert(item);
+  }
+}
+
+void AddScope(const LeakScope& scope, LeakSnapshot* out) {
+  std::set<std::string>* items = &out->items;
   AddMounts(scope, items);
   AddLoops(scope, items);
   AddProcesses(scope, items);
@@ -247,21 +267,16 @@ void AddScope(const LeakScope& scope, std::set<std::string>* items) {
       AddFiles(scope.pool_dir + "/" + sub, std::string("pool ") + sub + "/", items);  // "pool images/vol-x.img"
     }
   }
-  if (scope.tgtd != nullptr) {
-    for (auto& item : TgtdItems(scope.tgtd->ShowTargets())) items->insert(item);
-    // An account unbound from its target (or never bound) is not in the
-    // targets' listing, yet it keeps a CHAP secret in tgtd.
-    for (auto& item : TgtdAccountItems(scope.tgtd->Tgtadm({"--op", "show", "--mode", "account"}))) items->insert(item);
-  }
+  if (scope.tgtd != nullptr) AddTgtd(*scope.tgtd, out);
   AddRbdWatchers(scope, items);
-  AddRbdPool(scope, items);
+  AddRbdPool(scope, items, &out->unreadable);
 }
 
 }  // namespace
 
 LeakSnapshot TakeLeakSnapshot(const std::vector<LeakScope>& scopes) {
   LeakSnapshot s;
-  for (const auto& scope : scopes) AddScope(scope, &s.items);
+  for (const auto& scope : scopes) AddScope(scope, &s);
   // A process of one node's scope may be another's ignored long-running
   // process (a node plugin naming the shared root): ignored in any, ignored.
   std::set<pid_t> ignored;
@@ -279,27 +294,50 @@ std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot
   std::vector<std::string> out;
   std::set_difference(after.items.begin(), after.items.end(), before.items.begin(), before.items.end(),
                       std::back_inserter(out));
+  out.insert(out.end(), after.unreadable.begin(), after.unreadable.end());
   return out;
 }
 
-std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const std::vector<LeakScope>& scopes) {
+namespace {
+
+std::vector<std::string> KeepAll(std::vector<std::string> items) { return items; }
+
+std::vector<std::string> Settled(const LeakSnapshot& before, const std::vector<LeakScope>& scopes,
+                                 std::vector<std::string> (*keep)(std::vector<std::string>)) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  std::vector<std::string> left = NewItems(before, TakeLeakSnapshot(scopes));
+  std::vector<std::string> left = keep(NewItems(before, TakeLeakSnapshot(scopes)));
   while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    left = NewItems(before, TakeLeakSnapshot(scopes));
+    left = keep(NewItems(before, TakeLeakSnapshot(scopes)));
   }
   return left;
 }
 
+}  // namespace
+
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const std::vector<LeakScope>& scopes) {
+  return Settled(before, scopes, KeepAll);
+}
+
 std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope) {
-  return NewItemsAfterSettling(before, std::vector<LeakScope>{scope});
+  return Settled(before, {scope}, KeepAll);
+}
+
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope,
+                                               std::vector<std::string> (*keep)(std::vector<std::string>)) {
+  return Settled(before, {scope}, keep);
 }
 
 std::vector<std::string> WithoutTgtdSetUp(std::vector<std::string> items) {
   std::erase_if(items, [](const std::string& item) {
     return item.rfind("tgtd ", 0) == 0 && item.rfind("tgtd session ", 0) != 0;
   });
+  return items;
+}
+
+std::vector<std::string> NodeSideItems(std::vector<std::string> items) {
+  items = WithoutTgtdSetUp(std::move(items));
+  std::erase_if(items, [](const std::string& item) { return item.rfind("pool ", 0) == 0; });
   return items;
 }
 

@@ -57,6 +57,11 @@ struct LeakScope {
 // "tgtd acl iqn...:vol-1 iqn...:node:n1".
 struct LeakSnapshot {
   std::set<std::string> items;
+  // The parts of the scope this snapshot could not read, e.g. "unreadable
+  // tgtd (control port 1234): ..." for a tgtd that did not answer tgtadm, or
+  // an RBD pool `rbd ls` failed on. A part that cannot be read would look
+  // empty, hence clean: NewItems reports each, whatever `before` held.
+  std::set<std::string> unreadable;
 };
 
 LeakSnapshot TakeLeakSnapshot(const LeakScope& scope);
@@ -69,7 +74,8 @@ LeakSnapshot TakeLeakSnapshot(const std::vector<LeakScope>& scopes);
 // stacked on them; stacked ones first, so that detaching in order works.
 std::vector<std::pair<std::string, std::string>> LoopDevicesBackedUnder(const std::string& dir);
 
-// What `after` holds that `before` did not, sorted; empty when nothing leaked.
+// What `after` holds that `before` did not, sorted, then every part of the
+// scope `after` could not read; empty when nothing leaked and all was read.
 std::vector<std::string> NewItems(const LeakSnapshot& before, const LeakSnapshot& after);
 
 // NewItems against a fresh snapshot of `scope`, retaken for up to 2 s while
@@ -83,6 +89,17 @@ std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const
 // kept: for tests that set up the target by hand (an "array"), where the
 // node side can leak a session but never a target.
 std::vector<std::string> WithoutTgtdSetUp(std::vector<std::string> items);
+
+// What only a node makes: `items` without the pool's files and tgtd's
+// set-up (WithoutTgtdSetUp), sessions and unreadable parts kept. For a
+// check while the controller side still holds a case's volumes (created
+// and published until the CO deletes them), before a node-side cleanup.
+std::vector<std::string> NodeSideItems(std::vector<std::string> items);
+
+// NewItemsAfterSettling of what `keep` keeps (e.g. NodeSideItems): the
+// items it drops neither count nor make the check wait.
+std::vector<std::string> NewItemsAfterSettling(const LeakSnapshot& before, const LeakScope& scope,
+                                               std::vector<std::string> (*keep)(std::vector<std::string>));
 
 // For failure messages: the items one per line, or "nothing".
 std::string DescribeItems(const std::vector<std::string>& items);

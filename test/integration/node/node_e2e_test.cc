@@ -25,6 +25,7 @@
 #include "common/block_probe.h"
 #include "common/executor.h"
 #include "csi.grpc.pb.h"
+#include "support/block_io.h"
 #include "support/csi_requests.h"
 #include "support/leak_check.h"
 #include "support/plugin_suite.h"
@@ -157,13 +158,13 @@ TEST_P(PluginLifecycleTest, FullLifecycleKeepsDataAcrossRestage) {
   ASSERT_TRUE((st = Publish(v, fs)).ok()) << st.error_message();
   ASSERT_GRPC_OK(Publish(v, fs)) << "NodePublish must be idempotent";
   std::string data = "data of " + v.id;
+  // Raw block: bytes that differ per sector, written and read back with
+  // O_DIRECT through the device the node published (not the page cache,
+  // not the pool's image file): the restaged device must serve them.
+  const std::string block = testing::Pattern(64 * 1024, 'Z');
+  constexpr uint64_t kBlockOffset = 8192;
   if (fs == "block") {
-    int fd = ::open(Target(v.id).c_str(), O_WRONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    std::string block(4096, 'Z');
-    ASSERT_EQ(::pwrite(fd, block.data(), block.size(), 8192), 4096);
-    ASSERT_EQ(::fsync(fd), 0);
-    ::close(fd);
+    ASSERT_EQ(testing::WriteDirect(Target(v.id), kBlockOffset, block), 0);
   } else {
     WriteFile(Target(v.id) + "/file", data);
   }
@@ -179,7 +180,9 @@ TEST_P(PluginLifecycleTest, FullLifecycleKeepsDataAcrossRestage) {
   ASSERT_GRPC_OK(Stage(v, fs));
   ASSERT_GRPC_OK(Publish(v, fs));
   if (fs == "block") {
-    EXPECT_EQ(testing::ReadFileOrEmpty(Image(v.id)).substr(8192, 4096), std::string(4096, 'Z'));
+    std::string error;
+    EXPECT_TRUE(testing::ReadDirect(Target(v.id), kBlockOffset, block.size(), &error) == block)
+        << "the restaged device does not serve the bytes written before the unstage " << error;
   } else {
     EXPECT_EQ(testing::ReadFileOrEmpty(Target(v.id) + "/file"), data);
     EXPECT_EQ(Uuid(v), uuid);

@@ -39,11 +39,25 @@ TEST(LeakCheckTest, TgtdAccountItemsNameEveryAccountBoundOrNot) {
 }
 
 TEST(LeakCheckTest, NewItemsAreWhatAppearedSinceTheFirstSnapshot) {
-  testing::LeakSnapshot before{{"mount /a (ext4)", "record vol-1.json"}};
-  testing::LeakSnapshot after{{"mount /a (ext4)", "loop /dev/loop3 <- /x/lun (deleted)", "record vol-2.json"}};
+  testing::LeakSnapshot before{{"mount /a (ext4)", "record vol-1.json"}, {}};
+  testing::LeakSnapshot after{{"mount /a (ext4)", "loop /dev/loop3 <- /x/lun (deleted)", "record vol-2.json"}, {}};
   EXPECT_EQ(testing::NewItems(before, after),
             (std::vector<std::string>{"loop /dev/loop3 <- /x/lun (deleted)", "record vol-2.json"}));
   EXPECT_TRUE(testing::NewItems(after, after).empty());
+}
+
+// A part of the scope the checker could not read (a tgtd that did not
+// answer) proves nothing: reported in every diff, also when the snapshot
+// before could not read it either.
+TEST(LeakCheckTest, AnUnreadablePartIsReportedWhateverTheSnapshotBeforeHeld) {
+  const std::string blind = "unreadable tgtd (control port 7): tgtadm --op show --mode target exited 107";
+  testing::LeakSnapshot readable{{"mount /a (ext4)"}, {}};
+  testing::LeakSnapshot unreadable{{"mount /a (ext4)"}, {blind}};
+  EXPECT_EQ(testing::NewItems(readable, unreadable), std::vector<std::string>{blind});
+  EXPECT_EQ(testing::NewItems(unreadable, unreadable), std::vector<std::string>{blind});
+  EXPECT_TRUE(testing::NewItems(unreadable, readable).empty());
+  // Fixtures that drop the target set-up they made by hand keep it.
+  EXPECT_EQ(testing::WithoutTgtdSetUp({blind, "tgtd target iqn.x"}), std::vector<std::string>{blind});
 }
 
 // `rbd status --format json` as Ceph 16 prints it: one watcher per open
