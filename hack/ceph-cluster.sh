@@ -15,7 +15,10 @@
 #
 # The monitor listens on two random free ports on 127.0.0.1 (not 3300/6789)
 # so that several test clusters and a developer's cluster can coexist; the
-# mgr and OSD take ephemeral ports from Ceph's own range. Needs root (Ceph
+# mgr and OSD take ephemeral ports from Ceph's own range.
+# CEPH_CLUSTER_ADDR=IP puts every daemon on that address instead (one the
+# caller owns, e.g. in its own network namespace, for clients that are not on
+# this machine's loopback: the VM tests' kernel RBD client). Needs root (Ceph
 # daemons and apt-get). Facts behind the settings: /work/shared/CEPH.md.
 set -euo pipefail
 
@@ -23,6 +26,7 @@ readonly MARKER=".blockcsi-ceph-cluster"
 readonly POOL="rbd"
 readonly OSD_BLOCK_BYTES=$((10 * 1024 * 1024 * 1024)) # sparse; tests write little
 readonly READY_TIMEOUT_S="${CEPH_CLUSTER_READY_TIMEOUT:-180}"
+readonly ADDR="${CEPH_CLUSTER_ADDR:-127.0.0.1}"
 readonly PACKAGES=(ceph-mon ceph-mgr ceph-osd ceph-common librbd-dev librados-dev)
 
 log() { echo "ceph-cluster: $*" >&2; }
@@ -95,7 +99,12 @@ write_conf() {
     echo "fsid = $fsid"
     echo "mon host = $mon_host"
     echo "mon initial members = a"
-    echo "public network = 127.0.0.0/8"
+    if [ "$ADDR" = 127.0.0.1 ]; then
+      echo "public network = 127.0.0.0/8"
+    else
+      # Daemons bind the one address of this network the host has.
+      echo "public network = $ADDR/32"
+    fi
     echo "ms bind ipv4 = true"
     echo "ms bind ipv6 = false"
     echo "auth cluster required = cephx"
@@ -166,7 +175,7 @@ start_mon() {
     p1="$(free_port)" || die "no free port"
     p2="$(free_port)" || die "no free port"
     [ "$p1" != "$p2" ] || continue
-    mon_host="[v2:127.0.0.1:$p1,v1:127.0.0.1:$p2]"
+    mon_host="[v2:$ADDR:$p1,v1:$ADDR:$p2]"
     echo "$mon_host" >"$dir/mon_host"
     write_conf "$dir" "$fsid" "$mon_host"
     rm -rf "$dir/mon" "$dir/monmap"

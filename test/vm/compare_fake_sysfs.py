@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Compares a fake sysfs tree of test/testdata/sysfs with the real /sys.
 
-Usage: compare_fake_sysfs.py FAKE_ROOT REAL_ROOT NAME=NAME...
+Usage: compare_fake_sysfs.py FAKE_ROOT REAL_ROOT [--shape ATTR=REGEX]... NAME=NAME...
 Each fake path is mapped to the real one by the NAME=NAME replacements (the
 fake's host, session, target, LUN and disk numbers to the kernel's), then:
 the real path exists and is of the same kind (directory, file, symlink); a
 link's text is the mapped fake text; a file's content is the fake's byte for
-byte, except the attributes listed in SHAPE_ONLY (compared by pattern) and
-the write-only ones (existence only). Prints every difference; exit 1 if any.
+byte, except the attributes listed in SHAPE_ONLY or given with --shape
+(values that differ from machine to machine: only their form is compared,
+the fake's value must have it too) and the write-only ones (existence only).
+Prints every difference; exit 1 if any.
 """
 import os
 import re
@@ -18,7 +20,7 @@ import sys
 SHAPE_ONLY = {
     "dev": rb"\d+:\d+\n",
 }
-WRITE_ONLY = {"delete", "rescan", "scan"}
+WRITE_ONLY = {"delete", "rescan", "scan", "refresh"}
 
 
 def kind(path):
@@ -33,7 +35,17 @@ def kind(path):
 
 def main():
     fake_root, real_root = sys.argv[1], sys.argv[2]
-    pairs = [arg.split("=", 1) for arg in sys.argv[3:]]
+    shape_only = dict(SHAPE_ONLY)
+    pairs = []
+    args = sys.argv[3:]
+    while args:
+        if args[0] == "--shape" and len(args) > 1:
+            attr, regex = args[1].split("=", 1)
+            shape_only[attr] = regex.encode() + rb"\n"
+            args = args[2:]
+        else:
+            pairs.append(args[0].split("=", 1))
+            args = args[1:]
 
     def mapped(text):
         # Longest names first: "session1" before "1".
@@ -62,9 +74,10 @@ def main():
                     fake_bytes = f.read()
                 with open(real, "rb") as f:
                     real_bytes = f.read()
-                if name in SHAPE_ONLY:
-                    if not re.fullmatch(SHAPE_ONLY[name], real_bytes):
-                        differences.append(f"{rel}: {real} holds {real_bytes!r}, not of the form {SHAPE_ONLY[name]!r}")
+                if name in shape_only:
+                    for who, value in (("fake", fake_bytes), (real, real_bytes)):
+                        if not re.fullmatch(shape_only[name], value):
+                            differences.append(f"{rel}: {who} holds {value!r}, not of the form {shape_only[name]!r}")
                 elif mapped(fake_bytes.decode("latin-1")).encode("latin-1") != real_bytes:
                     differences.append(f"{rel}: fake holds {fake_bytes!r}, {real} holds {real_bytes!r}")
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(directory, d))]

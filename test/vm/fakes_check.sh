@@ -19,7 +19,7 @@ start_iscsid "iqn.2000-01.invalid:not-the-node"
 step "tgtd with the LUN the fakes were captured from"
 tgtd -f -C "$control_port" --iscsi "portal=$portal" >"$work/tgtd.log" 2>&1 &
 daemon_pids+=($!)
-wait_for 20 tgtadm -C "$control_port" --lld iscsi --op show --mode target || die "tgtd did not start"
+wait_for "$vm_patience_s" tgtadm -C "$control_port" --lld iscsi --op show --mode target || die "tgtd did not start"
 truncate -s 1G "$work/lun1.img"
 tgtadm -C "$control_port" --lld iscsi --op new --mode target --tid 3 -T "$iqn" || die "tgtadm new target"
 tgtadm -C "$control_port" --lld iscsi --op new --mode logicalunit --tid 3 --lun 1 -b "$work/lun1.img" || die "tgtadm new lun"
@@ -68,9 +68,9 @@ session=$(sessions_of "$iqn")
 [ -n "$session" ] || die "no session"
 host=$(basename "$(readlink -f "/sys/class/iscsi_session/$session/device/..")")
 echo "- - 1" >"/sys/class/scsi_host/$host/scan"
-wait_for 20 sh -c "ls /sys/class/iscsi_session/$session/device/target*/*/block/* >/dev/null 2>&1" || die "LUN 1 did not appear"
+wait_for "$vm_patience_s" sh -c "ls /sys/class/iscsi_session/$session/device/target*/*/block/* >/dev/null 2>&1" || die "LUN 1 did not appear"
 disk=$(disk_of "$session")
-wait_for 10 test -e "/sys/block/$disk" || die "/sys/block/$disk did not appear"
+wait_for "$vm_patience_s" test -e "/sys/block/$disk" || die "/sys/block/$disk did not appear"
 h=${host#host}
 s=${session#session}
 echo "real session: $session on $host, LUN 1 -> $disk"

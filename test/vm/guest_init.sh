@@ -16,10 +16,12 @@ while read -r module; do
 done </modules/order
 
 modules_dir=
+guest_ip=10.0.2.15/24
 # shellcheck disable=SC2013 # the command line is one line of words
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
   blockcsi.modules=*) modules_dir=${arg#blockcsi.modules=} ;;
+  blockcsi.ip=*) guest_ip=${arg#blockcsi.ip=} ;;
   esac
 done
 
@@ -60,7 +62,7 @@ echo /bin/modprobe-in-root >/proc/sys/kernel/modprobe
 ip link set lo up
 if ip link show eth0 >/dev/null 2>&1; then
   ip link set eth0 up
-  ip addr add 10.0.2.15/24 dev eth0
+  ip addr add "$guest_ip" dev eth0
 fi
 hostname blockcsi-vm
 : >/newroot/job/booted

@@ -29,7 +29,7 @@ start_iscsid "iqn.2000-01.invalid:not-the-node"
 step "start tgtd and blockcsi --connector kernel"
 tgtd -f -C "$control_port" --iscsi "portal=$portal" >"$work/tgtd.log" 2>&1 &
 daemon_pids+=($!)
-wait_for 20 tgtadm -C "$control_port" --lld iscsi --op show --mode target || die "tgtd did not start"
+wait_for "$vm_patience_s" tgtadm -C "$control_port" --lld iscsi --op show --mode target || die "tgtd did not start"
 mkdir -p "$work/pool" "$work/state" "$work/staging" "$work/pods"
 start_plugin --mode all --backend local --pool "$work/pool" --tgt-control-port "$control_port" \
   --portal "$portal" --connector kernel --node-id "$node"
@@ -51,14 +51,14 @@ wrong_one_way=(--secret-env chap-username=CHAP_USER --secret-env chap-password=W
 csi() {
   CHAP_USER=$CHAP_USER CHAP_SECRET=$CHAP_SECRET CHAP_MUTUAL_USER=$CHAP_MUTUAL_USER \
     CHAP_MUTUAL_SECRET=$CHAP_MUTUAL_SECRET WRONG_SECRET=$WRONG_SECRET \
-    "$bin/csi-call" --endpoint "$csi_endpoint" "$@"
+    "${csi_call[@]}" "$@"
 }
 secrets_list() { printf '%s\n' "$CHAP_SECRET" "$CHAP_MUTUAL_SECRET" "$WRONG_SECRET"; }
 
 python3 "$here/secret_watch.py" "$work/secret-leaks" --allow-environ csi-call < <(secrets_list) >"$work/watch.out" 2>&1 &
 watcher_pid=$!
 daemon_pids+=("$watcher_pid")
-wait_for 60 grep -qx watching "$work/watch.out" || die "the secret watcher did not start: $(cat "$work/watch.out")"
+wait_for "$vm_patience_s" grep -qx watching "$work/watch.out" || die "the secret watcher did not start: $(cat "$work/watch.out")"
 
 # nothing_left <iqn>: no session, no sd disk, no mount of ours, no record.
 nothing_left() {
@@ -69,16 +69,27 @@ nothing_left() {
   [ ! -e "/etc/iscsi/nodes/$1" ] || [ -z "$(ls "/etc/iscsi/nodes/$1")" ] || die "a node record of $1 is left"
 }
 
-# udev_links <on|off> <disk>: whether /dev/disk/by-id and by-path name the disk.
-udev_links() {
-  local found=no link
+# udev_link_to <disk>: whether a /dev/disk/by-id or by-path link names the disk.
+udev_link_to() {
+  local link
   for link in /dev/disk/by-id/* /dev/disk/by-path/*; do
-    [ -L "$link" ] && [ "$(readlink -f "$link")" = "/dev/$2" ] && found=yes
+    [ -L "$link" ] && [ "$(readlink -f "$link")" = "/dev/$1" ] && return 0
   done
-  if [ "$1" = on ]; then
-    [ "$found" = yes ] || die "udev made no /dev/disk/by-* link for $2 (links: $(find /dev/disk -type l -printf '%p ' 2>&1))"
+  return 1
+}
+no_udev_link_to() { ! udev_link_to "$1"; }
+# udev_links <udev: on|off> <disk> <present|gone>: with udevd, the links
+# follow the disk once udevd has worked through its events (a wait: under TCG
+# on a loaded machine that took longer than `udevadm settle --timeout 30`);
+# without it, there must never be one.
+udev_links() {
+  if [ "$1" = off ]; then
+    no_udev_link_to "$2" || die "/dev/disk/by-* names $2 without udevd running"
+  elif [ "$3" = present ]; then
+    wait_for "$vm_patience_s" udev_link_to "$2" ||
+      die "udev made no /dev/disk/by-* link for $2 (links: $(find /dev/disk -type l -printf '%p ' 2>&1))"
   else
-    [ "$found" = no ] || die "/dev/disk/by-* names $2 without udevd running"
+    wait_for "$vm_patience_s" no_udev_link_to "$2" || die "/dev/disk/by-* still names $2 after the unstage"
   fi
 }
 
@@ -135,10 +146,7 @@ lifecycle() {
   else
     [ "$(devnum_of "$staging")" = "$(cat "/sys/block/$disk/dev")" ] || die "$staging is not on the session's disk $disk"
   fi
-  if [ "$udev" = on ]; then
-    udevadm settle --timeout 30 || true
-  fi
-  udev_links "$udev" "$disk"
+  udev_links "$udev" "$disk" present
   head -c 1048576 /dev/urandom >"$work/data-$fs"
   if [ "$fs" = block ]; then
     [ -b "$target" ] || die "$target is not a block device"
@@ -153,10 +161,7 @@ lifecycle() {
   node_unpublish "$id"
   node_unstage "$id"
   nothing_left "$iqn"
-  if [ "$udev" = on ]; then
-    udevadm settle --timeout 30 || true
-    udev_links off "$disk"
-  fi
+  udev_links "$udev" "$disk" gone
   step "$fs: stage and publish again: the data is intact"
   node_stage "$id"
   node_publish "$id"

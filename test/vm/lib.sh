@@ -30,6 +30,12 @@ expect() {
   "$@" || die "$what"
 }
 
+# Limits on waits and calls are ceilings for a 1-CPU TCG guest on a loaded
+# 2-core CI machine, where one step can take minutes: a wait ends as soon as
+# its condition holds, so a generous ceiling costs nothing when all is well.
+# The whole VM is bounded by ctest's timeout (vm_run.sh stops it before).
+readonly vm_patience_s=300
+
 wait_for() { # wait_for <seconds> <command...>
   local deadline=$(($(date +%s) + $1))
   shift
@@ -83,11 +89,15 @@ start_iscsid() {
   setsid iscsid -f >"$work/iscsid.log" 2>&1 &
   daemon_pids+=($!)
   # iscsiadm reaches iscsid on this abstract unix socket.
-  wait_for 20 grep -q '@ISCSIADM_ABSTRACT_NAMESPACE' /proc/net/unix || die "iscsid did not start"
+  wait_for "$vm_patience_s" grep -q '@ISCSIADM_ABSTRACT_NAMESPACE' /proc/net/unix || die "iscsid did not start"
 }
 
 csi_endpoint="unix://$work/csi.sock"
-csi() { "$bin/csi-call" --endpoint "$csi_endpoint" "$@"; }
+# csi-call's own deadline (60 s) is shorter than a NodeStageVolume (login,
+# mkfs) can take here; the kubelet would retry, a test must wait for the
+# answer instead. The plugin's own timeouts bound the work.
+csi_call=("$bin/csi-call" --endpoint "$csi_endpoint" --timeout 600)
+csi() { "${csi_call[@]}" "$@"; }
 
 # start_plugin <flags...>: blockcsi on $csi_endpoint, ready for calls.
 # Sets $plugin_pid.
@@ -95,7 +105,7 @@ start_plugin() {
   "$bin/blockcsi" --endpoint "$csi_endpoint" --state-dir "$work/state" "$@" >>"$work/plugin.log" 2>&1 &
   plugin_pid=$!
   daemon_pids+=("$plugin_pid")
-  wait_for 60 sh -c "'$bin/csi-call' --endpoint '$csi_endpoint' Probe | grep -q '\"ready\":true'" ||
+  wait_for "$vm_patience_s" sh -c "'$bin/csi-call' --endpoint '$csi_endpoint' Probe | grep -q '\"ready\":true'" ||
     die "blockcsi did not become ready"
 }
 
@@ -104,7 +114,7 @@ start_tgtd() {
   local port=$1 extra
   tgtd -f -C "$port" --iscsi "portal=$2" >"$work/tgtd.log" 2>&1 &
   daemon_pids+=($!)
-  wait_for 20 tgtadm -C "$port" --lld iscsi --op show --mode target || die "tgtd did not start"
+  wait_for "$vm_patience_s" tgtadm -C "$port" --lld iscsi --op show --mode target || die "tgtd did not start"
   shift 2
   for extra in "$@"; do
     tgtadm -C "$port" --lld iscsi --op new --mode portal --param "portal=$extra" || die "tgtd portal $extra"

@@ -6,8 +6,12 @@
 # absolute path or one relative to the current directory) and the build tree run
 # unchanged; the current directory and BLOCKCSI_* variables carry over. The
 # script's output is printed after the VM stops (and kept in DIR/output with
-# the console in DIR/console.log with --keep). Only QEMU's user network with
-# restrict=on: the VM reaches no address outside itself.
+# the console in DIR/console.log with --keep). Network: QEMU's user network
+# with restrict=on (the VM reaches no address outside itself), or, with
+# BLOCKCSI_VM_TAP=NAME and BLOCKCSI_VM_IP=ADDR/PREFIX, the tap device NAME as
+# the guest's eth0 with that address: run this inside the network namespace
+# that holds the tap (a runner made both; the guest reaches only that
+# namespace, e.g. a throw-away Ceph listening there).
 # Exit status: the script's, 77 (ctest's skip) with the reason when QEMU or
 # the kernel cannot be had, 124 when the VM outlives BLOCKCSI_VM_TIMEOUT
 # (default 600 s), 125 when the VM stopped without the script's status.
@@ -75,6 +79,17 @@ trap 'exit 130' INT TERM
   echo
 } >"$job/run"
 
+net=(-netdev "user,id=n0,restrict=on")
+guest_ip=10.0.2.15/24
+if [ -n "${BLOCKCSI_VM_TAP:-}" ]; then
+  [ -n "${BLOCKCSI_VM_IP:-}" ] || {
+    echo "vm_run: BLOCKCSI_VM_TAP needs BLOCKCSI_VM_IP (the guest's ADDR/PREFIX)" >&2
+    exit 2
+  }
+  net=(-netdev "tap,id=n0,ifname=$BLOCKCSI_VM_TAP,script=no,downscript=no")
+  guest_ip=$BLOCKCSI_VM_IP
+fi
+
 timeout_s=${BLOCKCSI_VM_TIMEOUT:-600}
 started=$(date +%s%N)
 # QEMU dies with this script even when it is SIGKILLed (a ctest timeout).
@@ -82,12 +97,12 @@ setpriv --pdeathsig KILL qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp
   -nodefaults -display none -no-reboot \
   -serial "file:$job/console.log" \
   -kernel "$kernel" -initrd "$initrd" \
-  -append "console=ttyS0 quiet panic=-1 blockcsi.modules=$kernel_dir/lib/modules" \
+  -append "console=ttyS0 quiet panic=-1 blockcsi.modules=$kernel_dir/lib/modules blockcsi.ip=$guest_ip" \
   -fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on \
   -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
   -fsdev "local,id=job,path=$job,security_model=passthrough" \
   -device virtio-9p-pci,fsdev=job,mount_tag=job \
-  -netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0 \
+  "${net[@]}" -device virtio-net-pci,netdev=n0 \
   2>"$job/qemu.err" &
 qemu_pid=$!
 
