@@ -33,13 +33,16 @@ Status RefuseOtherVolumesPath(const std::vector<AttachRecord>& records, const st
                               const std::string& field, const std::string& path) {
   for (const AttachRecord& other : records) {
     if (other.volume_id == volume_id) continue;
+    // Either way round: a mount inside another volume's path writes into
+    // its filesystem, one above it hides it from its own unpublish.
+    auto overlaps = [&](const std::string& claimed) { return PathWithin(path, claimed) || PathWithin(claimed, path); };
     std::string what;
     std::string claimed = StagedFacts::Of(other).staging_path;
-    if (PathWithin(path, claimed)) {
+    if (overlaps(claimed)) {
       what = "staging path";
     } else {
       for (const std::string& target : PublishedTargets(other)) {
-        if (PathWithin(path, target)) {
+        if (overlaps(target)) {
           what = "publish target";
           claimed = target;
           break;
@@ -47,9 +50,9 @@ Status RefuseOtherVolumesPath(const std::vector<AttachRecord>& records, const st
       }
     }
     if (what.empty()) continue;
-    return FailedPrecondition("volume " + volume_id + ": " + field + " " + path +
-                              (path == claimed ? " is " : " is inside ") + "the " + what + " " + claimed +
-                              " of volume " + other.volume_id + " on this node; refusing to touch it");
+    const char* relation = path == claimed ? " is " : PathWithin(path, claimed) ? " is inside " : " holds ";
+    return FailedPrecondition("volume " + volume_id + ": " + field + " " + path + relation + "the " + what + " " +
+                              claimed + " of volume " + other.volume_id + " on this node; refusing to touch it");
   }
   return OkStatus();
 }

@@ -31,7 +31,7 @@ bool PathWithin(const std::string& path, const std::string& claimed);
 
 // FAILED_PRECONDITION naming both volumes when a record other than
 // `volume_id`'s claims `path` (its staging path or one of its publish
-// targets, or a directory above `path` that is one); OK otherwise.
+// targets is `path`, lies above it or below it); OK otherwise.
 // `field`: the request field `path` came from, for the message.
 Status RefuseOtherVolumesPath(const std::vector<AttachRecord>& records, const std::string& volume_id,
                               const std::string& field, const std::string& path);

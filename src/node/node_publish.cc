@@ -176,9 +176,21 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
     if (staged_block != cap.has_block()) return FailedPrecondition("volume " + volume_id + " " + mismatch);
   }
 
-  BLOCKCSI_ASSIGN_OR_RETURN(bool published,
-                            staged_block ? PublishBlock(volume_id, *record, target, read_only, existing)
-                                         : PublishFilesystem(volume_id, *record, target, read_only, table, existing));
+  const bool was_recorded = IsPublishedAt(*record, target);
+  StatusOr<bool> publish = staged_block ? PublishBlock(volume_id, *record, target, read_only, existing)
+                                        : PublishFilesystem(volume_id, *record, target, read_only, table, existing);
+  if (!publish.ok()) {
+    // Nothing is mounted after a failed bind, and after a final failure
+    // kubelet does not unpublish: the claim this call recorded goes now.
+    if (!was_recorded && IsFinalFailure(publish.status())) {
+      if (Status forgot = options_.attacher->Annotate(volume_id, PublishedAnnotation(target), ""); !forgot.ok()) {
+        LogWarn("publish failed and forgetting its target failed too",
+                {{"volume_id", volume_id}, {"target_path", target}, {"error", forgot.ToString()}});
+      }
+    }
+    return publish.status();
+  }
+  const bool published = *publish;
   // Already there, as asked: recorded by this publish's first run, or by a
   // plugin from before publish targets were recorded, which it adopts here.
   if (!published) return RecordPublish(*record, target, read_only);

@@ -218,6 +218,9 @@ TEST_F(NodeOwnershipTest, StageOrPublishAtOrInsideAnotherVolumesPathIsRefused) {
                       {"vol-e", "vol-f"}));
   EXPECT_TRUE(Refused(node_->Publish(PublishRequest("vol-f", StagingOf("vol-e") + "/sub")),
                       StatusCode::kFailedPrecondition, {"vol-e", "vol-f"}));
+  EXPECT_TRUE(Refused(node_->Publish(PublishRequest("vol-f", std::string(kKubelet) + "/plugins")),
+                      StatusCode::kFailedPrecondition, {"vol-e", "vol-f"}))
+      << "a bind above vol-e's staging path would hide it";
   EXPECT_EQ(State(), before);
   auto stage_g = StageRequest("vol-g");
   stage_g.set_staging_target_path(TargetOf("vol-e"));
