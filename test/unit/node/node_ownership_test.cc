@@ -330,13 +330,13 @@ TEST_F(NodeOwnershipTest, CallsOnAPathOrALunInFlightUnderAnotherVolumeIdAreAbort
   bool in_mkfs = false, release = false;
   executor_->BeforeRun([&](const std::vector<std::string>& argv) {
     // Only vol-e's mkfs waits: a call that got through would run its own.
-    if (argv[0].rfind("mkfs", 0) != 0 || std::find(argv.begin(), argv.end(), "/dev/fake1") == argv.end()) return;
+    if (argv[0].rfind("mkfs", 0) != 0 || std::find(argv.begin(), argv.end(), "/dev/fake-e") == argv.end()) return;
     std::unique_lock lock(mu);
     in_mkfs = true;
     cv.notify_all();
     cv.wait(lock, [&] { return release; });
   });
-  attacher_->SetDeviceFor("vol-e", world_->AddDevice("/dev/fake1", {}));
+  attacher_->SetDeviceFor("vol-e", world_->AddDevice("/dev/fake-e", {}));
   auto first = std::async(std::launch::async, [&] { return node_->Stage(StageRequest("vol-e")); });
   {
     std::unique_lock lock(mu);
