@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
@@ -97,6 +98,50 @@ StatusOr<std::string> RootedHost::ReadLink(const std::string& path) const {
   ssize_t n = ::readlink(real.c_str(), buf, sizeof buf - 1);
   if (n < 0) return ErrnoToStatus(errno, "readlink " + real);
   return std::string(buf, static_cast<size_t>(n));
+}
+
+StatusOr<std::string> RootedHost::RealPath(const std::string& path) const {
+  // Links may point anywhere under the root, so resolve the root too and
+  // give back the part below it.
+  std::string root = "/";
+  if (!root_.empty()) {
+    char* resolved = ::realpath(root_.c_str(), nullptr);
+    if (resolved == nullptr) return path;  // nothing exists under a missing root: no link either
+    root = resolved;
+    std::free(resolved);
+  }
+  auto below_root = [&](const std::string& real) {
+    if (root == "/") return real;
+    if (real == root) return std::string("/");
+    if (real.compare(0, root.size() + 1, root + "/") == 0) return real.substr(root.size());
+    return "(outside " + root_ + ")" + real;  // never equal to a path under the root
+  };
+  std::string head = path;
+  std::string tail;
+  // Bounded like the kernel's own link resolution (40 links).
+  for (int hops = 0; hops < 40 && !head.empty(); ++hops) {
+    std::string real = Resolve(head);
+    if (char* resolved = ::realpath(real.c_str(), nullptr); resolved != nullptr) {
+      std::string out = below_root(resolved);
+      std::free(resolved);
+      return (out == "/" && !tail.empty() ? std::string() : out) + tail;
+    }
+    if (errno != ENOENT) return ErrnoToStatus(errno, "realpath " + real);
+    struct stat st {};
+    size_t slash = head.rfind('/');
+    if (::lstat(real.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      // A dangling link: follow it by hand, as open(O_CREAT) or mkdir
+      // under it would.
+      auto to = ReadLink(head);
+      if (!to.ok()) return to.status();
+      head = to->starts_with('/') ? *to : head.substr(0, slash) + "/" + *to;
+      continue;
+    }
+    if (slash == std::string::npos || head == "/") return InvalidArgument("realpath: " + path + " is not absolute");
+    tail = head.substr(slash) + tail;
+    head = slash == 0 ? "/" : head.substr(0, slash);
+  }
+  return ErrnoToStatus(ELOOP, "realpath " + Resolve(path));
 }
 
 bool RootedHost::Exists(const std::string& path) const { return ::access(Resolve(path).c_str(), F_OK) == 0; }

@@ -72,6 +72,12 @@ class Host {
   virtual Status OverwriteFile(const std::string& path, const std::string& contents) const = 0;
   virtual StatusOr<std::vector<std::string>> ListDir(const std::string& path) const = 0;  // sorted names
   virtual StatusOr<std::string> ReadLink(const std::string& path) const = 0;
+  // `path` with every symbolic link in it resolved (realpath(3)), as a path
+  // of this host: what exists of it is resolved, a missing tail is appended
+  // as given (a dangling link is followed to where it points). A path that
+  // comes back different leads through a link: the node refuses to mount
+  // there, since mount(2) would follow it somewhere no record names.
+  virtual StatusOr<std::string> RealPath(const std::string& path) const = 0;
   virtual bool Exists(const std::string& path) const = 0;
   // When `path` was last written (its mtime).
   virtual StatusOr<std::chrono::system_clock::time_point> ModificationTime(const std::string& path) const = 0;
@@ -143,6 +149,7 @@ class RootedHost : public Host {
   Status OverwriteFile(const std::string& path, const std::string& contents) const override;
   StatusOr<std::vector<std::string>> ListDir(const std::string& path) const override;
   StatusOr<std::string> ReadLink(const std::string& path) const override;
+  StatusOr<std::string> RealPath(const std::string& path) const override;
   bool Exists(const std::string& path) const override;
   StatusOr<std::chrono::system_clock::time_point> ModificationTime(const std::string& path) const override;
   std::string Resolve(const std::string& path) const override { return root_ + path; }

@@ -12,6 +12,7 @@
 #include "contract/initiator.h"
 #include "contract/publish_context.h"
 #include "node/fs_maintenance.h"
+#include "node/node_claims.h"
 #include "node/node_internal.h"
 
 // NodePublishVolume and NodeUnpublishVolume, with the read-only loop layer
@@ -43,9 +44,10 @@ Status CheckExistingPublish(const std::string& volume_id, const std::string& tar
 
 // A bind mount of the staged filesystem at `target`; false when it is
 // already there as asked.
-StatusOr<bool> NodeService::PublishFilesystem(const std::string& volume_id, const std::string& staging,
+StatusOr<bool> NodeService::PublishFilesystem(const std::string& volume_id, const AttachRecord& record,
                                               const std::string& target, bool read_only,
                                               const std::vector<MountEntry>& table, const MountEntry* existing) {
+  const std::string staging = StagedFacts::Of(record).staging_path;
   const MountEntry* staged = FindMountAt(table, staging);
   if (staged == nullptr) {
     return FailedPrecondition("volume " + volume_id + ": nothing is mounted at the staging path " + staging +
@@ -56,6 +58,9 @@ StatusOr<bool> NodeService::PublishFilesystem(const std::string& volume_id, cons
     BLOCKCSI_RETURN_IF_ERROR(CheckExistingPublish(volume_id, target, *existing, same, read_only));
     return false;
   }
+  // Recorded before the directory or the mount exists, so that whatever
+  // this call leaves at the target, the record says it is this volume's.
+  BLOCKCSI_RETURN_IF_ERROR(RecordPublish(record, target, read_only));
   BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeDirectory(target, 0750));
   Status st = options_.mounter->BindMount(staging, target, read_only);
   if (!st.ok()) return st.WithContext("volume " + volume_id);
@@ -76,6 +81,7 @@ StatusOr<bool> NodeService::PublishBlock(const std::string& volume_id, const Att
     BLOCKCSI_RETURN_IF_ERROR(CheckExistingPublish(volume_id, target, *existing, same, read_only));
     return false;
   }
+  BLOCKCSI_RETURN_IF_ERROR(RecordPublish(record, target, read_only));  // before anything exists, as above
   BLOCKCSI_RETURN_IF_ERROR(options_.host->MakeFile(target));
   std::string source = device;
   if (read_only && !record.read_only) {
@@ -119,6 +125,7 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
   bool read_only = req.readonly() || IsReaderOnly(cap.access_mode().mode());
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodePublishVolume"));
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease path_lease, HoldKey(volume_id, "path", target, "NodePublishVolume"));
   auto record = options_.attacher->Get(volume_id);
   if (!record.ok()) {
     if (record.status().code() == StatusCode::kNotFound) {
@@ -132,6 +139,17 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
     return FailedPrecondition("volume " + volume_id + " is not staged at " + staging +
                               (recorded.empty() ? "" : " (it is staged at " + recorded + ")"));
   }
+  // The target must be no other volume's path, nor this volume's staging
+  // path, nor lead through a link: the record says where this volume is
+  // mounted, and the mount must be exactly there.
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, options_.attacher->List());
+  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, volume_id, "target_path", target));
+  if (PathWithin(target, staging) || PathWithin(staging, target)) {
+    return FailedPrecondition("volume " + volume_id + ": target_path " + target + " overlaps its staging path " +
+                              staging);
+  }
+  BLOCKCSI_RETURN_IF_ERROR(RefuseSymlinkedPath(*options_.host, volume_id, "target_path", target));
+  BLOCKCSI_RETURN_IF_ERROR(RefuseSymlinkedPath(*options_.host, volume_id, "staging_target_path", staging));
   bool staged_block = staged.block();
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
   const MountEntry* existing = FindMountAt(table, target);
@@ -158,22 +176,61 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
     if (staged_block != cap.has_block()) return FailedPrecondition("volume " + volume_id + " " + mismatch);
   }
 
-  BLOCKCSI_ASSIGN_OR_RETURN(bool published,
-                            staged_block ? PublishBlock(volume_id, *record, target, read_only, existing)
-                                         : PublishFilesystem(volume_id, staging, target, read_only, table, existing));
-  if (!published) return OkStatus();  // already there, as asked
+  const bool was_recorded = IsPublishedAt(*record, target);
+  StatusOr<bool> publish = staged_block ? PublishBlock(volume_id, *record, target, read_only, existing)
+                                        : PublishFilesystem(volume_id, *record, target, read_only, table, existing);
+  if (!publish.ok()) {
+    // Nothing is mounted after a failed bind, and after a final failure
+    // kubelet does not unpublish: the claim this call recorded goes now.
+    if (!was_recorded && IsFinalFailure(publish.status())) {
+      if (Status forgot = options_.attacher->Annotate(volume_id, PublishedAnnotation(target), ""); !forgot.ok()) {
+        LogWarn("publish failed and forgetting its target failed too",
+                {{"volume_id", volume_id}, {"target_path", target}, {"error", forgot.ToString()}});
+      }
+    }
+    return publish.status();
+  }
+  const bool published = *publish;
+  // Already there, as asked: recorded by this publish's first run, or by a
+  // plugin from before publish targets were recorded, which it adopts here.
+  if (!published) return RecordPublish(*record, target, read_only);
   LogInfo("published volume", {{"volume_id", volume_id}, {"target_path", target}, {"readonly", read_only ? "1" : "0"}});
   return OkStatus();
 }
 
-// ---- NodeUnpublishVolume. Idempotent: a missing or unmounted target → OK.
+// ---- NodeUnpublishVolume. Idempotent: a volume this node has no record
+// of, or a target its record does not name and that holds no mount of its
+// device → OK, touching nothing (unpublished already, or never ours); a
+// target another volume's record claims → FAILED_PRECONDITION.
 Status NodeService::Unpublish(const csi::v1::NodeUnpublishVolumeRequest& req) {
   const std::string& volume_id = req.volume_id();
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
   BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "target_path", req.target_path()));
   std::string target = TrimTrailingSlash(req.target_path());
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodeUnpublishVolume"));
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease path_lease, HoldKey(volume_id, "path", target, "NodeUnpublishVolume"));
+  auto record = options_.attacher->Get(volume_id);
+  if (!record.ok()) {
+    if (record.status().code() != StatusCode::kNotFound) return record.status();
+    LogInfo("unpublish of a volume this node has no record of; nothing to do",
+            {{"volume_id", volume_id}, {"target_path", target}});
+    return OkStatus();
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, options_.attacher->List());
+  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, volume_id, "target_path", target));
+  const std::string staging = StagedFacts::Of(*record).staging_path;
+  if (PathWithin(target, staging)) {
+    return FailedPrecondition("volume " + volume_id + ": target_path " + target + " is inside its staging path " +
+                              staging + "; NodeUnstageVolume undoes that");
+  }
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
+  const bool recorded = IsPublishedAt(*record, target);
+  if (!recorded && !OnlyMountsOfVolume(*record, target, table)) {
+    LogWarn("unpublish at a path the volume is not published at; left alone",
+            {{"volume_id", volume_id}, {"target_path", target}});
+    return OkStatus();
+  }
+  BLOCKCSI_RETURN_IF_ERROR(RefuseSymlinkedPath(*options_.host, volume_id, "target_path", target));
   std::vector<std::string> layers;  // read-only loop layers to free once unmounted
   for (int layer = 0; const MountEntry* entry = FindMountAt(table, target); ++layer) {
     if (layer == kMaxMountLayers) {
@@ -191,8 +248,34 @@ Status NodeService::Unpublish(const csi::v1::NodeUnpublishVolumeRequest& req) {
   for (const auto& layer : layers) BLOCKCSI_RETURN_IF_ERROR(RemoveReadOnlyLayer(volume_id, layer));
   Status removed = options_.host->RemovePath(target);
   if (!removed.ok()) return removed.WithContext("volume " + volume_id);
+  // Erased last: a crash before this leaves a record naming a target with
+  // nothing left to undo, which the retry finishes.
+  if (recorded) {
+    Status erased = options_.attacher->Annotate(volume_id, PublishedAnnotation(target), "");
+    if (!erased.ok()) return erased.WithContext("volume " + volume_id + ": forget the publish target " + target);
+  }
   LogInfo("unpublished volume", {{"volume_id", volume_id}, {"target_path", target}});
   return OkStatus();
+}
+
+// A target the record does not name is this volume's only when there is a
+// mount there and every one is of the volume's device (a publish by a
+// plugin from before publish targets were recorded, or one whose record
+// write a crash lost): the kernel's table says so, not the caller.
+bool NodeService::OnlyMountsOfVolume(const AttachRecord& record, const std::string& target,
+                                     const std::vector<MountEntry>& table) const {
+  const std::string& device = record.device_path;
+  if (device.empty()) return false;
+  auto devnum = options_.host->DeviceNumber(device);
+  bool any = false;
+  for (const MountEntry& e : table) {
+    if (e.target != target) continue;
+    bool ours = (devnum.ok() && e.major_minor == *devnum) || IsBindOfDeviceNode(e, device) ||
+                IsReadOnlyLayerOf(*options_.host, e, device);
+    if (!ours) return false;
+    any = true;
+  }
+  return any;
 }
 
 StatusOr<std::string> NodeService::MakeReadOnlyLayer(const std::string& volume_id, const std::string& device) {

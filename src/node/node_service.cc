@@ -13,6 +13,7 @@
 #include "contract/initiator.h"
 #include "contract/publish_context.h"
 #include "node/fs_maintenance.h"
+#include "node/node_claims.h"
 #include "node/node_internal.h"
 
 namespace blockcsi {
@@ -27,6 +28,20 @@ NodeService::NodeService(NodeServiceOptions options)
       initiator_iqn_(InitiatorIqnForNode(options_.node_id)) {}
 
 Status NodeService::Fault(std::string_view point) const { return FaultPoint(point, options_.fault_hook); }
+
+StatusOr<InFlightLease> NodeService::HoldKey(const std::string& volume_id, const std::string& kind,
+                                             const std::string& what, std::string_view operation) {
+  auto lease = in_flight_.Acquire(std::string(1, '\0') + kind + ":" + what, operation);
+  if (lease.ok()) return lease;
+  return Aborted("volume " + volume_id + ": a call on " + kind + " " + what + " is already in progress; " +
+                 std::string(operation) + " refused, retry later");
+}
+
+Status NodeService::RecordPublish(const AttachRecord& record, const std::string& target, bool read_only) {
+  if (IsPublishedAt(record, target)) return OkStatus();
+  Status st = options_.attacher->Annotate(record.volume_id, PublishedAnnotation(target), read_only ? "ro" : "rw");
+  return st.WithContext("volume " + record.volume_id + ": record the publish target " + target);
+}
 
 void NodeService::LogAdoptedVolumes() {
   auto records = options_.attacher->List();

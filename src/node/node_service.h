@@ -88,7 +88,7 @@ class NodeService final : public csi::v1::Node::Service {
   Status Publish(const csi::v1::NodePublishVolumeRequest& request);
   Status Unpublish(const csi::v1::NodeUnpublishVolumeRequest& request);
   Status Stats(const csi::v1::NodeGetVolumeStatsRequest& request, csi::v1::NodeGetVolumeStatsResponse* response);
-  StatusOr<bool> PublishFilesystem(const std::string& volume_id, const std::string& staging, const std::string& target,
+  StatusOr<bool> PublishFilesystem(const std::string& volume_id, const AttachRecord& record, const std::string& target,
                                    bool read_only, const std::vector<MountEntry>& table, const MountEntry* existing);
   StatusOr<bool> PublishBlock(const std::string& volume_id, const AttachRecord& record, const std::string& target,
                               bool read_only, const MountEntry* existing);
@@ -128,6 +128,17 @@ class NodeService final : public csi::v1::Node::Service {
   StatusOr<std::string> MakeReadOnlyLayer(const std::string& volume_id, const std::string& device);
   Status RemoveReadOnlyLayer(const std::string& volume_id, const std::string& loop);
   Status Fault(std::string_view point) const;
+  // Holds `key` (a path or a LUN) in the volumes' in-flight guard, so that
+  // two calls on one path or one LUN never interleave, whatever volume ids
+  // they name; ABORTED naming `what` and `volume_id` when one is in flight.
+  // Keys start with a NUL, which no volume id contains (ValidateVolumeId).
+  StatusOr<InFlightLease> HoldKey(const std::string& volume_id, const std::string& kind, const std::string& what,
+                                  std::string_view operation);
+  // Adds `target` to the volume's publish targets in its attach record (one
+  // durable write) unless the record has it already.
+  Status RecordPublish(const AttachRecord& record, const std::string& target, bool read_only);
+  bool OnlyMountsOfVolume(const AttachRecord& record, const std::string& target,
+                          const std::vector<MountEntry>& table) const;
 
   Status ReleaseOne(const AttachRecord& record, std::vector<std::string>* lazily_unmounted);
 

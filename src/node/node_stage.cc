@@ -12,6 +12,7 @@
 #include "contract/initiator.h"
 #include "contract/publish_context.h"
 #include "node/fs_maintenance.h"
+#include "node/node_claims.h"
 #include "node/node_internal.h"
 
 // NodeStageVolume and NodeUnstageVolume.
@@ -83,16 +84,36 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
   plan.spec.annotations[kStagedAnnotation] = FactsOf(plan.block, plan.fs_type, plan.staging_path).Encode();
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(plan.volume_id, "NodeStageVolume"));
-  // The one read of the volume's attach record in this call. The lease is
-  // the volume's only lock (the attacher takes none, volume_attacher.h), so
-  // nothing rewrites the record before the attach below, which decides on
-  // this same copy.
-  std::optional<AttachRecord> earlier;
-  if (auto read = options_.attacher->Get(plan.volume_id); read.ok()) {
-    earlier = std::move(*read);
-  } else if (read.status().code() != StatusCode::kNotFound) {
-    return read.status();
+  // The path and the LUN are held too: two volume ids naming one of them
+  // never pass the checks below side by side before either has a record.
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease path_lease,
+                            HoldKey(plan.volume_id, "path", plan.staging_path, "NodeStageVolume"));
+  std::vector<InFlightLease> lun_leases;
+  for (const std::string& key : LunKeys(plan.spec)) {
+    BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease held, HoldKey(plan.volume_id, "LUN", key, "NodeStageVolume"));
+    lun_leases.push_back(std::move(held));
   }
+  // The one read of the attach records in this call: the other volumes'
+  // claims and this volume's own record, which the lease keeps from being
+  // rewritten before the attach below decides on this same copy (the
+  // attacher takes no lock of its own, volume_attacher.h). Only a record
+  // List could not read is read again, to say what is wrong with it.
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, options_.attacher->List());
+  std::optional<AttachRecord> earlier;
+  for (AttachRecord& r : records) {
+    if (r.volume_id == plan.volume_id) earlier = r;
+  }
+  if (!earlier) {
+    if (auto read = options_.attacher->Get(plan.volume_id); read.ok()) {
+      earlier = std::move(*read);
+    } else if (read.status().code() != StatusCode::kNotFound) {
+      return read.status();
+    }
+  }
+  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, plan.volume_id, "staging_target_path", plan.staging_path));
+  BLOCKCSI_RETURN_IF_ERROR(RefuseLunOfOtherVolume(records, plan.spec));
+  BLOCKCSI_RETURN_IF_ERROR(
+      RefuseSymlinkedPath(*options_.host, plan.volume_id, "staging_target_path", plan.staging_path));
   const AttachRecord* recorded = earlier ? &*earlier : nullptr;
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
   BLOCKCSI_RETURN_IF_ERROR(CheckRecordedStaging(recorded, *options_.host, plan.volume_id, plan.staging_path, plan.block,
@@ -241,30 +262,45 @@ Status NodeService::StageMount(const StagePlan& plan, const AttachRecord& record
   return OkStatus();
 }
 
-// ---- NodeUnstageVolume. Idempotent: nothing mounted and no record → OK.
-// Refuses while any publish still uses the device; detaches only after the
-// staging mount is gone, so a failed unmount never loses buffered writes.
+// ---- NodeUnstageVolume. Idempotent: a volume this node has no record of
+// → OK, touching nothing (its unstage finished, or it was never staged
+// here); a path its record does not name as its staging path → OK,
+// touching nothing; a path another volume's record claims →
+// FAILED_PRECONDITION. Refuses while any publish still uses the device;
+// detaches only after the staging mount is gone, so a failed unmount never
+// loses buffered writes.
 Status NodeService::Unstage(const csi::v1::NodeUnstageVolumeRequest& req) {
   const std::string& volume_id = req.volume_id();
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
   BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "staging_target_path", req.staging_target_path()));
   std::string staging = TrimTrailingSlash(req.staging_target_path());
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodeUnstageVolume"));
+  BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease path_lease, HoldKey(volume_id, "path", staging, "NodeUnstageVolume"));
 
   auto record = options_.attacher->Get(volume_id);
-  if (!record.ok() && record.status().code() != StatusCode::kNotFound) return record.status();
-  if (record.ok()) {
-    std::string recorded = StagedFacts::Of(*record).staging_path;
-    if (!recorded.empty() && recorded != staging) {
-      // Staged somewhere else: this path holds nothing of ours to undo.
-      LogWarn("unstage at a path the volume is not staged at",
-              {{"volume_id", volume_id}, {"requested", staging}, {"staged_at", recorded}});
-      return OkStatus();
-    }
+  if (!record.ok()) {
+    if (record.status().code() != StatusCode::kNotFound) return record.status();
+    LogInfo("unstage of a volume this node has no record of; nothing to do",
+            {{"volume_id", volume_id}, {"staging_path", staging}});
+    return OkStatus();
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, options_.attacher->List());
+  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, volume_id, "staging_target_path", staging));
+  std::string recorded = StagedFacts::Of(*record).staging_path;
+  if (!recorded.empty() && recorded != staging) {
+    // Staged somewhere else: this path holds nothing of ours to undo.
+    LogWarn("unstage at a path the volume is not staged at",
+            {{"volume_id", volume_id}, {"requested", staging}, {"staged_at", recorded}});
+    return OkStatus();
   }
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
-  if (record.ok()) BLOCKCSI_RETURN_IF_ERROR(RequireNoUsers(volume_id, *record, staging, table));
-  for (int layer = 0; FindMountAt(table, staging) != nullptr; ++layer) {
+  BLOCKCSI_RETURN_IF_ERROR(RequireNoUsers(volume_id, *record, staging, table));
+  // No staging path recorded: the stage died before its attach finished,
+  // so it mounted nothing, and whatever is mounted at `staging` is not ours.
+  if (!recorded.empty()) {
+    BLOCKCSI_RETURN_IF_ERROR(RefuseSymlinkedPath(*options_.host, volume_id, "staging_target_path", staging));
+  }
+  for (int layer = 0; !recorded.empty() && FindMountAt(table, staging) != nullptr; ++layer) {
     if (layer == kMaxMountLayers) {
       return FailedPrecondition("volume " + volume_id + ": " + staging + " is still mounted after " +
                                 std::to_string(kMaxMountLayers) + " unmounts");

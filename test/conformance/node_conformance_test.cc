@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <map>
@@ -647,6 +649,14 @@ TEST_F(NodeConformanceTest, CallsOnAVolumeWithAStageInFlightAreAborted) {
   csi::v1::NodeExpandVolumeResponse expanded;
   EXPECT_TRUE(Refused([&] { return NodeExpand(v, Staging(v), 0, &expanded); }, Code::ABORTED, v.id, node_side))
       << "NodeExpandVolume";
+  // Another volume id on the same staging path, or with the same LUN.
+  Volume other = v;
+  other.id = "conf-inflight-other";
+  EXPECT_TRUE(Refused([&] { return Stage(StageRequest(other, Staging(v))); }, Code::ABORTED, other.id, node_side))
+      << "same staging path";
+  EXPECT_TRUE(
+      Refused([&] { return Stage(other, Plugin().dir() + "/staging-other"); }, Code::ABORTED, other.id, node_side))
+      << "same LUN";
   // Other volumes are not held up by it.
   Volume unknown;
   unknown.id = "conf-other-volume";
@@ -656,6 +666,147 @@ TEST_F(NodeConformanceTest, CallsOnAVolumeWithAStageInFlightAreAborted) {
   EXPECT_TRUE(Ok(first.get())) << "the stage in flight completes once tgtd answers";
   EXPECT_EQ(FormatsLogged(v), 1);
   ASSERT_TRUE(Ok(Unstage(v)));
+}
+
+// ---- The node acts only on what its records give to the volume named. ----
+
+// A mount the test makes itself (something of the host's, not the
+// plugin's), unmounted lazily at the end whatever happens.
+struct ForeignMount {
+  std::string path;
+  bool mounted = false;
+  ForeignMount(const std::string& where, const char* source, const char* fs_type, unsigned long flags) : path(where) {
+    std::filesystem::create_directories(path);
+    mounted = ::mount(source, path.c_str(), fs_type, flags, nullptr) == 0;
+  }
+  ~ForeignMount() {
+    if (mounted) ::umount2(path.c_str(), MNT_DETACH);
+  }
+};
+
+class NodeOwnershipTest : public NodeConformanceTest {
+ protected:
+  // The leak checker's view is the same right after `call` as before it:
+  // nothing new (a session, loop device, mount, record) and nothing gone (a
+  // foreign mount, the other volume's mounts).
+  ::testing::AssertionResult Unchanged(const testing::LeakSnapshot& before, const std::string& call) {
+    if (auto left = testing::NothingLeftSince(before, Scope(), call); !left) return left;
+    testing::LeakSnapshot now = testing::TakeLeakSnapshot(Scope());
+    std::vector<std::string> gone;
+    for (const auto& item : before.items) {
+      if (!now.items.contains(item)) gone.push_back(item);
+    }
+    if (gone.empty()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "gone after " << call << ":\n" << testing::DescribeItems(gone);
+  }
+};
+
+TEST_F(NodeOwnershipTest, UnknownVolumeIdsTouchNoFileAndNoMount) {
+  Volume ghost;
+  ghost.id = "conf-ghost";
+  ghost.fs = "ext4";
+  const std::string foreign = Plugin().dir() + "/foreign";
+  std::filesystem::create_directories(foreign);
+  const std::string file = foreign + "/kubelet.conf";
+  {
+    std::ofstream out(file);
+    out << "not the plugin's";
+  }
+  ForeignMount tmpfs(foreign + "/tmpfs", "tmpfs", "tmpfs", 0);
+  ForeignMount bind(foreign + "/bind", foreign.c_str(), nullptr, MS_BIND);
+  ASSERT_TRUE(tmpfs.mounted && bind.mounted) << std::strerror(errno);
+
+  testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope());
+  EXPECT_TRUE(Ok(Unpublish(ghost, file)));
+  EXPECT_TRUE(Unchanged(before, "NodeUnpublish of an unknown volume at a regular file"));
+  EXPECT_EQ(testing::ReadFileOrEmpty(file), "not the plugin's") << "the file was unlinked";
+  EXPECT_TRUE(Ok(Unpublish(ghost, tmpfs.path)));
+  EXPECT_TRUE(Unchanged(before, "NodeUnpublish of an unknown volume at a tmpfs"));
+  EXPECT_TRUE(std::filesystem::is_directory(tmpfs.path));
+  EXPECT_TRUE(Ok(Unstage(ghost, bind.path)));
+  EXPECT_TRUE(Unchanged(before, "NodeUnstage of an unknown volume at a bind mount"));
+
+  // Volume E, staged and published: an unknown id at its staging path.
+  Volume e = Create("conf-own-e", "ext4");
+  ASSERT_FALSE(e.id.empty());
+  ASSERT_TRUE(Ok(Stage(e)));
+  ASSERT_TRUE(Ok(Publish(e)));
+  ASSERT_TRUE(WriteData(e, Target(e), "still E's"));
+  before = testing::TakeLeakSnapshot(Scope());
+  EXPECT_TRUE(Ok(Unstage(ghost, Staging(e))));
+  EXPECT_TRUE(Unchanged(before, "NodeUnstage of an unknown volume at E's staging path"));
+  EXPECT_EQ(ReadData(e, Target(e), 9), "still E's");
+  ASSERT_TRUE(Ok(Unpublish(e)));
+  ASSERT_TRUE(Ok(Unstage(e)));
+}
+
+TEST_F(NodeOwnershipTest, AnotherVolumesTargetOrStagingPathIsRefusedNamingBoth) {
+  Volume e = Create("conf-own-e2", "ext4");
+  Volume f = Create("conf-own-f2", "ext4");
+  ASSERT_FALSE(e.id.empty() || f.id.empty());
+  for (const Volume* v : {&e, &f}) {
+    ASSERT_TRUE(Ok(Stage(*v)));
+    ASSERT_TRUE(Ok(Publish(*v)));
+  }
+  ASSERT_TRUE(WriteData(f, Target(f), "still F's"));
+  testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope());
+  grpc::Status st = Unpublish(e, Target(f));
+  EXPECT_TRUE(IsCode(st, Code::FAILED_PRECONDITION, e.id));
+  EXPECT_NE(st.error_message().find(f.id), std::string::npos) << st.error_message();
+  EXPECT_TRUE(Unchanged(before, "NodeUnpublish of E at F's target"));
+  st = Unstage(e, Staging(f));
+  EXPECT_TRUE(IsCode(st, Code::FAILED_PRECONDITION, e.id));
+  EXPECT_NE(st.error_message().find(f.id), std::string::npos) << st.error_message();
+  EXPECT_TRUE(Unchanged(before, "NodeUnstage of E at F's staging path"));
+  EXPECT_TRUE(IsCode(Publish(PublishRequest(e, false, Target(f))), Code::FAILED_PRECONDITION, e.id));
+  EXPECT_TRUE(Unchanged(before, "NodePublish of E at F's target"));
+  EXPECT_EQ(ReadData(f, Target(f), 9), "still F's");
+  for (const Volume* v : {&e, &f}) {
+    ASSERT_TRUE(Ok(Unpublish(*v)));
+    ASSERT_TRUE(Ok(Unstage(*v)));
+  }
+}
+
+TEST_F(NodeOwnershipTest, SymlinkedTargetIsRefusedAndNothingIsMountedAtItsDestination) {
+  Volume e = Create("conf-own-link", "ext4");
+  ASSERT_FALSE(e.id.empty());
+  ASSERT_TRUE(Ok(Stage(e)));
+  const std::string destination = Plugin().dir() + "/foreign/link-destination";
+  std::filesystem::create_directories(destination);
+  std::filesystem::create_directories(std::filesystem::path(Target(e)).parent_path());
+  std::filesystem::remove(Target(e));
+  std::filesystem::create_directory_symlink(destination, Target(e));
+  testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope());
+  grpc::Status st = Publish(e);
+  EXPECT_TRUE(IsCode(st, Code::FAILED_PRECONDITION, e.id));
+  EXPECT_TRUE(Unchanged(before, "NodePublish at a symbolic link"));
+  EXPECT_TRUE(testing::MountsUnder(destination).empty()) << "mounted at the link's destination";
+  EXPECT_TRUE(Ok(Unpublish(e)));
+  EXPECT_TRUE(std::filesystem::is_symlink(Target(e)));
+  std::filesystem::remove(Target(e));
+  ASSERT_TRUE(Ok(Unstage(e)));
+}
+
+// Volume G's publish_context names E's LUN (its IQN, LUN number and
+// serial): staging it would mount E's filesystem a second time, read-write,
+// through a second loop device.
+TEST_F(NodeOwnershipTest, StageOfAnotherVolumeIdWithAStagedVolumesLunIsRefused) {
+  Volume e = Create("conf-own-lun", "ext4");
+  ASSERT_FALSE(e.id.empty());
+  ASSERT_TRUE(Ok(Stage(e)));
+  ASSERT_TRUE(Ok(Publish(e)));
+  for (bool is_static : {false, true}) {
+    Volume g = e;
+    g.id = std::string("conf-own-g") + (is_static ? "-static" : "");
+    if (is_static) g.publish_context["static"] = "true";
+    testing::LeakSnapshot before = testing::TakeLeakSnapshot(Scope());
+    grpc::Status st = Stage(g, Plugin().dir() + "/staging-g/" + g.id);
+    EXPECT_TRUE(IsCode(st, Code::FAILED_PRECONDITION, g.id)) << "static=" << is_static;
+    EXPECT_NE(st.error_message().find(e.id), std::string::npos) << st.error_message();
+    EXPECT_TRUE(Unchanged(before, "NodeStage of G with E's LUN (static=" + std::to_string(is_static) + ")"));
+  }
+  ASSERT_TRUE(Ok(Unpublish(e)));
+  ASSERT_TRUE(Ok(Unstage(e)));
 }
 
 // ---- Rules per access type: ext4, xfs, raw block. ----

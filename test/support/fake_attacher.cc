@@ -372,6 +372,23 @@ Status FakeHost::RemovePath(const std::string& path) const {
   return OkStatus();
 }
 
+StatusOr<std::string> FakeHost::RealPath(const std::string& path) const {
+  std::lock_guard lock(world_->mu);
+  std::string out = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    bool followed = false;
+    for (const auto& [link, to] : world_->symlinks) {
+      if (out == link || out.compare(0, link.size() + 1, link + "/") == 0) {
+        out = to + out.substr(link.size());
+        followed = true;
+        break;
+      }
+    }
+    if (!followed) return out;
+  }
+  return Status(StatusCode::kFailedPrecondition, "realpath " + path + ": too many links");
+}
+
 StatusOr<std::string> FakeHost::DeviceNumber(const std::string& device) const {
   std::lock_guard lock(world_->mu);
   auto it = world_->devices.find(device);

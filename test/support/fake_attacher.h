@@ -36,6 +36,10 @@ struct FakeWorld {
   std::set<std::string> dirs;
   std::set<std::string> files;
   std::map<std::string, std::string> loop_backing;  // "loop50" -> "/dev/fake1"
+  // Symbolic links: path -> absolute destination. Only RealPath follows
+  // them; the other fakes take paths as given, as mount(2) on a link would
+  // act at its destination without saying so.
+  std::map<std::string, std::string> symlinks;
   std::vector<std::string> log;  // "mount /dev/fake1 /stage ext4 opts", "mkfs.ext4 ...", "detach vol1"
   int next_mount_id = 100;
 
@@ -154,6 +158,7 @@ class FakeHost final : public RootedHost {
   Status MakeDirectory(const std::string& path, mode_t mode) const override;
   Status MakeFile(const std::string& path) const override;
   Status RemovePath(const std::string& path) const override;
+  StatusOr<std::string> RealPath(const std::string& path) const override;
   StatusOr<std::string> DeviceNumber(const std::string& device) const override;
   StatusOr<uint64_t> BlockDeviceSize(const std::string& device) const override;
   StatusOr<FsUsage> StatFs(const std::string& path) const override;

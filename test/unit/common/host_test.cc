@@ -63,6 +63,30 @@ TEST(HostTest, ReplaceFileWritesTheWholeFileUnderTheRootWithMode0600) {
   EXPECT_EQ(*host->ListDir("/etc/iscsi"), std::vector<std::string>{"record"});
 }
 
+// The node refuses a path whose real path differs from it: every link on
+// the way must show, also a dangling one (mkdir or open(O_CREAT) would
+// follow it) and one above a part that does not exist yet.
+TEST(HostTest, RealPathResolvesEveryLinkUnderTheRoot) {
+  testing::TempDir dir;
+  auto host = HostRootedAt(dir.path());
+  ASSERT_TRUE(host->MakeDirectory("/kubelet/pods/p1", 0755).ok());
+  ASSERT_TRUE(host->MakeDirectory("/etc/cron.d", 0755).ok());
+  auto real = [&](const std::string& path) {
+    auto r = host->RealPath(path);
+    EXPECT_TRUE(r.ok()) << path << ": " << r.status().ToString();
+    return r.ok() ? *r : "";
+  };
+  EXPECT_EQ(real("/kubelet/pods/p1"), "/kubelet/pods/p1");
+  EXPECT_EQ(real("/kubelet/pods/p1/volumes/pv/mount"), "/kubelet/pods/p1/volumes/pv/mount") << "a missing tail";
+  ASSERT_TRUE(host->Symlink(dir.Join("etc/cron.d"), "/kubelet/pods/p2").ok());
+  EXPECT_EQ(real("/kubelet/pods/p2"), "/etc/cron.d");
+  EXPECT_EQ(real("/kubelet/pods/p2/volumes/pv/mount"), "/etc/cron.d/volumes/pv/mount");
+  ASSERT_TRUE(host->Symlink("../../etc/new", "/kubelet/pods/p3").ok());
+  EXPECT_EQ(real("/kubelet/pods/p3"), "/etc/new") << "a dangling relative link";
+  ASSERT_TRUE(host->Symlink("/outside-the-root", "/kubelet/pods/p4").ok());
+  EXPECT_NE(real("/kubelet/pods/p4/mount"), "/kubelet/pods/p4/mount");
+}
+
 TEST(HostTest, KindTellsASocketFromAFile) {
   testing::TempDir dir;
   auto host = HostRootedAt(dir.path());
