@@ -95,7 +95,9 @@ class VolumeAttacher {
   virtual Status Detach(const std::string& volume_id) = 0;
   virtual StatusOr<AttachRecord> Get(const std::string& volume_id) = 0;  // NOT_FOUND without record
   virtual StatusOr<std::vector<AttachRecord>> List() = 0;
-  // Sets annotations[key] = value (empty value erases) and persists the record.
+  // Sets annotations[key] = value (empty value erases) and persists the record
+  // (never torn; after a power loss it may be the version before: annotations
+  // only describe mounts, which a power loss ends).
   virtual Status Annotate(const std::string& volume_id, const std::string& key, const std::string& value) = 0;
   // Re-reads the LUN's capacity (userspace: READ CAPACITY + loop resize;
   // kernel: session rescan) and returns the new device size.
