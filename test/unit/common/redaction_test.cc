@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <memory>
 
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -68,16 +69,28 @@ class FailingNode final : public csi::v1::Node::Service {
   }
 };
 
-TEST(RedactionTest, RpcBoundaryLogsRequestWithoutSecretsAndTagsRequestId) {
+// A node service that always fails, behind the one RPC logging boundary, on
+// a unix socket of its own.
+struct LoggedFailingNode {
   testing::TempDir dir;
   std::string socket = dir.Join("csi.sock");
   FailingNode node;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
-  builder.RegisterService(&node);
-  AddRpcLogging(builder);
-  auto server = builder.BuildAndStart();
-  ASSERT_TRUE(server);
+  std::unique_ptr<grpc::Server> server;
+
+  LoggedFailingNode() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+    builder.RegisterService(&node);
+    AddRpcLogging(builder);
+    server = builder.BuildAndStart();
+  }
+};
+
+TEST(RedactionTest, RpcBoundaryLogsRequestWithoutSecretsAndTagsRequestId) {
+  LoggedFailingNode served;
+  ASSERT_TRUE(served.server);
+  const std::string& socket = served.socket;
+  auto& server = served.server;
 
   std::string log;
   InitLogging("blockcsi-test", LogFormat::kJson, LogLevel::kDebug);
@@ -111,15 +124,10 @@ TEST(RedactionTest, RpcBoundaryLogsRequestWithoutSecretsAndTagsRequestId) {
 // INTERNAL with an empty message, which reads as a bug of ours; the one
 // boundary turns it into INVALID_ARGUMENT with one line naming the method.
 TEST(RedactionTest, ARequestThatDoesNotParseIsInvalidArgumentWithAOneLineMessage) {
-  testing::TempDir dir;
-  std::string socket = dir.Join("csi.sock");
-  FailingNode node;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
-  builder.RegisterService(&node);
-  AddRpcLogging(builder);
-  auto server = builder.BuildAndStart();
-  ASSERT_TRUE(server);
+  LoggedFailingNode served;
+  ASSERT_TRUE(served.server);
+  const std::string& socket = served.socket;
+  auto& server = served.server;
   std::string log;
   InitLogging("blockcsi-test", LogFormat::kJson, LogLevel::kDebug);
   SetLogCaptureForTest(&log);
