@@ -40,6 +40,50 @@ Status CheckExistingPublish(const std::string& volume_id, const std::string& tar
   return OkStatus();
 }
 
+// The request's own checks, before any lock: the fields the spec requires
+// come first (INVALID_ARGUMENT), whatever else the request lacks.
+Status ValidatePublishRequest(const csi::v1::NodePublishVolumeRequest& req) {
+  const std::string& volume_id = req.volume_id();
+  BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
+  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "target_path", req.target_path()));
+  if (!req.has_volume_capability()) {
+    return InvalidArgument("volume " + volume_id + ": volume_capability is required");
+  }
+  const VolumeCapability& cap = req.volume_capability();
+  BLOCKCSI_RETURN_IF_ERROR(ValidateAccessTypeAndMode(cap, volume_id));
+  // The spec's own code for this one: STAGE_UNSTAGE_VOLUME is advertised,
+  // so a publish without a staging path is out of order, not malformed.
+  if (req.staging_target_path().empty()) {
+    return FailedPrecondition("volume " + volume_id + ": staging_target_path is not set; NodeStageVolume first");
+  }
+  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "staging_target_path", req.staging_target_path()));
+  if (cap.has_mount()) {
+    std::vector<std::string> flags(cap.mount().mount_flags().begin(), cap.mount().mount_flags().end());
+    std::string fs = cap.mount().fs_type().empty() ? kDefaultFsType : cap.mount().fs_type();
+    if (!IsStageableFsType(fs)) {
+      return InvalidArgument("volume " + volume_id + ": fsType " + Quote(fs) + " is not supported (ext4, xfs, btrfs)");
+    }
+    BLOCKCSI_RETURN_IF_ERROR(ValidateMountFlags(volume_id, fs, flags));
+  }
+  return OkStatus();
+}
+
+// The target must be no other volume's path, nor this volume's staging
+// path, nor lead through a link: the record says where this volume is
+// mounted, and the mount must be exactly there.
+Status RefuseForeignTarget(VolumeAttacher& attacher, const Host& host, const std::string& volume_id,
+                           const std::string& target, const std::string& staging) {
+  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, attacher.List());
+  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, volume_id, "target_path", target));
+  if (PathWithin(target, staging) || PathWithin(staging, target)) {
+    return FailedPrecondition("volume " + volume_id + ": target_path " + target + " overlaps its staging path " +
+                              staging);
+  }
+  BLOCKCSI_RETURN_IF_ERROR(RefuseSymlinkedPath(host, volume_id, "target_path", target));
+  BLOCKCSI_RETURN_IF_ERROR(RefuseSymlinkedPath(host, volume_id, "staging_target_path", staging));
+  return OkStatus();
+}
+
 }  // namespace
 
 // A bind mount of the staged filesystem at `target`; false when it is
@@ -97,29 +141,8 @@ StatusOr<bool> NodeService::PublishBlock(const std::string& volume_id, const Att
 
 Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
   const std::string& volume_id = req.volume_id();
-  // The fields the spec requires come first (INVALID_ARGUMENT), whatever
-  // else the request lacks.
-  BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(volume_id));
-  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "target_path", req.target_path()));
-  if (!req.has_volume_capability()) {
-    return InvalidArgument("volume " + volume_id + ": volume_capability is required");
-  }
+  BLOCKCSI_RETURN_IF_ERROR(ValidatePublishRequest(req));
   const VolumeCapability& cap = req.volume_capability();
-  BLOCKCSI_RETURN_IF_ERROR(ValidateAccessTypeAndMode(cap, volume_id));
-  // The spec's own code for this one: STAGE_UNSTAGE_VOLUME is advertised,
-  // so a publish without a staging path is out of order, not malformed.
-  if (req.staging_target_path().empty()) {
-    return FailedPrecondition("volume " + volume_id + ": staging_target_path is not set; NodeStageVolume first");
-  }
-  BLOCKCSI_RETURN_IF_ERROR(ValidatePath(volume_id, "staging_target_path", req.staging_target_path()));
-  if (cap.has_mount()) {
-    std::vector<std::string> flags(cap.mount().mount_flags().begin(), cap.mount().mount_flags().end());
-    std::string fs = cap.mount().fs_type().empty() ? kDefaultFsType : cap.mount().fs_type();
-    if (!IsStageableFsType(fs)) {
-      return InvalidArgument("volume " + volume_id + ": fsType " + Quote(fs) + " is not supported (ext4, xfs, btrfs)");
-    }
-    BLOCKCSI_RETURN_IF_ERROR(ValidateMountFlags(volume_id, fs, flags));
-  }
   std::string staging = TrimTrailingSlash(req.staging_target_path());
   std::string target = TrimTrailingSlash(req.target_path());
   bool read_only = req.readonly() || IsReaderOnly(cap.access_mode().mode());
@@ -139,17 +162,7 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
     return FailedPrecondition("volume " + volume_id + " is not staged at " + staging +
                               (recorded.empty() ? "" : " (it is staged at " + recorded + ")"));
   }
-  // The target must be no other volume's path, nor this volume's staging
-  // path, nor lead through a link: the record says where this volume is
-  // mounted, and the mount must be exactly there.
-  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, options_.attacher->List());
-  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, volume_id, "target_path", target));
-  if (PathWithin(target, staging) || PathWithin(staging, target)) {
-    return FailedPrecondition("volume " + volume_id + ": target_path " + target + " overlaps its staging path " +
-                              staging);
-  }
-  BLOCKCSI_RETURN_IF_ERROR(RefuseSymlinkedPath(*options_.host, volume_id, "target_path", target));
-  BLOCKCSI_RETURN_IF_ERROR(RefuseSymlinkedPath(*options_.host, volume_id, "staging_target_path", staging));
+  BLOCKCSI_RETURN_IF_ERROR(RefuseForeignTarget(*options_.attacher, *options_.host, volume_id, target, staging));
   bool staged_block = staged.block();
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
   const MountEntry* existing = FindMountAt(table, target);

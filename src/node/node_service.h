@@ -114,6 +114,7 @@ class NodeService final : public csi::v1::Node::Service {
 
  private:
   struct StagePlan;
+  Status PlanStage(const csi::v1::NodeStageVolumeRequest& request, StagePlan* plan);
   // Everything of NodeStageVolume after the attach: record our facts, then
   // (filesystem) probe, format a blank device, check, mount.
   Status FinishStage(const StagePlan& plan, const AttachRecord& record);

@@ -40,13 +40,11 @@ StagedFacts FactsOf(bool block, const std::string& fs_type, const std::string& s
 
 }  // namespace
 
-// ---- NodeStageVolume. Idempotent: the same volume already mounted at the
-// staging path with the same filesystem → OK without touching it; any step
-// left half-done by a crash is redone (attach reuses the attachment; a
-// filesystem made by an earlier attempt is found by the probe and mounted,
-// never made again).
-Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
-  StagePlan plan;
+// The request checked and turned into what the stage does, before any
+// lock: the fields the spec requires, the fence, the filesystem and its
+// options, and the attach spec from the publish context.
+Status NodeService::PlanStage(const csi::v1::NodeStageVolumeRequest& req, StagePlan* out) {
+  StagePlan& plan = *out;
   plan.volume_id = req.volume_id();
   BLOCKCSI_RETURN_IF_ERROR(ValidateVolumeId(plan.volume_id));
   if (const std::string fence = Fenced(); !fence.empty()) {
@@ -82,6 +80,17 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
   plan.read_only = plan.spec.read_only;
   // Our facts ride in the attacher's own "attached" write (see FinishStage).
   plan.spec.annotations[kStagedAnnotation] = FactsOf(plan.block, plan.fs_type, plan.staging_path).Encode();
+  return OkStatus();
+}
+
+// ---- NodeStageVolume. Idempotent: the same volume already mounted at the
+// staging path with the same filesystem → OK without touching it; any step
+// left half-done by a crash is redone (attach reuses the attachment; a
+// filesystem made by an earlier attempt is found by the probe and mounted,
+// never made again).
+Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
+  StagePlan plan;
+  BLOCKCSI_RETURN_IF_ERROR(PlanStage(req, &plan));
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(plan.volume_id, "NodeStageVolume"));
   // The path and the LUN are held too: two volume ids naming one of them
