@@ -71,9 +71,8 @@ Status ValidatePublishRequest(const csi::v1::NodePublishVolumeRequest& req) {
 // The target must be no other volume's path, nor this volume's staging
 // path, nor lead through a link: the record says where this volume is
 // mounted, and the mount must be exactly there.
-Status RefuseForeignTarget(VolumeAttacher& attacher, const Host& host, const std::string& volume_id,
+Status RefuseForeignTarget(const std::vector<AttachRecord>& records, const Host& host, const std::string& volume_id,
                            const std::string& target, const std::string& staging) {
-  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, attacher.List());
   BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, volume_id, "target_path", target));
   if (PathWithin(target, staging) || PathWithin(staging, target)) {
     return FailedPrecondition("volume " + volume_id + ": target_path " + target + " overlaps its staging path " +
@@ -149,20 +148,18 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodePublishVolume"));
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease path_lease, HoldKey(volume_id, "path", target, "NodePublishVolume"));
-  auto record = options_.attacher->Get(volume_id);
-  if (!record.ok()) {
-    if (record.status().code() == StatusCode::kNotFound) {
-      return FailedPrecondition("volume " + volume_id + " is not staged on this node; NodeStageVolume first");
-    }
-    return record.status();
+  BLOCKCSI_ASSIGN_OR_RETURN(NodeRecords records, ReadRecords(volume_id));
+  if (!records.own) {
+    return FailedPrecondition("volume " + volume_id + " is not staged on this node; NodeStageVolume first");
   }
+  const AttachRecord* record = &*records.own;
   StagedFacts staged = StagedFacts::Of(*record);
   const std::string& recorded = staged.staging_path;
   if (recorded != staging) {
     return FailedPrecondition("volume " + volume_id + " is not staged at " + staging +
                               (recorded.empty() ? "" : " (it is staged at " + recorded + ")"));
   }
-  BLOCKCSI_RETURN_IF_ERROR(RefuseForeignTarget(*options_.attacher, *options_.host, volume_id, target, staging));
+  BLOCKCSI_RETURN_IF_ERROR(RefuseForeignTarget(records.all, *options_.host, volume_id, target, staging));
   bool staged_block = staged.block();
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
   const MountEntry* existing = FindMountAt(table, target);
@@ -222,15 +219,14 @@ Status NodeService::Unpublish(const csi::v1::NodeUnpublishVolumeRequest& req) {
   std::string target = TrimTrailingSlash(req.target_path());
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodeUnpublishVolume"));
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease path_lease, HoldKey(volume_id, "path", target, "NodeUnpublishVolume"));
-  auto record = options_.attacher->Get(volume_id);
-  if (!record.ok()) {
-    if (record.status().code() != StatusCode::kNotFound) return record.status();
+  BLOCKCSI_ASSIGN_OR_RETURN(NodeRecords records, ReadRecords(volume_id));
+  if (!records.own) {
     LogInfo("unpublish of a volume this node has no record of; nothing to do",
             {{"volume_id", volume_id}, {"target_path", target}});
     return OkStatus();
   }
-  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, options_.attacher->List());
-  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, volume_id, "target_path", target));
+  const AttachRecord* record = &*records.own;
+  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records.all, volume_id, "target_path", target));
   const std::string staging = StagedFacts::Of(*record).staging_path;
   if (PathWithin(target, staging)) {
     return FailedPrecondition("volume " + volume_id + ": target_path " + target + " is inside its staging path " +

@@ -29,6 +29,23 @@ NodeService::NodeService(NodeServiceOptions options)
 
 Status NodeService::Fault(std::string_view point) const { return FaultPoint(point, options_.fault_hook); }
 
+StatusOr<NodeService::NodeRecords> NodeService::ReadRecords(const std::string& volume_id) {
+  NodeRecords out;
+  BLOCKCSI_ASSIGN_OR_RETURN(out.all, options_.attacher->List());
+  for (const AttachRecord& r : out.all) {
+    if (r.volume_id == volume_id) out.own = r;
+  }
+  if (!out.own) {
+    auto read = options_.attacher->Get(volume_id);
+    if (read.ok()) {
+      out.own = std::move(*read);
+    } else if (read.status().code() != StatusCode::kNotFound) {
+      return read.status();
+    }
+  }
+  return out;
+}
+
 StatusOr<InFlightLease> NodeService::HoldKey(const std::string& volume_id, const std::string& kind,
                                              const std::string& what, std::string_view operation) {
   auto lease = in_flight_.Acquire(std::string(1, '\0') + kind + ":" + what, operation);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -114,6 +115,14 @@ class NodeService final : public csi::v1::Node::Service {
 
  private:
   struct StagePlan;
+  // Every attach record in one read, with this volume's own (none when the
+  // node has no record of it). A record List could not read is read again
+  // alone, to say what is wrong with it.
+  struct NodeRecords {
+    std::vector<AttachRecord> all;
+    std::optional<AttachRecord> own;
+  };
+  StatusOr<NodeRecords> ReadRecords(const std::string& volume_id);
   Status PlanStage(const csi::v1::NodeStageVolumeRequest& request, StagePlan* plan);
   // Everything of NodeStageVolume after the attach: record our facts, then
   // (filesystem) probe, format a blank device, check, mount.

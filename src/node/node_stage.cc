@@ -105,22 +105,12 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
   // The one read of the attach records in this call: the other volumes'
   // claims and this volume's own record, which the lease keeps from being
   // rewritten before the attach below decides on this same copy (the
-  // attacher takes no lock of its own, volume_attacher.h). Only a record
-  // List could not read is read again, to say what is wrong with it.
-  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, options_.attacher->List());
-  std::optional<AttachRecord> earlier;
-  for (AttachRecord& r : records) {
-    if (r.volume_id == plan.volume_id) earlier = r;
-  }
-  if (!earlier) {
-    if (auto read = options_.attacher->Get(plan.volume_id); read.ok()) {
-      earlier = std::move(*read);
-    } else if (read.status().code() != StatusCode::kNotFound) {
-      return read.status();
-    }
-  }
-  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, plan.volume_id, "staging_target_path", plan.staging_path));
-  BLOCKCSI_RETURN_IF_ERROR(RefuseLunOfOtherVolume(records, plan.spec));
+  // attacher takes no lock of its own, volume_attacher.h).
+  BLOCKCSI_ASSIGN_OR_RETURN(NodeRecords records, ReadRecords(plan.volume_id));
+  const std::optional<AttachRecord>& earlier = records.own;
+  BLOCKCSI_RETURN_IF_ERROR(
+      RefuseOtherVolumesPath(records.all, plan.volume_id, "staging_target_path", plan.staging_path));
+  BLOCKCSI_RETURN_IF_ERROR(RefuseLunOfOtherVolume(records.all, plan.spec));
   BLOCKCSI_RETURN_IF_ERROR(
       RefuseSymlinkedPath(*options_.host, plan.volume_id, "staging_target_path", plan.staging_path));
   const AttachRecord* recorded = earlier ? &*earlier : nullptr;
@@ -286,15 +276,14 @@ Status NodeService::Unstage(const csi::v1::NodeUnstageVolumeRequest& req) {
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, in_flight_.Acquire(volume_id, "NodeUnstageVolume"));
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease path_lease, HoldKey(volume_id, "path", staging, "NodeUnstageVolume"));
 
-  auto record = options_.attacher->Get(volume_id);
-  if (!record.ok()) {
-    if (record.status().code() != StatusCode::kNotFound) return record.status();
+  BLOCKCSI_ASSIGN_OR_RETURN(NodeRecords records, ReadRecords(volume_id));
+  if (!records.own) {
     LogInfo("unstage of a volume this node has no record of; nothing to do",
             {{"volume_id", volume_id}, {"staging_path", staging}});
     return OkStatus();
   }
-  BLOCKCSI_ASSIGN_OR_RETURN(std::vector<AttachRecord> records, options_.attacher->List());
-  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records, volume_id, "staging_target_path", staging));
+  const AttachRecord* record = &*records.own;
+  BLOCKCSI_RETURN_IF_ERROR(RefuseOtherVolumesPath(records.all, volume_id, "staging_target_path", staging));
   std::string recorded = StagedFacts::Of(*record).staging_path;
   if (!recorded.empty() && recorded != staging) {
     // Staged somewhere else: this path holds nothing of ours to undo.
