@@ -110,6 +110,37 @@ TARGET_FLAGS = {
     "--reconcile-interval", "--tls-cert", "--tls-key", "--tls-ca", "--insecure", "--metrics-address",
 }
 
+# Fencing (docs/deploy.md, "Fencing"): exactly the requests the code makes of
+# the API server, as (scope, apiGroup, resource, verb); scope "*" is
+# cluster-wide, FENCE_NS the namespace of --fence-namespace. The controller:
+# src/controller/node_fence_watcher.cc lists Nodes (GET /api/v1/nodes), patches
+# the taint (PATCH /api/v1/nodes/NAME) and posts Events to namespace default;
+# src/controller/fence_leases.cc gets, creates, patches and deletes the Lease
+# blockcsi-fence-NODE. The node plugin (src/cmd/blockcsi_main.cc, FenceMonitor)
+# gets its Lease and patches its cleanup report onto it. A request added there
+# without a grant here fails on a cluster with 403; keep them together.
+FENCE_NS = "<fence namespace>"
+FENCING_CONTROLLER_GRANTS = {
+    ("*", "", "nodes", "list"),
+    ("*", "", "nodes", "patch"),
+    ("default", "", "events", "create"),
+    (FENCE_NS, "coordination.k8s.io", "leases", "get"),
+    (FENCE_NS, "coordination.k8s.io", "leases", "create"),
+    (FENCE_NS, "coordination.k8s.io", "leases", "patch"),
+    (FENCE_NS, "coordination.k8s.io", "leases", "delete"),
+}
+FENCING_NODE_GRANTS = {
+    (FENCE_NS, "coordination.k8s.io", "leases", "get"),
+    (FENCE_NS, "coordination.k8s.io", "leases", "patch"),
+}
+# The controller's fencing grants are the roles named so; the sidecars' own
+# grants (events, leader-election Leases) overlap them and are not fencing's.
+FENCING_ROLE_PREFIXES = ("blockcsi-fencing", "blockcsi-node-fencing")
+# Where blockcsi's in-cluster client reads the token and the API server's CA.
+SA_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Durations as blockcsi's flags read them (src/common/duration.cc): one unit.
+DURATION = re.compile(r"\d+(ms|s|m|h)")
+
 # Helm variants: values overrides, and the kustomize render each must match.
 HELM_VARIANTS = [
     ("default", {}, "base"),
@@ -129,6 +160,12 @@ HELM_VARIANTS = [
      None),
     ("service-monitor", {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}}, None),
     ("no-metrics", {"metrics": {"enabled": False}}, None),
+    ("fencing", {"fencing": {"enabled": True}}, "overlays/fencing"),
+    ("fencing-own-namespace-and-interval",
+     {"fencing": {"enabled": True, "namespace": "blockcsi-fences", "checkInterval": "10s",
+                  "taintFencedNodes": False}},
+     None),
+    ("fencing-local", {"fencing": {"enabled": True}, "backend": {"type": "local"}}, None),
 ]
 # Values that the chart must refuse.
 HELM_BAD_VALUES = [
@@ -144,6 +181,21 @@ HELM_BAD_VALUES = [
                           "reclaimPolicy": "Delete", "allowVolumeExpansion": True,
                           "volumeBindingMode": "Immediate"}]},
      "chap.secretName"),
+    # blockcsi itself refuses --taint-fenced-nodes without --fence-dead-nodes-after.
+    ("taint without the watcher", {"fencing": {"enabled": True, "deadNodesAfter": ""}},
+     "fencing.taintFencedNodes needs fencing.deadNodesAfter"),
+    ("taint with a zero watcher", {"fencing": {"enabled": True, "deadNodesAfter": "0s"}},
+     "fencing.taintFencedNodes needs fencing.deadNodesAfter"),
+    ("fencing without the watcher",
+     {"fencing": {"enabled": True, "deadNodesAfter": "", "taintFencedNodes": False}}, "fencing.deadNodesAfter"),
+    ("a duration blockcsi cannot read", {"fencing": {"enabled": True, "deadNodesAfter": "1m30s"}},
+     "fencing.deadNodesAfter must be"),
+    ("a number without a unit", {"fencing": {"enabled": True, "deadNodesAfter": 300}},
+     "fencing.deadNodesAfter must be"),
+    ("nodes that never look at their fence", {"fencing": {"enabled": True, "checkInterval": "0s"}},
+     "fencing.checkInterval"),
+    ("two controllers with the watcher", {"fencing": {"enabled": True}, "controller": {"replicas": 2}},
+     "controller.replicas must be 1"),
 ]
 
 
@@ -270,6 +322,7 @@ def check_bundle(name, docs, problems):
     if node is not None:
         check_node(where, node, driver, problems)
     check_rbac(where, docs, ctrl, node, problems)
+    check_fencing(where, docs, ctrl, node, problems)
     for ns in find(docs, "Namespace"):
         labels = (ns.get("metadata") or {}).get("labels") or {}
         if labels.get("pod-security.kubernetes.io/enforce") != "privileged":
@@ -446,7 +499,7 @@ def check_controller(where, ctrl, driver, docs, problems):
     backend = flag(c, "--backend")
     replicas = spec.get("replicas", 1)
     if backend == "remote":
-        if replicas < 2:
+        if replicas < 2 and not fence_watcher(c):
             problems.add(where, f"{wid}: remote backend with {replicas} replica(s); want 2 for failover")
         if not flag(c, "--target-agent"):
             problems.add(where, f"{wid}: remote backend without --target-agent")
@@ -616,7 +669,8 @@ def check_node(where, node, driver, problems):
     if ps.get("serviceAccountName") != NODE_SA:
         problems.add(where, f"{wid}: serviceAccountName {ps.get('serviceAccountName')!r}, want {NODE_SA}")
     if ps.get("automountServiceAccountToken") is not False:
-        problems.add(where, f"{wid}: the node plugin needs no API token (automountServiceAccountToken: false)")
+        problems.add(where, f"{wid}: the node pod's sidecars need no API token (automountServiceAccountToken: "
+                            "false; with fencing, the blockcsi container mounts one of its own)")
     if ps.get("priorityClassName") != "system-node-critical":
         problems.add(where, f"{wid}: priorityClassName should be system-node-critical")
     if not any(t.get("operator") == "Exists" and not t.get("key") for t in ps.get("tolerations") or []):
@@ -674,10 +728,139 @@ def check_rbac(where, docs, ctrl, node, problems):
                    for r in rule.get("resources") or []):
             problems.add(where, f"{obj_id(ctrl)}: {CONTROLLER_SA} may not take Leases in {ns} "
                                 "(leader election)")
-    if node is not None:
+    # With the fence watcher on, check_fencing says what the node may hold.
+    ctrl_c = container(ctrl, "blockcsi") if ctrl is not None else None
+    if node is not None and not (ctrl_c and fence_watcher(ctrl_c)):
         ns = node["metadata"].get("namespace")
         if bound.get((ns, NODE_SA)):
             problems.add(where, f"{obj_id(node)}: {NODE_SA} is bound to roles; the node plugin needs none")
+
+
+def fence_watcher(c):
+    """The controller container's --fence-dead-nodes-after when it turns the watcher on, else None."""
+    after = flag(c, "--fence-dead-nodes-after") if c else None
+    if not after or re.fullmatch(r"0+(ms|s|m|h)?", after):
+        return None
+    return after
+
+
+def grants(docs, sa_ns, sa_name):
+    """What ServiceAccount sa_ns/sa_name may do, through every binding of it:
+    {(scope, apiGroup, resource, verb): names of the roles granting it}; scope
+    is "*" for a ClusterRole bound cluster-wide, else the binding's namespace.
+    A rule narrowed by resourceNames counts as "resource[names]"."""
+    roles = {("ClusterRole", None, d["metadata"]["name"]): d for d in find(docs, "ClusterRole")}
+    roles.update({("Role", d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in find(docs, "Role")})
+    out = {}
+    for b in find(docs, "RoleBinding") + find(docs, "ClusterRoleBinding"):
+        if not any(s.get("kind") == "ServiceAccount" and s.get("namespace") == sa_ns and s.get("name") == sa_name
+                   for s in b.get("subjects") or []):
+            continue
+        ref = b.get("roleRef") or {}
+        bns = b["metadata"].get("namespace") if b["kind"] == "RoleBinding" else None
+        role = roles.get((ref.get("kind"), bns if ref.get("kind") == "Role" else None, ref.get("name")))
+        if role is None:
+            continue  # check_rbac reports it
+        scope = bns or "*"
+        for rule in role.get("rules") or []:
+            names = rule.get("resourceNames")
+            for group in rule.get("apiGroups") or []:
+                for resource in rule.get("resources") or []:
+                    if names:
+                        resource = f"{resource}[{','.join(names)}]"
+                    for verb in rule.get("verbs") or []:
+                        out.setdefault((scope, group, resource, verb), set()).add(role["metadata"]["name"])
+    return out
+
+
+def grant_text(g):
+    scope, group, resource, verb = g
+    return f"{verb} on {resource}{'.' + group if group else ''} " + \
+        ("cluster-wide" if scope == "*" else f"in namespace {scope}")
+
+
+def check_fencing(where, docs, ctrl, node, problems):
+    """With the fence watcher on (--fence-dead-nodes-after): one controller, the
+    same Lease namespace on both sides, a token in the node plugin, and exactly
+    the grants the code calls for (FENCING_CONTROLLER_GRANTS, FENCING_NODE_GRANTS).
+    With it off: no fencing grants at all."""
+    c = container(ctrl, "blockcsi") if ctrl is not None else None
+    n = container(node, "blockcsi") if node is not None else None
+    if c is None:
+        return
+    wid = obj_id(ctrl)
+    ctrl_ns = ctrl["metadata"].get("namespace")
+    ctrl_grants = grants(docs, ctrl_ns, CONTROLLER_SA)
+    # Only the watcher patches Nodes (the out-of-service taint); a sidecar never does.
+    for g, names in sorted(ctrl_grants.items()):
+        others = sorted(r for r in names if not r.startswith(FENCING_ROLE_PREFIXES))
+        if g[2] == "nodes" and g[3] in ("patch", "update") and others:
+            problems.add(where, f"{wid}: {CONTROLLER_SA} may {grant_text(g)} through {others}; only "
+                                "the fence watcher's role may change Nodes")
+    after = fence_watcher(c)
+    if after is None:
+        if "--taint-fenced-nodes" in flags(c):
+            problems.add(where, f"{wid}: --taint-fenced-nodes without --fence-dead-nodes-after: blockcsi "
+                                "refuses to start")
+        for d in find(docs, "ClusterRole") + find(docs, "Role") + find(docs, "ClusterRoleBinding") + \
+                find(docs, "RoleBinding"):
+            if d["metadata"]["name"].startswith(FENCING_ROLE_PREFIXES):
+                problems.add(where, f"{obj_id(d)}: a fencing grant while the fence watcher is off "
+                                    "(no --fence-dead-nodes-after); grant it only with fencing on")
+        return
+    if not DURATION.fullmatch(after):
+        problems.add(where, f"{wid}: --fence-dead-nodes-after={after} is no duration blockcsi reads "
+                            "(a number and one unit: ms, s, m or h)")
+    spec = ctrl.get("spec") or {}
+    replicas = spec.get("replicas", 1)
+    if replicas != 1:
+        problems.add(where, f"{wid}: the fence watcher (--fence-dead-nodes-after) runs in every replica and "
+                            f"elects no leader: {replicas} replicas, want 1")
+    strategy = spec.get("strategy") or {}
+    surge = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
+    if strategy.get("type", "RollingUpdate") == "RollingUpdate" and str(surge) not in ("0", "0%"):
+        problems.add(where, f"{wid}: a rollout with maxSurge {surge} runs two fence watchers at once; "
+                            "use maxSurge: 0 or Recreate")
+    fence_ns = flag(c, "--fence-namespace")
+    if not fence_ns:
+        problems.add(where, f"{wid}: the fence watcher without --fence-namespace puts the Leases in "
+                            "$POD_NAMESPACE or kube-system; name the namespace, the same on the nodes")
+        return
+    want = {(fence_ns if g[0] == FENCE_NS else g[0],) + g[1:] for g in FENCING_CONTROLLER_GRANTS}
+    have = {g for g, names in ctrl_grants.items() if any(r.startswith(FENCING_ROLE_PREFIXES) for r in names)}
+    for g in sorted(want - have):
+        problems.add(where, f"{wid}: {ctrl_ns}/{CONTROLLER_SA} lacks {grant_text(g)}, which the fence watcher "
+                            "needs (docs/deploy.md, Fencing, RBAC)")
+    for g in sorted(have - want):
+        problems.add(where, f"{wid}: fencing grants {ctrl_ns}/{CONTROLLER_SA} {grant_text(g)}, which the code "
+                            "never asks for")
+    if n is None:
+        return
+    nid = obj_id(node)
+    node_ns = node["metadata"].get("namespace")
+    if flag(n, "--fence-namespace") != fence_ns:
+        problems.add(where, f"{nid}: blockcsi --fence-namespace={flag(n, '--fence-namespace')}, the controller's "
+                            f"is {fence_ns}: the nodes would never see their fences")
+    interval = flag(n, "--fence-check-interval")
+    if interval is not None and (not DURATION.fullmatch(interval) or re.fullmatch(r"0+\D+", interval)):
+        problems.add(where, f"{nid}: --fence-check-interval={interval}: the plugin would never look at its "
+                            "fence, never let go of a fenced volume nor report, and the node stays fenced")
+    m = mount_at(n, SA_TOKEN_DIR)
+    sources = ((volume(node, m.get("name")) or {}).get("projected") or {}).get("sources") or [] if m else []
+    has_token = any("serviceAccountToken" in s for s in sources)
+    has_ca = any(i.get("path") == "ca.crt" for s in sources for i in (s.get("configMap") or {}).get("items") or [])
+    if not (has_token and has_ca):
+        problems.add(where, f"{nid}: blockcsi has no API token and CA at {SA_TOKEN_DIR} (a projected volume with a "
+                            "serviceAccountToken and kube-root-ca.crt's ca.crt): it cannot see its fence nor report "
+                            "its cleanup")
+    want = {(fence_ns,) + g[1:] for g in FENCING_NODE_GRANTS}
+    have = set(grants(docs, node_ns, NODE_SA))
+    for g in sorted(want - have):
+        problems.add(where, f"{nid}: {node_ns}/{NODE_SA} lacks {grant_text(g)}: the plugin reads its fence and "
+                            "reports its cleanup there")
+    for g in sorted(have - want):
+        problems.add(where, f"{nid}: {node_ns}/{NODE_SA} may {grant_text(g)}; the node plugin needs get and patch "
+                            f"on leases in {fence_ns} only")
 
 
 def check_storage_objects(where, docs, problems):
@@ -993,6 +1176,28 @@ class Renderer:
         def fail(msg):
             raise TemplateFail(msg)
 
+        def to_int(v):
+            # sprig's int: numbers truncated, numeric strings parsed, anything else 0.
+            if isinstance(v, (bool, int, float)):
+                return int(v)
+            try:
+                return int(str(v))
+            except ValueError:
+                return 0
+
+        def gt(a, b):
+            # Go's comparison refuses mixed kinds: Helm reads YAML numbers as
+            # float64 and --set ones as int64, so a chart must convert with int.
+            if isinstance(a, bool) or isinstance(b, bool) or type(a) is not type(b):
+                raise TemplateError(f"gt: incompatible types for comparison ({type(a).__name__}, "
+                                    f"{type(b).__name__}); convert with int")
+            return a > b
+
+        def regex_match(regex, s):
+            if not isinstance(s, str):
+                raise TemplateError(f"regexMatch: wrong type for value; expected string, got {type(s).__name__}")
+            return re.search(regex, s) is not None
+
         def and_(*args):
             for a in args:
                 if not truthy(a):
@@ -1021,6 +1226,10 @@ class Renderer:
             "or": or_,
             "empty": lambda a: not truthy(a),
             "printf": go_printf,
+            "int": to_int,
+            "gt": gt,
+            "regexMatch": regex_match,
+            "toString": lambda v: "<nil>" if v is None else go_format(v),
         }
 
     def run(self, nodes, dot, scopes):
@@ -1818,6 +2027,73 @@ MUTATIONS = [
     ("duplicate object",
      lambda d: d.append(copy.deepcopy(find(d, "ServiceAccount", NODE_SA)[0])),
      "defined twice"),
+    ("node plugin bound to a role without fencing",
+     lambda d: find(d, "RoleBinding", "blockcsi-controller-leader-election")[0]["subjects"].append(
+         {"kind": "ServiceAccount", "name": NODE_SA, "namespace": NAMESPACE}),
+     "the node plugin needs none"),
+    ("fence watcher turned on without its grants",
+     lambda d: container(ctrl_of(d), "blockcsi")["args"].extend(
+         ["--fence-dead-nodes-after=5m", "--fence-namespace=blockcsi"]),
+     "lacks list on nodes cluster-wide"),
+]
+
+
+def rules_of(docs, kind, name):
+    return find(docs, kind, name)[0]["rules"]
+
+
+# Breaks of a render with the fence watcher on (overlays/fencing, or the
+# chart's fencing variant without a kubectl).
+FENCING_MUTATIONS = [
+    ("watcher cannot patch the taint on",
+     lambda d: rules_of(d, "ClusterRole", "blockcsi-fencing")[0]["verbs"].remove("patch"),
+     "lacks patch on nodes cluster-wide"),
+    ("watcher may watch Nodes, which it never does",
+     lambda d: rules_of(d, "ClusterRole", "blockcsi-fencing")[0]["verbs"].append("watch"),
+     "watch on nodes cluster-wide, which the code never asks for"),
+    ("watcher's events go nowhere",
+     lambda d: d.remove(find(d, "RoleBinding", "blockcsi-fencing-events")[0]),
+     "lacks create on events in namespace default"),
+    ("fence Leases granted in another namespace than --fence-namespace",
+     lambda d: [o["metadata"].update(namespace="kube-system") for o in
+                find(d, "Role", "blockcsi-fencing-leases") + find(d, "RoleBinding", "blockcsi-fencing-leases")],
+     "lacks delete on leases.coordination.k8s.io in namespace blockcsi"),
+    ("two replicas with the watcher on",
+     lambda d: ctrl_of(d)["spec"].update(replicas=2),
+     "elects no leader: 2 replicas, want 1"),
+    ("rollout surges a second watcher",
+     lambda d: ctrl_of(d)["spec"]["strategy"]["rollingUpdate"].update(maxSurge=1),
+     "runs two fence watchers at once"),
+    ("watcher duration blockcsi cannot read",
+     with_arg(ctrl_of, "blockcsi", "--fence-dead-nodes-after", "1m30s"),
+     "is no duration blockcsi reads"),
+    ("nodes look for their fences elsewhere",
+     with_arg(node_of, "blockcsi", "--fence-namespace", "kube-system"),
+     "the nodes would never see their fences"),
+    ("nodes never look at their fence",
+     lambda d: container(node_of(d), "blockcsi")["args"].append("--fence-check-interval=0s"),
+     "never look at its fence"),
+    ("node plugin without its token",
+     lambda d: container(node_of(d), "blockcsi")["volumeMounts"].remove(
+         mount_at(container(node_of(d), "blockcsi"), SA_TOKEN_DIR)),
+     "has no API token"),
+    ("node plugin cannot report its cleanup",
+     lambda d: rules_of(d, "Role", "blockcsi-node-fencing")[0]["verbs"].remove("patch"),
+     "blockcsi/blockcsi-node lacks patch on leases"),
+    ("node plugin bound cluster-wide",
+     lambda d: find(d, "ClusterRoleBinding", "blockcsi-fencing")[0]["subjects"].append(
+         {"kind": "ServiceAccount", "name": NODE_SA, "namespace": NAMESPACE}),
+     "blockcsi/blockcsi-node may list on nodes cluster-wide"),
+    ("a sidecar's role patches Nodes",
+     lambda d: rules_of(d, "ClusterRole", "blockcsi-external-provisioner").append(
+         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}),
+     "only the fence watcher's role may change Nodes"),
+    ("watcher off, its grants left behind",
+     without_arg(ctrl_of, "blockcsi", "--fence-dead-nodes-after"),
+     "a fencing grant while the fence watcher is off"),
+    ("taint without the watcher",
+     without_arg(ctrl_of, "blockcsi", "--fence-dead-nodes-after"),
+     "--taint-fenced-nodes without --fence-dead-nodes-after"),
 ]
 
 EXAMPLE_MUTATIONS = [
@@ -1873,6 +2149,12 @@ def self_test(deploy_dir, renderers, yamllint):
     else:
         base_docs, _ = render_chart(os.path.join(deploy_dir, "helm", "blockcsi"), {})
     expect_each(MUTATIONS, base_docs, lambda docs, problems: check_bundle("mutated", docs, problems))
+    if renderers:
+        fencing_docs = load_yaml_docs(kustomize(renderers[0].path, os.path.join(
+            deploy_dir, "kubernetes", "overlays", "fencing")), "overlays/fencing", Problems())
+    else:
+        fencing_docs, _ = render_chart(os.path.join(deploy_dir, "helm", "blockcsi"), {"fencing": {"enabled": True}})
+    expect_each(FENCING_MUTATIONS, fencing_docs, lambda docs, problems: check_bundle("mutated", docs, problems))
 
     # Two kubectls that render one kustomization differently.
     expect_each([
@@ -1955,6 +2237,18 @@ def self_test(deploy_dir, renderers, yamllint):
              "target-host/blockcsi-tgtd.service", "-t ${TGT_IO_THREADS} ", "", "does not pass -t ${TGT_IO_THREADS}"),
             ("TGT_IO_THREADS not a number",
              "target-host/target.env", "TGT_IO_THREADS=4", "TGT_IO_THREADS=four", "not a positive number"),
+            ("chart's fencing drifts from the overlay's",
+             "helm/blockcsi/values.yaml", "deadNodesAfter: 5m", "deadNodesAfter: 10m",
+             "chart and kustomize disagree"),
+            ("chart renders the watcher with two controllers",
+             "helm/blockcsi/templates/controller.yaml", "  replicas: 1\n  {{- else }}\n",
+             "  replicas: 2\n  {{- else }}\n", "elects no leader: 2 replicas"),
+            ("chart forgets to refuse a taint without the watcher",
+             "helm/blockcsi/templates/_helpers.tpl", "{{- if and .Values.fencing.taintFencedNodes (regexMatch",
+             "{{- if and false (regexMatch", "helm bad values (taint without the watcher)"),
+            ("fencing overlay no longer finds the base's replicas",
+             "kubernetes/base/controller.yaml", "  replicas: 2\n", "  replicas: 3\n",
+             "overlays/fencing: does not render with {every}"),
             ("unit passes a flag blockcsi-target does not have",
              "target-host/blockcsi-target.service", "--listen=", "--listen-address=", "no flag --listen-address"),
         ]
