@@ -18,7 +18,10 @@ What it reads:
     renderer below (there is no helm binary here) for its default values and
     for the values that mirror each overlay;
   * the examples (deploy/examples), the image recipe (deploy/image) and the
-    storage-host units (deploy/target-host), statically.
+    storage-host units (deploy/target-host), statically;
+  * with the source tree next to deploy/: blockcsi's flags (src/cmd/plugin_flags.cc)
+    and its Kubernetes API call sites in src/, counted per file against
+    API_REQUESTS, the inventory the fencing grants are read off.
 
 Modes:
   check_manifests.py --deploy-dir DIR              all checks (the ctest test)
@@ -133,6 +136,19 @@ FENCING_NODE_GRANTS = {
     (FENCE_NS, "coordination.k8s.io", "leases", "get"),
     (FENCE_NS, "coordination.k8s.io", "leases", "patch"),
 }
+# Every request the plugin makes of the Kubernetes API, by source file
+# (src/, tests aside): its call sites' methods and how many of each. The
+# grants above (and the base's csinodes get, k8s_node_directory.cc) are read
+# off these; a request added, moved or dropped in the code changes the count
+# here and fails the check, so the RBAC is revisited with it instead of
+# failing with HTTP 403 on a cluster.
+API_REQUESTS = {
+    "src/cmd/blockcsi_main.cc": {"GET": 1, "PATCH": 1},  # the node's Lease: read, report
+    "src/controller/fence_leases.cc": {"GET": 2, "PATCH": 1, "POST": 1, "DELETE": 1},  # the fences' Leases
+    "src/controller/k8s_node_directory.cc": {"GET": 1},  # one CSINode
+    "src/controller/node_fence_watcher.cc": {"GET": 1, "PATCH": 2, "POST": 1},  # Nodes, taint on/off, events
+}
+API_CALL = re.compile(r'\b(?:api|api_|client|client_)->(?:Get\(|Send\(\s*"([A-Z]+)")')
 # The controller's fencing grants are the roles named so; the sidecars' own
 # grants (events, leader-election Leases) overlap them and are not fencing's.
 FENCING_ROLE_PREFIXES = ("blockcsi-fencing", "blockcsi-node-fencing")
@@ -861,6 +877,29 @@ def check_fencing(where, docs, ctrl, node, problems):
     for g in sorted(have - want):
         problems.add(where, f"{nid}: {node_ns}/{NODE_SA} may {grant_text(g)}; the node plugin needs get and patch "
                             f"on leases in {fence_ns} only")
+
+
+def check_api_requests(src_dir, problems):
+    """The Kubernetes API requests in src/ are the ones API_REQUESTS knows."""
+    where = "Kubernetes API requests in src/"
+    root = os.path.dirname(os.path.abspath(src_dir))
+    found = {}
+    for dirpath, _, files in os.walk(src_dir):
+        for fname in files:
+            if not fname.endswith(".cc") or fname.endswith("_test.cc"):
+                continue
+            path = os.path.join(dirpath, fname)
+            with open(path, errors="replace") as f:
+                methods = [m.group(1) or "GET" for m in API_CALL.finditer(f.read())]
+            if methods:
+                rel = os.path.relpath(path, root)
+                found[rel] = {m: methods.count(m) for m in sorted(set(methods))}
+    for rel in sorted(set(found) | set(API_REQUESTS)):
+        if found.get(rel, {}) != API_REQUESTS.get(rel, {}):
+            problems.add(where, f"{rel} makes {found.get(rel, {})}, the checker knows {API_REQUESTS.get(rel, {})}: "
+                                "a request added or dropped; give it its grant (FENCING_*_GRANTS, "
+                                "overlays/fencing/rbac-fencing.yaml, the chart's templates/fencing.yaml, "
+                                "docs/deploy.md Fencing/RBAC), then update API_REQUESTS")
 
 
 def check_storage_objects(where, docs, problems):
@@ -1869,6 +1908,9 @@ def run_checks(deploy_dir, renderers, problems):
     if not find(examples, "StorageClass") or not find(examples, "VolumeSnapshotClass"):
         problems.add("examples", "StorageClass and VolumeSnapshotClass examples expected")
     checked += 1
+    src_dir = os.path.join(os.path.dirname(os.path.abspath(deploy_dir)), "src")
+    if os.path.isdir(src_dir):
+        check_api_requests(src_dir, problems)
     check_image(deploy_dir, problems)
     check_target_host(deploy_dir, problems)
     check_dashboard(deploy_dir, problems)
@@ -2166,6 +2208,37 @@ def self_test(deploy_dir, renderers, yamllint):
             ("one render lacks an object",
              lambda d: d.remove(find(d, "ConfigMap")[0]), "only from A"),
     ], base_docs, lambda docs, problems: compare_renders("base", base_docs, "A", docs, "B", problems))
+
+    # A request added to the code, and one in a file the inventory does not know.
+    src_dir = os.path.join(os.path.dirname(os.path.abspath(deploy_dir)), "src")
+    if os.path.isdir(src_dir):
+        with tempfile.TemporaryDirectory() as tmp:
+            for rel in API_REQUESTS:
+                os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+                shutil.copy(os.path.join(os.path.dirname(src_dir), rel), os.path.join(tmp, rel))
+            for label, rel, line, needle in [
+                    ("the watcher gets a single Node",
+                     "src/controller/node_fence_watcher.cc", 'auto got = api_->Get("/api/v1/nodes/" + name);',
+                     "node_fence_watcher.cc makes {'GET': 2, 'PATCH': 2, 'POST': 1}"),
+                    ("a new file talks to the API",
+                     "src/node/node_labels.cc", 'auto sent = client_->Send("PATCH", path, "", body);',
+                     "src/node/node_labels.cc makes {'PATCH': 1}, the checker knows {}")]:
+                path = os.path.join(tmp, rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                saved = None
+                if os.path.exists(path):
+                    with open(path) as f:
+                        saved = f.read()
+                with open(path, "a") as f:
+                    f.write(line + "\n")
+                problems = Problems()
+                check_api_requests(os.path.join(tmp, "src"), problems)
+                expect(label, problems, needle)
+                if saved is None:
+                    os.remove(path)
+                else:
+                    with open(path, "w") as f:
+                        f.write(saved)
 
     examples = example_docs(deploy_dir, Problems())
     expect_each(EXAMPLE_MUTATIONS, examples,
