@@ -133,13 +133,17 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& con
   // Fences are recorded on the storage hosts; the mirror is rebuilt from
   // them before the first CSI call is served (a fence a crash cut short is
   // completed here).
-  // With the Kubernetes API, every fence (the watcher's, blockctl's) is told
-  // to its node through a Lease and its cleanup report read back there.
+  // Where fencing is deployed (the watcher, or --fence-namespace shared with
+  // the nodes), every fence (the watcher's, blockctl's) is told to its node
+  // through a Lease and its cleanup report read back there. Elsewhere the API
+  // grants no Leases (the base manifests): a Lease the controller could make
+  // but never delete would keep a hand-made fence from being lifted.
   BLOCKCSI_ASSIGN_OR_RETURN(std::optional<KubeApiAccess> api_access, KubeAccess(config));
   std::shared_ptr<KubeApiClient> api;
   if (api_access) api = MakeKubeApiClient(*std::move(api_access), MachineHost());
+  const bool fencing_deployed = !config.fence_namespace.empty() || config.fence_dead_nodes_after.count() > 0;
   auto fencer = std::make_shared<NodeFencer>(
-      volume_backend, api ? std::make_shared<FenceLeases>(api, FenceNamespace(config)) : nullptr);
+      volume_backend, api && fencing_deployed ? std::make_shared<FenceLeases>(api, FenceNamespace(config)) : nullptr);
   for (const auto& [host, why] : fencer->Load()) {
     LogWarn("fences of a storage host not read at start; that host still refuses its fenced nodes",
             {{"host", host}, {"error", why}});
