@@ -3,10 +3,11 @@
 # and the fake sysfs trees (test/testdata/sysfs) the unit tests replay are
 # compared with what the real open-iscsi and kernel show for the same
 # situations, made for real: the session the kernel connector makes, another
-# LUN on it, a second session through another portal, the dm-multipath map
-# over both, a path where another LUN answers, and a login through the iface
-# of a static volume's initiator name. A difference fails: a fake that
-# drifted from the kernel would let the unit tests pass on a lie.
+# LUN on it, a second session through another portal,
+# a path where another LUN answers, and a login through the iface of a
+# static volume's initiator name (the multipath map's fake is compared where
+# multipathd assembles one: multipath_check.sh). A difference fails: a fake
+# that drifted from the kernel would let the unit tests pass on a lie.
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=test/vm/lib.sh
 source "$here/lib.sh"
@@ -113,7 +114,6 @@ tgtadm -C "$control_port" --lld iscsi --op update --mode logicalunit --tid 3 --l
   --params scsi_sn=bc11112222333344,scsi_id=vol-11112222 || die "tgtadm lun 2 params"
 disk2=$(scan_lun "$session" 2)
 compare session1_lun2 3 1 "$session" "3:0:0:2=$(scsi_of "$session" 2)" sde="$disk2" 192.0.2.10=127.0.0.1
-# Gone again, so that the map below is LUN 1's alone.
 echo 1 >"/sys/block/$disk2/device/delete"
 wait_for "$vm_patience_s" test ! -e "/sys/block/$disk2" || die "$disk2 stayed"
 
@@ -144,35 +144,6 @@ echo 1 >"/sys/block/$disk_b/device/rescan"
 compare session2_lun1_other_lun 4 2 "$session2" "4:0:0:1=$(scsi_of "$session2" 1)" sdd="$disk_b" 192.0.2.11=127.0.0.2
 tgtadm -C "$control_port" --lld iscsi --op update --mode logicalunit --tid 3 --lun 1 \
   --params scsi_sn=bc7f3a9c2e41d08b,scsi_id=vol-7f3a9c2e || die "tgtadm lun 1 identity back"
-echo 1 >"/sys/block/$disk_b/device/rescan"
-
-step "dm-multipath over both paths against mpath_dm0"
-load_modules dm_multipath dm_round_robin dm_service_time
-# udevd gives multipath the paths' WWIDs; a fresh bindings file names the
-# first map mpatha.
-/lib/systemd/systemd-udevd --daemon >"$work/udevd.log" 2>&1 || die "systemd-udevd"
-udevadm trigger --subsystem-match=block >/dev/null 2>&1 || true
-udevadm settle --timeout 60 || true
-rm -f /etc/multipath/bindings /etc/multipath/wwids
-printf 'defaults {\n  find_multipaths no\n  user_friendly_names yes\n}\n' >/etc/multipath.conf
-echo "[$(($(now_ms) - started_ms)) ms] udev settled"
-multipath -v1 >"$work/multipath.log" 2>&1 || die "multipath: $(cat "$work/multipath.log")"
-wait_for "$vm_patience_s" sh -c 'ls /sys/block/dm-*/slaves/* >/dev/null 2>&1' || die "no dm-multipath map"
-dm=$(basename "$(dirname "$(dirname "$(ls -d /sys/block/dm-*/slaves/"$disk" | head -n 1)")")")
-echo "real map: $dm ($(cat "/sys/block/$dm/dm/name")) over $(ls "/sys/block/$dm/slaves" | tr '\n' ' ')"
-host_a=$(basename "$(readlink -f "/sys/class/iscsi_session/$session/device/..")")
-if python3 "$here/compare_fake_sysfs.py" "$data/sysfs/mpath_dm0" / dm-0="$dm" \
-  host3="$host_a" session1="$session" "target3:0:0=target${host_a#host}:0:0" "3:0:0:1=$(scsi_of "$session" 1)" sdc="$disk" \
-  host4="$(basename "$(readlink -f "/sys/class/iscsi_session/$session2/device/..")")" session2="$session2" \
-  "target4:0:0=target$(scsi_of "$session2" 1 | cut -d: -f1):0:0" "4:0:0:1=$(scsi_of "$session2" 1)" sdd="$disk_b"; then
-  echo "same:    sysfs/mpath_dm0"
-else
-  echo "DIFFERS: sysfs/mpath_dm0"
-  differences=$((differences + 1))
-fi
-echo "[$(($(now_ms) - started_ms)) ms] compared"
-multipath -f "$(cat "/sys/block/$dm/dm/name")" >/dev/null || die "multipath -f"
-
 same logout_portal2.txt 0 iscsiadm -m node -T "$iqn" -p "$portal2" -I blockcsi --logout
 iscsiadm -m node -T "$iqn" -p "$portal2" -I blockcsi -o delete >/dev/null || die "node delete"
 
