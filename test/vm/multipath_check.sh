@@ -10,6 +10,7 @@
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=test/vm/lib.sh
 source "$here/lib.sh"
+data="${BLOCKCSI_SOURCE_DIR:-$here/../..}/test/testdata"
 
 node=vmnode
 control_port=4244
@@ -30,6 +31,8 @@ defaults {
   user_friendly_names yes
 }
 EOF
+# No name from the host's bindings: the first map is mpatha, as in the fake.
+rm -f /etc/multipath/bindings
 multipathd -d -s >"$work/multipathd.log" 2>&1 &
 daemon_pids+=($!)
 wait_for 30 multipathd show daemon || die "multipathd did not start"
@@ -105,6 +108,37 @@ unstage() {
 
 step "stage through two portals"
 stage
+
+step "the map against the unit tests' fake, test/testdata/sysfs/mpath_dm0"
+# session_at <ip>: the session to $iqn through that portal address.
+session_at() {
+  local s
+  for s in $(sessions_of "$iqn"); do
+    grep -qx "$1" /sys/class/iscsi_session/"$s"/device/connection*/iscsi_connection/*/persistent_address && echo "$s"
+  done
+  return 0
+}
+# path_pairs <fake host> <fake session> <fake disk> <session>: the fake's
+# names of one path mapped to the session's.
+path_pairs() {
+  local scsi host
+  scsi=$(basename /sys/class/iscsi_session/"$4"/device/target*/*:1)
+  host=$(basename "$(readlink -f "/sys/class/iscsi_session/$4/device/..")")
+  echo "host$1=$host session$2=$4 target$1:0:0=target${scsi%%:*}:0:0 $1:0:0:1=$scsi" \
+    "$3=$(basename /sys/class/iscsi_session/"$4"/device/target*/*:1/block/*)"
+}
+dm=$(mpath_maps)
+session_a=$(session_at "${portal_a%:*}")
+session_b=$(session_at "${portal_b%:*}")
+# Another LUN than the fake's: its uuid and size are compared by form, and
+# the uuid must carry the paths' WWID as multipath derives it.
+wwid=$(cat /sys/class/iscsi_session/"$session_a"/device/target*/*:1/wwid)
+expect "the map's uuid is mpath-3 and the paths' NAA ($(cat "/sys/block/$dm/dm/uuid"), $wwid)" \
+  test "$(cat "/sys/block/$dm/dm/uuid")" = "mpath-3${wwid#naa.}"
+# shellcheck disable=SC2046 # path_pairs prints NAME=NAME words
+python3 "$here/compare_fake_sysfs.py" "$data/sysfs/mpath_dm0" / --shape 'uuid=mpath-3[0-9a-f]{32}' --shape 'size=\d+' \
+  "dm-0=$dm" $(path_pairs 3 1 sdc "$session_a") $(path_pairs 4 2 sdd "$session_b") ||
+  die "test/testdata/sysfs/mpath_dm0 differs from the map multipathd assembled"
 head -c 1048576 /dev/urandom >"$work/data"
 cp "$work/data" "$staging/data" || die "write"
 sync -f "$staging/data"
