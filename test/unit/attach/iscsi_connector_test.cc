@@ -237,7 +237,7 @@ TEST_F(IscsiConnectorTest, LoginRacingAnotherLoginCountsAsLoggedIn) {
 
 TEST_F(IscsiConnectorTest, CreatesTheIfaceWithTheNodesInitiatorName) {
   auto attacher = MakeAttacher();
-  executor_->ExpectFail({"iscsiadm", "-m", "iface", "-I", "blockcsi", "-o", "show"}, 21,
+  executor_->ExpectFail({"iscsiadm", "-m", "iface", "-I", "blockcsi", "-o", "show"}, 6,
                         Data("iface_show_missing.stderr"));
   executor_->ExpectOk({"iscsiadm", "-m", "iface", "-I", "blockcsi", "-o", "new"}, Data("iface_new.txt"));
   executor_->ExpectOk(
