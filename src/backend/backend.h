@@ -107,6 +107,10 @@ struct VolumeRecord {
   std::map<std::string, std::string> transport_params;
   std::vector<GrantRecord> grants;
   std::map<std::string, std::string> topology;  // accessible_topology segment
+  // What the volume really takes on the storage (a sparse image's
+  // allocated blocks), as read when the record was fetched; never stored.
+  // 0: not known (a backend that does not say).
+  uint64_t allocated_bytes = 0;
 };
 
 struct SnapshotRecord {

@@ -18,6 +18,7 @@
 #include "cmd/plugin_flags.h"
 #include "cmd/process_memory.h"
 #include "common/atomic_file.h"
+#include "common/duration.h"
 #include "common/executor.h"
 #include "common/fs_minimums.h"
 #include "common/host.h"
@@ -31,6 +32,7 @@
 #include "controller/node_fence_watcher.h"
 #include "node/fence_monitor.h"
 #include "node/node_wiring.h"
+#include "node/trim_loop.h"
 
 namespace blockcsi {
 namespace {
@@ -82,6 +84,7 @@ std::string FenceNamespace(const PluginConfig& config) {
 struct Background {
   std::shared_ptr<NodeFenceWatcher> watcher;
   std::shared_ptr<NodeFenceMonitor> monitor;
+  std::shared_ptr<NodeTrimLoop> trim;
 };
 
 // The controller's answer to "does this node exist" (ControllerPublish of an
@@ -227,6 +230,10 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildNode(const PluginConfig& config, c
       LogInfo("no Kubernetes API: this node does not check whether it is fenced");
     }
   }
+  if (config.fstrim_interval.count() > 0) {
+    background.trim = std::make_shared<NodeTrimLoop>(node, config.fstrim_interval);
+    LogInfo("periodic trim on", {{"interval", FormatDuration(config.fstrim_interval)}});
+  }
   return std::shared_ptr<grpc::Service>(node);
 }
 
@@ -310,6 +317,7 @@ int Main(int argc, char** argv) {
   // services go (Background's members are destroyed at return).
   if (background.watcher) background.watcher->Start();
   if (background.monitor) background.monitor->Start();
+  if (background.trim) background.trim->Start();
 
   IdentityService identity(config.driver_name, config.runs_controller(), std::move(checks));
   std::vector<grpc::Service*> services{&identity};

@@ -44,6 +44,10 @@ struct PluginConfig {
   // Kernel iSCSI: open-iscsi's node database (CHAP goes into the record file).
   std::string iscsi_nodes_dir = "/etc/iscsi/nodes";
   std::chrono::milliseconds rbd_timeout{std::chrono::seconds(120)};
+  // How often the staged filesystem volumes are trimmed (FITRIM), one at a
+  // time (node/trim_loop.h); 0: never (the default: a trim costs the
+  // storage a burst of discards, which an operator schedules knowingly).
+  std::chrono::milliseconds fstrim_interval{0};
 
   // Controller side.
   // Node ids ControllerPublishVolume may grant to besides, in --mode all,

@@ -86,6 +86,11 @@ void RegisterNodeFlags(CLI::App& app, PluginConfig& c, PluginFlagTexts& texts) {
   app.add_option("--rbd-timeout", texts.rbd_timeout, "iscsi connector, RBD volumes: timeout of each rbd command")
       ->group(node)
       ->capture_default_str();
+  app.add_option("--fstrim-interval", texts.fstrim_interval,
+                 "How often the staged filesystem volumes are trimmed (FITRIM, one volume at a time, volumes busy "
+                 "being staged or unstaged skipped until the next round), e.g. 24h; 0: never")
+      ->group(node)
+      ->capture_default_str();
 }
 
 // The Controller group: which backend, and its settings.
@@ -200,7 +205,8 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
                         .bridge_io_timeout = FormatDuration(config.bridge_io_timeout),
                         .rbd_timeout = FormatDuration(config.rbd_timeout),
                         .fence_dead_nodes_after = FormatDuration(config.fence_dead_nodes_after),
-                        .fence_check_interval = FormatDuration(config.fence_check_interval)};
+                        .fence_check_interval = FormatDuration(config.fence_check_interval),
+                        .fstrim_interval = FormatDuration(config.fstrim_interval)};
   RegisterPluginFlags(app, config, texts);
   bool show_version = false;
   app.add_flag("--version", show_version, "Print the version and exit");
@@ -234,7 +240,8 @@ int ParsePluginFlags(int argc, char** argv, PluginConfig& config) {
                               std::pair{&texts.bridge_io_timeout, &config.bridge_io_timeout},
                               std::pair{&texts.rbd_timeout, &config.rbd_timeout},
                               std::pair{&texts.fence_dead_nodes_after, &config.fence_dead_nodes_after},
-                              std::pair{&texts.fence_check_interval, &config.fence_check_interval}}) {
+                              std::pair{&texts.fence_check_interval, &config.fence_check_interval},
+                              std::pair{&texts.fstrim_interval, &config.fstrim_interval}}) {
     auto parsed = ParseDuration(*text);
     if (!parsed.ok()) {
       std::cerr << "blockcsi: " << parsed.status().message() << "\n";

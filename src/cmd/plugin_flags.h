@@ -21,6 +21,7 @@ struct PluginFlagTexts {
   std::string rbd_timeout;
   std::string fence_dead_nodes_after;
   std::string fence_check_interval;
+  std::string fstrim_interval;
 };
 
 // Declares every flag on `app`, writing into `config` (and `texts`) when parsed.

@@ -16,9 +16,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "common/atomic_file.h"
+#include "common/unique_fd.h"
 
 namespace blockcsi {
 namespace {
@@ -262,6 +264,26 @@ StatusOr<FsUsage> RootedHost::StatFs(const std::string& path) const {
   u.free_inodes = sv.f_ffree;
   u.used_inodes = sv.f_files - sv.f_ffree;
   return u;
+}
+
+StatusOr<uint64_t> RootedHost::TrimFilesystem(const std::string& mount_path, const std::string& expected_device) const {
+  std::string real = Resolve(mount_path);
+  UniqueFd fd(::open(real.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoToStatus(errno, "open " + real);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, "stat " + real);
+  std::string device = std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  if (device != expected_device) {
+    return FailedPrecondition(real + " is on device " + device + ", not " + expected_device +
+                              " (the filesystem is no longer mounted there)");
+  }
+  // minlen 0: every free extent, as fstrim(8) does by default; the
+  // filesystem rounds it up to the device's discard granularity.
+  struct fstrim_range range {
+    .start = 0, .len = std::numeric_limits<uint64_t>::max(), .minlen = 0
+  };
+  if (::ioctl(fd.get(), FITRIM, &range) != 0) return ErrnoToStatus(errno, "FITRIM " + real);
+  return static_cast<uint64_t>(range.len);
 }
 
 bool RootedHost::HasCapSysResource() const {

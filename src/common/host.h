@@ -113,6 +113,16 @@ class Host {
   // NOT_FOUND when it is not a configured loop device.
   virtual StatusOr<std::string> LoopBackingFile(const std::string& loop_name) const = 0;
   virtual StatusOr<FsUsage> StatFs(const std::string& path) const = 0;
+  // FITRIM: the filesystem mounted at `mount_path` discards its free space
+  // on the device below, and the kernel answers how many bytes it trimmed
+  // (the filesystem's own count: ext4 and xfs count the free extents they
+  // sent discards for, so a second run reports them again). The directory
+  // is opened first and its st_dev compared with `expected_device`
+  // ("major:minor", as mountinfo has it), so that a staging mount that went
+  // away in between is never taken for the filesystem under it:
+  // FAILED_PRECONDITION then. UNIMPLEMENTED: the device takes no discards.
+  virtual StatusOr<uint64_t> TrimFilesystem(const std::string& mount_path,
+                                            const std::string& expected_device) const = 0;
 
   // ---- this process and the ones it starts
   // CAP_SYS_RESOURCE in the effective set: the kernel asks for it to grow a
@@ -168,6 +178,7 @@ class RootedHost : public Host {
   StatusOr<uint64_t> BlockDeviceSize(const std::string& device) const override;
   StatusOr<std::string> LoopBackingFile(const std::string& loop_name) const override;
   StatusOr<FsUsage> StatFs(const std::string& path) const override;
+  StatusOr<uint64_t> TrimFilesystem(const std::string& mount_path, const std::string& expected_device) const override;
 
   bool HasCapSysResource() const override;
   StatusOr<DetachedProcess> SpawnDetached(const std::vector<std::string>& argv) const override;

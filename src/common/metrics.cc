@@ -128,6 +128,11 @@ void MetricFamily::Clear() {
   series_.clear();
 }
 
+void MetricFamily::ClearWhereFirstLabelIs(const std::string& value) {
+  MutexLock lock(mu_);
+  std::erase_if(series_, [&](const auto& entry) { return !entry.first.empty() && entry.first.front() == value; });
+}
+
 void MetricFamily::Observe(const LabelValues& labels, double v) {
   if (type_ != MetricType::kHistogram) return;
   Series* s = nullptr;

@@ -48,6 +48,9 @@ class MetricFamily {
   // Forgets every series (a collector rebuilding its figures, so that a
   // volume no longer there leaves no stale series).
   void Clear();
+  // Forgets the series whose first label is `value` (one pool's series, when
+  // several pools in one process share the family).
+  void ClearWhereFirstLabelIs(const std::string& value);
   // Histogram only: records one observation.
   void Observe(const LabelValues& labels, double v);
 

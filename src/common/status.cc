@@ -112,6 +112,9 @@ Status ErrnoToStatus(int err, std::string_view what) {
     case ETIMEDOUT:
       code = StatusCode::kDeadlineExceeded;
       break;
+    case EOPNOTSUPP:  // e.g. FITRIM on a device that takes no discards
+      code = StatusCode::kUnimplemented;
+      break;
     default:
       break;
   }

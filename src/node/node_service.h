@@ -113,6 +113,24 @@ class NodeService final : public csi::v1::Node::Service {
   // a volume with an RPC in flight is ABORTED (retry).
   Status ReleaseAll(std::vector<std::string>* lazily_unmounted);
 
+  // ---- trimming (node_trim.cc; the mechanism is node/volume_trim.h) ----
+  // FITRIM of one staged filesystem volume under the volume's in-flight
+  // lease, taken without waiting: ABORTED at once when a stage, unstage or
+  // other call on it is in flight (and a stage or unstage arriving during
+  // the trim is ABORTED in turn, which kubelet retries).
+  StatusOr<uint64_t> Trim(const std::string& volume_id);
+  struct TrimRound {
+    size_t trimmed = 0;  // volumes trimmed
+    size_t busy = 0;     // skipped: a call on them was in flight
+    size_t failed = 0;
+    uint64_t bytes = 0;  // trimmed, as the kernel reported
+  };
+  // One round of the periodic trim: every trimmable volume of this node,
+  // one at a time; a busy volume is skipped until the next round. Each
+  // outcome is logged and counted (blockcsi_node_fstrim_total by result,
+  // blockcsi_node_fstrim_bytes_total).
+  TrimRound TrimStagedVolumes();
+
  private:
   struct StagePlan;
   // Every attach record in one read, with this volume's own (none when the

@@ -1,6 +1,7 @@
 #include "support/fake_attacher.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace blockcsi::testing {
 namespace {
@@ -409,6 +410,22 @@ StatusOr<std::string> FakeHost::LoopBackingFile(const std::string& loop_name) co
   auto it = world_->loop_backing.find(loop_name);
   if (it == world_->loop_backing.end()) return NotFound(loop_name + " is not a loop device");
   return it->second;
+}
+
+StatusOr<uint64_t> FakeHost::TrimFilesystem(const std::string& mount_path, const std::string& expected_device) const {
+  std::lock_guard lock(world_->mu);
+  const MountEntry* entry = FindMountAt(world_->mounts, mount_path);
+  // Unmounted: the directory is on the filesystem below, another device.
+  if (entry == nullptr || entry->major_minor != expected_device) {
+    return FailedPrecondition(mount_path + " is not on device " + expected_device);
+  }
+  for (auto& [path, device] : world_->devices) {
+    if (device.major_minor != expected_device) continue;
+    if (!device.discards) return Unimplemented("FITRIM " + mount_path + ": Operation not supported");
+    world_->log.push_back("fitrim " + mount_path);
+    return std::exchange(device.freed_bytes, 0);
+  }
+  return FailedPrecondition(mount_path + ": no device " + expected_device);
 }
 
 StatusOr<FsUsage> FakeHost::StatFs(const std::string& path) const {

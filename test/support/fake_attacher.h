@@ -27,6 +27,10 @@ struct FakeDevice {
   uint64_t size_bytes = 1ULL << 30;
   std::vector<BlockSignature> signatures;
   bool present = true;
+  // What FITRIM of the filesystem on it would give back (the blocks its
+  // filesystem freed since the last trim), and whether it takes discards.
+  uint64_t freed_bytes = 0;
+  bool discards = true;
 };
 
 struct FakeWorld {
@@ -163,6 +167,10 @@ class FakeHost final : public RootedHost {
   StatusOr<uint64_t> BlockDeviceSize(const std::string& device) const override;
   StatusOr<FsUsage> StatFs(const std::string& path) const override;
   StatusOr<std::string> LoopBackingFile(const std::string& loop_name) const override;
+  // As the kernel: the mount at `mount_path` must be on `expected_device`;
+  // answers the device's freed_bytes once (a second trim finds none) and
+  // logs "fitrim <path>".
+  StatusOr<uint64_t> TrimFilesystem(const std::string& mount_path, const std::string& expected_device) const override;
   bool HasCapSysResource() const override { return cap_sys_resource; }
 
  private:

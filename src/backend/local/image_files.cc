@@ -166,6 +166,12 @@ StatusOr<uint64_t> HostImageFiles::Size(const std::string& path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+StatusOr<uint64_t> HostImageFiles::AllocatedBytes(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + path);
+  return static_cast<uint64_t>(st.st_blocks) * 512;  // st_blocks counts 512-byte units whatever the block size
+}
+
 Status HostImageFiles::Resize(const std::string& path, uint64_t size_bytes) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoToStatus(errno, "open " + path);

@@ -61,6 +61,10 @@ class ImageFiles {
   virtual Status Clone(const std::string& from, const std::string& to, uint64_t size_bytes, CopyMethod* method) = 0;
   // NOT_FOUND when there is no such file.
   virtual StatusOr<uint64_t> Size(const std::string& path) = 0;
+  // The bytes the file system has allocated to the file (st_blocks * 512):
+  // what a sparse image really takes, which a trim from the node lowers.
+  // NOT_FOUND when there is no such file.
+  virtual StatusOr<uint64_t> AllocatedBytes(const std::string& path) = 0;
   // Sets the file's size and fsyncs it: the size is durable on return.
   virtual Status Resize(const std::string& path, uint64_t size_bytes) = 0;
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
@@ -89,6 +93,7 @@ class HostImageFiles : public ImageFiles {
   Status Create(const std::string& path, uint64_t size_bytes) override;
   Status Clone(const std::string& from, const std::string& to, uint64_t size_bytes, CopyMethod* method) override;
   StatusOr<uint64_t> Size(const std::string& path) override;
+  StatusOr<uint64_t> AllocatedBytes(const std::string& path) override;
   Status Resize(const std::string& path, uint64_t size_bytes) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status Remove(const std::string& path) override;

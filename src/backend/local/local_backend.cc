@@ -173,6 +173,11 @@ VolumeRecord LocalBackend::WithCurrentPortals(VolumeRecord record) const {
   return record;
 }
 
+VolumeRecord LocalBackend::WithAllocation(VolumeRecord record) const {
+  if (auto bytes = pool_->ImageAllocatedBytes(record.id); bytes.ok()) record.allocated_bytes = *bytes;
+  return record;
+}
+
 DesiredExport LocalBackend::DesiredFor(const VolumeRecord& r) const {
   DesiredExport d;
   d.iqn = r.target_iqn;
@@ -464,7 +469,7 @@ StatusOr<VolumeRecord> LocalBackend::GetVolume(const std::string& volume_id) {
   if (!IsVolumeId(volume_id)) return NotOurVolume(volume_id);
   auto record = pool_->GetVolume(volume_id);
   if (!record) return NotFound("volume " + volume_id + " not found");
-  return WithCurrentPortals(*record);
+  return WithAllocation(WithCurrentPortals(*record));
 }
 
 StatusOr<Page<VolumeRecord>> LocalBackend::ListVolumes(const std::string& start_token, int max_entries) {
@@ -476,7 +481,7 @@ StatusOr<Page<VolumeRecord>> LocalBackend::ListVolumes(const std::string& start_
   // hands out just the page.
   Page<VolumeRecord> page;
   page.items = pool_->ListVolumesFrom(start_token, static_cast<size_t>(max_entries), &page.next_token);
-  for (auto& r : page.items) r = WithCurrentPortals(std::move(r));
+  for (auto& r : page.items) r = WithAllocation(WithCurrentPortals(std::move(r)));
   return page;
 }
 

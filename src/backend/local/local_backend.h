@@ -98,6 +98,9 @@ class LocalBackend final : public VolumeBackend {
   // store portals (they are options.portals), so a changed portal list
   // reaches every volume's next answer.
   VolumeRecord WithCurrentPortals(VolumeRecord record) const;
+  // `record` with what its image takes on disk now (GetVolume and
+  // ListVolumes: the figures an operator reads beside the size).
+  VolumeRecord WithAllocation(VolumeRecord record) const;
   DesiredExport DesiredFor(const VolumeRecord& record) const;
   // Applies the record's export and logs the repairs.
   Status ApplyExport(const VolumeRecord& record);

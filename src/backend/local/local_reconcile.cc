@@ -48,16 +48,38 @@ void LocalBackend::CollectPoolMetrics(MetricsRegistry& registry) {
   auto& provisioned =
       registry.Gauge("blockcsi_target_pool_provisioned_bytes",
                      "Sum of the sizes of the pool's volumes (thin: may exceed what they use)", {"pool"});
+  auto& allocated = registry.Gauge(
+      "blockcsi_target_pool_allocated_bytes",
+      "What the pool's volume and snapshot images really take on disk (st_blocks of the sparse files); a trim "
+      "from the nodes lowers it",
+      {"pool"});
+  auto& available =
+      registry.Gauge("blockcsi_target_pool_available_bytes",
+                     "The largest new volume the overcommit policy allows now (what GetCapacity reports)", {"pool"});
+  auto& volume_size = registry.Gauge("blockcsi_target_volume_provisioned_bytes", "A volume's size", {"pool", "volume"});
+  auto& volume_allocated = registry.Gauge("blockcsi_target_volume_allocated_bytes",
+                                          "What a volume's image really takes on disk", {"pool", "volume"});
   auto& volumes = registry.Gauge("blockcsi_target_pool_volumes", "Volumes in the pool", {"pool"});
   const std::string& dir = pool_->dir();
   if (auto fs = pool_->FileSystemSpace(); fs.ok()) {
     capacity.Set({dir}, static_cast<double>(fs->total_bytes));
     free_bytes.Set({dir}, static_cast<double>(fs->available_bytes));
   }
+  if (auto room = pool_->AvailableBytes(); room.ok()) available.Set({dir}, static_cast<double>(*room));
+  // Per volume: the series of deleted volumes go (this pool's only).
+  volume_size.ClearWhereFirstLabelIs(dir);
+  volume_allocated.ClearWhereFirstLabelIs(dir);
   double sum = 0;
   auto list = pool_->ListVolumes();
-  for (const auto& record : list) sum += static_cast<double>(record.size_bytes);
+  for (const auto& record : list) {
+    sum += static_cast<double>(record.size_bytes);
+    volume_size.Set({dir, record.id}, static_cast<double>(record.size_bytes));
+    if (auto bytes = pool_->ImageAllocatedBytes(record.id); bytes.ok()) {
+      volume_allocated.Set({dir, record.id}, static_cast<double>(*bytes));
+    }
+  }
   provisioned.Set({dir}, sum);
+  allocated.Set({dir}, static_cast<double>(pool_->AllocatedBytes()));
   volumes.Set({dir}, static_cast<double>(list.size()));
 }
 

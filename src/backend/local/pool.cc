@@ -5,9 +5,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
@@ -366,78 +364,6 @@ StatusOr<double> ParseOvercommitRatio(std::string_view text) {
                            "\"");
   }
   return ratio;
-}
-
-namespace {
-
-// Bytes times the ratio, saturating instead of overflowing.
-uint64_t Scaled(uint64_t bytes, double ratio) {
-  long double v = static_cast<long double>(bytes) * ratio;
-  if (v >= static_cast<long double>(std::numeric_limits<uint64_t>::max())) return std::numeric_limits<uint64_t>::max();
-  return static_cast<uint64_t>(v);
-}
-
-}  // namespace
-
-Pool::RoomReservation::~RoomReservation() {
-  if (pool_ == nullptr) return;
-  MutexLock lock(pool_->mu_);
-  pool_->reserved_bytes_ -= bytes_;
-  if (volume_) --pool_->reserved_volumes_;
-}
-
-uint64_t Pool::ProvisionedBytes() const {
-  MutexLock lock(mu_);
-  return ProvisionedBytesLocked();
-}
-
-uint64_t Pool::ProvisionedBytesLocked() const {
-  uint64_t total = reserved_bytes_;
-  for (const auto& [id, record] : volumes_) total += record.size_bytes;
-  for (const auto& [id, record] : snapshots_) total += record.size_bytes;
-  return total;
-}
-
-StatusOr<PoolSpace> Pool::FileSystemSpace() const { return files_.Space(dir_); }
-
-StatusOr<uint64_t> Pool::AvailableBytes() const {
-  BLOCKCSI_ASSIGN_OR_RETURN(PoolSpace space, files_.Space(dir_));
-  const uint64_t allowed = Scaled(space.total_bytes, options_.overcommit_ratio);
-  const uint64_t provisioned = ProvisionedBytes();
-  const uint64_t unprovisioned = allowed > provisioned ? allowed - provisioned : 0;
-  return std::min(Scaled(space.available_bytes, options_.overcommit_ratio), unprovisioned);
-}
-
-StatusOr<Pool::RoomReservation> Pool::ReserveRoom(uint64_t bytes, bool new_volume, const std::string& what) {
-  BLOCKCSI_ASSIGN_OR_RETURN(PoolSpace space, files_.Space(dir_));
-  const uint64_t total = Scaled(space.total_bytes, options_.overcommit_ratio);
-  const uint64_t free = Scaled(space.available_bytes, options_.overcommit_ratio);
-  char ratio[32];
-  std::snprintf(ratio, sizeof ratio, "%g", options_.overcommit_ratio);
-  if (bytes > static_cast<uint64_t>(std::numeric_limits<off_t>::max()) || bytes > total) {
-    return OutOfRange(what + ": " + std::to_string(bytes) + " bytes is more than the pool can ever hold (" +
-                      std::to_string(total) + " bytes: its file system times the overcommit ratio " + ratio + ")");
-  }
-  if (bytes > free) {
-    return ResourceExhausted(what + ": " + std::to_string(bytes) + " bytes is more than the pool allows now (" +
-                             std::to_string(free) + " bytes: its free space times the overcommit ratio " + ratio + ")");
-  }
-  MutexLock lock(mu_);
-  const uint64_t committed = ProvisionedBytesLocked();
-  if (committed > total || bytes > total - committed) {
-    return ResourceExhausted(what + ": " + std::to_string(bytes) + " bytes more would provision " +
-                             std::to_string(committed + bytes) + " bytes, more than the pool allows (" +
-                             std::to_string(total) + " bytes: its file system times the overcommit ratio " + ratio +
-                             ")");
-  }
-  if (new_volume && options_.max_volumes != 0 && volumes_.size() + reserved_volumes_ >= options_.max_volumes) {
-    return ResourceExhausted(what + ": the pool holds " + std::to_string(volumes_.size() + reserved_volumes_) +
-                             " volumes, the most it is allowed (--max-volumes " + std::to_string(options_.max_volumes) +
-                             ")");
-  }
-  reserved_bytes_ += bytes;
-  if (new_volume) ++reserved_volumes_;
-  return RoomReservation(this, bytes, new_volume);
 }
 
 Status Pool::Healthy() const { return files_.CheckAccess(dir_ + "/volumes"); }

@@ -124,15 +124,26 @@ class Pool {
   // Durable on return; no record → OK.
   Status RemoveFence(const std::string& node_id);
 
-  // The largest new volume the overcommit policy allows now: the least of
-  // free space times the ratio and what the ratio leaves of the file system
-  // beyond the bytes already provisioned (volumes, snapshots, and those
-  // being made).
+  // The largest new volume the overcommit policy allows now (pool_space.cc,
+  // GetCapacity), the least of two rooms, with R the ratio:
+  //   promised: R * the file system's size, less what is provisioned
+  //             (volumes, snapshots, and those being made or grown);
+  //   backed:   R * the file system's free space, less what R expects the
+  //             volumes still to write: for each, its size less R * what its
+  //             image has allocated (never below 0).
+  // So space a trim gives back counts again once a volume holds more than
+  // R expects, and free space that something else took counts against the
+  // pool. CreateVolume, snapshots and grows are checked against the same.
   StatusOr<uint64_t> AvailableBytes() const;
   // The file system the pool is on, as it is (no overcommit): for metrics.
   StatusOr<PoolSpace> FileSystemSpace() const;
   // Every volume's and snapshot's size, and those being made or grown.
   uint64_t ProvisionedBytes() const;
+  // What the image of a volume or snapshot takes on disk (st_blocks * 512);
+  // NOT_FOUND without one.
+  StatusOr<uint64_t> ImageAllocatedBytes(std::string_view id) const;
+  // The sum of that over every volume and snapshot.
+  uint64_t AllocatedBytes() const;
   // The pool directory is readable and writable.
   Status Healthy() const;
 
@@ -180,6 +191,16 @@ class Pool {
   };
   StatusOr<RoomReservation> ReserveRoom(uint64_t bytes, bool new_volume, const std::string& what);
   uint64_t ProvisionedBytesLocked() const REQUIRES(mu_);
+  // Allocated bytes by image id (volumes and snapshots), stat'ed unlocked.
+  std::map<std::string, uint64_t> AllocatedByImage() const EXCLUDES(mu_);
+  uint64_t UnwrittenLocked(const std::map<std::string, uint64_t>& allocated) const REQUIRES(mu_);
+  // The two rooms of AvailableBytes, and the most the pool can ever hold.
+  struct Room {
+    uint64_t limit = 0;     // R * the file system's size
+    uint64_t promised = 0;  // limit less what is provisioned
+    uint64_t backed = 0;    // R * free space less what the volumes are expected still to write
+  };
+  Room RoomLocked(const PoolSpace& space, const std::map<std::string, uint64_t>& allocated) const REQUIRES(mu_);
   std::string VolumeRecordPath(std::string_view id) const;
   std::string SnapshotRecordPath(std::string_view id) const;
   // Puts `record` in the in-memory index (replacing the one of its id) /

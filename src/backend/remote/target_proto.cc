@@ -59,6 +59,7 @@ void ToProto(const VolumeRecord& in, targetpb::Volume* out) {
     pg->set_chap(g.chap);
   }
   out->mutable_topology()->insert(in.topology.begin(), in.topology.end());
+  out->set_allocated_bytes(in.allocated_bytes);
 }
 
 VolumeRecord FromProto(const targetpb::Volume& in) {
@@ -81,6 +82,7 @@ VolumeRecord FromProto(const targetpb::Volume& in) {
     out.grants.push_back({g.initiator_iqn(), g.node_id(), g.read_only(), g.capability(), g.chap()});
   }
   out.topology.insert(in.topology().begin(), in.topology().end());
+  out.allocated_bytes = in.allocated_bytes();
   return out;
 }
 

@@ -7,10 +7,12 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
 #include "backend/local/lio_exporter.h"
+#include "common/metrics.h"
 #include "support/test_util.h"
 
 namespace blockcsi {
@@ -159,6 +161,40 @@ TEST_F(LocalBackendTest, GrantRevokeDeleteRulesAndIdempotency) {
   EXPECT_EQ(b->GetVolume(v->id).status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(std::filesystem::exists(TargetDir(v->target_iqn)));
   EXPECT_TRUE(Files("images").empty());
+}
+
+// The agent's GetVolume and ListVolumes carry what the image really takes
+// beside its size, and the pool's metrics say the same per volume.
+TEST_F(LocalBackendTest, VolumesReportAllocatedBytesBesideTheirSize) {
+  auto b = Open();
+  auto v = b->CreateVolume(Spec("pvc-alloc", 16 * kMiB));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_LT(b->GetVolume(v->id)->allocated_bytes, kMiB) << "a new image is sparse";
+  {
+    std::ofstream image(pool_.Join("images/" + v->id + ".img"), std::ios::in | std::ios::out | std::ios::binary);
+    std::string data(4 * kMiB, 'x');
+    image.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  auto got = b->GetVolume(v->id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_GE(got->allocated_bytes, 4 * kMiB);
+  EXPECT_EQ(got->size_bytes, 16 * kMiB);
+  auto page = b->ListVolumes("", 0);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->items.size(), 1u);
+  EXPECT_EQ(page->items[0].allocated_bytes, got->allocated_bytes);
+  MetricsRegistry registry;
+  b->CollectPoolMetrics(registry);
+  std::string text = registry.Render();
+  EXPECT_NE(text.find("blockcsi_target_volume_allocated_bytes{pool=\"" + pool_.path() + "\",volume=\"" + v->id +
+                      "\"} " + std::to_string(got->allocated_bytes)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("blockcsi_target_pool_allocated_bytes{pool=\"" + pool_.path() + "\"} " +
+                      std::to_string(got->allocated_bytes)),
+            std::string::npos)
+      << text;
+  ASSERT_TRUE(b->DeleteVolume(v->id).ok());
 }
 
 TEST_F(LocalBackendTest, ExpandGrowsNeverShrinks) {

@@ -1,6 +1,7 @@
 #include "backend/local/pool.h"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -388,6 +389,65 @@ TEST(PoolTest, OvercommitRatioBoundsWhatIsProvisionedInTotal) {
   ASSERT_TRUE(pool.CreateVolume(Record("pvc-fits", 200 * kMiB), "").ok());
   ASSERT_TRUE(pool.DeleteVolume(first).ok());
   EXPECT_TRUE(pool.CreateVolume(Record("pvc-after-delete", 600 * kMiB), "").ok());
+}
+
+// GetCapacity under overcommit counts what the volumes have really written
+// (pool.h, AvailableBytes): free space times the ratio, less what the ratio
+// still expects each volume to write. The test's file system sizes follow
+// the image's real allocation, as a pool alone on its file system's would.
+TEST(PoolTest, CapacityUnderOvercommitCountsWhatVolumesReallyAllocated) {
+  TempDir dir;
+  // A file system may take a block or two beyond the data (ext4's extent
+  // tree): the figures are checked to 64 KiB of allocation.
+  constexpr double kSlack = 64 * 1024;
+  // 1 GiB file system, 256 MiB of it free before any volume (something
+  // else holds the rest), ratio 4.
+  SizedPool sized(dir, kGiB, 256 * kMiB, 4.0);
+  ASSERT_NE(sized.pool, nullptr);
+  Pool& pool = *sized.pool;
+  VolumeRecord v = Record("pvc-thin", 512 * kMiB);
+  ASSERT_TRUE(pool.CreateVolume(v, "").ok());
+  auto write = [&](uint64_t offset, uint64_t bytes) {
+    int fd = ::open(pool.ImagePath(v.id).c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    std::vector<char> chunk(kMiB, 'x');
+    for (uint64_t at = offset; at < offset + bytes; at += kMiB) {
+      ASSERT_EQ(::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(at)), static_cast<ssize_t>(kMiB));
+    }
+    ASSERT_EQ(::fsync(fd), 0);
+    ::close(fd);
+  };
+  auto free_after = [&] {
+    uint64_t allocated = *pool.ImageAllocatedBytes(v.id);
+    sized.files->SetSpace(kGiB, 256 * kMiB - std::min<uint64_t>(allocated, 256 * kMiB));
+    return allocated;
+  };
+  // Empty: 4 * 256 MiB free, less the 512 MiB the new volume may still write
+  // (the old formula, 4 * free, said 1 GiB: a volume the disk could not back
+  // once the first one fills as the ratio expects).
+  free_after();
+  EXPECT_NEAR(*pool.AvailableBytes(), 512 * kMiB, 4 * kSlack);
+  // 64 MiB written, a quarter of what the ratio expects of it: no change.
+  write(0, 64 * kMiB);
+  EXPECT_NEAR(free_after(), 64 * kMiB, kSlack);
+  EXPECT_NEAR(*pool.AvailableBytes(), 512 * kMiB, 4 * kSlack);
+  EXPECT_NEAR(pool.AllocatedBytes(), 64 * kMiB, kSlack);
+  // 192 MiB: fuller than the ratio expects (128 MiB); the pool can back
+  // only 4 * the 64 MiB left, and says so to CreateVolume as to GetCapacity.
+  write(64 * kMiB, 128 * kMiB);
+  EXPECT_NEAR(free_after(), 192 * kMiB, kSlack);
+  EXPECT_NEAR(*pool.AvailableBytes(), 256 * kMiB, 4 * kSlack);
+  Status st = pool.CreateVolume(Record("pvc-more", 300 * kMiB), "");
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("free space backs"), std::string::npos) << st.message();
+  // A trim punches 128 MiB of holes in the image: that room counts again.
+  int fd = ::open(pool.ImagePath(v.id).c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 128 * kMiB), 0);
+  ::close(fd);
+  EXPECT_NEAR(free_after(), 64 * kMiB, kSlack);
+  EXPECT_NEAR(*pool.AvailableBytes(), 512 * kMiB, 4 * kSlack);
+  EXPECT_TRUE(pool.CreateVolume(Record("pvc-more", 300 * kMiB), "").ok());
 }
 
 TEST(PoolTest, MaxVolumesCapsTheVolumeCountWithResourceExhausted) {
