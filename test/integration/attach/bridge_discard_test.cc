@@ -30,6 +30,9 @@ uint64_t AllocatedBytes(const std::string& file) {
   return static_cast<uint64_t>(st.st_blocks) * 512;
 }
 
+// Compared without printing megabytes when they differ.
+bool IsZeros(const std::string& data, size_t len) { return data == std::string(len, '\0'); }
+
 std::string QueueLimit(const std::string& device, const std::string& name) {
   std::string loop = device.substr(device.rfind('/') + 1);
   return ReadFileOrEmpty("/sys/block/" + loop + "/queue/" + name);
@@ -96,8 +99,8 @@ TEST_F(BridgeDiscardTest, BlkdiscardPunchesTheLunsBackingFile) {
 
   ExpectPattern(dev, 0, 32 * kMiB, 'a');
   ExpectPattern(dev, 288 * kMiB, 32 * kMiB, 'z');
-  EXPECT_EQ(ReadDirect(dev, 100 * kMiB, kMiB), std::string(kMiB, '\0')) << "a discarded range must read as zeros";
-  EXPECT_EQ(ReadFileAt(t.backing_file, 287 * kMiB, kMiB), std::string(kMiB, '\0'));
+  EXPECT_TRUE(IsZeros(ReadDirect(dev, 100 * kMiB, kMiB), kMiB)) << "a discarded range must read as zeros";
+  EXPECT_TRUE(IsZeros(ReadFileAt(t.backing_file, 287 * kMiB, kMiB), kMiB));
   ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
   ExpectNothingLeft();
 }
@@ -118,14 +121,14 @@ TEST_F(BridgeDiscardTest, WriteZeroesReadsAsZeros) {
   ASSERT_EQ(RunProgram({"blkdiscard", "-z", "-o", std::to_string(8 * kMiB), "-l", std::to_string(8 * kMiB), dev}, &out),
             0)
       << out;
-  EXPECT_EQ(ReadDirect(dev, 8 * kMiB, 8 * kMiB), std::string(8 * kMiB, '\0'));
+  EXPECT_TRUE(IsZeros(ReadDirect(dev, 8 * kMiB, 8 * kMiB), 8 * kMiB));
   EXPECT_GE(AllocatedBytes(t.backing_file), before) << "ZERO_RANGE must not deallocate";
   ASSERT_EQ(RunProgram({"fallocate", "--punch-hole", "--keep-size", "-o", std::to_string(24 * kMiB), "-l",
                         std::to_string(8 * kMiB), dev},
                        &out),
             0)
       << out;
-  EXPECT_EQ(ReadDirect(dev, 24 * kMiB, 8 * kMiB), std::string(8 * kMiB, '\0'));
+  EXPECT_TRUE(IsZeros(ReadDirect(dev, 24 * kMiB, 8 * kMiB), 8 * kMiB));
   ExpectPattern(dev, 16 * kMiB, 8 * kMiB, 'w' + 2);
   ExpectPattern(dev, 32 * kMiB, 32 * kMiB, 'w' + 4);
   ASSERT_TRUE((*attacher)->Detach("vol-a").ok());
