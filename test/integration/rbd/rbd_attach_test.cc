@@ -750,6 +750,16 @@ TEST_F(RbdAttachTest, BlkdiscardGivesTheImagesSpaceBack) {
         << "data at " << at / kMiB << " MiB changed";
   }
   EXPECT_TRUE(ReadDirect(dev, 100 * kMiB, kMiB) == std::string(kMiB, '\0')) << "a discarded range must read as zeros";
+  // A hole smaller than librbd's discard granularity (64 KiB) reads as zeros
+  // too: the loop device's write-zeroes is such a punch.
+  ASSERT_EQ(RunProgram({"fallocate", "--punch-hole", "--keep-size", "-o", std::to_string(300 * kMiB + 4096), "-l",
+                        "4096", dev},
+                       &out),
+            0)
+      << out;
+  std::string expected = Pattern(8 * kMiB, static_cast<char>('a' + 296 / 8));
+  std::fill_n(expected.begin() + (300 * kMiB + 4096 - 296 * kMiB), 4096, '\0');
+  EXPECT_TRUE(ReadDirect(dev, 296 * kMiB, 8 * kMiB) == expected) << "a 4 KiB hole did not read back as zeros";
   ASSERT_NO_FATAL_FAILURE(DetachLeavingNothing(*attached.node, attached.volume->id));
 }
 
