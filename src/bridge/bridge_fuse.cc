@@ -7,6 +7,7 @@
 
 #include <fuse_lowlevel.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 
 #include <fcntl.h>
 
@@ -147,6 +148,26 @@ void FuseFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { Self(req)->Se
 // (losetup -d, dd without conv=fsync) still has its data on the target.
 void FuseFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) { Self(req)->ServeFsync(req); }
 
+void FuseFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t length, fuse_file_info*) {
+  if (ino != kLunIno || Self(req)->read_only()) {
+    fuse_reply_err(req, ino != kLunIno ? EISDIR : EROFS);
+    return;
+  }
+  Self(req)->ServeFallocate(req, mode, off, length);
+}
+
+// The loop device takes its discard granularity from the backing file's
+// f_bsize (and advertises discard at all only because FUSE files have
+// fallocate): the storage's allocation unit, so that fstrim and
+// blkdiscard send whole units.
+void FuseStatfs(fuse_req_t req, fuse_ino_t) {
+  struct statvfs st {};
+  st.f_bsize = Self(req)->discard_granularity();
+  st.f_frsize = st.f_bsize;
+  st.f_namemax = 255;
+  fuse_reply_statfs(req, &st);
+}
+
 const fuse_lowlevel_ops kOps = [] {
   fuse_lowlevel_ops o{};
   o.init = FuseInit;
@@ -158,6 +179,8 @@ const fuse_lowlevel_ops kOps = [] {
   o.write = FuseWrite;
   o.fsync = FuseFsync;
   o.flush = FuseFlush;
+  o.fallocate = FuseFallocate;
+  o.statfs = FuseStatfs;
   return o;
 }();
 

@@ -119,6 +119,15 @@ class Bridge {
   // flush and fsync: after every write submitted before it completed, then
   // the transport's flush (SYNCHRONIZE CACHE).
   void ServeFsync(fuse_req_t req);
+  // fallocate: PUNCH_HOLE (the loop device's discard, and its write-zeroes
+  // that may deallocate) goes to the transport's PunchHoleAsync;
+  // ZERO_RANGE (write-zeroes that must stay allocated) is written as zeros.
+  // EOPNOTSUPP where the volume cannot deallocate: the loop device then
+  // stops advertising discard. EIO when the storage failed: a discard is
+  // never reported done that was not.
+  void ServeFallocate(fuse_req_t req, int mode, off_t off, off_t length);
+  // The loop device's discard granularity (statfs f_bsize), in bytes.
+  uint32_t discard_granularity() const { return transport_->discard_granularity(); }
   uint64_t size() const { return size_.load(); }
   bool read_only() const { return args_.read_only; }
 
@@ -183,7 +192,7 @@ class Bridge {
     void Record(size_t size, std::chrono::steady_clock::duration took, bool ok);
     nlohmann::json ToJson() const;
   };
-  IoCounters reads_, writes_, flushes_;
+  IoCounters reads_, writes_, flushes_, discards_;
   // Failed writes and flushes since this bridge started: unlike a failed
   // read, each may have lost data the filesystem counted on, so the volume
   // stays abnormal until it is restaged (a new bridge).

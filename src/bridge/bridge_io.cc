@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <linux/falloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -33,6 +34,7 @@
 #include "bridge/bridge_transport.h"
 #include "bridge/iscsi_bridge_transport.h"
 #include "bridge/libiscsi_session.h"
+#include "bridge/write_zeroes.h"
 #include "common/atomic_file.h"
 #include "common/executor.h"
 #include "common/host.h"
@@ -176,6 +178,53 @@ void Bridge::ServeFsync(fuse_req_t req) {
       fuse_reply_err(req, st.ok() ? 0 : EIO);
     });
   });
+}
+
+void Bridge::ServeFallocate(fuse_req_t req, int mode, off_t off, off_t length) {
+  auto start_time = Clock::now();
+  const bool punch = mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE);
+  const bool zero = (mode & ~FALLOC_FL_KEEP_SIZE) == FALLOC_FL_ZERO_RANGE;
+  if (!punch && !zero) {
+    fuse_reply_err(req, EOPNOTSUPP);  // the size is the volume's: nothing to allocate or collapse
+    return;
+  }
+  if (punch && !transport_->can_punch_hole()) {
+    fuse_reply_err(req, EOPNOTSUPP);
+    return;
+  }
+  uint64_t total = size_.load();
+  uint64_t bs = transport_->block_size();
+  if (off < 0 || length <= 0 || static_cast<uint64_t>(off) % bs != 0) {
+    fuse_reply_err(req, EINVAL);
+    return;
+  }
+  // Past the end there is nothing (KEEP_SIZE); a length that ends inside a
+  // block is refused, as the loop device never sends one.
+  uint64_t begin = std::min<uint64_t>(static_cast<uint64_t>(off), total);
+  uint64_t end = std::min<uint64_t>(begin + static_cast<uint64_t>(length), total);
+  if (end < total && end % bs != 0) {
+    fuse_reply_err(req, EINVAL);
+    return;
+  }
+  if (begin == end) {
+    fuse_reply_err(req, 0);
+    return;
+  }
+  // A ticket as for a write: a flush (and close) waits for it.
+  uint64_t ticket = write_order_.Begin();
+  auto finish = [this, req, start_time, ticket, bytes = end - begin](const Status& st) {
+    discards_.Record(st.ok() ? bytes : 0, Clock::now() - start_time, st.ok());
+    // Counted as an I/O error, not a lost write: the caller (the loop
+    // device, then fstrim, blkdiscard or the filesystem's zeroout) is told.
+    if (!st.ok()) NoteIoError(st);
+    fuse_reply_err(req, st.ok() ? 0 : EIO);
+    write_order_.End(ticket);
+  };
+  if (punch) {
+    transport_->PunchHoleAsync(begin, end - begin, std::move(finish));
+  } else {
+    WriteZeroesAsync(*transport_, begin, end - begin, std::move(finish));
+  }
 }
 
 // Serialised with each other (two could share a block); the loop device

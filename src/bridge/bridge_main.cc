@@ -97,6 +97,7 @@ nlohmann::json Bridge::StatusReply(bool refresh_identity) {
   io["read"] = reads_.ToJson();
   io["write"] = writes_.ToJson();
   io["flush"] = flushes_.ToJson();
+  io["discard"] = discards_.ToJson();
   io["reconnects"] = transport_ ? transport_->reconnects() : 0;
   io["latency_buckets"] = kIoLatencyBuckets;
   j["io"] = io;

@@ -47,7 +47,7 @@ class UnixSocketAddress {
 };
 
 // Upper bounds (seconds) of the latency buckets of the "io" object a status
-// reply carries: {"read"|"write"|"flush": {"ops","bytes","errors",
+// reply carries: {"read"|"write"|"flush"|"discard": {"ops","bytes","errors",
 // "latency_seconds_sum","latency_bucket_counts":[per bucket, not
 // cumulative; slower than the last bound: ops minus their sum]},
 // "reconnects", "latency_buckets"}. 100 µs to 10 s.

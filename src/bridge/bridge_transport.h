@@ -65,6 +65,19 @@ class BridgeTransport {
   }
   // After Watch: returns once on_ready is not running and never will again.
   virtual void Unwatch() {}
+  // Deallocates [offset, offset + length) so that it reads back as zeros:
+  // fallocate PUNCH_HOLE, which is what the loop device makes of a discard
+  // and of a write-zeroes. Block-aligned; only called when can_punch_hole(),
+  // which is fixed once the transport is open. Errors as for writes, within
+  // the same timeouts.
+  virtual bool can_punch_hole() const { return false; }
+  virtual void PunchHoleAsync(uint64_t /*offset*/, uint64_t /*length*/, Done done) {
+    Done finish = std::move(done);
+    finish(Unimplemented(name() + " cannot deallocate"));
+  }
+  // What the loop device should align discards to, in bytes: the storage's
+  // allocation unit (a multiple of block_size()).
+  virtual uint32_t discard_granularity() const { return block_size(); }
   // Re-reads the volume's size (after a resize); size_bytes() follows.
   virtual Status RefreshSize() = 0;
   // The identity the shared check (VerifyLunIdentity) compares with the

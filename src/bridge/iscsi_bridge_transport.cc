@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <atomic>
 
+#include "bridge/split_done.h"
+#include "bridge/write_zeroes.h"
 #include "common/logging.h"
-#include "common/mutex.h"
 
 namespace blockcsi {
 namespace {
@@ -19,7 +20,40 @@ StatusOr<std::unique_ptr<IscsiBridgeTransport>> IscsiBridgeTransport::Connect(co
   BLOCKCSI_ASSIGN_OR_RETURN(t->session_, LibIscsiSession::Connect(options));
   // Extra sessions go to the portal that answered, not through the list again.
   t->options_.portals = {t->session_->portal()};
+  t->unmap_ = t->ReadUnmapSupport();
   return t;
+}
+
+// Asked once, at connect: a LUN switched to thin later (tgtd's
+// thin_provisioning) is seen by the next bridge, at the next stage. A page
+// the target does not have reads as absent, which means no UNMAP.
+UnmapSupport IscsiBridgeTransport::ReadUnmapSupport() {
+  if (!session_->lbpme()) return {};
+  auto b0 = session_->InquiryVpd(0xB0);
+  auto b2 = session_->InquiryVpd(0xB2);
+  return ParseUnmapSupport(session_->lbpme(), session_->lbprz(), b0.ok() ? *b0 : "", b2.ok() ? *b2 : "");
+}
+
+uint32_t IscsiBridgeTransport::discard_granularity() const {
+  uint64_t bytes = uint64_t{block_size()} * unmap_.granularity;
+  return bytes <= UINT32_MAX ? static_cast<uint32_t>(bytes) : block_size();
+}
+
+void IscsiBridgeTransport::PunchHoleAsync(uint64_t offset, uint64_t length, Done done) {
+  uint32_t bs = session_->block_size();
+  std::vector<DiscardExtent> plan = PlanPunchHole(unmap_, offset / bs, length / bs);
+  if (plan.empty()) {
+    done(OkStatus());
+    return;
+  }
+  auto split = std::make_shared<SplitDone>(plan.size(), std::move(done));
+  for (const DiscardExtent& e : plan) {
+    if (e.unmap) {
+      IoSession().UnmapAsync(e.lba, static_cast<uint32_t>(e.blocks), SplitDone::Part(split));
+    } else {
+      WriteZeroesAsync(*this, e.lba * bs, e.blocks * bs, SplitDone::Part(split));
+    }
+  }
 }
 
 IscsiBridgeTransport::~IscsiBridgeTransport() { Close(); }
@@ -60,41 +94,16 @@ Status IscsiBridgeTransport::Write(uint64_t offset, size_t length, const char* i
   return OkStatus();
 }
 
-namespace {
-
-// One request split into several commands: `done` runs once the last one
-// completed, with the first error.
-struct Split {
-  explicit Split(size_t parts, BridgeTransport::Done d) : left(parts), done(std::move(d)) {}
-  void Finish(Status st) {
-    Status result;
-    {
-      MutexLock lock(mu);
-      if (!st.ok() && first_error.ok()) first_error = std::move(st);
-      if (--left > 0) return;
-      result = std::move(first_error);
-    }
-    done(std::move(result));
-  }
-  Mutex mu;
-  size_t left GUARDED_BY(mu);
-  Status first_error GUARDED_BY(mu);
-  BridgeTransport::Done done;
-};
-
-}  // namespace
-
 void IscsiBridgeTransport::ReadAsync(uint64_t offset, size_t length, char* out, Done done) {
   uint32_t bs = session_->block_size();
   if (length <= kMaxTransferBytes) {
     IoSession().ReadAsync(offset / bs, static_cast<uint32_t>(length / bs), out, std::move(done));
     return;
   }
-  auto split = std::make_shared<Split>((length + kMaxTransferBytes - 1) / kMaxTransferBytes, std::move(done));
+  auto split = std::make_shared<SplitDone>((length + kMaxTransferBytes - 1) / kMaxTransferBytes, std::move(done));
   for (size_t at = 0; at < length; at += kMaxTransferBytes) {
     size_t chunk = std::min(length - at, kMaxTransferBytes);
-    IoSession().ReadAsync((offset + at) / bs, static_cast<uint32_t>(chunk / bs), out + at,
-                          [split](Status st) { split->Finish(std::move(st)); });
+    IoSession().ReadAsync((offset + at) / bs, static_cast<uint32_t>(chunk / bs), out + at, SplitDone::Part(split));
   }
 }
 
@@ -104,11 +113,10 @@ void IscsiBridgeTransport::WriteAsync(uint64_t offset, size_t length, const char
     IoSession().WriteAsync(offset / bs, static_cast<uint32_t>(length / bs), in, std::move(done));
     return;
   }
-  auto split = std::make_shared<Split>((length + kMaxTransferBytes - 1) / kMaxTransferBytes, std::move(done));
+  auto split = std::make_shared<SplitDone>((length + kMaxTransferBytes - 1) / kMaxTransferBytes, std::move(done));
   for (size_t at = 0; at < length; at += kMaxTransferBytes) {
     size_t chunk = std::min(length - at, kMaxTransferBytes);
-    IoSession().WriteAsync((offset + at) / bs, static_cast<uint32_t>(chunk / bs), in + at,
-                           [split](Status st) { split->Finish(std::move(st)); });
+    IoSession().WriteAsync((offset + at) / bs, static_cast<uint32_t>(chunk / bs), in + at, SplitDone::Part(split));
   }
 }
 

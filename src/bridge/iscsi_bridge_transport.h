@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bridge/bridge_transport.h"
+#include "bridge/discard_plan.h"
 #include "bridge/libiscsi_session.h"
 
 namespace blockcsi {
@@ -35,6 +36,11 @@ class IscsiBridgeTransport final : public BridgeTransport {
   void ReadAsync(uint64_t offset, size_t length, char* out, Done done) override;
   void WriteAsync(uint64_t offset, size_t length, const char* in, Done done) override;
   void FlushAsync(Done done) override;
+  // UNMAP, where the LUN is thin and unmapped blocks read back as zeros
+  // (UnmapSupport); zero writes for the partial granules at the ends.
+  bool can_punch_hole() const override { return unmap_.enabled; }
+  void PunchHoleAsync(uint64_t offset, uint64_t length, Done done) override;
+  uint32_t discard_granularity() const override;
   // On the first session's event-loop thread.
   bool Watch(int fd, std::function<bool()> on_ready, std::function<void()> on_idle) override;
   void Unwatch() override;
@@ -50,6 +56,7 @@ class IscsiBridgeTransport final : public BridgeTransport {
 
  private:
   explicit IscsiBridgeTransport(LibIscsiOptions options) : options_(std::move(options)) {}
+  UnmapSupport ReadUnmapSupport();
   LibIscsiSession& IoSession() {
     size_t n = next_session_++ % (1 + extra_sessions_.size());
     return n == 0 ? *session_ : *extra_sessions_[n - 1];
@@ -59,6 +66,7 @@ class IscsiBridgeTransport final : public BridgeTransport {
   std::unique_ptr<LibIscsiSession> session_;                      // control commands and I/O
   std::vector<std::unique_ptr<LibIscsiSession>> extra_sessions_;  // I/O only; fixed after AddSessions
   std::atomic<size_t> next_session_{0};
+  UnmapSupport unmap_;  // fixed at Connect
 };
 
 }  // namespace blockcsi

@@ -58,6 +58,8 @@ const char* CommandName(IscsiCommand::Kind kind) {
       return "INQUIRY VPD";
     case IscsiCommand::Kind::kCapacity:
       return "READ CAPACITY(16)";
+    case IscsiCommand::Kind::kUnmap:
+      return "UNMAP";
   }
   return "SCSI command";
 }
@@ -79,6 +81,9 @@ scsi_task* QueueTask(iscsi_context* ctx, int lun, IscsiCommand* c, iscsi_command
       return iscsi_inquiry_task(ctx, lun, 1, c->page, 255, cb, c);
     case IscsiCommand::Kind::kCapacity:
       return iscsi_readcapacity16_task(ctx, lun, cb, c);
+    case IscsiCommand::Kind::kUnmap:
+      c->unmap = {c->lba, c->blocks};
+      return iscsi_unmap_task(ctx, lun, 0, 0, reinterpret_cast<unmap_list*>(&c->unmap), 1, cb, c);
   }
   return nullptr;
 }
@@ -86,6 +91,7 @@ scsi_task* QueueTask(iscsi_context* ctx, int lun, IscsiCommand* c, iscsi_command
 }  // namespace
 
 static_assert(sizeof(IscsiCommand{}.iov) == sizeof(scsi_iovec), "IscsiCommand::iov mirrors scsi_iovec");
+static_assert(sizeof(IscsiCommand{}.unmap) == sizeof(unmap_list), "IscsiCommand::unmap mirrors unmap_list");
 
 StatusOr<std::unique_ptr<LibIscsiEventLoop>> LibIscsiEventLoop::Start(const LibIscsiOptions& o, std::string* portal) {
   if (o.portals.empty()) return InvalidArgument("no portal to log in to");

@@ -25,7 +25,7 @@ namespace blockcsi {
 
 // One SCSI command, from Submit until its completion ran.
 struct IscsiCommand {
-  enum class Kind { kRead, kWrite, kSyncCache, kInquiry, kCapacity };
+  enum class Kind { kRead, kWrite, kSyncCache, kInquiry, kCapacity, kUnmap };
   Kind kind = Kind::kRead;
   uint64_t lba = 0;
   uint32_t blocks = 0;
@@ -47,6 +47,11 @@ struct IscsiCommand {
     void* base;
     size_t len;
   } iov{};
+  // UNMAP's one block descriptor (lba, blocks), likewise.
+  struct {
+    uint64_t lba;
+    uint32_t num;
+  } unmap{};
 };
 
 class LibIscsiEventLoop {

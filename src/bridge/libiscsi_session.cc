@@ -26,6 +26,8 @@ struct Waiter {
   std::string data;  // INQUIRY's page
   uint32_t block_length = 0;
   uint64_t blocks = 0;
+  bool lbpme = false;
+  bool lbprz = false;
 };
 
 std::unique_ptr<IscsiCommand> MakeCommand(IscsiCommand::Kind kind, Waiter* w) {
@@ -42,6 +44,8 @@ std::unique_ptr<IscsiCommand> MakeCommand(IscsiCommand::Kind kind, Waiter* w) {
       } else {
         w->block_length = rc16->block_length;
         w->blocks = rc16->returned_lba + 1;
+        w->lbpme = rc16->lbpme != 0;
+        w->lbprz = rc16->lbprz != 0;
       }
     }
     MutexLock lock(w->mu);
@@ -104,6 +108,8 @@ Status LibIscsiSession::RefreshCapacity() {
   BLOCKCSI_RETURN_IF_ERROR(SubmitAndWait(*loop_, MakeCommand(IscsiCommand::Kind::kCapacity, &w), &w));
   block_size_ = w.block_length;
   num_blocks_ = w.blocks;
+  lbpme_ = w.lbpme;
+  lbprz_ = w.lbprz;
   return OkStatus();
 }
 
@@ -157,6 +163,15 @@ void LibIscsiSession::WriteAsync(uint64_t lba, uint32_t blocks, const void* buff
 void LibIscsiSession::SynchronizeCacheAsync(IscsiDone done) {
   auto c = std::make_unique<IscsiCommand>();
   c->kind = IscsiCommand::Kind::kSyncCache;
+  c->done = [done = std::move(done)](Status st, scsi_task*) { done(std::move(st)); };
+  loop_->Submit(std::move(c));
+}
+
+void LibIscsiSession::UnmapAsync(uint64_t lba, uint32_t blocks, IscsiDone done) {
+  auto c = std::make_unique<IscsiCommand>();
+  c->kind = IscsiCommand::Kind::kUnmap;
+  c->lba = lba;
+  c->blocks = blocks;
   c->done = [done = std::move(done)](Status st, scsi_task*) { done(std::move(st)); };
   loop_->Submit(std::move(c));
 }

@@ -63,6 +63,10 @@ class LibIscsiSession {
   uint32_t block_size() const { return block_size_.load(); }
   uint64_t num_blocks() const { return num_blocks_.load(); }
   uint64_t size_bytes() const { return uint64_t{block_size()} * num_blocks(); }
+  // READ CAPACITY(16)'s LBPME (thin provisioning) and LBPRZ (unmapped
+  // blocks read as zeros) bits, as of the last RefreshCapacity.
+  bool lbpme() const { return lbpme_.load(); }
+  bool lbprz() const { return lbprz_.load(); }
   // Re-logins after a dropped session since Connect.
   uint64_t reconnects() const;
 
@@ -79,6 +83,9 @@ class LibIscsiSession {
   void ReadAsync(uint64_t lba, uint32_t blocks, void* buffer, IscsiDone done);
   void WriteAsync(uint64_t lba, uint32_t blocks, const void* buffer, IscsiDone done);
   void SynchronizeCacheAsync(IscsiDone done);
+  // UNMAP of one extent (blocks > 0), with the command timeout and session
+  // recovery of the writes.
+  void UnmapAsync(uint64_t lba, uint32_t blocks, IscsiDone done);
   // The event-loop thread also serves `fd` (see LibIscsiEventLoop::Watch):
   // the bridge's /dev/fuse, so that a request is read, sent and replied to
   // on one thread with no hand-over. The blocking calls above fail on that
@@ -97,6 +104,8 @@ class LibIscsiSession {
   std::string target_iqn_;
   std::atomic<uint32_t> block_size_{512};
   std::atomic<uint64_t> num_blocks_{0};
+  std::atomic<bool> lbpme_{false};
+  std::atomic<bool> lbprz_{false};
 };
 
 }  // namespace blockcsi

@@ -230,7 +230,7 @@ Status RbdBridgeTransport::Flush() {
 
 struct RbdBridgeTransport::Aio {
   RbdBridgeTransport* self;
-  const char* what;  // "read" | "write" | "flush"
+  const char* what;  // "read" | "write" | "flush" | "discard"
   uint64_t offset;
   size_t length;
   char* out;
@@ -278,6 +278,16 @@ void RbdBridgeTransport::WriteAsync(uint64_t offset, size_t length, const char* 
 void RbdBridgeTransport::FlushAsync(Done done) {
   StartAio(new Aio{this, "flush", 0, 0, nullptr, nullptr, std::move(done)},
            [](Aio* a, void* c) { return rbd_aio_flush(a->self->image_, c); });
+}
+
+// rbd_aio_write_zeroes without flags is librbd's discard with no
+// granularity: whole objects are removed, partial ones zeroed. Not
+// rbd_aio_discard, which skips what is smaller than
+// rbd_discard_granularity_bytes (64 KiB) and leaves the old data there: a
+// punched hole (the loop device's write-zeroes too) must read back as zeros.
+void RbdBridgeTransport::PunchHoleAsync(uint64_t offset, uint64_t length, Done done) {
+  StartAio(new Aio{this, "discard", offset, static_cast<size_t>(length), nullptr, nullptr, std::move(done)},
+           [](Aio* a, void* c) { return rbd_aio_write_zeroes(a->self->image_, a->offset, a->length, c, 0, 0); });
 }
 
 Status RbdBridgeTransport::RefreshSize() {

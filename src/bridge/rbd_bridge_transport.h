@@ -71,6 +71,10 @@ class RbdBridgeTransport final : public BridgeTransport {
   void ReadAsync(uint64_t offset, size_t length, char* out, Done done) override;
   void WriteAsync(uint64_t offset, size_t length, const char* in, Done done) override;
   void FlushAsync(Done done) override;
+  // Every image can deallocate (objects are thin); a read-only attachment
+  // never gets here (the bridge refuses first).
+  bool can_punch_hole() const override { return !options_.read_only; }
+  void PunchHoleAsync(uint64_t offset, uint64_t length, Done done) override;
   Status RefreshSize() override;
   StatusOr<LunIdentity> ReadIdentity() override;
   Status Health() const override;

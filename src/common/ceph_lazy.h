@@ -69,6 +69,7 @@ Function* CephFunction(const char* name) {
 #define rbd_aio_read2(...) BLOCKCSI_CEPH_FUNCTION(rbd_aio_read2)(__VA_ARGS__)
 #define rbd_aio_release(...) BLOCKCSI_CEPH_FUNCTION(rbd_aio_release)(__VA_ARGS__)
 #define rbd_aio_write2(...) BLOCKCSI_CEPH_FUNCTION(rbd_aio_write2)(__VA_ARGS__)
+#define rbd_aio_write_zeroes(...) BLOCKCSI_CEPH_FUNCTION(rbd_aio_write_zeroes)(__VA_ARGS__)
 #define rbd_flush(...) BLOCKCSI_CEPH_FUNCTION(rbd_flush)(__VA_ARGS__)
 #define rbd_get_create_timestamp(...) BLOCKCSI_CEPH_FUNCTION(rbd_get_create_timestamp)(__VA_ARGS__)
 #define rbd_get_id(...) BLOCKCSI_CEPH_FUNCTION(rbd_get_id)(__VA_ARGS__)
