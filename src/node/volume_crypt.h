@@ -40,8 +40,9 @@ StatusOr<bool> WantsEncryption(std::string_view volume_id, const std::map<std::s
 // The volume's data key: the KEK from the node-stage secret, the wrapped key
 // from publish_context. Either missing → INVALID_ARGUMENT naming it (never
 // staged as plain); a KEK that is not 32 bytes of base64 → INVALID_ARGUMENT;
-// a wrapped key that does not open under the KEK for this volume →
-// PERMISSION_DENIED. No message carries a key.
+// a wrapped key that opens neither under the KEK nor under the
+// `previousEncryptionKey` of the same secret (there during a key rotation)
+// → PERMISSION_DENIED. No message carries a key.
 StatusOr<SecretBytes> DataKeyForStage(const std::string& volume_id,
                                       const std::map<std::string, std::string>& publish_context,
                                       const std::map<std::string, std::string>& secrets);

@@ -250,7 +250,8 @@ TEST(NodeStateTest, AnOrphanMappingIsClosedUnlessAPodUsesIt) {
   NodeSnapshot s = Healthy();
   s.crypt_mappings = {"blockcsi-gone"};
   s.device_numbers["/dev/mapper/blockcsi-gone"] = "253:1";
-  const Finding* f = FindingFor(Classify(s), "blockcsi-gone");
+  std::vector<Finding> findings = Classify(s);
+  const Finding* f = FindingFor(findings, "blockcsi-gone");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->verdict, kVerdictOrphanMapping);
   CleanupPlan plan = PlanCleanup(s);

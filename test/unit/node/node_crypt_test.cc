@@ -6,6 +6,8 @@
 // expand handle the mapping in the right order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common/logging.h"
 #include "contract/publish_context.h"
 #include "contract/volume_key.h"
@@ -231,6 +233,19 @@ TEST_F(NodeCryptTest, AKeySecretOfAnotherClassIsPermissionDeniedBeforeAnythingAt
   EXPECT_EQ(world_->Count("attach"), 0);
   EXPECT_TRUE(Commands().empty());
   EXPECT_EQ(log_lines_.find(kOtherKek), std::string::npos);
+}
+
+TEST_F(NodeCryptTest, MidRotationAKeyWrappedUnderThePreviousKekStillOpens) {
+  wrapped_ = *WrapDataKey(*Kek(kOtherKek), SecretBytes(data_key_), kVolume);
+  auto req = StageRequest();
+  EXPECT_CODE(node_->Stage(req), kPermissionDenied);
+  (*req.mutable_secrets())["previousEncryptionKey"] = kKek;
+  EXPECT_CODE(node_->Stage(req), kPermissionDenied);  // the previous KEK does not open it either
+  (*req.mutable_secrets())["previousEncryptionKey"] = kOtherKek;
+  Status st = node_->Stage(req);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  auto stdins = executor_->Stdins();
+  EXPECT_TRUE(std::any_of(stdins.begin(), stdins.end(), [&](const auto& in) { return in.first == data_key_; }));
 }
 
 TEST_F(NodeCryptTest, AnyOtherSignatureIsRefusedNeverFormatted) {
