@@ -47,7 +47,8 @@ Status NodeService::OpenMapping(const StagePlan& plan, const AttachRecord& recor
     BLOCKCSI_RETURN_IF_ERROR(Fault("node.stage.after-luks-format").WithContext("volume " + volume_id));
   } else if (probed->signatures.size() != 1 || probed->signatures.front().type != kLuksSignature) {
     return FailedPrecondition("volume " + volume_id + " is encrypted but device " + device + " carries " +
-                              probed->Describe() + ", not a LUKS header or a blank device; refusing to format or "
+                              probed->Describe() +
+                              ", not a LUKS header or a blank device; refusing to format or "
                               "open it");
   }
   BLOCKCSI_RETURN_IF_ERROR(

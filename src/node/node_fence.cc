@@ -56,9 +56,9 @@ Status NodeService::ReleaseOne(const AttachRecord& record, std::vector<std::stri
   std::vector<std::string> targets;
   for (const auto& e : table) {
     if (e.target == staging) continue;
-    const bool of_device = (devnum.ok() && e.major_minor == *devnum) ||
-                           (!device.empty() && (IsBindOfDeviceNode(e, device) ||
-                                                IsReadOnlyLayerOf(*options_.host, e, device)));
+    const bool of_device =
+        (devnum.ok() && e.major_minor == *devnum) ||
+        (!device.empty() && (IsBindOfDeviceNode(e, device) || IsReadOnlyLayerOf(*options_.host, e, device)));
     if (of_device) targets.push_back(e.target);
   }
   if (!staging.empty()) targets.push_back(staging);

@@ -82,7 +82,8 @@ Status NodeService::PlanEncryption(const csi::v1::NodeStageVolumeRequest& req, S
   BLOCKCSI_ASSIGN_OR_RETURN(bool encrypted, WantsEncryption(plan.volume_id, ToMap(req.volume_context())));
   if (!encrypted) {
     if (req.publish_context().contains(volume_key::kWrappedDataKeyContext)) {
-      return InvalidArgument("volume " + plan.volume_id + ": publish_context carries a wrapped data key but "
+      return InvalidArgument("volume " + plan.volume_id +
+                             ": publish_context carries a wrapped data key but "
                              "volume_context does not mark the volume encrypted; refusing to stage it as plain");
     }
     return OkStatus();
@@ -170,9 +171,10 @@ void NodeService::RollBackAttach(const AttachRecord& record, const Status& why) 
     return;
   }
   if (Status closed = CloseMapping(record); !closed.ok()) {
-    LogError("stage failed and closing its dm-crypt mapping failed too; NodeUnstageVolume or blockctl cleanup "
-             "must finish it",
-             {{"volume_id", volume_id}, {"error", why.ToString()}, {"close_error", closed.ToString()}});
+    LogError(
+        "stage failed and closing its dm-crypt mapping failed too; NodeUnstageVolume or blockctl cleanup "
+        "must finish it",
+        {{"volume_id", volume_id}, {"error", why.ToString()}, {"close_error", closed.ToString()}});
     return;
   }
   Status detached = options_.attacher->Detach(volume_id);

@@ -55,9 +55,9 @@ StatusOr<bool> WantsEncryption(std::string_view volume_id, const std::map<std::s
   auto it = volume_context.find(volume_key::kEncryptionContext);
   if (it == volume_context.end()) return false;
   if (it->second == volume_key::kEncryptionLuks2) return true;
-  return InvalidArgument("volume " + std::string(volume_id) + ": volume_context " +
-                         volume_key::kEncryptionContext + "=\"" + it->second + "\" is not a scheme this node knows (" +
-                         volume_key::kEncryptionLuks2 + "); refusing to stage it");
+  return InvalidArgument("volume " + std::string(volume_id) + ": volume_context " + volume_key::kEncryptionContext +
+                         "=\"" + it->second + "\" is not a scheme this node knows (" + volume_key::kEncryptionLuks2 +
+                         "); refusing to stage it");
 }
 
 StatusOr<SecretBytes> DataKeyForStage(const std::string& volume_id,
