@@ -59,6 +59,7 @@ void ToProto(const VolumeRecord& in, targetpb::Volume* out) {
     pg->set_chap(g.chap);
   }
   out->mutable_topology()->insert(in.topology.begin(), in.topology.end());
+  out->set_wrapped_data_key(in.wrapped_data_key);
 }
 
 VolumeRecord FromProto(const targetpb::Volume& in) {
@@ -81,6 +82,7 @@ VolumeRecord FromProto(const targetpb::Volume& in) {
     out.grants.push_back({g.initiator_iqn(), g.node_id(), g.read_only(), g.capability(), g.chap()});
   }
   out.topology.insert(in.topology().begin(), in.topology().end());
+  out.wrapped_data_key = in.wrapped_data_key();
   return out;
 }
 
@@ -91,6 +93,7 @@ void ToProto(const SnapshotRecord& in, targetpb::Snapshot* out) {
   out->set_size_bytes(in.size_bytes);
   out->set_created_unix_seconds(in.created_unix_seconds);
   out->set_ready_to_use(in.ready_to_use);
+  out->set_wrapped_data_key(in.wrapped_data_key);
 }
 
 SnapshotRecord FromProto(const targetpb::Snapshot& in) {
@@ -101,6 +104,7 @@ SnapshotRecord FromProto(const targetpb::Snapshot& in) {
   out.size_bytes = in.size_bytes();
   out.created_unix_seconds = in.created_unix_seconds();
   out.ready_to_use = in.ready_to_use();
+  out.wrapped_data_key = in.wrapped_data_key();
   return out;
 }
 
