@@ -17,10 +17,6 @@ using std::chrono::minutes;
 // (cryptsetup(8), RETURN CODES): the one failure that means a wrong key.
 constexpr int kCryptsetupWrongKey = 2;
 
-// The KEK a key rotation replaces, kept in the class's Secret until every
-// data key is re-wrapped under the new one (the controller's rotation).
-constexpr char kPreviousKeySecret[] = "previousEncryptionKey";
-
 bool IsPlainName(std::string_view id) {
   if (id.empty() || id.size() > 100 || !std::isalnum(static_cast<unsigned char>(id.front()))) return false;
   for (char c : id) {
@@ -79,12 +75,12 @@ StatusOr<SecretBytes> DataKeyForStage(const std::string& volume_id,
   if (key.ok() || key.status().code() != StatusCode::kPermissionDenied) return key;
   // Mid-rotation: the class's Secret holds the new KEK, but this volume's
   // VolumeAttachment still carries the key wrapped under the old one.
-  auto previous = secrets.find(kPreviousKeySecret);
+  auto previous = secrets.find(volume_key::kPreviousEncryptionKeySecret);
   if (previous == secrets.end() || previous->second.empty()) return key;
   auto old_kek = ParseKeyEncryptionKey(previous->second, volume_id);
   if (!old_kek.ok()) {
-    return InvalidArgument("volume " + volume_id + ": node-stage secret " + kPreviousKeySecret + ": " +
-                           old_kek.status().message());
+    return InvalidArgument("volume " + volume_id + ": node-stage secret " + volume_key::kPreviousEncryptionKeySecret +
+                           ": " + old_kek.status().message());
   }
   auto old = UnwrapDataKey(*old_kek, wrapped->second, volume_id);
   return old.ok() ? std::move(old) : std::move(key);

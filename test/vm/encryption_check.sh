@@ -15,6 +15,9 @@
 #   mapping and logs out. The key Secret and the data key are in no
 #   process's argv or environment (csi-call, playing the kubelet, holds the
 #   Secret in its environment) the whole time, in no log and in no record.
+#   The volume is made by CreateVolume of an encrypted class (the
+#   controller makes and wraps the data key); the test opens the wrapped key
+#   independently (Python) to know what to watch for.
 #   With `fio` as argument: the cost of dm-crypt, fio on the mapping against
 #   the same LUN unencrypted, as a ratio (TCG: never an absolute figure).
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -34,42 +37,54 @@ plugin_flags=(--mode all --backend local --pool "$work/pool" --tgt-control-port 
   --portal "$portal" --connector kernel --node-id "$node")
 start_plugin "${plugin_flags[@]}"
 
-step "create and publish a volume; wrap its data key under the class's key"
-create_volume enc ext4 134217728
-id=$volume_id
-iqn="iqn.2026-11.io.blockcsi:$id"
-controller_publish "$id"
-# The controller's part (CreateVolume with encrypted: "true") is played
-# here: a random data key wrapped as src/contract/volume_key.h says
-# (AES-256-GCM under the KEK, the volume id as associated data), computed
-# independently of our code. Keys go to Python on stdin, before the watcher
-# starts: nothing below ever holds one in an argv.
 KEK=$(head -c 32 /dev/urandom | base64)
 OTHER_KEK=$(head -c 32 /dev/urandom | base64)
-wrap() { # stdin: "<kek b64> <data key hex>"; argv: the volume id
-  python3 -c 'import base64, os, sys
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-kek, key = sys.stdin.read().split()
-nonce = os.urandom(12)
-sealed = AESGCM(base64.b64decode(kek)).encrypt(nonce, bytes.fromhex(key), sys.argv[1].encode())
-print("v1." + base64.b64encode(nonce + sealed).decode())' "$1"
-}
-DATA_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-OTHER_DATA_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-wrapped=$(wrap "$id" <<<"$KEK $DATA_KEY") || die "wrap the data key"
-wrapped_other=$(wrap "$id" <<<"$KEK $OTHER_DATA_KEY") || die "wrap another data key"
-data_key_b64=$(python3 -c 'import base64, sys; print(base64.b64encode(bytes.fromhex(sys.stdin.read().strip())).decode())' <<<"$DATA_KEY")
-vol_context[$id]='{"encryption":"luks2"}'
-published=${vol_publish[$id]}
-vol_publish[$id]="${published%\}},\"wrappedDataKey\":\"$wrapped\"}"
 secret_args=(--secret-env encryptionKey=KEK)
 csi() { KEK=$KEK OTHER_KEK=$OTHER_KEK "${csi_call[@]}" "$@"; }
-secrets_list() { printf '%s\n' "$KEK" "$OTHER_KEK" "$DATA_KEY" "$OTHER_DATA_KEY" "$data_key_b64"; }
+# watch <name> <secret>...: a watcher of every process's argv and environ for
+# these (csi-call, playing the sidecars and the kubelet, may hold them in
+# its environment), from now to the end.
+watchers=()
+watch() {
+  local name=$1
+  shift
+  python3 "$here/secret_watch.py" "$work/leaks-$name" --allow-environ csi-call < <(printf '%s\n' "$@") \
+    >"$work/watch-$name.out" 2>&1 &
+  daemon_pids+=($!)
+  watchers+=($!)
+  wait_for "$vm_patience_s" grep -qx watching "$work/watch-$name.out" ||
+    die "the $name watcher did not start: $(cat "$work/watch-$name.out")"
+}
+watch kek "$KEK" "$OTHER_KEK"
 
-python3 "$here/secret_watch.py" "$work/secret-leaks" --allow-environ csi-call < <(secrets_list) >"$work/watch.out" 2>&1 &
-watcher_pid=$!
-daemon_pids+=("$watcher_pid")
-wait_for "$vm_patience_s" grep -qx watching "$work/watch.out" || die "the secret watcher did not start: $(cat "$work/watch.out")"
+step "CreateVolume (encrypted: \"true\"), ControllerPublishVolume: the wrapped data key"
+created=$(csi "${secret_args[@]}" CreateVolume "{\"name\":\"enc\",\"capacity_range\":{\"required_bytes\":134217728},\"volume_capabilities\":[$(capability_json ext4)],\"parameters\":{\"encrypted\":\"true\"}}") ||
+  die "CreateVolume"
+id=$(json_string "$created" volume_id) || die "no volume_id in $created"
+vol_fs[$id]=ext4
+vol_context[$id]=$(json_object "$created" volume_context)
+[[ ${vol_context[$id]} == *'"encryption":"luks2"'* ]] || die "volume_context does not mark it encrypted: $created"
+iqn="iqn.2026-11.io.blockcsi:$id"
+controller_publish "$id"
+wrapped=$(json_string "${vol_publish[$id]}" wrappedDataKey) || die "no wrappedDataKey in ${vol_publish[$id]}"
+published=${vol_publish[$id]}
+# The data key, opened from the wrapped form as src/contract/volume_key.h
+# says (AES-256-GCM under the KEK, the volume id bound in), by Python, with
+# the keys on its stdin: the watcher must know what to look for. And another
+# data key wrapped the same way, which the volume's LUKS header will not take.
+keys=$(python3 -c 'import base64, os, sys
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+kek, wrapped = sys.stdin.read().split()
+aead, vid, blob = AESGCM(base64.b64decode(kek)), sys.argv[1].encode(), base64.b64decode(wrapped[3:])
+key = aead.decrypt(blob[:12], blob[12:], vid)
+other, nonce = os.urandom(32), os.urandom(12)
+print(key.hex(), base64.b64encode(key).decode(), other.hex(),
+      "v1." + base64.b64encode(nonce + aead.encrypt(nonce, other, vid)).decode())' "$id" <<<"$KEK $wrapped") ||
+  die "the wrapped data key does not open under the class's KEK"
+read -r DATA_KEY data_key_b64 OTHER_DATA_KEY wrapped_other <<<"$keys"
+watch data-key "$DATA_KEY" "$data_key_b64" "$OTHER_DATA_KEY"
+secrets_list() { printf '%s\n' "$KEK" "$OTHER_KEK" "$DATA_KEY" "$OTHER_DATA_KEY" "$data_key_b64"; }
+! grep -rqF -f <(secrets_list) "$work/pool" || die "a key is in the pool in plain form"
 
 image=$(find "$work/pool" -type f -size +1M | head -n 1)
 [ -f "$image" ] || die "no backing image file in $work/pool"
@@ -173,9 +188,11 @@ fi
 
 controller_unpublish "$id"
 delete_volume "$id"
-kill "$watcher_pid" 2>/dev/null || die "the secret watcher stopped before the end: $(cat "$work/watch.out")"
-wait "$watcher_pid" 2>/dev/null || true
-[ ! -s "$work/secret-leaks" ] || die "a key was in: $(sort -u "$work/secret-leaks")"
+for pid in "${watchers[@]}"; do
+  kill "$pid" 2>/dev/null || die "a secret watcher stopped before the end: $(cat "$work"/watch-*.out)"
+  wait "$pid" 2>/dev/null || true
+done
+! compgen -G "$work/leaks-*" >/dev/null || [ -z "$(cat "$work"/leaks-*)" ] || die "a key was in: $(sort -u "$work"/leaks-*)"
 for file in "$work"/*.log "$work"/*.out; do
   ! grep -qF -f <(secrets_list) "$file" || die "a key is in $file"
 done

@@ -239,9 +239,9 @@ TEST_F(NodeCryptTest, MidRotationAKeyWrappedUnderThePreviousKekStillOpens) {
   wrapped_ = *WrapDataKey(*Kek(kOtherKek), SecretBytes(data_key_), kVolume);
   auto req = StageRequest();
   EXPECT_CODE(node_->Stage(req), kPermissionDenied);
-  (*req.mutable_secrets())["previousEncryptionKey"] = kKek;
+  (*req.mutable_secrets())[volume_key::kPreviousEncryptionKeySecret] = kKek;
   EXPECT_CODE(node_->Stage(req), kPermissionDenied);  // the previous KEK does not open it either
-  (*req.mutable_secrets())["previousEncryptionKey"] = kOtherKek;
+  (*req.mutable_secrets())[volume_key::kPreviousEncryptionKeySecret] = kOtherKek;
   Status st = node_->Stage(req);
   EXPECT_TRUE(st.ok()) << st.ToString();
   auto stdins = executor_->Stdins();
