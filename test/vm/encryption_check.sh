@@ -129,11 +129,11 @@ node_unpublish "$id"
 node_unstage "$id"
 nothing_left
 before=$(header_sum)
-vol_publish[$id]="${published%\}},\"wrappedDataKey\":\"$wrapped_other\"}"
+vol_publish[$id]=${published/$wrapped/$wrapped_other}
 csi_fails PERMISSION_DENIED "${secret_args[@]}" NodeStageVolume "$(stage_request "$id")"
 nothing_left
 [ "$(header_sum)" = "$before" ] || die "the refused stage changed the LUKS header"
-vol_publish[$id]="${published%\}},\"wrappedDataKey\":\"$wrapped\"}"
+vol_publish[$id]=$published
 
 step "restage: the data is intact"
 node_stage "$id"
