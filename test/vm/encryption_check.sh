@@ -173,6 +173,9 @@ start_plugin "${plugin_flags[@]}"
 if [ "${1:-}" = fio ]; then
   step "fio: dm-crypt against the same LUN unencrypted (ratio only)"
   node_stage "$id"
+  # The devices themselves, no filesystem on them (the volume is deleted
+  # after: the plain writes overwrite its LUKS header).
+  umount "$(staging_of "$id")" || die "umount the staging path for fio"
   fio_run() { # <device> <rw>: MiB/s
     fio --name=x --filename="$1" --rw="$2" --bs=1M --size=64M --direct=1 --ioengine=psync --numjobs=1 \
       --output-format=terse --terse-version=3 | awk -F';' -v rw="$2" '{print (rw ~ /read/ ? $7 : $48) / 1024}'
