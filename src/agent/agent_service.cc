@@ -152,6 +152,12 @@ grpc::Status TargetAgentService::DeleteSnapshot(Context*, const DeleteSnapshotRe
   return ToGrpcStatus(backend_->DeleteSnapshot(in->snapshot_id()));
 }
 
+grpc::Status TargetAgentService::SetWrappedDataKey(Context*, const SetWrappedDataKeyRequest* in,
+                                                   SetWrappedDataKeyResponse*) {
+  FaultPointScope fault_scope(kFaultRole);
+  return ToGrpcStatus(backend_->SetWrappedDataKey(in->id(), in->expected(), in->wrapped()));
+}
+
 grpc::Status TargetAgentService::GetSnapshot(Context*, const GetSnapshotRequest* in, Snapshot* out) {
   auto r = backend_->GetSnapshot(in->snapshot_id());
   if (!r.ok()) return ToGrpcStatus(r.status());

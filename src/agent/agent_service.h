@@ -49,6 +49,8 @@ class TargetAgentService final : public ::blockcsi::target::v1::TargetAgent::Ser
                               ::blockcsi::target::v1::Snapshot*) override;
   grpc::Status DeleteSnapshot(Context*, const ::blockcsi::target::v1::DeleteSnapshotRequest*,
                               ::blockcsi::target::v1::DeleteSnapshotResponse*) override;
+  grpc::Status SetWrappedDataKey(Context*, const ::blockcsi::target::v1::SetWrappedDataKeyRequest*,
+                                 ::blockcsi::target::v1::SetWrappedDataKeyResponse*) override;
   grpc::Status GetSnapshot(Context*, const ::blockcsi::target::v1::GetSnapshotRequest*,
                            ::blockcsi::target::v1::Snapshot*) override;
   grpc::Status ListSnapshots(Context*, const ::blockcsi::target::v1::ListSnapshotsRequest*,

@@ -111,6 +111,11 @@ struct VolumeRecord {
   // allocated blocks), as read when the record was fetched; never stored.
   // 0: not known (a backend that does not say).
   uint64_t allocated_bytes = 0;
+  // An encrypted volume's data key, wrapped under its class's key-encryption
+  // key with this id bound in (contract/volume_key.h). Only ever the wrapped
+  // form: a backend never sees a plain key or a KEK. Empty: not encrypted,
+  // or CreateVolume's second step (SetWrappedDataKey) has not run yet.
+  std::string wrapped_data_key;
 };
 
 struct SnapshotRecord {
@@ -120,6 +125,11 @@ struct SnapshotRecord {
   uint64_t size_bytes = 0;
   int64_t created_unix_seconds = 0;
   bool ready_to_use = true;
+  // The source volume's wrapped data key as it was when the snapshot was
+  // taken (bound to source_volume_id, not to the snapshot's id): a restore
+  // opens with its source's key even once that volume is gone. Empty: the
+  // source was not encrypted.
+  std::string wrapped_data_key;
 };
 
 template <typename T>
@@ -223,6 +233,14 @@ class VolumeBackend {
   // Filtered by source volume when given.
   virtual StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id,
                                                        const std::string& start_token, int max_entries) = 0;
+
+  // Stores `wrapped` as the wrapped data key of the volume or snapshot `id`
+  // when its current one is `expected` ("" for none): a compare-and-set, so
+  // that a retried CreateVolume never gives a volume a second data key and a
+  // rotation never overwrites a key it did not read. Already `wrapped` → OK
+  // (a retry); another key → ABORTED (someone else changed it: re-read).
+  // Durable on return. Unknown id → NOT_FOUND. The text is stored as given.
+  virtual Status SetWrappedDataKey(const std::string& id, const std::string& expected, const std::string& wrapped) = 0;
 
   // OK when the backend can serve (pool readable, target daemon answering).
   virtual Status Healthy() = 0;

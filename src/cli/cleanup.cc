@@ -29,6 +29,8 @@ std::string KindName(Kind kind) {
       return "stop-bridge";
     case Kind::kDetachLoop:
       return "detach-loop";
+    case Kind::kCloseMapping:
+      return "close-mapping";
     case Kind::kManual:
       return "manual";
   }

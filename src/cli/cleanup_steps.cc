@@ -3,6 +3,7 @@
 #include "attach/attacher_factory.h"
 #include "common/mounter.h"
 #include "contract/initiator.h"
+#include "node/volume_crypt.h"
 
 namespace blockcsi::cli {
 namespace {
@@ -68,6 +69,12 @@ Status ApplyCleanupStep(const NodeSnapshot& snapshot, const CleanupStep& step, c
       auto executor = seams.executor ? seams.executor : std::shared_ptr<Executor>(MakeProcessExecutor());
       auto r = RunChecked(*executor, Command("losetup").Arg("-d").Arg(step.target).Timeout(std::chrono::seconds(60)));
       return r.status();
+    }
+    case Kind::kCloseMapping: {
+      // Before the detach of its volume (PlanCleanup's order): the mapping
+      // is flushed and let go while its device is still there.
+      auto executor = seams.executor ? seams.executor : std::shared_ptr<Executor>(MakeProcessExecutor());
+      return CloseLuks(*executor, *seams.host_fs, step.subject, step.target);
     }
     case Kind::kManual:
       return OkStatus();

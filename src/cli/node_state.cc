@@ -10,6 +10,7 @@
 #include "bridge/bridge_protocol.h"
 #include "common/lun_identity.h"
 #include "common/strings.h"
+#include "node/volume_crypt.h"
 
 namespace blockcsi::cli {
 namespace {
@@ -88,7 +89,9 @@ std::string StopBridgeText(const BridgeObservation& b) {
 
 bool MountUsesDevice(const MountEntry& entry, const std::string& device, const std::string& major_minor) {
   if (!major_minor.empty() && entry.major_minor == major_minor) return true;
-  if (entry.fs_type == "devtmpfs" && !device.empty() && entry.root == "/" + Basename(device)) return true;
+  // A bind's root is the node's path below /dev ("/sdb", "/mapper/blockcsi-pv1").
+  std::string below_dev = device.rfind("/dev/", 0) == 0 ? device.substr(4) : "/" + Basename(device);
+  if (entry.fs_type == "devtmpfs" && !device.empty() && entry.root == below_dev) return true;
   return !device.empty() && entry.source == device && entry.fs_type != "devtmpfs";
 }
 
@@ -110,7 +113,10 @@ std::vector<VolumeView> DescribeVolumes(const NodeSnapshot& s) {
     v.staging_path = staged.staging_path;
     v.fs_type = staged.fs_type;
     v.device_present = !r.device_path.empty() && !NumbersOf(s, r.device_path).empty();
-    for (const MountEntry* m : MountsOf(s, r.device_path)) {
+    // An encrypted volume's filesystem and binds are on its mapping.
+    v.crypt_mapping = staged.crypt_mapping;
+    v.crypt_open = !v.crypt_mapping.empty() && !NumbersOf(s, CryptMappingPath(v.crypt_mapping)).empty();
+    for (const MountEntry* m : MountsOf(s, v.crypt_open ? CryptMappingPath(v.crypt_mapping) : r.device_path)) {
       if (!v.staging_path.empty() && m->target == v.staging_path) {
         v.staging_mounted = true;
         v.staging_read_only = m->read_only();
@@ -257,6 +263,7 @@ std::vector<Finding> Classify(const NodeSnapshot& s) {
     if (views[i].origin == kOriginStatic) out[i].detail = "static LUN " + views[i].source + "; " + out[i].detail;
   }
   AddOrphans(s, out);
+  AddOrphanMappings(s, out);
   return out;
 }
 
@@ -309,6 +316,9 @@ std::vector<CleanupStep> StaleRecordSteps(const NodeSnapshot& s, const std::vect
   }
   if (v->staging_mounted) {
     steps.push_back({Kind::kUnmount, f.subject, v->staging_path, "unmount staging path " + v->staging_path});
+  }
+  if (v->crypt_open) {
+    steps.push_back({Kind::kCloseMapping, f.subject, v->crypt_mapping, "close dm-crypt mapping " + v->crypt_mapping});
   }
   std::string what;
   if (v->bridge != nullptr) {
@@ -363,7 +373,10 @@ std::vector<CleanupStep> StepsFor(const NodeSnapshot& s, const std::vector<Volum
   std::vector<CleanupStep> steps;
   if (f.verdict == kVerdictStaleRecord) return StaleRecordSteps(s, views, f, plan);
   if (f.verdict == kVerdictOrphanBridge) return OrphanBridgeSteps(s, f, plan);
-  if (f.verdict == kVerdictOrphanLoop) {
+  if (f.verdict == kVerdictOrphanMapping) {
+    if (!MountsToUndo(s, CryptMappingPath(f.subject), f, plan, &steps)) return {};
+    steps.push_back({Kind::kCloseMapping, f.subject, f.subject, "close dm-crypt mapping " + f.subject});
+  } else if (f.verdict == kVerdictOrphanLoop) {
     if (!MountsToUndo(s, f.subject, f, plan, &steps)) return {};
     steps.push_back({Kind::kDetachLoop, f.subject, f.subject, "losetup -d " + f.subject});
   } else if (f.verdict == kVerdictOrphanMount) {
@@ -529,6 +542,7 @@ void GatherBridgeLoops(const Host& host_fs, const std::string& state_dir, NodeSn
 void GatherDeviceNumbers(const Host& host, NodeSnapshot& s) {
   std::set<std::string> devices;
   for (const auto& r : s.records) devices.insert(r.device_path);
+  for (const auto& name : s.crypt_mappings) devices.insert(CryptMappingPath(name));
   for (const auto& b : s.bridges) devices.insert(b.device);
   for (const auto& device : devices) {
     if (device.empty()) continue;
@@ -569,6 +583,7 @@ NodeSnapshot GatherNodeSnapshot(const std::string& state_dir, std::shared_ptr<co
   }
   GatherKernelSessions(host_fs, s);
   GatherBridgeLoops(host_fs, state_dir, s);
+  GatherCryptMappings(host_fs, s);
   GatherDeviceNumbers(host_fs, s);
   GatherStagedUsage(host_fs, s);
   return s;

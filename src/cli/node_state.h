@@ -58,6 +58,9 @@ struct NodeSnapshot {
   std::vector<KernelSession> sessions;
   // Loop devices whose backing file lies under <state-dir>/bridges.
   std::vector<LoopDevice> loops;
+  // dm-crypt mappings named as the node names them ("blockcsi-..."), by
+  // name, whatever record names them or not.
+  std::vector<std::string> crypt_mappings;
   // Block device path → "major:minor"; absent when the node has no such device.
   std::map<std::string, std::string> device_numbers;
   // Staging path → statvfs of it (only for paths that are mounted).
@@ -103,6 +106,10 @@ struct VolumeView {
   bool staging_read_only = false;
   std::vector<std::string> publish_paths;  // other mounts of the device
   std::string fs_type;
+  // An encrypted volume's dm-crypt mapping (its pods' device) and whether
+  // it is open; empty for a plain volume.
+  std::string crypt_mapping;
+  bool crypt_open = false;
   uint64_t size_bytes = 0;
   std::optional<FsUsage> usage;
   std::string attachment;  // "bridge pid 123 running", "kernel session 3 LOGGED_IN", "bridge not running"
@@ -125,6 +132,7 @@ inline constexpr char kVerdictOrphanBridge[] = "orphan bridge";
 inline constexpr char kVerdictOrphanSession[] = "orphan session";
 inline constexpr char kVerdictOrphanMount[] = "orphan mount";
 inline constexpr char kVerdictOrphanLoop[] = "orphan loop device";
+inline constexpr char kVerdictOrphanMapping[] = "orphan dm-crypt mapping";
 inline constexpr char kVerdictDeviceMissing[] = "device missing";
 inline constexpr char kVerdictIdentityMismatch[] = "identity mismatch";
 inline constexpr char kVerdictReadOnly[] = "read-only remount";
@@ -155,6 +163,7 @@ struct CleanupStep {
     kDetachRecord,  // the attach layer's Detach(volume_id): stop the bridge or log out, remove the record
     kStopBridge,    // the userspace connector's Disconnect for a bridge with no record
     kDetachLoop,    // losetup -d `target`
+    kCloseMapping,  // cryptsetup close `target` (a dm-crypt mapping's name)
     kManual,        // not done by blockctl; `description` says what to do
   };
   Kind kind;
@@ -173,6 +182,12 @@ struct CleanupPlan {
 inline constexpr int64_t kInFlightGraceSeconds = 120;
 
 CleanupPlan PlanCleanup(const NodeSnapshot& snapshot);
+
+// ---- the dm-crypt layer of encrypted volumes (crypt_state.cc)
+// The snapshot's crypt_mappings, from /sys/block/dm-*/dm/name.
+void GatherCryptMappings(const Host& host_fs, NodeSnapshot& s);
+// A finding for each mapping of ours that no record names.
+void AddOrphanMappings(const NodeSnapshot& s, std::vector<Finding>& out);
 
 // Reads the real node: records through AttachRecordStore, `mountinfo_text`,
 // bridges (status over their control sockets, bounded by `bridge_timeout_ms`),

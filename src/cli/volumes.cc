@@ -7,6 +7,7 @@
 #include "cli/node_state.h"
 #include "cli/table.h"
 #include "cli/verb.h"
+#include "node/volume_crypt.h"
 
 namespace blockcsi::cli {
 namespace {
@@ -22,8 +23,8 @@ class VolumesVerb final : public Verb {
   int Run(const GlobalOptions& options, const Io& io) override {
     NodeSnapshot snapshot = GatherHostSnapshot(options.host, options.state_dir);
     for (const auto& e : snapshot.errors) io.Error(e);
-    Table table({"volume", "state", "origin", "device", "serial", "wwn", "access", "fs type", "staging path",
-                 "publish paths", "size", "used", "attachment"});
+    Table table({"volume", "state", "origin", "device", "serial", "wwn", "access", "fs type", "encryption",
+                 "staging path", "publish paths", "size", "used", "attachment"});
     for (const VolumeView& v : DescribeVolumes(snapshot)) {
       std::string publish;
       for (const auto& p : v.publish_paths) publish += (publish.empty() ? "" : ",") + p;
@@ -34,11 +35,16 @@ class VolumesVerb final : public Verb {
         used = HumanBytes(v.usage->used_bytes) + " (" +
                std::to_string(v.usage->used_bytes * 100 / v.usage->total_bytes) + "%)";
       }
+      // The pods' device of an encrypted volume is its dm-crypt mapping.
+      std::string encryption;
+      if (!v.crypt_mapping.empty()) {
+        encryption = "luks2 " + CryptMappingPath(v.crypt_mapping) + (v.crypt_open ? "" : " (closed)");
+      }
       std::string staging = v.staging_path;
       if (!staging.empty() && v.access_type != "block" && !v.staging_mounted) staging += " (not mounted)";
       table.AddRow({v.volume_id, v.state, v.origin,
                     v.device + (v.device.empty() || v.device_present ? "" : " (missing)"), v.serial, v.wwn,
-                    v.access_type, v.fs_type, staging, publish, size, used, v.attachment});
+                    v.access_type, v.fs_type, encryption, staging, publish, size, used, v.attachment});
     }
     table.Print(io.out, options.format());
     return kExitOk;

@@ -30,6 +30,12 @@ namespace volume_key {
 inline constexpr char kEncryptedParameter[] = "encrypted";
 // Secret key (provisioner and node-stage secrets) holding the KEK.
 inline constexpr char kEncryptionKeySecret[] = "encryptionKey";
+// Node-stage secret key, optional, during a key rotation: the class's
+// previous KEK. A VolumeAttachment keeps the publish_context it was made
+// with, so a node may be handed a data key wrapped under the old KEK after
+// the rotation; it tries this key when the wrapped key does not open under
+// encryptionKey. The controller never reads it.
+inline constexpr char kPreviousEncryptionKeySecret[] = "previousEncryptionKey";
 // volume_context: "luks2" on an encrypted volume (the node refuses to stage
 // it as plain); publish_context: the volume's wrapped data key.
 inline constexpr char kEncryptionContext[] = "encryption";

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "common/grpc_status.h"
@@ -15,6 +16,7 @@
 #include "contract/initiator.h"
 #include "contract/publish_context.h"
 #include "contract/static_volume.h"
+#include "contract/volume_key.h"
 #include "controller/capabilities.h"
 #include "controller/controller_service.h"
 #include "controller/parameters.h"
@@ -165,7 +167,45 @@ inline std::string GrantNodeName(const GrantRecord& grant) {
   return grant.node_id.empty() ? grant.initiator_iqn : grant.node_id;
 }
 
-// What the node needs to find, log in to and verify the LUN. Never a secret.
+// ---- encryption at rest (controller_encryption.cc) ----------------------
+
+// What a new volume is made from, as far as its size and key go.
+struct SourceFacts {
+  ContentSource::Kind kind = ContentSource::Kind::kNone;
+  std::string id;
+  uint64_t bytes = 0;
+  // The source's wrapped data key ("" when not encrypted) and the volume id
+  // it is bound to (a snapshot's is its source volume's).
+  std::string wrapped_data_key;
+  std::string key_volume_id;
+};
+
+// The class's key-encryption key from the provisioner secret; none when the
+// class is not encrypted. INVALID_ARGUMENT naming the parameter, the secret
+// key and the volume when it is missing or not base64 of 32 bytes.
+StatusOr<std::optional<SecretBytes>> ClassKek(const VolumeParameters& params,
+                                              const google::protobuf::Map<std::string, std::string>& secrets,
+                                              const std::string& name);
+
+// INVALID_ARGUMENT naming both volumes when an encrypted source would go into
+// an unencrypted class or the reverse, or when the source's key does not
+// open under the class's KEK (`kek` null: the class is not encrypted).
+Status CheckSourceEncryption(const SourceFacts& source, const SecretBytes* kek, const std::string& name);
+
+// CreateVolume's second step for an encrypted class: the volume's data key
+// (new, or its source's) wrapped with its id and stored by the backend,
+// unless it has one (a retry). ALREADY_EXISTS when the volume found by name
+// is encrypted and the class is not, or the reverse.
+StatusOr<VolumeRecord> KeyNewVolume(VolumeBackend& backend, VolumeRecord record, const SecretBytes* kek,
+                                    const SourceFacts& source, const std::string& name);
+
+// FAILED_PRECONDITION for an encrypted volume without its wrapped key:
+// CreateVolume's second step has not run (a crash between the two), so there
+// is nothing the node could open it with; the provisioner's retry keys it.
+Status CheckKeyed(const VolumeParameters& params, const VolumeRecord& record);
+
+// What the node needs to find, log in to and verify the LUN, and an
+// encrypted volume's wrapped data key. Never a secret.
 inline std::map<std::string, std::string> PublishContextFor(const VolumeRecord& record, bool read_only, bool chap) {
   std::string portals;
   for (const auto& portal : record.portals) portals += (portals.empty() ? "" : ",") + portal;
@@ -183,6 +223,8 @@ inline std::map<std::string, std::string> PublishContextFor(const VolumeRecord& 
   // the backend promises these are never secrets. They cannot override the
   // keys above.
   for (const auto& [k, v] : record.transport_params) context.emplace(k, v);
+  // Wrapped: only the node-stage secret's KEK opens it (contract/volume_key.h).
+  if (!record.wrapped_data_key.empty()) context[volume_key::kWrappedDataKeyContext] = record.wrapped_data_key;
   return context;
 }
 

@@ -129,6 +129,7 @@ Status ControllerService::Publish(const csi::v1::ControllerPublishVolumeRequest&
   // The record is the authority; the volume_context is a second opinion so
   // that a statically provisioned PV can ask for CHAP too.
   const bool chap_required = params.chap || (ctx_chap != request.volume_context().end() && ctx_chap->second == "true");
+  BLOCKCSI_RETURN_IF_ERROR(CheckKeyed(params, record));
   AccessGrant grant{iqn, node_id, read_only, fingerprint, {}};
   if (chap_required) {
     BLOCKCSI_ASSIGN_OR_RETURN(grant.chap, ChapFromSecrets(request.secrets(), id));

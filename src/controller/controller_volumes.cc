@@ -58,9 +58,12 @@ StatusOr<ContentSource> ParseContentSource(const csi::v1::CreateVolumeRequest& r
 }
 
 // The size of the source a volume is made from (0 for none): the new
-// volume is at least that big. A source that is gone is NOT_FOUND.
-StatusOr<uint64_t> SourceBytes(VolumeBackend& backend, const ContentSource& source, const std::string& what) {
-  uint64_t source_bytes = 0;
+// volume is at least that big; and its wrapped data key, which an encrypted
+// clone or restore opens with. A source that is gone is NOT_FOUND.
+StatusOr<SourceFacts> SourceFactsOf(VolumeBackend& backend, const ContentSource& source, const std::string& what) {
+  SourceFacts facts;
+  facts.kind = source.kind;
+  facts.id = source.id;
   if (source.kind == ContentSource::Kind::kSnapshot) {
     auto snapshot = backend.GetSnapshot(source.id);
     if (!snapshot.ok()) {
@@ -69,7 +72,9 @@ StatusOr<uint64_t> SourceBytes(VolumeBackend& backend, const ContentSource& sour
       }
       return Named(snapshot.status(), "snapshot", source.id);
     }
-    source_bytes = snapshot->size_bytes;
+    facts.bytes = snapshot->size_bytes;
+    facts.wrapped_data_key = snapshot->wrapped_data_key;
+    facts.key_volume_id = snapshot->source_volume_id;
   } else if (source.kind == ContentSource::Kind::kVolume) {
     auto volume = backend.GetVolume(source.id);
     if (!volume.ok()) {
@@ -78,9 +83,11 @@ StatusOr<uint64_t> SourceBytes(VolumeBackend& backend, const ContentSource& sour
       }
       return Named(volume.status(), "volume", source.id);
     }
-    source_bytes = volume->size_bytes;
+    facts.bytes = volume->size_bytes;
+    facts.wrapped_data_key = volume->wrapped_data_key;
+    facts.key_volume_id = volume->id;
   }
-  return source_bytes;
+  return facts;
 }
 
 }  // namespace
@@ -97,6 +104,7 @@ Status ControllerService::Provision(const csi::v1::CreateVolumeRequest& request,
   BLOCKCSI_ASSIGN_OR_RETURN(VolumeParameters params,
                             ParseVolumeParameters({request.parameters().begin(), request.parameters().end()},
                                                   backend_->SupportedParameters()));
+  BLOCKCSI_ASSIGN_OR_RETURN(std::optional<SecretBytes> kek, ClassKek(params, request.secrets(), name));
   for (const auto& capability : request.volume_capabilities()) {
     BLOCKCSI_RETURN_IF_ERROR(ValidateCapabilityAndFsType(capability, what));
     if (capability.has_mount() && !capability.mount().fs_type().empty() && !params.fs_type.empty() &&
@@ -132,9 +140,10 @@ Status ControllerService::Provision(const csi::v1::CreateVolumeRequest& request,
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, name_ops_.Acquire(name, "CreateVolume"));
 
-  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t source_bytes, SourceBytes(*backend, source, what));
+  BLOCKCSI_ASSIGN_OR_RETURN(SourceFacts source_facts, SourceFactsOf(*backend, source, what));
+  BLOCKCSI_RETURN_IF_ERROR(CheckSourceEncryption(source_facts, kek ? &*kek : nullptr, name));
   BLOCKCSI_ASSIGN_OR_RETURN(uint64_t size, ChooseVolumeSize(request.capacity_range(), backend_->AllocationGranularity(),
-                                                            options_.default_volume_bytes, source_bytes, what));
+                                                            options_.default_volume_bytes, source_facts.bytes, what));
   BLOCKCSI_ASSIGN_OR_RETURN(size, RaiseToFilesystemMinimum(size, fs_minimum, fs_type, request.capacity_range(),
                                                            backend_->AllocationGranularity(), what));
 
@@ -149,6 +158,8 @@ Status ControllerService::Provision(const csi::v1::CreateVolumeRequest& request,
   }
   auto record = backend->CreateVolume(spec);
   if (!record.ok()) return Named(record.status(), "volume name", name);
+  BLOCKCSI_ASSIGN_OR_RETURN(*record,
+                            KeyNewVolume(*backend, std::move(*record), kek ? &*kek : nullptr, source_facts, name));
   FillVolume(*record, response->mutable_volume());
   LogInfo("volume created", {{"volume", record->id}, {"name", name}, {"bytes", std::to_string(record->size_bytes)}});
   return OkStatus();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "contract/publish_context.h"
+#include "contract/volume_key.h"
 
 namespace blockcsi {
 
@@ -34,12 +35,17 @@ StatusOr<VolumeParameters> ParseVolumeParameters(const std::map<std::string, std
         return InvalidArgument("parameter \"chap\" must be \"true\" or \"false\", not \"" + value + "\"");
       }
       out.chap = value == "true";
+    } else if (key == volume_key::kEncryptedParameter) {
+      if (value != "true" && value != "false") {
+        return InvalidArgument("parameter \"encrypted\" must be \"true\" or \"false\", not \"" + value + "\"");
+      }
+      out.encrypted = value == "true";
     } else if (key == storage_class::kBackend) {
       // The routing key: with --backend-config the RoutingBackend picks the
       // named backend (and checks the name); a single backend ignores it.
     } else if (std::find(backend_keys.begin(), backend_keys.end(), key) == backend_keys.end()) {
       return InvalidArgument("unknown parameter \"" + key +
-                             "\" (accepted: fsType, mkfsOptions, chap, backend, csi.storage.k8s.io/*" +
+                             "\" (accepted: fsType, mkfsOptions, chap, encrypted, backend, csi.storage.k8s.io/*" +
                              [&] {
                                std::string extra;
                                for (const auto& k : backend_keys) extra += ", " + k;
@@ -69,6 +75,9 @@ VolumeParameters VolumeParametersFromRecord(const std::map<std::string, std::str
   if (auto it = persisted.find(storage_class::kFsType); it != persisted.end()) out.fs_type = it->second;
   if (auto it = persisted.find(storage_class::kMkfsOptions); it != persisted.end()) out.mkfs_options = it->second;
   if (auto it = persisted.find(storage_class::kChap); it != persisted.end()) out.chap = it->second == "true";
+  if (auto it = persisted.find(volume_key::kEncryptedParameter); it != persisted.end()) {
+    out.encrypted = it->second == "true";
+  }
   return out;
 }
 
@@ -77,6 +86,8 @@ std::map<std::string, std::string> VolumeContextFor(const VolumeParameters& para
   if (!parameters.fs_type.empty()) context[volume_context::kFsType] = parameters.fs_type;
   if (!parameters.mkfs_options.empty()) context[volume_context::kMkfsOptions] = parameters.mkfs_options;
   if (parameters.chap) context[storage_class::kChap] = "true";
+  // The node refuses to stage an encrypted volume as a plain one.
+  if (parameters.encrypted) context[volume_key::kEncryptionContext] = volume_key::kEncryptionLuks2;
   return context;
 }
 

@@ -9,6 +9,8 @@
 //   mkfsOptions  extra mkfs arguments; validated by the node, which runs mkfs.
 //   chap         "true" | "false": publishing then needs CHAP secrets.
 //   backend      which configured backend serves the volume (--backend-config).
+//   encrypted    "true" | "false": LUKS2 at rest (contract/volume_key.h); the
+//                provisioner and node-stage secrets then carry encryptionKey.
 //   + every key of the backend's SupportedParameters().
 // Keys prefixed `csi.storage.k8s.io/` are the sidecars' own (PVC/PV names
 // with --extra-create-metadata, secret references): accepted and not handed
@@ -33,8 +35,9 @@ struct VolumeParameters {
   std::string fs_type;       // "" → the node's default (ext4)
   std::string mkfs_options;  // passed to the node untouched
   bool chap = false;
+  bool encrypted = false;
   // What is persisted with the volume: the backend's own keys plus the
-  // driver's keys (fsType, mkfsOptions, chap, backend), so that the
+  // driver's keys (fsType, mkfsOptions, chap, encrypted, backend), so that the
   // volume_context and the CHAP requirement can be rebuilt from the
   // backend's record alone (ListVolumes, ControllerGetVolume, Publish).
   std::map<std::string, std::string> persisted;

@@ -48,19 +48,21 @@ Status NodeService::ReleaseOne(const AttachRecord& record, std::vector<std::stri
   const std::string& volume_id = record.volume_id;
   const std::string staging = StagedFacts::Of(record).staging_path;
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
+  const std::string device = VolumeDevice(*options_.host, record);
   StatusOr<std::string> devnum = NotFound("no device");
-  if (!record.device_path.empty()) devnum = options_.host->DeviceNumber(record.device_path);
+  if (!device.empty()) devnum = options_.host->DeviceNumber(device);
   // The pods' mounts first (binds of the staging mount or of the device),
   // the staging mount last; each layer of a path in turn.
   std::vector<std::string> targets;
   for (const auto& e : table) {
     if (e.target == staging) continue;
-    const bool of_device = (devnum.ok() && e.major_minor == *devnum) ||
-                           (!record.device_path.empty() && (IsBindOfDeviceNode(e, record.device_path) ||
-                                                            IsReadOnlyLayerOf(*options_.host, e, record.device_path)));
+    const bool of_device =
+        (devnum.ok() && e.major_minor == *devnum) ||
+        (!device.empty() && (IsBindOfDeviceNode(e, device) || IsReadOnlyLayerOf(*options_.host, e, device)));
     if (of_device) targets.push_back(e.target);
   }
   if (!staging.empty()) targets.push_back(staging);
+  bool any_lazy = false;
   for (const auto& target : targets) {
     for (int layer = 0; FindMountAt(table, target) != nullptr && layer < kMaxMountLayers; ++layer) {
       Status st = options_.mounter->Unmount(target);
@@ -75,10 +77,14 @@ Status NodeService::ReleaseOne(const AttachRecord& record, std::vector<std::stri
         LogWarn("fence cleanup: filesystem detached lazily",
                 {{"volume_id", volume_id}, {"path", target}, {"error", st.message()}});
         if (lazily_unmounted != nullptr) lazily_unmounted->push_back(target);
+        any_lazy = true;
       }
       BLOCKCSI_ASSIGN_OR_RETURN(table, options_.mounter->List());
     }
   }
+  // A filesystem detached lazily still holds the mapping: the kernel
+  // removes it when that filesystem lets go.
+  BLOCKCSI_RETURN_IF_ERROR(CloseMapping(record, any_lazy).WithContext("fence cleanup"));
   Status detached = options_.attacher->Detach(volume_id);
   if (!detached.ok()) return detached.WithContext("volume " + volume_id + ": fence cleanup: detach");
   LogInfo("fence cleanup: volume released", {{"volume_id", volume_id}});

@@ -13,8 +13,29 @@
 #include "common/mkfs_mount_options.h"
 #include "contract/initiator.h"
 #include "contract/publish_context.h"
+#include "contract/volume_key.h"
 #include "node/fs_maintenance.h"
 #include "node/node_service.h"
+
+namespace blockcsi {
+
+// What NodeStageVolume does, as PlanStage worked it out from the request.
+struct NodeService::StagePlan {
+  std::string volume_id;
+  std::string staging_path;
+  bool block = false;
+  std::string fs_type;  // empty for block
+  std::vector<std::string> mount_flags;
+  std::vector<std::string> mkfs_extra;
+  bool read_only = false;
+  AttachSpec spec;
+  // Encrypted volumes: the dm-crypt mapping's name and the data key
+  // (unwrapped once, wiped when the plan goes); empty for plain volumes.
+  std::string crypt_mapping;
+  SecretBytes data_key;
+};
+
+}  // namespace blockcsi
 
 namespace blockcsi::node_internal {
 
@@ -113,9 +134,21 @@ inline std::string Basename(const std::string& path) {
 }
 
 // A bind mount of a device node shows the devtmpfs as its filesystem and
-// "/<node name>" as its root in mountinfo.
+// the node's path below /dev as its root in mountinfo ("/sdb",
+// "/mapper/blockcsi-pv1").
 inline bool IsBindOfDeviceNode(const MountEntry& e, const std::string& device) {
-  return !device.empty() && e.root == "/" + Basename(device) && (e.fs_type == "devtmpfs" || e.fs_type == "tmpfs");
+  if (device.empty() || (e.fs_type != "devtmpfs" && e.fs_type != "tmpfs")) return false;
+  return e.root == (device.rfind("/dev/", 0) == 0 ? device.substr(4) : "/" + Basename(device));
+}
+
+// The device the volume's data goes through (DataDevice), with the links
+// of a dm-crypt mapping's path resolved: udev makes /dev/mapper/<name> a
+// link to /dev/dm-N, and a bind mount of it shows the node it leads to.
+inline std::string VolumeDevice(const Host& host, const AttachRecord& record) {
+  std::string device = DataDevice(record);
+  if (device == record.device_path) return device;
+  auto real = host.RealPath(device);
+  return real.ok() ? *real : device;
 }
 
 // A read-only raw block publish of a writable attachment: a bind mount of
@@ -149,12 +182,13 @@ inline Status CheckRecordedStaging(const AttachRecord* record, const Host& host,
   StagedFacts staged = StagedFacts::Of(*record);
   if (staged.staging_path.empty()) return OkStatus();  // a stage died before recording; redoing it is safe
   bool still_staged = staged.block() || FindMountAt(table, staged.staging_path) != nullptr;
-  if (!still_staged && !record->device_path.empty()) {
+  const std::string device = VolumeDevice(host, *record);
+  if (!still_staged && !device.empty()) {
     // The staging mount is gone but the device may still be mounted
     // elsewhere (a publish bind): that is still this staging.
-    if (auto devnum = host.DeviceNumber(record->device_path); devnum.ok()) {
+    if (auto devnum = host.DeviceNumber(device); devnum.ok()) {
       still_staged = std::any_of(table.begin(), table.end(), [&](const MountEntry& e) {
-        return e.major_minor == *devnum || IsBindOfDeviceNode(e, record->device_path);
+        return e.major_minor == *devnum || IsBindOfDeviceNode(e, device);
       });
     }
   }

@@ -115,7 +115,7 @@ StatusOr<bool> NodeService::PublishFilesystem(const std::string& volume_id, cons
 // there as asked.
 StatusOr<bool> NodeService::PublishBlock(const std::string& volume_id, const AttachRecord& record,
                                          const std::string& target, bool read_only, const MountEntry* existing) {
-  const std::string& device = record.device_path;
+  const std::string device = VolumeDevice(*options_.host, record);
   if (options_.host->Kind(device) != PathKind::kBlockDevice) {
     return FailedPrecondition("volume " + volume_id + ": device " + device + " is gone; restage the volume");
   }
@@ -177,8 +177,8 @@ Status NodeService::Publish(const csi::v1::NodePublishVolumeRequest& req) {
   if (!mismatch.empty()) {
     const MountEntry* staged_mount = FindMountAt(table, staging);
     bool ours = existing != nullptr &&
-                (staged_block ? IsBindOfDeviceNode(*existing, record->device_path) ||
-                                    IsReadOnlyLayerOf(*options_.host, *existing, record->device_path)
+                (staged_block ? IsBindOfDeviceNode(*existing, VolumeDevice(*options_.host, *record)) ||
+                                    IsReadOnlyLayerOf(*options_.host, *existing, VolumeDevice(*options_.host, *record))
                               : staged_mount != nullptr && existing->major_minor == staged_mount->major_minor);
     if (ours) return AlreadyExists("volume " + volume_id + " is already published at " + target + " and " + mismatch);
     // A filesystem type that differs but fits what is staged was accepted
@@ -273,7 +273,7 @@ Status NodeService::Unpublish(const csi::v1::NodeUnpublishVolumeRequest& req) {
 // write a crash lost): the kernel's table says so, not the caller.
 bool NodeService::OnlyMountsOfVolume(const AttachRecord& record, const std::string& target,
                                      const std::vector<MountEntry>& table) const {
-  const std::string& device = record.device_path;
+  const std::string device = VolumeDevice(*options_.host, record);
   if (device.empty()) return false;
   auto devnum = options_.host->DeviceNumber(device);
   bool any = false;

@@ -15,6 +15,7 @@
 #include "node/fs_maintenance.h"
 #include "node/node_claims.h"
 #include "node/node_internal.h"
+#include "node/volume_crypt.h"
 
 namespace blockcsi {
 
@@ -70,6 +71,7 @@ void NodeService::LogAdoptedVolumes() {
     LogInfo("found volume from an earlier run", {{"volume_id", r.volume_id},
                                                  {"state", r.state},
                                                  {"device", r.device_path},
+                                                 {"crypt_mapping", StagedFacts::Of(r).crypt_mapping},
                                                  {"staging_path", StagedFacts::Of(r).staging_path}});
   }
 }
@@ -80,7 +82,7 @@ void NodeService::LogAdoptedVolumes() {
 // gone, mounted from another device, or gone read-only after I/O errors.
 Status NodeService::FilesystemStats(const AttachRecord& record, const std::string& path,
                                     csi::v1::NodeGetVolumeStatsResponse* response, std::vector<std::string>& problems) {
-  const std::string& device = record.device_path;
+  const std::string device = VolumeDevice(*options_.host, record);
   BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
   const MountEntry* entry = FindMountAt(table, path);
   if (entry == nullptr) {
@@ -142,7 +144,7 @@ Status NodeService::Stats(const csi::v1::NodeGetVolumeStatsRequest& req,
   PathKind kind = options_.host->Kind(path);
   if (kind == PathKind::kMissing) return NotFound("volume " + volume_id + ": volume path " + path + " does not exist");
   std::vector<std::string> problems;
-  const std::string& device = record->device_path;
+  const std::string device = VolumeDevice(*options_.host, *record);
   if (device.empty() || options_.host->Kind(device) != PathKind::kBlockDevice) {
     problems.push_back("device " + (device.empty() ? std::string("(unknown)") : device) + " is gone");
   }
@@ -213,6 +215,11 @@ Status NodeService::Expand(const csi::v1::NodeExpandVolumeRequest& req, csi::v1:
     return Unavailable("volume " + volume_id + ": the device is " + std::to_string(size) + " bytes after rescan, " +
                        std::to_string(required) + " were asked for");
   }
+  // An encrypted volume's mapping is grown first: the filesystem (or the
+  // pod's raw device) sees the mapping's size, not the device's.
+  if (const std::string mapping = StagedFacts::Of(*record).crypt_mapping; !mapping.empty()) {
+    BLOCKCSI_RETURN_IF_ERROR(ResizeLuks(*options_.executor, volume_id, mapping));
+  }
   if (!block) {
     BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());
     const MountEntry* entry = FindMountAt(table, path);
@@ -222,7 +229,7 @@ Status NodeService::Expand(const csi::v1::NodeExpandVolumeRequest& req, csi::v1:
     std::string fs = StagedFacts::Of(*record).fs_type;
     if (fs.empty()) fs = entry->fs_type;
     BLOCKCSI_RETURN_IF_ERROR(
-        GrowFilesystem(*options_.executor, *options_.host, volume_id, fs, record->device_path, path));
+        GrowFilesystem(*options_.executor, *options_.host, volume_id, fs, VolumeDevice(*options_.host, *record), path));
   }
   response->set_capacity_bytes(static_cast<int64_t>(size));
   LogInfo("expanded volume", {{"volume_id", volume_id}, {"capacity_bytes", std::to_string(size)}});

@@ -146,7 +146,18 @@ class NodeService final : public csi::v1::Node::Service {
   // (filesystem) probe, format a blank device, check, mount.
   Status FinishStage(const StagePlan& plan, const AttachRecord& record);
   void RollBackAttach(const AttachRecord& record, const Status& why);
-  Status StageMount(const StagePlan& plan, const AttachRecord& record);
+  Status PlanEncryption(const csi::v1::NodeStageVolumeRequest& request, StagePlan& plan);
+  // `device`: what to format and mount (the attached device, or the
+  // volume's dm-crypt mapping); `size`: its size when known, else 0.
+  Status StageMount(const StagePlan& plan, const std::string& device, uint64_t size);
+  // ---- the dm-crypt layer of encrypted volumes (node_crypt.cc)
+  // Opens the volume's mapping over the attached device, after a
+  // luksFormat when the device is blank (node_crypt.cc says which devices
+  // are refused).
+  Status OpenMapping(const StagePlan& plan, const AttachRecord& record);
+  // Closes the mapping the record names, if it is open; OK for a plain
+  // volume. `deferred`: see CloseLuks.
+  Status CloseMapping(const AttachRecord& record, bool deferred = false);
   Status CheckExistingStaging(const StagePlan& plan, const MountEntry& entry, const AttachRecord* record,
                               bool* already_staged);
   Status RequireNoUsers(const std::string& volume_id, const AttachRecord& record, const std::string& staging_path,

@@ -14,22 +14,12 @@
 #include "node/fs_maintenance.h"
 #include "node/node_claims.h"
 #include "node/node_internal.h"
+#include "node/volume_crypt.h"
 
 // NodeStageVolume and NodeUnstageVolume.
 namespace blockcsi {
 
 using namespace node_internal;  // NOLINT(google-build-using-namespace): the node_*.cc files share these helpers
-
-struct NodeService::StagePlan {
-  std::string volume_id;
-  std::string staging_path;
-  bool block = false;
-  std::string fs_type;  // empty for block
-  std::vector<std::string> mount_flags;
-  std::vector<std::string> mkfs_extra;
-  bool read_only = false;
-  AttachSpec spec;
-};
 
 namespace {
 
@@ -80,6 +70,28 @@ Status NodeService::PlanStage(const csi::v1::NodeStageVolumeRequest& req, StageP
   plan.read_only = plan.spec.read_only;
   // Our facts ride in the attacher's own "attached" write (see FinishStage).
   plan.spec.annotations[kStagedAnnotation] = FactsOf(plan.block, plan.fs_type, plan.staging_path).Encode();
+  return PlanEncryption(req, plan);
+}
+
+// An encrypted volume is never staged as plain: the key Secret and the
+// wrapped data key must both be there, and the data key is unwrapped here,
+// before anything attaches, so that a wrong Secret leaves nothing behind.
+// The mapping's name joins the record in the attach's own write, before the
+// mapping exists (unstage, restart and blockctl cleanup find it by it).
+Status NodeService::PlanEncryption(const csi::v1::NodeStageVolumeRequest& req, StagePlan& plan) {
+  BLOCKCSI_ASSIGN_OR_RETURN(bool encrypted, WantsEncryption(plan.volume_id, ToMap(req.volume_context())));
+  if (!encrypted) {
+    if (req.publish_context().contains(volume_key::kWrappedDataKeyContext)) {
+      return InvalidArgument("volume " + plan.volume_id +
+                             ": publish_context carries a wrapped data key but "
+                             "volume_context does not mark the volume encrypted; refusing to stage it as plain");
+    }
+    return OkStatus();
+  }
+  BLOCKCSI_ASSIGN_OR_RETURN(plan.data_key,
+                            DataKeyForStage(plan.volume_id, ToMap(req.publish_context()), ToMap(req.secrets())));
+  plan.crypt_mapping = CryptMappingName(plan.volume_id);
+  plan.spec.annotations[kCryptAnnotation] = plan.crypt_mapping;
   return OkStatus();
 }
 
@@ -138,8 +150,9 @@ Status NodeService::Stage(const csi::v1::NodeStageVolumeRequest& req) {
   Status staged = Fault("node.stage.after-attach");
   if (staged.ok()) staged = FinishStage(plan, record);
   // kubelet never calls NodeUnstageVolume after a final failure: whatever
-  // this call attached must go now, or it stays forever. (An uncertain
-  // failure keeps it: kubelet retries, or unstages, later.)
+  // this call attached (and the dm-crypt mapping it opened) must go now, or
+  // it stays forever. (An uncertain failure keeps it: kubelet retries, or
+  // unstages, later.)
   if (IsFinalFailure(staged)) RollBackAttach(record, staged);
   return staged;
 }
@@ -155,6 +168,13 @@ void NodeService::RollBackAttach(const AttachRecord& record, const Status& why) 
   if (!unused.ok()) {
     LogWarn("stage failed; keeping the attachment, it is in use",
             {{"volume_id", volume_id}, {"error", why.ToString()}, {"kept_because", unused.ToString()}});
+    return;
+  }
+  if (Status closed = CloseMapping(record); !closed.ok()) {
+    LogError(
+        "stage failed and closing its dm-crypt mapping failed too; NodeUnstageVolume or blockctl cleanup "
+        "must finish it",
+        {{"volume_id", volume_id}, {"error", why.ToString()}, {"close_error", closed.ToString()}});
     return;
   }
   Status detached = options_.attacher->Detach(volume_id);
@@ -174,11 +194,18 @@ Status NodeService::FinishStage(const StagePlan& plan, const AttachRecord& recor
   // by the attach itself, for a new attachment and a reused one alike)
   // before anything is formatted or mounted, so that a restarted plugin (or
   // blockctl) knows what this device is for even if we die in the middle.
+  std::string device = record.device_path;
+  uint64_t size = record.size_bytes;
+  if (!plan.crypt_mapping.empty()) {
+    BLOCKCSI_RETURN_IF_ERROR(OpenMapping(plan, record));
+    device = VolumeDevice(*options_.host, record);
+    size = 0;  // the LUKS2 header takes its share: measured when needed
+  }
   if (plan.block) {
-    LogInfo("staged raw block volume", {{"volume_id", plan.volume_id}, {"device", record.device_path}});
+    LogInfo("staged raw block volume", {{"volume_id", plan.volume_id}, {"device", device}});
     return OkStatus();
   }
-  return StageMount(plan, record);
+  return StageMount(plan, device, size);
 }
 
 Status NodeService::CheckExistingStaging(const StagePlan& plan, const MountEntry& entry, const AttachRecord* record,
@@ -189,7 +216,7 @@ Status NodeService::CheckExistingStaging(const StagePlan& plan, const MountEntry
                               ") that is not this volume");
   };
   if (record == nullptr || record->device_path.empty()) return something_else();
-  auto devnum = options_.host->DeviceNumber(record->device_path);
+  auto devnum = options_.host->DeviceNumber(VolumeDevice(*options_.host, *record));
   if (!devnum.ok() || *devnum != entry.major_minor) return something_else();
   if (plan.block) {
     return AlreadyExists("volume " + plan.volume_id + " is staged at " + plan.staging_path +
@@ -203,8 +230,7 @@ Status NodeService::CheckExistingStaging(const StagePlan& plan, const MountEntry
   return OkStatus();
 }
 
-Status NodeService::StageMount(const StagePlan& plan, const AttachRecord& record) {
-  const std::string& device = record.device_path;
+Status NodeService::StageMount(const StagePlan& plan, const std::string& device, uint64_t size) {
   auto probed = options_.probe->Probe(device);
   if (!probed.ok()) return probed.status().WithContext("volume " + plan.volume_id + ": probe " + device);
   bool formatted_now = false;
@@ -217,7 +243,6 @@ Status NodeService::StageMount(const StagePlan& plan, const AttachRecord& record
     // is still too small (a static PV, a volume made before) would only
     // fail in mkfs, with its usage text. Say it in one line instead.
     if (uint64_t minimum = options_.fs_minimum_bytes ? options_.fs_minimum_bytes(plan.fs_type) : 0; minimum > 0) {
-      uint64_t size = record.size_bytes;
       if (size == 0) {
         if (auto measured = options_.host->BlockDeviceSize(device); measured.ok()) size = *measured;
       }
@@ -310,6 +335,10 @@ Status NodeService::Unstage(const csi::v1::NodeUnstageVolumeRequest& req) {
     BLOCKCSI_ASSIGN_OR_RETURN(table, options_.mounter->List());
   }
   BLOCKCSI_RETURN_IF_ERROR(Fault("node.unstage.after-unmount").WithContext("volume " + volume_id));
+  // The mapping goes after the filesystem on it and before the device
+  // under it: closing flushes it, and a detach under an open mapping
+  // would leave a dm device with nothing below.
+  BLOCKCSI_RETURN_IF_ERROR(CloseMapping(*record));
   Status detached = options_.attacher->Detach(volume_id);
   if (!detached.ok()) return detached.WithContext("volume " + volume_id + ": detach");
   LogInfo("unstaged volume", {{"volume_id", volume_id}, {"staging_path", staging}});
@@ -319,13 +348,16 @@ Status NodeService::Unstage(const csi::v1::NodeUnstageVolumeRequest& req) {
 Status NodeService::RequireNoUsers(const std::string& volume_id, const AttachRecord& record,
                                    const std::string& staging_path, const std::vector<MountEntry>& table) {
   if (record.device_path.empty()) return OkStatus();
-  auto devnum = options_.host->DeviceNumber(record.device_path);
+  // The attached device and, for an encrypted volume, the mapping on it.
   std::vector<std::string> users;
-  for (const auto& e : table) {
-    if (e.target == staging_path) continue;
-    if ((devnum.ok() && e.major_minor == *devnum) || IsBindOfDeviceNode(e, record.device_path) ||
-        IsReadOnlyLayerOf(*options_.host, e, record.device_path)) {
-      users.push_back(e.target);
+  for (const std::string& device : {record.device_path, VolumeDevice(*options_.host, record)}) {
+    auto devnum = options_.host->DeviceNumber(device);
+    for (const auto& e : table) {
+      if (e.target == staging_path || std::find(users.begin(), users.end(), e.target) != users.end()) continue;
+      if ((devnum.ok() && e.major_minor == *devnum) || IsBindOfDeviceNode(e, device) ||
+          IsReadOnlyLayerOf(*options_.host, e, device)) {
+        users.push_back(e.target);
+      }
     }
   }
   if (users.empty()) return OkStatus();

@@ -36,11 +36,13 @@ void CollectNodeVolumes(VolumeAttacher& attacher, Mounter& mounter, const Host& 
   for (const auto& record : *records) {
     if (record.annotations.count(kStagedAnnotation) == 0) continue;
     ++staged_count;
-    if (record.device_path.empty()) continue;
-    auto device_number = host.DeviceNumber(record.device_path);
+    // An encrypted volume's pods use its dm-crypt mapping, not the device.
+    const std::string device = DataDevice(record);
+    if (device.empty()) continue;
+    auto device_number = host.DeviceNumber(device);
     if (!device_number.ok()) continue;
     const std::string& major_minor = *device_number;
-    std::string node_root = record.device_path.substr(record.device_path.rfind('/'));
+    std::string node_root = device.rfind("/dev/", 0) == 0 ? device.substr(4) : device.substr(device.rfind('/'));
     size_t fs_mounts = 0;
     for (const auto& entry : *table) {
       if (entry.fs_type == "devtmpfs" && entry.root == node_root) ++published_count;

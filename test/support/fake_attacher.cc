@@ -13,12 +13,62 @@ const FakeDevice* DeviceBehind(const FakeWorld& w, const std::string& path, std:
   const MountEntry* e = FindMountAt(w.mounts, path);
   if (e == nullptr || e->fs_type != "devtmpfs") return nullptr;
   for (const auto& [dev_path, dev] : w.devices) {
-    if ("/" + Basename(dev_path) == e->root) {
+    if ((dev_path.rfind("/dev/", 0) == 0 ? dev_path.substr(4) : "/" + Basename(dev_path)) == e->root) {
       if (name != nullptr) *name = dev_path;
       return &dev;
     }
   }
   return nullptr;
+}
+
+// cryptsetup as it acts on the world (the caller holds w.mu). The LUKS2
+// header takes 16 MiB of the device, as cryptsetup's default does.
+CommandResult RunCryptsetup(FakeWorld& w, const std::vector<std::string>& argv, const std::string& key) {
+  constexpr uint64_t kHeaderBytes = 16ULL << 20;
+  CommandResult r;
+  r.exit_code = 0;
+  const std::string& verb = argv.size() > 1 ? argv[1] : "";
+  auto fail = [&](int code, std::string why) {
+    r.exit_code = code;
+    r.stderr_text = why + "\n";
+    return r;
+  };
+  if (verb == "luksFormat") {
+    auto dev = w.devices.find(argv.back());
+    if (dev == w.devices.end()) return fail(4, "Device " + argv.back() + " does not exist or access denied.");
+    dev->second.signatures = {{"crypto_LUKS", "crypto", "", ""}};
+    w.luks_keys[argv.back()] = key;
+    w.luks_contents[argv.back()] = {};
+  } else if (verb == "open") {
+    const std::string& device = argv[argv.size() - 2];
+    const std::string path = "/dev/mapper/" + argv.back();
+    if (!w.luks_keys.contains(device)) return fail(1, "Device " + device + " is not a valid LUKS device.");
+    if (w.crypt_mappings.contains(path)) return fail(5, "Device " + argv.back() + " already exists.");
+    if (w.luks_keys[device] != key) return fail(2, "No key available with this passphrase.");
+    FakeDevice mapping;
+    mapping.major_minor = "253:" + std::to_string(w.crypt_mappings.size());
+    mapping.size_bytes = w.devices[device].size_bytes - kHeaderBytes;
+    mapping.signatures = w.luks_contents[device];
+    w.devices[path] = mapping;
+    w.crypt_mappings[path] = device;
+  } else if (verb == "close" || verb == "resize") {
+    const std::string path = "/dev/mapper/" + argv.back();
+    auto backing = w.crypt_mappings.find(path);
+    if (backing == w.crypt_mappings.end()) return fail(4, "Device " + argv.back() + " is not active.");
+    if (verb == "resize") {
+      w.devices[path].size_bytes = w.devices[backing->second].size_bytes - kHeaderBytes;
+      return r;
+    }
+    for (const auto& m : w.mounts) {
+      if (m.major_minor == w.devices[path].major_minor) return fail(5, "Device " + argv.back() + " is still in use.");
+    }
+    w.luks_contents[backing->second] = w.devices[path].signatures;
+    w.devices.erase(path);
+    w.crypt_mappings.erase(backing);
+  } else {
+    return fail(1, "FakeWorldExecutor: cryptsetup " + verb + " is not modelled");
+  }
+  return r;
 }
 
 }  // namespace
@@ -196,7 +246,7 @@ Status FakeMounter::BindMount(const std::string& source, const std::string& targ
   if (auto dev = world_->devices.find(source); dev != world_->devices.end()) {
     if (!world_->files.contains(target)) return NotFound("bind: no file " + target);
     e.major_minor = "0:6";
-    e.root = "/" + Basename(source);
+    e.root = source.rfind("/dev/", 0) == 0 ? source.substr(4) : "/" + Basename(source);
     e.fs_type = "devtmpfs";
     e.source = "devtmpfs";
   } else {
@@ -286,6 +336,7 @@ StatusOr<CommandResult> FakeWorldExecutor::Run(const Command& command) {
   if (hook) hook(argv);
   std::lock_guard lock(mu_);
   commands_.push_back(argv);
+  stdins_.emplace_back(command.stdin_data(), command.stdin_sensitive());
   std::string line;
   for (const auto& a : argv) line += (line.empty() ? "" : " ") + a;
   std::lock_guard wlock(world_->mu);
@@ -294,6 +345,8 @@ StatusOr<CommandResult> FakeWorldExecutor::Run(const Command& command) {
   result.exit_code = 0;
   if (auto it = script_.find(argv[0]); it != script_.end()) {
     result = it->second;
+  } else if (argv[0] == "cryptsetup") {
+    result = RunCryptsetup(*world_, argv, command.stdin_data());
   } else if (argv[0] == "dumpe2fs" && argv.size() == 3) {
     // What dumpe2fs -h says of the device as the world holds it: a clean
     // ext4 header, or "Bad magic number" for anything else.
@@ -332,6 +385,11 @@ StatusOr<CommandResult> FakeWorldExecutor::Run(const Command& command) {
     world_->devices.erase(argv[2]);
   }
   return result;
+}
+
+std::vector<std::pair<std::string, bool>> FakeWorldExecutor::Stdins() {
+  std::lock_guard lock(mu_);
+  return stdins_;
 }
 
 std::vector<std::vector<std::string>> FakeWorldExecutor::Commands() {
@@ -426,6 +484,27 @@ StatusOr<uint64_t> FakeHost::TrimFilesystem(const std::string& mount_path, const
     return std::exchange(device.freed_bytes, 0);
   }
   return FailedPrecondition(mount_path + ": no device " + expected_device);
+}
+
+// The slaves of a mapping: "/sys/dev/block/<mm>/slaves" lists the device
+// under it; ".../slaves/<name>/dev" is that device's number.
+StatusOr<std::vector<std::string>> FakeHost::ListDir(const std::string& path) const {
+  std::lock_guard lock(world_->mu);
+  for (const auto& [mapping, backing] : world_->crypt_mappings) {
+    if (path == "/sys/dev/block/" + world_->devices[mapping].major_minor + "/slaves") {
+      return std::vector<std::string>{Basename(backing)};
+    }
+  }
+  return RootedHost::ListDir(path);
+}
+
+StatusOr<std::string> FakeHost::ReadFile(const std::string& path) const {
+  std::lock_guard lock(world_->mu);
+  for (const auto& [mapping, backing] : world_->crypt_mappings) {
+    std::string slaves = "/sys/dev/block/" + world_->devices[mapping].major_minor + "/slaves/";
+    if (path == slaves + Basename(backing) + "/dev") return world_->devices[backing].major_minor + "\n";
+  }
+  return RootedHost::ReadFile(path);
 }
 
 StatusOr<FsUsage> FakeHost::StatFs(const std::string& path) const {

@@ -2,7 +2,9 @@
 // FakeWorld: "devices" (a node path, a device number, a size, what libblkid
 // would find on them), the mount table and the paths that exist. mkfs run
 // through FakeWorldExecutor writes a signature into the world, so the probe
-// sees it afterwards, as it would on a real device. Thread-safe (one mutex
+// sees it afterwards, as it would on a real device; cryptsetup through it
+// keeps LUKS headers, their keys and dm-crypt mappings (whose contents
+// survive a close and reopen) the same way. Thread-safe (one mutex
 // in the world); every fake keeps an action log for assertions.
 #pragma once
 
@@ -46,6 +48,12 @@ struct FakeWorld {
   std::map<std::string, std::string> symlinks;
   std::vector<std::string> log;  // "mount /dev/fake1 /stage ext4 opts", "mkfs.ext4 ...", "detach vol1"
   int next_mount_id = 100;
+  // LUKS: each formatted device's key (what cryptsetup read on stdin), the
+  // signatures inside it while its mapping is closed, and the open
+  // mappings ("/dev/mapper/<name>" -> the device under it).
+  std::map<std::string, std::string> luks_keys;
+  std::map<std::string, std::vector<BlockSignature>> luks_contents;
+  std::map<std::string, std::string> crypt_mappings;
 
   // Adds (or replaces) a device node and returns its path.
   std::string AddDevice(const std::string& path, FakeDevice device);
@@ -123,7 +131,9 @@ class FakeProbe final : public BlockProbe {
 // device; "losetup --read-only --find --show <dev>" makes /dev/loop<N> over
 // it and "losetup --detach" removes it; resize2fs/xfs_growfs/btrfs succeed;
 // "dumpe2fs -h" prints a clean header for an ext4 device and fails on any
-// other. Any other program fails (exit 127): never a made-up success.
+// other; cryptsetup luksFormat / open / close / resize act on the world's
+// LUKS state (a wrong key: exit 2, as cryptsetup's "no key available").
+// Any other program fails (exit 127): never a made-up success.
 class FakeWorldExecutor final : public Executor {
  public:
   explicit FakeWorldExecutor(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
@@ -134,6 +144,9 @@ class FakeWorldExecutor final : public Executor {
   void BeforeRun(std::function<void(const std::vector<std::string>&)> hook);
   StatusOr<CommandResult> Run(const Command& command) override;
   std::vector<std::vector<std::string>> Commands();
+  // What each command got on stdin, in order, and whether it was marked
+  // sensitive (blanked in logs).
+  std::vector<std::pair<std::string, bool>> Stdins();
 
  private:
   std::shared_ptr<FakeWorld> world_;
@@ -141,6 +154,7 @@ class FakeWorldExecutor final : public Executor {
   std::map<std::string, CommandResult> script_;
   std::function<void(const std::vector<std::string>&)> before_run_;
   std::vector<std::vector<std::string>> commands_;
+  std::vector<std::pair<std::string, bool>> stdins_;
 };
 
 // The node's paths and devices as the world holds them; what it does not
@@ -171,6 +185,10 @@ class FakeHost final : public RootedHost {
   // answers the device's freed_bytes once (a second trim finds none) and
   // logs "fitrim <path>".
   StatusOr<uint64_t> TrimFilesystem(const std::string& mount_path, const std::string& expected_device) const override;
+  // /sys/dev/block/<major:minor>/slaves of the world's dm-crypt mappings;
+  // any other path as the rooted host reads it (nothing).
+  StatusOr<std::vector<std::string>> ListDir(const std::string& path) const override;
+  StatusOr<std::string> ReadFile(const std::string& path) const override;
   bool HasCapSysResource() const override { return cap_sys_resource; }
 
  private:

@@ -235,10 +235,28 @@ StatusOr<SnapshotRecord> FakeBackend::CreateSnapshot(const std::string& source_v
   // needs ALREADY_EXISTS scripts it with FailNext.
   auto v = volumes_.find(source_volume_id);
   if (v == volumes_.end()) return NotFound("volume " + source_volume_id + " not found");
-  SnapshotRecord s{
-      "snap-" + std::to_string(next_id_++), name, source_volume_id, v->second.size_bytes, 1700000100, true};
+  SnapshotRecord s{"snap-" + std::to_string(next_id_++),
+                   name,
+                   source_volume_id,
+                   v->second.size_bytes,
+                   1700000100,
+                   true,
+                   v->second.wrapped_data_key};
   snapshots_[s.id] = s;
   return s;
+}
+
+Status FakeBackend::SetWrappedDataKey(const std::string& id, const std::string& expected, const std::string& wrapped) {
+  BLOCKCSI_RETURN_IF_ERROR(Enter("SetWrappedDataKey"));
+  std::lock_guard lock(mu_);
+  std::string* current = nullptr;
+  if (auto v = volumes_.find(id); v != volumes_.end()) current = &v->second.wrapped_data_key;
+  if (auto s = snapshots_.find(id); s != snapshots_.end()) current = &s->second.wrapped_data_key;
+  if (current == nullptr) return NotFound("fake: " + id + " not found");
+  if (*current == wrapped) return OkStatus();
+  if (*current != expected) return Aborted("fake: the wrapped data key of " + id + " changed meanwhile");
+  *current = wrapped;
+  return OkStatus();
 }
 
 Status FakeBackend::DeleteSnapshot(const std::string& snapshot_id) {

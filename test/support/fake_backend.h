@@ -40,6 +40,8 @@ class FakeBackend final : public VolumeBackend {
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
   Status Healthy() override;
+  // The compare-and-set of backend.h on the in-memory records.
+  Status SetWrappedDataKey(const std::string& id, const std::string& expected, const std::string& wrapped) override;
   // In memory, with the contract of backend.h: the record first, then every
   // grant of the node revoked; GrantAccess to a fenced node is refused.
   // One host, named Name(); FailNext("FenceNode") fails the next fence

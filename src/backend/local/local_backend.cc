@@ -511,6 +511,8 @@ StatusOr<SnapshotRecord> LocalBackend::CreateSnapshot(const std::string& source_
   record.size_bytes = source->size_bytes;
   record.created_unix_seconds = NowUnix();
   record.ready_to_use = true;
+  // The snapshot's data is encrypted with its volume's key: it keeps a copy.
+  record.wrapped_data_key = source->wrapped_data_key;
   CopyMethod method = CopyMethod::kNone;
   Status created = pool_->CreateSnapshot(record, &method);
   if (!created.ok()) return created.WithContext("snapshot \"" + name + "\" of volume " + source_volume_id);

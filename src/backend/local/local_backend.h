@@ -77,6 +77,7 @@ class LocalBackend final : public VolumeBackend {
   StatusOr<SnapshotRecord> GetSnapshot(const std::string& snapshot_id) override;
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
+  Status SetWrappedDataKey(const std::string& id, const std::string& expected, const std::string& wrapped) override;
   Status Healthy() override;
   std::vector<HostFences> FenceNode(const std::string& node_id, const std::string& initiator_iqn) override;
   std::vector<HostFences> UnfenceNode(const std::string& node_id) override;

@@ -338,6 +338,16 @@ Status Pool::CreateSnapshot(const SnapshotRecord& record, CopyMethod* method) {
   return OkStatus();
 }
 
+Status Pool::UpdateSnapshot(const SnapshotRecord& record) {
+  BLOCKCSI_RETURN_IF_ERROR(ValidateSnapshotId(record.id));
+  // Durable before the answer, as a volume's update: a rotation that was
+  // told a snapshot's key is re-wrapped must find it so after a crash.
+  BLOCKCSI_RETURN_IF_ERROR(files_.WriteRecord(SnapshotRecordPath(record.id), SnapshotToJson(record)));
+  MutexLock lock(mu_);
+  snapshots_[record.id] = record;
+  return OkStatus();
+}
+
 Status Pool::DeleteSnapshot(const std::string& id) {
   BLOCKCSI_RETURN_IF_ERROR(ValidateSnapshotId(id));
   // As DeleteVolume: the record's removal durable first, the image after
@@ -389,6 +399,8 @@ std::string Pool::VolumeToJson(const VolumeRecord& r) {
             {"serial", r.serial},
             {"wwn", r.wwn},
             {"grants", grants}};
+  // Only the wrapped form exists here (backend.h); absent when not encrypted.
+  if (!r.wrapped_data_key.empty()) j["wrapped_data_key"] = r.wrapped_data_key;
   return j.dump(2) + "\n";
 }
 
@@ -416,6 +428,7 @@ StatusOr<VolumeRecord> Pool::VolumeFromJson(std::string_view text) {
                           g.at("read_only").get<bool>(), g.at("capability").get<std::string>(),
                           g.at("chap").get<bool>()});
     }
+    r.wrapped_data_key = j.value("wrapped_data_key", "");  // records of before encryption have none
     return r;
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("volume record: ") + e.what());
@@ -429,6 +442,7 @@ std::string Pool::SnapshotToJson(const SnapshotRecord& r) {
             {"source_volume_id", r.source_volume_id},
             {"size_bytes", r.size_bytes},
             {"created_unix_seconds", r.created_unix_seconds}};
+  if (!r.wrapped_data_key.empty()) j["wrapped_data_key"] = r.wrapped_data_key;
   return j.dump(2) + "\n";
 }
 
@@ -443,6 +457,7 @@ StatusOr<SnapshotRecord> Pool::SnapshotFromJson(std::string_view text) {
     r.size_bytes = j.at("size_bytes").get<uint64_t>();
     r.created_unix_seconds = j.at("created_unix_seconds").get<int64_t>();
     r.ready_to_use = true;
+    r.wrapped_data_key = j.value("wrapped_data_key", "");
     return r;
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("snapshot record: ") + e.what());

@@ -97,7 +97,7 @@ class Pool {
   // Builds the image (empty sparse file, or a copy of `source_image`, grown
   // to the record's size), then commits the record. ALREADY_EXISTS if the id is taken.
   Status CreateVolume(const VolumeRecord& record, const std::string& source_image, CopyMethod* method = nullptr);
-  // Rewrites the record (grants, size after a grow).
+  // Rewrites the record (grants, size after a grow, wrapped data key).
   Status UpdateVolume(const VolumeRecord& record);
   // Grows the image file; never shrinks it.
   Status GrowImage(const std::string& id, uint64_t size_bytes);
@@ -109,6 +109,8 @@ class Pool {
   std::optional<SnapshotRecord> FindSnapshotByName(const std::string& name) const;
   std::vector<SnapshotRecord> ListSnapshots() const;  // ordered by id
   Status CreateSnapshot(const SnapshotRecord& record, CopyMethod* method = nullptr);
+  // Rewrites the record of an existing snapshot (its wrapped data key).
+  Status UpdateSnapshot(const SnapshotRecord& record);
   Status DeleteSnapshot(const std::string& id);
 
   // ---- fences (pool_fences.cc): one durable record per fenced node

@@ -318,4 +318,29 @@ std::vector<HostFences> RbdBackend::ListFences() {
   return {out};
 }
 
+// A snapshot's key is its image's (SnapRecord), so setting it sets the
+// image's; the compare-and-set is under the image's metadata lock.
+Status RbdBackend::SetWrappedDataKey(const std::string& id, const std::string& expected, const std::string& wrapped) {
+  std::optional<std::string> image = OurImage(id);
+  if (!image) {
+    if (auto snap = OurSnapshot(id)) image = snap->volume.image;
+  }
+  if (!image) return NotFound("volume or snapshot " + id + " not found");
+  if (wrapped.empty()) return InvalidArgument("wrapped data key of " + id + " is empty");
+  auto held = locks_.Lock(*image);
+  BLOCKCSI_ASSIGN_OR_RETURN(auto handle, Open(*image));
+  BLOCKCSI_ASSIGN_OR_RETURN(auto meta, ListMetadata(handle.get(), Spec(*image)));
+  if (!meta.contains(kMetaName)) return NotFound("volume of " + id + " not found");
+  auto it = meta.find(kMetaWrappedKey);
+  const std::string current = it == meta.end() ? "" : it->second;
+  if (current == wrapped) return OkStatus();
+  if (current != expected) {
+    return Aborted("the wrapped data key of " + id + " is not the one this call read (changed meanwhile); re-read it");
+  }
+  int r = rbd_metadata_set(handle.get(), kMetaWrappedKey, wrapped.c_str());
+  if (r < 0) return CephError(r, "set the wrapped data key of " + Spec(*image));
+  LogInfo("wrapped data key stored", {{"volume", VolumeId(options_.pool, *image)}});
+  return OkStatus();
+}
+
 }  // namespace blockcsi::rbd_internal

@@ -80,7 +80,9 @@ StatusOr<VolumeRecord> RbdBackend::Record(const std::string& image, rbd_image_t 
       {rbd_params::kUser, options_.ceph_user},
   };
   for (const auto& [key, value] : meta) {
-    if (key.starts_with(kMetaParamPrefix)) {
+    if (key == kMetaWrappedKey) {
+      record.wrapped_data_key = value;
+    } else if (key.starts_with(kMetaParamPrefix)) {
       record.parameters[key.substr(sizeof(kMetaParamPrefix) - 1)] = value;
     } else if (key.starts_with(kMetaGrantPrefix)) {
       json j = json::parse(value, nullptr, /*allow_exceptions=*/false);

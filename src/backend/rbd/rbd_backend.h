@@ -17,6 +17,8 @@
 //   blockcsi.source          "snapshot:<id>" | "volume:<id>" | absent
 //   blockcsi.param.<key>     the StorageClass parameters the controller persists
 //   blockcsi.grant.<node>    a GrantRecord (JSON): the node it is published to
+//   blockcsi.wrapped_data_key  an encrypted volume's data key, wrapped (never
+//                            plain); its snapshots and their restores use it
 //   blockcsi.fence.<node>    client addresses we blocklisted for that node
 //   blockcsi.client.<node>   optional, written by the node plugin: the rados
 //                            client address(es) it opened the image with

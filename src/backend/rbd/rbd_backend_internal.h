@@ -43,6 +43,8 @@ constexpr char kMetaParamPrefix[] = "blockcsi.param.";
 constexpr char kMetaGrantPrefix[] = "blockcsi.grant.";
 constexpr char kMetaFencePrefix[] = "blockcsi.fence.";
 constexpr char kMetaClientPrefix[] = "blockcsi.client.";
+// The image's wrapped data key (backend.h): its snapshots share it.
+constexpr char kMetaWrappedKey[] = "blockcsi.wrapped_data_key";
 constexpr char kPoolMetaSnapPrefix[] = "blockcsi.snap.";
 constexpr char kPoolMetaFencedPrefix[] = "blockcsi.fenced.";
 
@@ -303,6 +305,7 @@ class RbdBackend final : public VolumeBackend {
   StatusOr<SnapshotRecord> GetSnapshot(const std::string& snapshot_id) override;
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
+  Status SetWrappedDataKey(const std::string& id, const std::string& expected, const std::string& wrapped) override;
   Status Healthy() override;
   std::vector<HostFences> FenceNode(const std::string& node_id, const std::string& initiator_iqn) override;
   std::vector<HostFences> UnfenceNode(const std::string& node_id) override;

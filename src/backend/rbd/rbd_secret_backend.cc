@@ -97,6 +97,10 @@ class RbdSecretBackend final : public VolumeBackend {
     BLOCKCSI_ASSIGN_OR_RETURN(auto b, Connection());
     return b->DeleteSnapshot(snapshot_id);
   }
+  Status SetWrappedDataKey(const std::string& id, const std::string& expected, const std::string& wrapped) override {
+    BLOCKCSI_ASSIGN_OR_RETURN(auto b, Connection());
+    return b->SetWrappedDataKey(id, expected, wrapped);
+  }
   StatusOr<SnapshotRecord> GetSnapshot(const std::string& snapshot_id) override {
     BLOCKCSI_ASSIGN_OR_RETURN(auto b, Connection());
     return b->GetSnapshot(snapshot_id);

@@ -57,6 +57,10 @@ StatusOr<SnapshotRecord> RbdBackend::SnapRecord(const std::string& image, rbd_im
   timespec ts{};
   if (rbd_snap_get_timestamp(handle, snap.id, &ts) == 0) record.created_unix_seconds = ts.tv_sec;
   record.ready_to_use = true;  // RBD snapshots are complete when made
+  // The image's key, as it is now: a volume with snapshots is never deleted,
+  // and a rotation re-wraps the one key that the image and its snapshots share.
+  BLOCKCSI_ASSIGN_OR_RETURN(auto meta, ListMetadata(handle, Spec(image)));
+  if (auto it = meta.find(kMetaWrappedKey); it != meta.end()) record.wrapped_data_key = it->second;
   return record;
 }
 

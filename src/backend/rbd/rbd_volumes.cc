@@ -235,8 +235,14 @@ StatusOr<VolumeRecord> RbdBackend::Finish(const std::string& image, const Create
     // would come out published to the parent's nodes.
     BLOCKCSI_ASSIGN_OR_RETURN(auto inherited, ListMetadata(handle.get(), Spec(image)));
     std::vector<std::string> stale;
-    if (auto it = inherited.find(kMetaName); it != inherited.end() && it->second != spec.name)
-      stale.push_back(kMetaName);
+    const auto name = inherited.find(kMetaName);
+    if (name != inherited.end() && name->second != spec.name) stale.push_back(kMetaName);
+    // The parent's wrapped key is bound to the parent's id: the controller
+    // gives the clone its own once the name commits. After that commit (a
+    // retry) the key is the clone's and stays.
+    if (inherited.contains(kMetaWrappedKey) && (name == inherited.end() || name->second != spec.name)) {
+      stale.push_back(kMetaWrappedKey);
+    }
     for (const auto& [key, value] : inherited) {
       bool ours_to_drop = key.starts_with(kMetaGrantPrefix) || key.starts_with(kMetaFencePrefix) ||
                           key.starts_with(kMetaClientPrefix) || key.starts_with(kMetaParamPrefix) ||

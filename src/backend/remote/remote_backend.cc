@@ -138,6 +138,14 @@ class RemoteBackend final : public VolumeBackend {
     DeleteSnapshotResponse out;
     return Call(&TargetAgent::Stub::DeleteSnapshot, req, &out);
   }
+  Status SetWrappedDataKey(const std::string& id, const std::string& expected, const std::string& wrapped) override {
+    SetWrappedDataKeyRequest req;
+    req.set_id(id);
+    req.set_expected(expected);
+    req.set_wrapped(wrapped);
+    SetWrappedDataKeyResponse out;
+    return Call(&TargetAgent::Stub::SetWrappedDataKey, req, &out);
+  }
   StatusOr<SnapshotRecord> GetSnapshot(const std::string& snapshot_id) override {
     GetSnapshotRequest req;
     req.set_snapshot_id(snapshot_id);

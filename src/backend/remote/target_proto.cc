@@ -60,6 +60,7 @@ void ToProto(const VolumeRecord& in, targetpb::Volume* out) {
   }
   out->mutable_topology()->insert(in.topology.begin(), in.topology.end());
   out->set_allocated_bytes(in.allocated_bytes);
+  out->set_wrapped_data_key(in.wrapped_data_key);
 }
 
 VolumeRecord FromProto(const targetpb::Volume& in) {
@@ -83,6 +84,7 @@ VolumeRecord FromProto(const targetpb::Volume& in) {
   }
   out.topology.insert(in.topology().begin(), in.topology().end());
   out.allocated_bytes = in.allocated_bytes();
+  out.wrapped_data_key = in.wrapped_data_key();
   return out;
 }
 
@@ -93,6 +95,7 @@ void ToProto(const SnapshotRecord& in, targetpb::Snapshot* out) {
   out->set_size_bytes(in.size_bytes);
   out->set_created_unix_seconds(in.created_unix_seconds);
   out->set_ready_to_use(in.ready_to_use);
+  out->set_wrapped_data_key(in.wrapped_data_key);
 }
 
 SnapshotRecord FromProto(const targetpb::Snapshot& in) {
@@ -103,6 +106,7 @@ SnapshotRecord FromProto(const targetpb::Snapshot& in) {
   out.size_bytes = in.size_bytes();
   out.created_unix_seconds = in.created_unix_seconds();
   out.ready_to_use = in.ready_to_use();
+  out.wrapped_data_key = in.wrapped_data_key();
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include "backend/routing/placement.h"
 #include "backend/storage_class.h"
+#include "contract/volume_key.h"
 
 namespace blockcsi {
 namespace {
@@ -17,7 +18,8 @@ std::string Quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 bool IsDriverKey(std::string_view key) {
   return key == storage_class::kFsType || key == storage_class::kMkfsOptions || key == storage_class::kChap ||
-         key == storage_class::kBackend || key.starts_with(storage_class::kSidecarPrefix);
+         key == storage_class::kBackend || key == volume_key::kEncryptedParameter ||
+         key.starts_with(storage_class::kSidecarPrefix);
 }
 
 }  // namespace
@@ -402,6 +404,14 @@ Status RoutingBackend::DeleteSnapshot(const std::string& snapshot_id) {
   auto routed = Route("snapshot", snapshot_id);
   if (!routed.ok()) return OkStatus();
   return routed->backend->backend->DeleteSnapshot(routed->inner_id);
+}
+
+// The key stays bound to the outer id the controller wrapped it with; the
+// inner backend stores the text as it is given.
+Status RoutingBackend::SetWrappedDataKey(const std::string& id, const std::string& expected,
+                                         const std::string& wrapped) {
+  BLOCKCSI_ASSIGN_OR_RETURN(Routed routed, Route("volume or snapshot", id));
+  return routed.backend->backend->SetWrappedDataKey(routed.inner_id, expected, wrapped);
 }
 
 StatusOr<SnapshotRecord> RoutingBackend::GetSnapshot(const std::string& snapshot_id) {

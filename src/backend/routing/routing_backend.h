@@ -81,6 +81,7 @@ class RoutingBackend final : public VolumeBackend {
   StatusOr<Page<SnapshotRecord>> ListSnapshots(const std::string& source_volume_id, const std::string& start_token,
                                                int max_entries) override;
   // OK when every backend is; otherwise the sick ones, by name.
+  Status SetWrappedDataKey(const std::string& id, const std::string& expected, const std::string& wrapped) override;
   Status Healthy() override;
   // Every host at once (a down one does not delay the others), one answer
   // per host in configuration order, named by its configured name.

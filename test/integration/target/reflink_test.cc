@@ -145,7 +145,7 @@ void ExpectReflinkSnapshotAndClone(const std::string& pool_dir) {
     EXPECT_EQ(::fsync(fd), 0);
     ::close(fd);
   }
-  SnapshotRecord s{NewSnapshotId(), "snap-reflink", v.id, v.size_bytes, 0, true};
+  SnapshotRecord s{NewSnapshotId(), "snap-reflink", v.id, v.size_bytes, 0, true, ""};
   CopyMethod method = CopyMethod::kNone;
   ASSERT_TRUE((*pool)->CreateSnapshot(s, &method).ok());
   EXPECT_EQ(method, CopyMethod::kReflink);

@@ -69,5 +69,23 @@ TEST_F(CleanupStepsTest, AKrbdDeviceThatStaysBusyKeepsItsRecord) {
   EXPECT_TRUE(store_.Get("vol-rbd").ok()) << "a record whose device is still mapped must stay";
 }
 
+// An encrypted volume's open mapping is closed by name, through the same
+// cryptsetup call the node makes; a mapping that is gone already is done.
+TEST_F(CleanupStepsTest, CloseMappingRunsCryptsetupCloseOnlyWhenTheMappingIsThere) {
+  std::shared_ptr<Host> host = HostRootedAt(root_);
+  ASSERT_TRUE(host->MakeDirectory("/dev/mapper", 0755).ok());
+  ASSERT_TRUE(host->MakeFile("/dev/mapper/blockcsi-vol-a").ok());
+  NodeSnapshot snapshot;
+  snapshot.state_dir = state_;
+  CleanupStep step{CleanupStep::Kind::kCloseMapping, "vol-a", "blockcsi-vol-a", "close dm-crypt mapping"};
+  executor_->ExpectOk({"cryptsetup", "close", "blockcsi-vol-a"});
+  Status st = ApplyCleanupStep(snapshot, step, {.executor = executor_, .host_fs = host, .state_files = MachineHost()});
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(executor_->Pending().empty());
+  ASSERT_TRUE(host->RemovePath("/dev/mapper/blockcsi-vol-a").ok());
+  st = ApplyCleanupStep(snapshot, step, {.executor = executor_, .host_fs = host, .state_files = MachineHost()});
+  EXPECT_TRUE(st.ok()) << "a mapping already gone is closed: " << st.ToString();
+}
+
 }  // namespace
 }  // namespace blockcsi::cli

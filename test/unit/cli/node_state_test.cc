@@ -213,6 +213,57 @@ TEST(NodeStateTest, StaleRecordStagingMountIsUnmountedBeforeDetach) {
   EXPECT_EQ(plan.steps[0].kind, CleanupStep::Kind::kUnmount);
 }
 
+// vol-a encrypted: its filesystem and the pod's bind are on its open
+// dm-crypt mapping, not on the loop device under it.
+NodeSnapshot Encrypted() {
+  NodeSnapshot s = Healthy();
+  s.records[0].annotations["node.crypt"] = "blockcsi-vol-a";
+  s.crypt_mappings = {"blockcsi-vol-a"};
+  s.device_numbers["/dev/mapper/blockcsi-vol-a"] = "253:0";
+  s.mounts = {Mount("/stage/vol-a", "253:0"), Mount("/var/lib/kubelet/pods/p1/volumes/vol-a/mount", "253:0")};
+  return s;
+}
+
+TEST(NodeStateTest, AnEncryptedVolumeIsMountedThroughItsMapping) {
+  auto views = DescribeVolumes(Encrypted());
+  ASSERT_EQ(views.size(), 1u);
+  EXPECT_EQ(views[0].crypt_mapping, "blockcsi-vol-a");
+  EXPECT_TRUE(views[0].crypt_open);
+  EXPECT_TRUE(views[0].staging_mounted);
+  EXPECT_EQ(views[0].publish_paths, std::vector<std::string>{"/var/lib/kubelet/pods/p1/volumes/vol-a/mount"});
+  auto findings = Classify(Encrypted());
+  ASSERT_EQ(findings.size(), 1u) << "the volume's own mapping is no orphan";
+  EXPECT_EQ(findings[0].verdict, kVerdictHealthy) << findings[0].detail;
+}
+
+TEST(NodeStateTest, AStaleEncryptedRecordIsUnmountedClosedThenDetached) {
+  NodeSnapshot s = Encrypted();
+  s.bridges = {Bridge("vol-a", "", false)};
+  s.mounts.pop_back();  // no pod mount
+  CleanupPlan plan = PlanCleanup(s);
+  EXPECT_EQ(Actions(plan), (std::vector<std::string>{"/stage/vol-a", "blockcsi-vol-a", "vol-a"}));
+  ASSERT_EQ(plan.steps.size(), 3u);
+  EXPECT_EQ(plan.steps[1].kind, CleanupStep::Kind::kCloseMapping);
+}
+
+TEST(NodeStateTest, AnOrphanMappingIsClosedUnlessAPodUsesIt) {
+  NodeSnapshot s = Healthy();
+  s.crypt_mappings = {"blockcsi-gone"};
+  s.device_numbers["/dev/mapper/blockcsi-gone"] = "253:1";
+  std::vector<Finding> findings = Classify(s);
+  const Finding* f = FindingFor(findings, "blockcsi-gone");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->verdict, kVerdictOrphanMapping);
+  CleanupPlan plan = PlanCleanup(s);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_EQ(plan.steps[0].kind, CleanupStep::Kind::kCloseMapping);
+  EXPECT_EQ(plan.steps[0].target, "blockcsi-gone");
+  s.mounts.push_back(Mount("/var/lib/kubelet/pods/p2/volumes/x/mount", "253:1"));
+  plan = PlanCleanup(s);
+  EXPECT_TRUE(plan.steps.empty());
+  EXPECT_EQ(plan.skipped.size(), 1u);
+}
+
 TEST(NodeStateTest, IdentityMismatchWins) {
   NodeSnapshot s = Healthy();
   s.bridges[0].serial = "someone-else";

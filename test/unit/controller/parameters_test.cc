@@ -56,5 +56,23 @@ TEST(ParametersTest, SnapshotParametersAcceptOnlySidecarKeys) {
   EXPECT_THAT(st.message(), HasSubstr("tier"));
 }
 
+TEST(ParametersTest, EncryptedIsABooleanThatReachesTheRecordAndTheVolumeContext) {
+  auto parsed = ParseVolumeParameters({{"encrypted", "true"}}, {});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_TRUE(parsed->encrypted);
+  EXPECT_EQ(parsed->persisted.at("encrypted"), "true");
+  EXPECT_EQ(VolumeContextFor(*parsed).at("encryption"), "luks2");
+  EXPECT_EQ(VolumeContextFor(VolumeParametersFromRecord(parsed->persisted)).at("encryption"), "luks2");
+
+  auto plain = ParseVolumeParameters({{"encrypted", "false"}}, {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->encrypted);
+  EXPECT_FALSE(VolumeContextFor(*plain).contains("encryption"));
+
+  auto bad = ParseVolumeParameters({{"encrypted", "yes"}}, {});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("encrypted"));
+}
+
 }  // namespace
 }  // namespace blockcsi

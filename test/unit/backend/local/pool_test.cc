@@ -228,7 +228,7 @@ TEST(PoolTest, SnapshotCopiesDataKeepsHolesAndIsIndependent) {
     ASSERT_EQ(::pwrite(fd, "hello", 5, 32 * kMiB), 5);
     ::close(fd);
   }
-  SnapshotRecord s{NewSnapshotId(), "snap-1", r.id, r.size_bytes, 1700000000, true};
+  SnapshotRecord s{NewSnapshotId(), "snap-1", r.id, r.size_bytes, 1700000000, true, ""};
   CopyMethod method = CopyMethod::kNone;
   ASSERT_TRUE((*pool)->CreateSnapshot(s, &method).ok());
   EXPECT_NE(method, CopyMethod::kNone);
@@ -382,7 +382,7 @@ TEST(PoolTest, OvercommitRatioBoundsWhatIsProvisionedInTotal) {
   const std::string first = volumes.front().id;
   EXPECT_EQ(pool.GrowImage(first, 900 * kMiB).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(*pool.ImageSize(first), 600 * kMiB);
-  SnapshotRecord snap{NewSnapshotId(), "snap-over", first, 600 * kMiB, 1700000000, true};
+  SnapshotRecord snap{NewSnapshotId(), "snap-over", first, 600 * kMiB, 1700000000, true, ""};
   EXPECT_EQ(pool.CreateSnapshot(snap).code(), StatusCode::kResourceExhausted);
   EXPECT_FALSE(pool.GetSnapshot(snap.id).has_value());
   // What fits still fits, and a delete gives its share back.
@@ -495,7 +495,7 @@ TEST(PoolTest, DurableStepsComeInTheOrderTheCrashPointsNeed) {
   EXPECT_EQ(sized.files->TakeSteps(), (std::vector<std::string>{"write-record volumes/" + r.id + ".json"}));
   ASSERT_TRUE(pool.GrowImage(r.id, 8 * kMiB).ok());
   EXPECT_EQ(sized.files->TakeSteps(), (std::vector<std::string>{"resize images/" + img}));
-  SnapshotRecord snap{NewSnapshotId(), "snap-order", r.id, 8 * kMiB, 0, true};
+  SnapshotRecord snap{NewSnapshotId(), "snap-order", r.id, 8 * kMiB, 0, true, ""};
   const std::string snap_img = snap.id + ".img";
   ASSERT_TRUE(pool.CreateSnapshot(snap).ok());
   EXPECT_EQ(sized.files->TakeSteps(),
