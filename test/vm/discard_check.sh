@@ -53,8 +53,9 @@ start_iscsid "iqn.2000-01.invalid:not-the-node"
 
 # thin_check <ext4|xfs|block> <pool dir>: the scenario on the running plugin.
 thin_check() {
-  local fs=$1 pool=$2 id iqn disk image target keep_at=300 big=256 max mode before written trimmed added freed
-  step "$fs: CreateVolume (448 MiB), publish, stage"
+  local fs=$1 pool=$2 id iqn disk image target keep_at=300 big=256 max mode before written trimmed added freed what
+  what="$fs on $(basename "$pool")"
+  step "$what: CreateVolume (448 MiB), publish, stage"
   create_volume "thin-$fs-$(basename "$pool")" "$fs" $((448 * mib))
   id=$volume_id
   iqn="iqn.2026-11.io.blockcsi:$id"
@@ -70,7 +71,7 @@ thin_check() {
   echo "$disk: discard_max_bytes $max, provisioning_mode $mode"
   [ "$max" -gt 0 ] || die "the kernel offers no discard on $disk (provisioning_mode $mode): the LUN is not thin"
 
-  step "$fs: write 4 MiB to keep, then 256 MiB to delete"
+  step "$what: write 4 MiB to keep, then 256 MiB to delete"
   head -c $((4 * mib)) /dev/urandom >"$work/keep"
   if [ "$fs" = block ]; then
     dd if="$work/keep" of="$target" bs=1M seek="$keep_at" oflag=direct status=none || die "write the kept data"
@@ -91,7 +92,7 @@ thin_check() {
   added=$((written - before))
   [ "$added" -ge $((big * mib * 9 / 10)) ] || die "the write allocated only $added bytes of the image"
 
-  step "$fs: delete and trim"
+  step "$what: delete and trim"
   case $fs in
   ext4) { rm "$target/big" && sync -f "$target"; } || die "delete on ext4" ;;
   xfs) { rm "$target/big" && sync -f "$target" && fstrim -v "$target"; } || die "delete and fstrim on xfs" ;;
@@ -101,11 +102,11 @@ thin_check() {
   wait_for 120 freed_at_least "$image" "$written" $((added * 9 / 10)) || true
   trimmed=$(allocated "$image")
   freed=$((written - trimmed))
-  echo "$fs: image allocated $before bytes before the write, $written after it, $trimmed after the trim:" \
+  echo "$what: image allocated $before bytes before the write, $written after it, $trimmed after the trim:" \
     "$freed of the $added bytes the write added given back ($((freed * 100 / added)) %)"
-  [ $((freed * 10)) -ge $((added * 9)) ] || die "$fs gave back $freed of $added bytes (< 90 %)"
+  [ $((freed * 10)) -ge $((added * 9)) ] || die "$what gave back $freed of $added bytes (< 90 %)"
 
-  step "$fs: the data not deleted reads back from the target"
+  step "$what: the data not deleted reads back from the target"
   sync
   echo 3 >/proc/sys/vm/drop_caches
   if [ "$fs" = block ]; then
