@@ -153,7 +153,7 @@ class LifecycleBench {
       return false;
     }
     return Tgtd(TgtdRequest::NewTarget(b.tid, b.iqn)) && Tgtd(TgtdRequest::NewLun(b.tid, 1, b.image)) &&
-           Tgtd(TgtdRequest::SetLunIdentity(b.tid, 1, "bare" + t, "60000000000000000000000000b" + t));
+           Tgtd(TgtdRequest::ConfigureLun(b.tid, 1, "bare" + t, "60000000000000000000000000b" + t));
   }
   bool BareControllerPublish(Bare& b) {
     return Tgtd(TgtdRequest::BindInitiator(b.tid, InitiatorIqnForNode(kBareInitiatorNode)));

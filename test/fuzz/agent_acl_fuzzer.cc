@@ -64,6 +64,7 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
   struct Target {
     std::string name;
     bool lun = false;
+    bool thin = false;   // "Thin-provisioning: Yes" (set by an update)
     uint64_t bytes = 0;  // the backing file's size when the LUN was made
     std::string path, serial;
     std::vector<std::string> in, out, acls;
@@ -126,12 +127,14 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
         // new LUN, and shows that size from then on.
         struct stat st {};
         t->lun = true;
+        t->thin = false;
         t->path = p["path"];
         t->bytes = ::stat(t->path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
       } else if (op == Op::kDelete) {
         t->lun = false;
       } else if (op == Op::kUpdate) {
-        t->serial = request.scsi_sn;
+        if (!request.scsi_sn.empty()) t->serial = request.scsi_sn;
+        if (request.thin_provisioning) t->thin = *request.thin_provisioning;
       }
     } else if (mode == Mode::kAccount && op == Op::kNew) {
       if (accounts_.count(p["user"])) return fail(TgtdError::kUserExists);
@@ -197,6 +200,7 @@ class ScriptedTgtd final : public blockcsi::TgtdControl {
       if (t.lun) {
         out += "        LUN: 1\n            Type: disk\n            SCSI SN: " + t.serial + "\n";
         out += "            Size: " + std::to_string(t.bytes / 1000000) + " MB, Block size: 512\n";
+        out += std::string("            Thin-provisioning: ") + (t.thin ? "Yes" : "No") + "\n";
         out += "            Backing store path: " + t.path + "\n";
       }
       out += "    Account information:\n";

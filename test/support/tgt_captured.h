@@ -174,12 +174,12 @@ inline DesiredExport NewVolume() {
 }
 
 // Expects, on `tgtd`, the requests that make `d` from nothing as target
-// `tid`: the target, LUN 1 on d's image with its serial and SCSI id, then one
+// `tid`: the target, LUN 1 on d's image configured (serial, SCSI id, thin), then one
 // bind per ACL (ACLs without CHAP).
 inline void ExpectExportMade(FakeTgtd& tgtd, int tid, const DesiredExport& d) {
   tgtd.ExpectOk(TgtdRequest::NewTarget(tid, d.iqn));
   tgtd.ExpectOk(TgtdRequest::NewLun(tid, 1, d.image_path));
-  tgtd.ExpectOk(TgtdRequest::SetLunIdentity(tid, 1, d.serial, TgtExporter::ScsiIdFor(d.volume_id)));
+  tgtd.ExpectOk(TgtdRequest::ConfigureLun(tid, 1, d.serial, TgtExporter::ScsiIdFor(d.volume_id)));
   for (const auto& acl : d.acls) tgtd.ExpectOk(TgtdRequest::BindInitiator(tid, acl.initiator_iqn));
 }
 

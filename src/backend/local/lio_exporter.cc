@@ -180,6 +180,20 @@ StatusOr<std::vector<std::string>> LioExporter::ApplyLocked(const DesiredExport&
     applied_size_[d.iqn] = d.size_bytes;
     repairs.push_back("configured backstore of " + d.volume_id);
   }
+  // Thin: LIO advertises logical block provisioning (LBPME, UNMAP and WRITE
+  // SAME with UNMAP in VPD 0xB2) only when asked, and fileio then punches
+  // unmapped ranges out of the image. Written after enable (fileio sets its
+  // UNMAP limits when the backstore is configured; before, the kernel
+  // refuses) and before the LUN is linked, so that no initiator scans it
+  // thick. The kernel takes both on a live backstore: one a blockcsi from
+  // before thin LUNs made is switched in place, never re-created for it.
+  bool made_thin = false;
+  for (const char* attr : {"/attrib/emulate_tpu", "/attrib/emulate_tpws"}) {
+    if (ReadAttr(*host_, core + attr) == "1") continue;
+    BLOCKCSI_RETURN_IF_ERROR(WriteAttr(*host_, core + attr, "1"));
+    made_thin = true;
+  }
+  if (made_thin && core_ok) repairs.push_back("made backstore of " + d.volume_id + " thin");
   bool new_target = !IsDir(*host_, tpg);
   if (new_target) {
     BLOCKCSI_RETURN_IF_ERROR(MakeDirs(*host_, tpg));

@@ -2,14 +2,17 @@
 // under a configurable root (/sys/kernel/config on a real host; a temp
 // directory in tests, which assert the exact files written).
 //
-//   target/core/fileio_0/<vol-id>/{control,udev_path,wwn/vpd_unit_serial,enable}
+//   target/core/fileio_0/<vol-id>/{control,udev_path,wwn/vpd_unit_serial,enable,
+//                                  attrib/emulate_tpu,attrib/emulate_tpws}
 //   target/iscsi/<iqn>/tpgt_1/{enable,attrib/*,np/<portal>/,lun/lun_1/<link>}
 //   target/iscsi/<iqn>/tpgt_1/acls/<initiator>/{lun_1/<link>,auth/*}
 //
-// Fencing is the kernel's: removing a node ACL shuts down that initiator's
-// sessions. A fileio LUN's size is fixed at configuration, so a new size is
-// applied by re-creating the backstore (as with tgt). Thread-safe: one mutex
-// serialises every change.
+// Backstores are thin (emulate_tpu, emulate_tpws): LIO advertises UNMAP and
+// punches unmapped ranges out of the image. Fencing is the kernel's:
+// removing a node ACL shuts down that initiator's sessions. A fileio LUN's
+// size is fixed at configuration, so a new size is applied by re-creating
+// the backstore (as with tgt). Thread-safe: one mutex serialises every
+// change.
 #pragma once
 
 #include <map>

@@ -282,9 +282,10 @@ std::vector<Status> TgtExporter::VerifyAclsLocked(const std::vector<AclCheck>& c
 
 Status TgtExporter::AddLun(int tid, const DesiredExport& d) {
   BLOCKCSI_RETURN_IF_ERROR(Run(TgtdRequest::NewLun(tid, 1, d.image_path), "add LUN 1 of volume " + d.volume_id));
-  // tgtd takes a LUN's serial and SCSI id only on update, not with new.
-  return Run(TgtdRequest::SetLunIdentity(tid, 1, d.serial, ScsiIdFor(d.volume_id)),
-             "set serial of volume " + d.volume_id);
+  // tgtd takes a LUN's serial, SCSI id and thin provisioning only on update,
+  // not with new (tgtadm refuses --params there): one update sets all three.
+  return Run(TgtdRequest::ConfigureLun(tid, 1, d.serial, ScsiIdFor(d.volume_id)),
+             "configure LUN 1 of volume " + d.volume_id);
 }
 
 StatusOr<TgtTarget*> TgtExporter::EnsureTargetLocked(const DesiredExport& d, std::vector<TgtTarget>& live,
@@ -311,7 +312,20 @@ Status TgtExporter::EnsureLunLocked(TgtTarget& target, const DesiredExport& d, s
   const TgtLun* lun = target.FindLun(1);
   bool lun_ok = lun != nullptr && lun->backing_path == d.image_path && lun->scsi_sn == d.serial &&
                 lun->size_mb == TgtadmShownMegabytes(d.size_bytes);
-  if (lun_ok) return OkStatus();
+  if (lun_ok && lun->thin_provisioning) return OkStatus();
+  if (lun_ok) {
+    // A LUN made thick (by a blockcsi from before thin LUNs) is switched in
+    // place, never re-created for it: tgtd changes the flag on a live LUN and
+    // its sessions stay, where a re-add would fail the I/O in flight. The
+    // kernel of a node already logged in keeps the discard limits it read at
+    // its scan until it rescans the disk (an online grow does) or logs in
+    // again (the next stage).
+    BLOCKCSI_RETURN_IF_ERROR(
+        Run(TgtdRequest::SetLunThin(target.tid, 1), "make LUN 1 of volume " + d.volume_id + " thin"));
+    for (TgtLun& l : target.luns) l.thin_provisioning |= l.lun == 1;
+    repairs.push_back("made LUN 1 of " + d.iqn + " thin");
+    return OkStatus();
+  }
   if (lun != nullptr) {
     BLOCKCSI_RETURN_IF_ERROR(
         Run(TgtdRequest::DeleteLun(target.tid, 1), "refresh LUN 1 of volume " + d.volume_id, {TgtdError::kNoLun}));
@@ -321,7 +335,7 @@ Status TgtExporter::EnsureLunLocked(TgtTarget& target, const DesiredExport& d, s
   // The listing kept in step: LUN 1 as tgtd will show it.
   std::erase_if(target.luns, [](const TgtLun& l) { return l.lun == 1; });
   target.luns.push_back(
-      {1, "disk", ScsiIdFor(d.volume_id), d.serial, TgtadmShownMegabytes(d.size_bytes), d.image_path});
+      {1, "disk", ScsiIdFor(d.volume_id), d.serial, TgtadmShownMegabytes(d.size_bytes), d.image_path, true});
   repairs.push_back(std::string(added ? "added" : "refreshed") + " LUN 1 of " + d.iqn);
   return OkStatus();
 }

@@ -31,7 +31,8 @@ namespace {
 // Whether applying `d` to `target` (nullptr: tgtd has none of that name)
 // changes nothing but, at most, makes a new target with its LUN and no ACL.
 // Only such an export may be applied on a kept listing: every other change
-// (an ACL, an account, a LUN refresh, which deletes the old LUN by tid) is
+// (an ACL, an account, a LUN refresh, which deletes the old LUN by tid, a
+// thick LUN made thin) is
 // decided on a fresh read, as before the listing was kept. A new target on
 // a stale listing is safe: tgtd refuses a tid or a name it already has,
 // and the call is tried again on a fresh read.
@@ -45,8 +46,9 @@ bool NeedsNoFreshRead(const DesiredExport& d, const TgtTarget* target) {
   if (target == nullptr) return want.empty();
   const TgtLun* lun = target->FindLun(1);
   return lun != nullptr && lun->backing_path == d.image_path && lun->scsi_sn == d.serial &&
-         lun->size_mb == TgtadmShownMegabytes(d.size_bytes) && target->incoming_accounts.empty() &&
-         target->outgoing_accounts.empty() && std::set<std::string>(target->acls.begin(), target->acls.end()) == want;
+         lun->size_mb == TgtadmShownMegabytes(d.size_bytes) && lun->thin_provisioning &&
+         target->incoming_accounts.empty() && target->outgoing_accounts.empty() &&
+         std::set<std::string>(target->acls.begin(), target->acls.end()) == want;
 }
 
 }  // namespace

@@ -35,10 +35,12 @@ Command TgtadmControl::CommandFor(const TgtdRequest& r) const {
   if (!r.initiator_address.empty()) c.Args({"-I", r.initiator_address});
   if (!r.user.empty()) c.Args({"--user", r.user});
   if (!r.password.empty()) c.Arg("--password").Secret(r.password);
-  if (!r.scsi_sn.empty() || !r.scsi_id.empty()) {
+  if (!r.scsi_sn.empty() || !r.scsi_id.empty() || r.thin_provisioning) {
     std::string params;
-    if (!r.scsi_sn.empty()) params += "scsi_sn=" + r.scsi_sn;
-    if (!r.scsi_id.empty()) params += (params.empty() ? "scsi_id=" : ",scsi_id=") + r.scsi_id;
+    auto add = [&params](const std::string& param) { params += (params.empty() ? "" : ",") + param; };
+    if (!r.scsi_sn.empty()) add("scsi_sn=" + r.scsi_sn);
+    if (!r.scsi_id.empty()) add("scsi_id=" + r.scsi_id);
+    if (r.thin_provisioning) add(*r.thin_provisioning ? "thin_provisioning=1" : "thin_provisioning=0");
     c.Args({"--params", params});
   }
   if (r.outgoing) c.Arg("--outgoing");

@@ -186,6 +186,10 @@ bool ParseLunLine(std::string_view line, TgtTarget& target) {
     if (!ParseNumber(mb, &lun.size_mb)) return false;
   } else if (Field(line, "Backing store path", &value)) {
     lun.backing_path = value == "None" ? "" : std::string(value);
+  } else if (Field(line, "Thin-provisioning", &value)) {
+    // A reconcile switches a LUN on what this says: tgtd prints only these.
+    if (value != "Yes" && value != "No") return false;
+    lun.thin_provisioning = value == "Yes";
   }
   return true;
 }

@@ -18,6 +18,9 @@ struct TgtLun {
   std::string scsi_sn;
   uint64_t size_mb = 0;  // tgtd prints decimal megabytes, rounded to the nearest
   std::string backing_path;
+  // "Thin-provisioning: Yes": tgtd advertises logical block provisioning
+  // (LBPME, UNMAP in VPD 0xB2) and punches UNMAPped ranges out of the file.
+  bool thin_provisioning = false;
 };
 
 struct TgtConnection {

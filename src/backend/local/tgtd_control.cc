@@ -141,12 +141,21 @@ TgtdRequest TgtdRequest::NewLun(int tid, uint64_t lun, std::string backing_store
   return r;
 }
 
-TgtdRequest TgtdRequest::SetLunIdentity(int tid, uint64_t lun, std::string scsi_sn, std::string scsi_id) {
+TgtdRequest TgtdRequest::ConfigureLun(int tid, uint64_t lun, std::string scsi_sn, std::string scsi_id) {
   TgtdRequest r = Request(TgtdMode::kLogicalUnit, TgtdOp::kUpdate);
   r.tid = tid;
   r.lun = lun;
   r.scsi_sn = std::move(scsi_sn);
   r.scsi_id = std::move(scsi_id);
+  r.thin_provisioning = true;
+  return r;
+}
+
+TgtdRequest TgtdRequest::SetLunThin(int tid, uint64_t lun) {
+  TgtdRequest r = Request(TgtdMode::kLogicalUnit, TgtdOp::kUpdate);
+  r.tid = tid;
+  r.lun = lun;
+  r.thin_provisioning = true;
   return r;
 }
 
@@ -211,6 +220,7 @@ std::string TgtdRequest::Describe() const {
   if (!password.empty()) out += " password=(secret)";
   add("scsi_sn", scsi_sn);
   add("scsi_id", scsi_id);
+  if (thin_provisioning) out += *thin_provisioning ? " thin_provisioning=1" : " thin_provisioning=0";
   if (outgoing) out += " outgoing";
   if (force) out += " force";
   return out;
@@ -230,11 +240,12 @@ std::string TgtdParameters(const TgtdRequest& r) {
   add("initiator-name", r.initiator_name);
   add("user", r.user);
   add("password", r.password);
-  if (!r.scsi_sn.empty() || !r.scsi_id.empty()) {
+  if (!r.scsi_sn.empty() || !r.scsi_id.empty() || r.thin_provisioning) {
     // tgtadm passes --params through as "targetOps <list>,".
     std::string ops;
     if (!r.scsi_sn.empty()) ops += "scsi_sn=" + r.scsi_sn + ",";
     if (!r.scsi_id.empty()) ops += "scsi_id=" + r.scsi_id + ",";
+    if (r.thin_provisioning) ops += *r.thin_provisioning ? "thin_provisioning=1," : "thin_provisioning=0,";
     if (!params.empty()) params += ",";
     params += "targetOps " + ops;
   }

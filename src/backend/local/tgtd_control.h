@@ -97,9 +97,11 @@ struct TgtdRequest {
   // A CHAP secret: only an implementation reads it, to hand it to tgtd;
   // never printed (Describe), never in argv but as Command::Secret.
   std::string password;
-  // Logical unit parameters (update): tgtd's SCSI serial and SCSI id.
+  // Logical unit parameters (update): tgtd's SCSI serial and SCSI id, and
+  // thin provisioning (unset: left as it is).
   std::string scsi_sn;
   std::string scsi_id;
+  std::optional<bool> thin_provisioning;
 
   static TgtdRequest ShowTargets();
   static TgtdRequest ShowAccounts();
@@ -114,7 +116,15 @@ struct TgtdRequest {
   static TgtdRequest UnbindInitiator(int tid, std::string initiator_name);
   static TgtdRequest UnbindAddress(int tid, std::string initiator_address);
   static TgtdRequest NewLun(int tid, uint64_t lun, std::string backing_store);
-  static TgtdRequest SetLunIdentity(int tid, uint64_t lun, std::string scsi_sn, std::string scsi_id);
+  // What every LUN blockcsi adds is given, in the one update tgtd takes it
+  // with (not with new): its serial, its SCSI id, and thin provisioning, with
+  // which tgtd advertises logical block provisioning (LBPME, UNMAP and WRITE
+  // SAME with UNMAP in VPD 0xB2) and punches UNMAPped ranges out of the image.
+  static TgtdRequest ConfigureLun(int tid, uint64_t lun, std::string scsi_sn, std::string scsi_id);
+  // Thin provisioning switched on for a live LUN, in place: its sessions
+  // stay (an initiator sees it when it next reads the LUN's capacity and
+  // provisioning pages, as the kernel does on a rescan).
+  static TgtdRequest SetLunThin(int tid, uint64_t lun);
   static TgtdRequest DeleteLun(int tid, uint64_t lun);
   static TgtdRequest NewAccount(std::string user, std::string password);
   static TgtdRequest DeleteAccount(std::string user);

@@ -114,6 +114,59 @@ bool IscsiClient::Read(uint64_t lba, std::string* block, std::string* error) {
   return false;
 }
 
+bool IscsiClient::ReadProvisioning(Provisioning* out, std::string* error) {
+  auto fail = [&](scsi_task* task, const char* what) {
+    if (error != nullptr) *error = std::string(what) + ": " + iscsi_get_error(ctx_);
+    if (task != nullptr) scsi_free_scsi_task(task);
+    return false;
+  };
+  *out = {};
+  scsi_task* task = iscsi_readcapacity16_sync(ctx_, kLun);
+  if (IsUnitAttention(task)) {
+    scsi_free_scsi_task(task);
+    task = iscsi_readcapacity16_sync(ctx_, kLun);
+  }
+  if (task == nullptr || task->status != SCSI_STATUS_GOOD) return fail(task, "READ CAPACITY(16)");
+  auto* rc16 = static_cast<scsi_readcapacity16*>(scsi_datain_unmarshall(task));
+  if (rc16 == nullptr) return fail(task, "READ CAPACITY(16) unreadable");
+  out->lbpme = rc16->lbpme != 0;
+  scsi_free_scsi_task(task);
+
+  task = iscsi_inquiry_sync(ctx_, kLun, 1, SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING, 255);
+  if (task == nullptr || task->status != SCSI_STATUS_GOOD) return fail(task, "VPD 0xB2");
+  auto* lbp = static_cast<scsi_inquiry_logical_block_provisioning*>(scsi_datain_unmarshall(task));
+  if (lbp == nullptr) return fail(task, "VPD 0xB2 unreadable");
+  out->lbpu = lbp->lbpu != 0;
+  out->lbpws = lbp->lbpws != 0;
+  scsi_free_scsi_task(task);
+
+  task = iscsi_inquiry_sync(ctx_, kLun, 1, SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS, 255);
+  if (task == nullptr || task->status != SCSI_STATUS_GOOD) return fail(task, "VPD 0xB0");
+  auto* limits = static_cast<scsi_inquiry_block_limits*>(scsi_datain_unmarshall(task));
+  if (limits == nullptr) return fail(task, "VPD 0xB0 unreadable");
+  out->max_unmap_lba_count = limits->max_unmap;
+  scsi_free_scsi_task(task);
+  return true;
+}
+
+bool IscsiClient::Unmap(uint64_t lba, uint32_t blocks, std::string* error) {
+  unmap_list range{lba, blocks};
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    scsi_task* task = iscsi_unmap_sync(ctx_, kLun, 0, 0, &range, 1);
+    if (task == nullptr) {
+      if (error != nullptr) *error = iscsi_get_error(ctx_);
+      return false;
+    }
+    bool ua = IsUnitAttention(task);
+    bool ok = task->status == SCSI_STATUS_GOOD;
+    scsi_free_scsi_task(task);
+    if (ua) continue;
+    if (!ok && error != nullptr) *error = iscsi_get_error(ctx_);
+    return ok;
+  }
+  return false;
+}
+
 std::string IscsiClient::Serial() {
   scsi_task* task = iscsi_inquiry_sync(ctx_, kLun, 1, SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER, 255);
   if (task == nullptr || task->status != SCSI_STATUS_GOOD) {

@@ -36,6 +36,19 @@ class IscsiClient {
   std::string Serial();
   std::string NaaWwn();
 
+  // What the LUN advertises about thin provisioning, as an initiator (the
+  // kernel's sd driver) reads it before it offers discard.
+  struct Provisioning {
+    bool lbpme = false;                // READ CAPACITY(16): logical block provisioning enabled
+    bool lbpu = false;                 // VPD 0xB2: UNMAP supported
+    bool lbpws = false;                // VPD 0xB2: WRITE SAME(16) with UNMAP supported
+    uint32_t max_unmap_lba_count = 0;  // VPD 0xB0
+  };
+  // false with *error set when a page cannot be read.
+  bool ReadProvisioning(Provisioning* out, std::string* error = nullptr);
+  // SCSI UNMAP of `blocks` 512-byte blocks from `lba` (one descriptor).
+  bool Unmap(uint64_t lba, uint32_t blocks, std::string* error = nullptr);
+
  private:
   explicit IscsiClient(iscsi_context* ctx) : ctx_(ctx) {}
   iscsi_context* ctx_;

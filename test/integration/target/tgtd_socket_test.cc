@@ -84,7 +84,7 @@ TEST_F(TgtdSocketTest, TheSocketMakesWhatTgtadmListsAndReadsWhatTgtadmPrints) {
   const std::string image = MakeImage();
   for (const auto& request :
        {TgtdRequest::NewTarget(3, kIqn), TgtdRequest::NewLun(3, 1, image),
-        TgtdRequest::SetLunIdentity(3, 1, "bcsisock", "b10cc5a1000000000000000a"),
+        TgtdRequest::ConfigureLun(3, 1, "bcsisock", "b10cc5a1000000000000000a"),
         TgtdRequest::NewAccount("sockuser", "sock-pass-1234"), TgtdRequest::NewAccount("sockmutual", "mutual-pass-987"),
         TgtdRequest::BindAccount(3, "sockuser", false), TgtdRequest::BindAccount(3, "sockmutual", true),
         TgtdRequest::BindInitiator(3, kNode)}) {
@@ -106,6 +106,7 @@ TEST_F(TgtdSocketTest, TheSocketMakesWhatTgtadmListsAndReadsWhatTgtadmPrints) {
   EXPECT_EQ(t.acls, std::vector<std::string>{kNode});
   ASSERT_NE(t.FindLun(1), nullptr);
   EXPECT_EQ(t.FindLun(1)->scsi_sn, "bcsisock");
+  EXPECT_TRUE(t.FindLun(1)->thin_provisioning) << "the socket's LUN update did not reach tgtd as tgtadm's does";
   EXPECT_EQ(t.FindLun(1)->backing_path, image);
 
   for (const auto& request : {TgtdRequest::DeleteTarget(3), TgtdRequest::DeleteAccount("sockuser"),

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "support/test_util.h"
 
@@ -59,6 +61,8 @@ TEST(LioExporterTest, CreateWritesBackstoreTargetAndLunWithoutAcl) {
   EXPECT_EQ(ReadFileOrEmpty(core + "/udev_path"), "/pool/images/vol-00000000000000aa.img\n");
   EXPECT_EQ(ReadFileOrEmpty(core + "/wwn/vpd_unit_serial"), "bcsi00000000000000aa\n");
   EXPECT_EQ(ReadFileOrEmpty(core + "/enable"), "1\n");
+  EXPECT_EQ(ReadFileOrEmpty(core + "/attrib/emulate_tpu"), "1\n") << "the backstore does not advertise UNMAP";
+  EXPECT_EQ(ReadFileOrEmpty(core + "/attrib/emulate_tpws"), "1\n");
   std::string tpg = root.Join("target/iscsi/") + kIqn + "/tpgt_1";
   EXPECT_EQ(ReadFileOrEmpty(tpg + "/enable"), "1\n");
   EXPECT_EQ(ReadFileOrEmpty(tpg + "/attrib/generate_node_acls"), "0\n");
@@ -87,6 +91,28 @@ TEST(LioExporterTest, SerialAsConfigfsShowsItIsTheSameBackstore) {
   auto again = lio.Apply(Desired("/img"));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(again->empty()) << again->front();
+}
+
+// A backstore an older blockcsi left thick (configfs shows "0") is made thin
+// in place: the LUN stays linked, nothing else is re-created.
+TEST(LioExporterTest, AThickBackstoreIsMadeThinInPlace) {
+  TempDir root;
+  LioExporter lio(root.path());
+  ASSERT_TRUE(lio.Apply(Desired("/img")).ok());
+  const std::string core = root.Join("target/core/fileio_0/vol-00000000000000aa");
+  std::ofstream(core + "/attrib/emulate_tpu", std::ios::trunc) << "0\n";
+  std::ofstream(core + "/attrib/emulate_tpws", std::ios::trunc) << "0\n";
+  const std::string link = root.Join("target/iscsi/") + kIqn + "/tpgt_1/lun/lun_1/vol-00000000000000aa";
+  struct stat before {};
+  ASSERT_EQ(::lstat(link.c_str(), &before), 0);
+  auto repairs = lio.Apply(Desired("/img"));
+  ASSERT_TRUE(repairs.ok()) << repairs.status().ToString();
+  EXPECT_EQ(*repairs, std::vector<std::string>{"made backstore of vol-00000000000000aa thin"});
+  EXPECT_EQ(ReadFileOrEmpty(core + "/attrib/emulate_tpu"), "1\n");
+  EXPECT_EQ(ReadFileOrEmpty(core + "/attrib/emulate_tpws"), "1\n");
+  struct stat after {};
+  ASSERT_EQ(::lstat(link.c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino) << "the LUN was unlinked and linked again";
 }
 
 TEST(LioExporterTest, GrantWithMutualChapWritesAclAuthAndMappedLun) {

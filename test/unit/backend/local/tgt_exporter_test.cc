@@ -90,6 +90,27 @@ TEST_F(TgtExporterTest, ANewVolumeGetsTheNextFreeTidItsLunIdentityAndItsAcl) {
   EXPECT_EQ(exporter_.IdentityFor(kNewVol).wwn, "60000000b10cc5a12222222222222222");
 }
 
+// A LUN an older blockcsi made thick: one update switches it, in place; the
+// LUN is neither deleted nor added again (its sessions stay).
+TEST_F(TgtExporterTest, AThickLunIsMadeThinInPlace) {
+  const std::string listing = Captured("show_target_no_sessions.txt");
+  const std::string block2 = listing.substr(listing.find("Target 2:"));
+  const std::string thick =
+      listing.substr(0, listing.find("Target 2:")) + Edited(block2, "Thin-provisioning: Yes", "Thin-provisioning: No");
+  tgtd_->ExpectOk(kShowTargets, thick);
+  tgtd_->ExpectOk(TgtdRequest::SetLunThin(2, 1));
+  auto repairs = exporter_.Apply(Volume2());
+  ASSERT_TRUE(repairs.ok()) << repairs.status().ToString();
+  EXPECT_EQ(*repairs, std::vector<std::string>{std::string("made LUN 1 of ") + kIqn2 + " thin"});
+
+  // A switch tgtd refuses is the volume's failure, not taken for done.
+  tgtd_->ExpectOk(kShowTargets, thick);
+  tgtd_->ExpectRefused(TgtdRequest::SetLunThin(2, 1), TgtdError::kUnknownParameter);
+  repairs = exporter_.Apply(Volume2());
+  ASSERT_EQ(repairs.status().code(), StatusCode::kInternal);
+  EXPECT_NE(repairs.status().message().find(kVol2), std::string::npos) << repairs.status().ToString();
+}
+
 TEST_F(TgtExporterTest, ChapAccountIsMadeAndBoundToTheTargetWithItsSecretInNoRepair) {
   tgtd_->ExpectOk(kShowTargets, Captured("show_target_no_sessions.txt"));
   tgtd_->ExpectOk(kShowAccounts, Captured("show_account.txt"));

@@ -51,9 +51,11 @@ TEST_F(TgtadmControlTest, EachRequestIsTheTgtadmCommandLineForIt) {
        {"--op", "unbind", "--mode", "target", "--tid", "2", "-I", "10.0.0.1"}},
       {TgtdRequest::NewLun(2, 1, "/p/v.img"),
        {"--op", "new", "--mode", "logicalunit", "--tid", "2", "--lun", "1", "-b", "/p/v.img"}},
-      {TgtdRequest::SetLunIdentity(2, 1, "bcsi1", "b10cc5a1"),
+      {TgtdRequest::ConfigureLun(2, 1, "bcsi1", "b10cc5a1"),
        {"--op", "update", "--mode", "logicalunit", "--tid", "2", "--lun", "1", "--params",
-        "scsi_sn=bcsi1,scsi_id=b10cc5a1"}},
+        "scsi_sn=bcsi1,scsi_id=b10cc5a1,thin_provisioning=1"}},
+      {TgtdRequest::SetLunThin(2, 1),
+       {"--op", "update", "--mode", "logicalunit", "--tid", "2", "--lun", "1", "--params", "thin_provisioning=1"}},
       {TgtdRequest::DeleteLun(2, 1), {"--op", "delete", "--mode", "logicalunit", "--tid", "2", "--lun", "1"}},
       {TgtdRequest::NewAccount("bob", "s3cret-pw"),
        {"--op", "new", "--mode", "account", "--user", "bob", "--password", FakeExecutor::Secret("s3cret-pw")}},
@@ -119,7 +121,10 @@ TEST_F(TgtadmControlTest, AValueWithACommaIsRefusedBeforeAnythingRuns) {
 TEST(TgtdRequestTest, TheParametersTgtdReceivesAreTgtadms) {
   EXPECT_EQ(TgtdParameters(TgtdRequest::NewTarget(6, "iqn.x:v")), "targetname=iqn.x:v");
   EXPECT_EQ(TgtdParameters(TgtdRequest::NewAccount("bob", "pw")), "user=bob,password=pw");
-  EXPECT_EQ(TgtdParameters(TgtdRequest::SetLunIdentity(2, 1, "sn", "id")), "targetOps scsi_sn=sn,scsi_id=id,");
+  EXPECT_EQ(TgtdParameters(TgtdRequest::ConfigureLun(2, 1, "sn", "id")),
+            "targetOps scsi_sn=sn,scsi_id=id,thin_provisioning=1,");
+  EXPECT_EQ(TgtdParameters(TgtdRequest::SetLunThin(2, 1)), "targetOps thin_provisioning=1,");
+  EXPECT_EQ(TgtdRequest::SetLunThin(2, 1).Describe(), "logicalunit update tid=2 lun=1 thin_provisioning=1");
   EXPECT_EQ(TgtdParameters(TgtdRequest::DeleteConnection(1, 10, 0)), "");
   EXPECT_EQ(TgtdRequest::NewAccount("bob", "pw").Describe(), "account new user=bob password=(secret)");
 }

@@ -33,7 +33,9 @@ TEST(TgtadmParserTest, ParsesTargetsWithSessionsLunsAccountsAndAcls) {
   EXPECT_EQ(lun->scsi_sn, "bc0123456789abcdef");
   EXPECT_EQ(lun->size_mb, 67u);  // 64 MiB in tgtd's decimal megabytes
   EXPECT_EQ(lun->backing_path, "/tmp/bk/a.img");
+  EXPECT_TRUE(lun->thin_provisioning);
   EXPECT_EQ(t1.FindLun(0)->backing_path, "");
+  EXPECT_FALSE(t1.FindLun(0)->thin_provisioning);
   EXPECT_EQ(t1.incoming_accounts, std::vector<std::string>{"alice"});
   EXPECT_TRUE(t1.outgoing_accounts.empty());
   EXPECT_EQ(t1.acls, std::vector<std::string>{"iqn.2026-11.io.blockcsi:node:n1"});
@@ -80,6 +82,26 @@ TEST(TgtadmParserTest, RejectsTextItCannotPlace) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseTgtadmTargets("Target 1: iqn.a:b\n    LUN information:\n            Type: disk\n").status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// A reconcile switches a LUN on this line: a value tgtd does not print is
+// not guessed at.
+TEST(TgtadmParserTest, ReadsThinProvisioningAndRefusesAnyOtherValue) {
+  const std::string text = ReadFileOrEmpty(TestDataPath("tgtadm/show_target_no_sessions.txt"));
+  const std::string thin = "            Thin-provisioning: Yes\n";
+  ASSERT_NE(text.find(thin), std::string::npos);
+  std::string thick = text;
+  thick.replace(thick.find(thin), thin.size(), "            Thin-provisioning: No\n");
+  auto targets = ParseTgtadmTargets(thick);
+  ASSERT_TRUE(targets.ok()) << targets.status().ToString();
+  EXPECT_FALSE((*targets)[0].FindLun(1)->thin_provisioning);
+  EXPECT_TRUE((*targets)[1].FindLun(1)->thin_provisioning);
+
+  std::string odd = text;
+  odd.replace(odd.find(thin), thin.size(), "            Thin-provisioning: Maybe\n");
+  int line = 0;
+  EXPECT_EQ(ParseTgtadmTargets(odd, &line).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_GT(line, 0);
 }
 
 TEST(TgtadmParserTest, ParsesAccountList) {
