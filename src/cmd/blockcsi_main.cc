@@ -30,6 +30,7 @@
 #include "controller/fencing_service.h"
 #include "controller/k8s_node_directory.h"
 #include "controller/node_fence_watcher.h"
+#include "controller/volume_keys_service.h"
 #include "node/fence_monitor.h"
 #include "node/node_wiring.h"
 #include "node/trim_loop.h"
@@ -108,7 +109,7 @@ using FsMinimumBytes = std::function<uint64_t(const std::string& fs_type)>;
 
 // The Controller service on the configured backend(s); the backend's health
 // joins the readiness `checks`.
-// `extra` gets the services served beside it (fencing).
+// `extra` gets the services served beside it (fencing, key rotation).
 StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& config,
                                                          const FsMinimumBytes& fs_minimum_bytes,
                                                          std::vector<ReadinessCheck>& checks,
@@ -153,6 +154,7 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& con
   }
   controller_options.fencer = fencer;
   extra.push_back(std::make_shared<FencingService>(fencer));
+  extra.push_back(std::make_shared<VolumeKeysService>(volume_backend));
   if (config.fence_dead_nodes_after.count() > 0) {
     if (!api) {
       return InvalidArgument("--fence-dead-nodes-after needs the Kubernetes API (--kubeconfig, or a service account)");

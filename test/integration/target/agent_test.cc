@@ -231,11 +231,22 @@ TEST_F(AgentTest, RemoteBackendDrivesTheSameLogicThroughTheAgent) {
   ASSERT_TRUE(page.ok());
   EXPECT_EQ(page->items.size(), 1u);
   EXPECT_GT(*b.AvailableBytes({}), 0u);
+  // An encrypted volume's wrapped key: stored by the agent (compare-and-set),
+  // carried back in its records and its snapshots', and kept out of its log.
+  const std::string wrapped = "v1.d3JhcHBlZC1rZXktb2YtdGhlLWFnZW50LXRlc3Q=";
+  ASSERT_TRUE(b.SetWrappedDataKey(v->id, "", wrapped).ok());
+  EXPECT_EQ(b.SetWrappedDataKey(v->id, "", "v1.other").code(), StatusCode::kAborted);
+  EXPECT_EQ(b.GetVolume(v->id)->wrapped_data_key, wrapped);
+  auto snapshot = b.CreateSnapshot(v->id, "snap-remote");
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  EXPECT_EQ(snapshot->wrapped_data_key, wrapped);
+  ASSERT_TRUE(b.DeleteSnapshot(snapshot->id).ok());
   ASSERT_TRUE(b.DeleteVolume(v->id).ok());
   EXPECT_EQ(b.GetVolume(v->id).status().code(), StatusCode::kNotFound);
   std::string log = testing::ReadFileOrEmpty(tmp_.Join("agent.log"));
   EXPECT_NE(log.find("GrantAccess"), std::string::npos) << "the agent did not log the call at all";
   EXPECT_EQ(log.find("s3cret-pass-12"), std::string::npos) << "the agent logged a CHAP secret";
+  EXPECT_EQ(log.find(wrapped), std::string::npos) << "the agent logged a wrapped data key";
 }
 
 // Issue #21 item 6: a key others can read, a broken key or certificate,

@@ -14,6 +14,8 @@
 #include "common/rpc_logging.h"
 #include "csi.grpc.pb.h"
 #include "support/test_util.h"
+#include "target.pb.h"
+#include "volume_keys.pb.h"
 
 namespace blockcsi {
 namespace {
@@ -57,6 +59,41 @@ TEST(RedactionTest, NestedAndOtherRequestsAreWalked) {
   auto req = StageRequestWithSecrets();
   (void)RedactedJson(req);
   EXPECT_EQ(req.secrets().at("chap-password"), kChapSecret);
+}
+
+// Encryption at rest: the class's key-encryption key travels in the
+// provisioner and node-stage secrets under "encryptionKey", in the rotation
+// request, and the wrapped data keys in the agent's records; none may reach a
+// log line.
+TEST(RedactionTest, EncryptionKeysAreBlankedWhereverTheyTravel) {
+  constexpr char kKek[] = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+  constexpr char kWrapped[] = "v1.c2VjcmV0LXdyYXBwZWQta2V5LWJ5dGVzLWhlcmU=";
+  csi::v1::CreateVolumeRequest create;
+  create.set_name("pvc-1");
+  (*create.mutable_parameters())["encrypted"] = "true";
+  (*create.mutable_secrets())["encryptionKey"] = kKek;
+  std::string json = RedactedJson(create);
+  EXPECT_EQ(json.find(kKek), std::string::npos) << json;
+  EXPECT_NE(json.find("encryptionKey"), std::string::npos) << json;
+  EXPECT_NE(json.find("encrypted"), std::string::npos) << json;
+
+  csi::v1::NodeStageVolumeRequest stage = StageRequestWithSecrets();
+  (*stage.mutable_secrets())["encryptionKey"] = kKek;
+  EXPECT_EQ(RedactedJson(stage).find(kKek), std::string::npos);
+
+  keys::v1::RewrapDataKeysRequest rotate;
+  rotate.set_old_encryption_key(kKek);
+  rotate.set_new_encryption_key(kKek);
+  EXPECT_EQ(RedactedJson(rotate).find(kKek), std::string::npos) << RedactedJson(rotate);
+
+  target::v1::Volume volume;
+  volume.set_id("vol-1");
+  volume.set_wrapped_data_key(kWrapped);
+  target::v1::SetWrappedDataKeyRequest set;
+  set.set_expected(kWrapped);
+  set.set_wrapped(kWrapped);
+  EXPECT_EQ(RedactedJson(volume).find(kWrapped), std::string::npos) << RedactedJson(volume);
+  EXPECT_EQ(RedactedJson(set).find(kWrapped), std::string::npos) << RedactedJson(set);
 }
 
 // A node service whose stage fails, as a real one might after a CHAP failure.
