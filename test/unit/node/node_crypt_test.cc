@@ -48,6 +48,11 @@ class NodeCryptTest : public ::testing::Test {
     o.probe = std::make_shared<FakeProbe>(world_);
     o.executor = executor_;
     o.host = host_;
+    // A "crash" at the armed fault point: an uncertain failure, which keeps
+    // what the stage made for the retry (as a killed plugin would).
+    o.fault_hook = [this](std::string_view step) {
+      return step == armed_fault_ ? Unavailable("fault point " + std::string(step)) : OkStatus();
+    };
     node_ = std::make_unique<NodeService>(std::move(o));
     world_->dirs.insert(kStaging);
     world_->AddDevice(kDevice, {});
@@ -107,6 +112,7 @@ class NodeCryptTest : public ::testing::Test {
   std::string log_lines_;
   std::string data_key_;
   std::string wrapped_;
+  std::string armed_fault_;
 };
 
 #define EXPECT_CODE(expr, code_value)                                            \
@@ -316,6 +322,23 @@ TEST_F(NodeCryptTest, ExpandGrowsTheMappingBeforeTheFilesystemOnIt) {
   EXPECT_EQ(ran[ran.size() - 2], "cryptsetup resize blockcsi-pvc-1");
   EXPECT_EQ(ran.back(), std::string("resize2fs ") + kMapping);
   EXPECT_EQ(world_->devices[kMapping].size_bytes, (2ULL << 30) - (16ULL << 20));
+}
+
+// Interrupted after the LUKS header was written, or after the mapping was
+// opened: the retry opens (or reuses) what is there and never formats again.
+TEST_F(NodeCryptTest, AStageInterruptedAfterLuksFormatOrOpenIsRetriedWithoutFormattingAgain) {
+  for (const char* point : {"node.stage.after-luks-format", "node.stage.after-luks-open"}) {
+    SCOPED_TRACE(point);
+    armed_fault_ = point;
+    EXPECT_CODE(node_->Stage(StageRequest()), kUnavailable);
+    armed_fault_.clear();
+    ASSERT_TRUE(node_->Stage(StageRequest()).ok());
+    EXPECT_EQ(world_->Count("exec cryptsetup luksFormat"), 1);
+    EXPECT_EQ(world_->Count("exec mkfs"), 1);
+    EXPECT_EQ(world_->crypt_mappings.size(), 1u);
+    ASSERT_TRUE(node_->Unstage(UnstageRequest()).ok());
+    ExpectNothingLeft();
+  }
 }
 
 }  // namespace
