@@ -19,6 +19,13 @@ extern char** environ;
 
 namespace blockcsi {
 
+Command::~Command() {
+  if (stdin_sensitive_ && !stdin_.empty()) explicit_bzero(stdin_.data(), stdin_.size());
+  for (auto& arg : args_) {
+    if (arg.sensitive && !arg.value.empty()) explicit_bzero(arg.value.data(), arg.value.size());
+  }
+}
+
 std::string Command::Redacted() const {
   std::string out;
   for (const auto& arg : args_) {

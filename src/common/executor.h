@@ -25,6 +25,13 @@ struct CommandArg {
 class Command {
  public:
   explicit Command(std::string program) { args_.push_back({std::move(program), false}); }
+  Command(const Command&) = default;
+  Command(Command&&) = default;
+  Command& operator=(const Command&) = default;
+  Command& operator=(Command&&) = default;
+  // Sensitive values (a secret argument, a key on stdin) are wiped with the
+  // command, so that a key is not left behind in freed memory.
+  ~Command();
 
   Command& Arg(std::string value) {
     args_.push_back({std::move(value), false});

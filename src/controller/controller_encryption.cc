@@ -80,7 +80,16 @@ StatusOr<VolumeRecord> KeyNewVolume(VolumeBackend& backend, VolumeRecord record,
   // volume without a key, which the provisioner's retry (same name) keys
   // here; nothing can have used it, as publishing refuses it until then.
   Status stored = backend.SetWrappedDataKey(record.id, "", wrapped);
-  if (!stored.ok()) return Named(stored, "volume", record.id);
+  if (!stored.ok()) {
+    // A final failure leaves nothing behind (the provisioner does not come
+    // back for it); the keyless volume was never published, so holds no data.
+    if (IsFinalFailure(stored)) {
+      Status undone = backend.DeleteVolume(record.id);
+      if (!undone.ok())
+        LogWarn("volume left without its data key", {{"volume", record.id}, {"error", undone.ToString()}});
+    }
+    return Named(stored, "volume", record.id);
+  }
   record.wrapped_data_key = std::move(wrapped);
   LogInfo("volume keyed",
           {{"volume", record.id}, {"key", source.kind == ContentSource::Kind::kNone ? "new" : "from " + source.id}});

@@ -149,6 +149,14 @@ TEST_F(ControllerEncryptionTest, AVolumeWhoseKeyWasNotStoredIsNotPublished) {
   EXPECT_EQ(backend_->Calls("GrantAccess"), 0);
 }
 
+TEST_F(ControllerEncryptionTest, AKeyThatCannotBeStoredForGoodLeavesNoVolume) {
+  backend_->FailNext("SetWrappedDataKey", Internal("pool record not written"));
+  csi::v1::CreateVolumeResponse created;
+  EXPECT_EQ(Create(Request("pvc-1", "true", kKek), &created).error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_FALSE(backend_->GetVolume("vol-1").ok()) << "the keyless volume survived a final failure";
+  EXPECT_EQ(backend_->Calls("DeleteVolume"), 1);
+}
+
 TEST_F(ControllerEncryptionTest, ClonesAndRestoresKeepTheirSourcesDataKeyRewrappedForTheirId) {
   const std::string source = MustCreate(Request("pvc-src", "true", kKek));
   const std::string snapshot = Snapshot(source);
