@@ -202,9 +202,14 @@ MetricFamily& MetricsRegistry::Histogram(const std::string& name, const std::str
   return GetOrCreate(name, help, MetricType::kHistogram, std::move(labels), std::move(buckets));
 }
 
-void MetricsRegistry::AddCollector(std::function<void(MetricsRegistry&)> collector) {
+void MetricsRegistry::AddCollector(std::weak_ptr<const void> owner, std::function<void(MetricsRegistry&)> collector) {
   MutexLock lock(mu_);
-  collectors_.push_back(std::move(collector));
+  DropCollectorsOfGoneOwners();
+  collectors_.push_back({std::move(owner), std::move(collector)});
+}
+
+void MetricsRegistry::DropCollectorsOfGoneOwners() {
+  std::erase_if(collectors_, [](const Collector& c) { return c.owner.expired(); });
 }
 
 std::string MetricsRegistry::Render() {
@@ -212,7 +217,8 @@ std::string MetricsRegistry::Render() {
   std::vector<std::function<void(MetricsRegistry&)>> collectors;
   {
     MutexLock lock(mu_);
-    collectors = collectors_;
+    DropCollectorsOfGoneOwners();
+    for (const auto& c : collectors_) collectors.push_back(c.collect);
   }
   for (auto& collect : collectors) collect(*this);
   std::vector<const MetricFamily*> families;

@@ -89,8 +89,11 @@ class MetricsRegistry {
 
   // Runs at every Render() before the families are written: for figures
   // that are read from their source (pool capacity, staged volumes, the
-  // bridges' I/O) rather than counted as they happen.
-  void AddCollector(std::function<void(MetricsRegistry&)> collector);
+  // bridges' I/O) rather than counted as they happen. The collector lives as
+  // long as `owner` (the object whose figures it reads) and is dropped, with
+  // what it holds, at the next AddCollector or Render after the owner is
+  // gone: a process that opens and closes backends keeps no dead collectors.
+  void AddCollector(std::weak_ptr<const void> owner, std::function<void(MetricsRegistry&)> collector);
 
   // The text exposition of every family, sorted by name.
   std::string Render();
@@ -103,7 +106,12 @@ class MetricsRegistry {
   Mutex render_mu_ ACQUIRED_BEFORE(mu_);
   Mutex mu_;
   std::map<std::string, std::unique_ptr<MetricFamily>> families_ GUARDED_BY(mu_);
-  std::vector<std::function<void(MetricsRegistry&)>> collectors_ GUARDED_BY(mu_);
+  struct Collector {
+    std::weak_ptr<const void> owner;
+    std::function<void(MetricsRegistry&)> collect;
+  };
+  void DropCollectorsOfGoneOwners() REQUIRES(mu_);
+  std::vector<Collector> collectors_ GUARDED_BY(mu_);
 };
 
 // The process-wide registry the driver's code records into.

@@ -125,10 +125,11 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   }
 
   std::shared_ptr<VolumeAttacher> shared_attacher(std::move(*attacher));
-  Metrics().AddCollector([weak = std::weak_ptr<VolumeAttacher>(shared_attacher), state_dir, host = wiring.host,
+  Metrics().AddCollector(shared_attacher,
+                         [weak = std::weak_ptr<VolumeAttacher>(shared_attacher), state_dir, host = wiring.host,
                           mounter = std::shared_ptr<Mounter>(MakeLibmountMounter())](MetricsRegistry& registry) {
-    if (auto live = weak.lock()) CollectNodeVolumes(*live, *mounter, *host, state_dir, registry);
-  });
+                           if (auto live = weak.lock()) CollectNodeVolumes(*live, *mounter, *host, state_dir, registry);
+                         });
 
   NodeServiceOptions options;
   options.node_id = node_id;

@@ -146,7 +146,7 @@ StatusOr<std::shared_ptr<LocalBackend>> LocalBackend::Open(const std::string& po
   if (auto r = backend->ReconcileNow(); !r.ok()) {
     LogWarn("initial reconcile failed; the loop will retry", {{"error", r.status().ToString()}});
   }
-  Metrics().AddCollector([weak = std::weak_ptr<LocalBackend>(backend)](MetricsRegistry& registry) {
+  Metrics().AddCollector(backend, [weak = std::weak_ptr<LocalBackend>(backend)](MetricsRegistry& registry) {
     if (auto live = weak.lock()) live->CollectPoolMetrics(registry);
   });
   if (backend->options_.reconcile_interval.count() > 0) {

@@ -73,9 +73,33 @@ TEST(MetricsRegistry, BoundsTheSeriesOfAFamily) {
 TEST(MetricsRegistry, CollectorsRunAtEachRender) {
   MetricsRegistry r;
   int runs = 0;
-  r.AddCollector([&runs](MetricsRegistry& reg) { reg.Gauge("t_runs", "Runs.").Set({}, ++runs); });
+  auto owner = std::make_shared<int>(0);
+  r.AddCollector(owner, [&runs](MetricsRegistry& reg) { reg.Gauge("t_runs", "Runs.").Set({}, ++runs); });
   r.Render();
   EXPECT_NE(r.Render().find("t_runs 2\n"), std::string::npos);
+}
+
+// A collector goes with its owner, and so does what it captured: a process
+// that opens and closes many backends (the agent_acl fuzz target opens one
+// per input) does not keep a collector for each.
+TEST(MetricsRegistry, ACollectorGoesWithItsOwner) {
+  MetricsRegistry r;
+  int runs = 0;
+  auto owner = std::make_shared<int>(0);
+  auto captured = std::make_shared<int>(0);
+  r.AddCollector(owner, [&runs, captured](MetricsRegistry&) { ++runs; });
+  r.Render();
+  EXPECT_EQ(runs, 1);
+  owner.reset();
+  r.Render();
+  EXPECT_EQ(runs, 1) << "a collector ran after its owner was gone";
+  EXPECT_EQ(captured.use_count(), 1) << "what the dropped collector captured is still held";
+  auto next = std::make_shared<int>(0);
+  auto kept = std::make_shared<int>(0);
+  r.AddCollector(next, [kept](MetricsRegistry&) {});
+  next.reset();
+  r.AddCollector(std::make_shared<int>(0), [](MetricsRegistry&) {});  // adding drops the gone owner's
+  EXPECT_EQ(kept.use_count(), 1);
 }
 
 TEST(MetricsRegistry, CollectedSeriesAreSetWholeAndCleared) {
