@@ -45,11 +45,16 @@ wait_for() { # wait_for <seconds> <command...>
   done
 }
 
-# SIGTERM, then SIGKILL for what outlives it by 5 s (tgtd ignores SIGTERM).
+# SIGTERM, then SIGKILL for what outlives it by 5 s. tgtd ignores SIGTERM, so
+# it is killed outright: waiting for it cost every check 5 s at its end.
 stop_daemons() {
   local pid deadline=$((SECONDS + 5))
   for pid in "${daemon_pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tgtd ]; then
+      kill -KILL "$pid" 2>/dev/null || true
+    else
+      kill "$pid" 2>/dev/null || true
+    fi
   done
   for pid in "${daemon_pids[@]}"; do
     while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
