@@ -61,9 +61,21 @@ same() {
 step "iscsiadm as the kernel connector runs it"
 same iface_show_missing.stderr 6 iscsiadm -m iface -I blockcsi -o show
 same iface_new.txt 0 iscsiadm -m iface -I blockcsi -o new
+same iface_show_blockcsi_no_initiator.txt 0 iscsiadm -m iface -I blockcsi -o show
 same iface_update.txt 0 iscsiadm -m iface -I blockcsi -o update -n iface.initiatorname -v iqn.2026-11.io.blockcsi:node:worker-1
 same iface_show_blockcsi.txt 0 iscsiadm -m iface -I blockcsi -o show
 same node_new_portal1.txt 0 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi -o new
+# The record file that creation wrote, the target's name written as the
+# capture writes it.
+record="/etc/iscsi/nodes/$iqn/${portal/:/,}"
+[ -f "$record" ] || die "no flat node record $record after -o new"
+sed "s/$iqn/TARGET/; s/127\.0\.0\.1/192.0.2.10/g" "$record" >"$work/record"
+if diff -u "$data/iscsiadm/node_record_new_portal1.txt" "$work/record"; then
+  echo "same:    iscsiadm/node_record_new_portal1.txt"
+else
+  echo "DIFFERS: iscsiadm/node_record_new_portal1.txt: $record"
+  differences=$((differences + 1))
+fi
 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi -o update -n node.session.scan -v manual >/dev/null
 same login_portal1.txt 0 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
 same login_session_exists.stderr 15 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
@@ -116,6 +128,17 @@ disk2=$(scan_lun "$session" 2)
 compare session1_lun2 3 1 "$session" "3:0:0:2=$(scsi_of "$session" 2)" sde="$disk2" 192.0.2.10=127.0.0.1
 echo 1 >"/sys/block/$disk2/device/delete"
 wait_for "$vm_patience_s" test ! -e "/sys/block/$disk2" || die "$disk2 stayed"
+
+step "a login to $portal2 while nothing listens there"
+# One short try (the connector's own record keeps open-iscsi's defaults): the
+# answer is the same, it only comes sooner.
+iscsiadm -m node -T "$iqn" -p "$portal2" -I blockcsi -o new >/dev/null || die "node new $portal2"
+for setting in node.session.initial_login_retry_max=1 node.conn[0].timeo.login_timeout=3; do
+  iscsiadm -m node -T "$iqn" -p "$portal2" -I blockcsi -o update -n "${setting%%=*}" -v "${setting#*=}" >/dev/null ||
+    die "node update $setting"
+done
+same login_timeout_portal2.stderr 8 iscsiadm -m node -T "$iqn" -p "$portal2" -I blockcsi --login
+iscsiadm -m node -T "$iqn" -p "$portal2" -I blockcsi -o delete >/dev/null || die "node delete $portal2"
 
 step "a second session through $portal2 against session2_lun1"
 tgtadm -C "$control_port" --lld iscsi --op new --mode portal --param "portal=$portal2" || die "tgtd portal $portal2"
@@ -189,6 +212,14 @@ iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi -o new >/dev/null || die "no
 # The target refuses the initiator's secret.
 node_auth wrong-in-secret fake-out-secret
 same login_auth_failed.stderr 24 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
+# What the refused login printed on stdout.
+sed 's/127\.0\.0\.1/192.0.2.10/g' "$work/out" >"$work/refused.stdout"
+if diff -u "$data/iscsiadm/login_failed.stdout" "$work/refused.stdout"; then
+  echo "same:    iscsiadm/login_failed.stdout"
+else
+  echo "DIFFERS: iscsiadm/login_failed.stdout: the refused login's stdout"
+  differences=$((differences + 1))
+fi
 # The initiator refuses the target's answer to mutual CHAP.
 node_auth fake-in-secret wrong-out-secret
 same login_fatal.stderr 19 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
