@@ -65,26 +65,33 @@ context=$(publish)
 serial=$(json_get "$context" 'd["serial"]')
 expect "the ACL of $initiator" test -d "$cfs/iscsi/$iqn/tpgt_1/acls/$initiator/lun_1"
 
+# compare_plain_configfs <name> <iqn>: the unit tests run LioExporter on a
+# plain directory. The same exports there: a second blockcsi-target on a copy
+# of the pool, --configfs-root a plain directory, writes them at its first
+# reconcile (<iqn>'s is waited for). Every path it makes must be one of the
+# same kind in the kernel's configfs, every value it wrote the value the
+# kernel shows (in the kernel's format: configfs labels the unit serial,
+# keeps no text of a link but where it points; control is write-only).
+compare_plain_configfs() {
+  local fake_cfs="$work/plain-configfs-$1" plain_pool="$work/plain-pool-$1" plain_agent_pid
+  mkdir -p "$fake_cfs/target"
+  cp -a --sparse=always "$work/pool" "$plain_pool"
+  "$bin/blockcsi-target" --pool "$plain_pool" --target lio --configfs-root "$fake_cfs" --portal "$portal" \
+    --listen "127.0.0.1:$((agent_port + 1))" --insecure --reconcile-interval 1h >"$work/plain-agent-$1.log" 2>&1 &
+  plain_agent_pid=$!
+  daemon_pids+=("$plain_agent_pid")
+  wait_for 60 grep -qx 1 "$fake_cfs/target/iscsi/$2/tpgt_1/enable" || die "the plain-directory agent wrote no export"
+  kill "$plain_agent_pid"
+  wait "$plain_agent_pid" 2>/dev/null || true
+  # The CHAP names and secrets are written without a newline (the kernel keeps
+  # every byte written as the value) and shown with one.
+  python3 "$here/compare_fake_sysfs.py" "$fake_cfs" /sys/kernel/config --links-by-target --write-only control \
+    --shown "vpd_unit_serial=T10 VPD Unit Serial Number: {}" --shown "userid={}" --shown "password={}" \
+    --shown "userid_mutual={}" --shown "password_mutual={}" "$plain_pool=$work/pool" ||
+    die "the plain directory the unit tests use for configfs differs from the kernel's configfs ($1)"
+}
 step "the unit tests' stand-in for configfs against the kernel's, for this export"
-# The unit tests run LioExporter on a plain directory. The same export there:
-# a second blockcsi-target on a copy of the pool, --configfs-root a plain
-# directory, writes it at its first reconcile. Every path it makes must be
-# one of the same kind in the kernel's configfs, every value it wrote the
-# value the kernel shows (in the kernel's format: configfs labels the unit
-# serial, keeps no text of a link but where it points; control is write-only).
-fake_cfs="$work/plain-configfs"
-mkdir -p "$fake_cfs/target"
-cp -a --sparse=always "$work/pool" "$work/plain-pool"
-"$bin/blockcsi-target" --pool "$work/plain-pool" --target lio --configfs-root "$fake_cfs" --portal "$portal" \
-  --listen "127.0.0.1:$((agent_port + 1))" --insecure --reconcile-interval 1h >"$work/plain-agent.log" 2>&1 &
-plain_agent_pid=$!
-daemon_pids+=("$plain_agent_pid")
-wait_for 60 grep -qx 1 "$fake_cfs/target/iscsi/$iqn/tpgt_1/enable" || die "the plain-directory agent wrote no export"
-kill "$plain_agent_pid"
-wait "$plain_agent_pid" 2>/dev/null || true
-python3 "$here/compare_fake_sysfs.py" "$fake_cfs" /sys/kernel/config --links-by-target --write-only control \
-  --shown "vpd_unit_serial=T10 VPD Unit Serial Number: {}" "$work/plain-pool=$work/pool" ||
-  die "the plain directory the unit tests use for configfs differs from the kernel's configfs"
+compare_plain_configfs first "$iqn"
 
 # login: the node record by hand (as the kernel connector makes it: manual
 # start and scan), a short replacement timeout so a revoked session fails I/O
@@ -212,6 +219,8 @@ expect "LIO wants CHAP on the target" grep -qx 1 "$cfs/iscsi/$fs_iqn/tpgt_1/attr
 # configfs shows a value with one newline added: exactly the name, no more.
 expect "the ACL carries the CHAP user" cmp -s <(printf '%s\n' "$CHAP_USER") "$acl/auth/userid"
 expect "the ACL carries the mutual user" cmp -s <(printf '%s\n' "$CHAP_MUTUAL_USER") "$acl/auth/userid_mutual"
+step "the unit tests' stand-in for configfs against the kernel's, with mutual CHAP (auth/*, attrib/authentication)"
+compare_plain_configfs chap "$fs_iqn"
 csi_fails PERMISSION_DENIED "${wrong[@]}" NodeStageVolume "$(stage_request "$fs_id")"
 expect "the refused stage left no session" test -z "$(sessions_of "$fs_iqn")"
 node_stage "$fs_id"
