@@ -73,7 +73,8 @@ bool RecordNamesDevice(const NodeSnapshot& s, const std::string& device) {
 std::string DescribeBridge(const BridgeObservation& b) {
   std::string pids;
   for (int pid : b.pids) pids += (pids.empty() ? "" : ",") + std::to_string(pid);
-  if (b.answered) return "bridge pid " + (pids.empty() ? std::string("?") : pids) + " running";
+  std::string via = b.fuse_path.empty() ? "" : ", FUSE via " + b.fuse_path;  // io_uring or dev_fuse
+  if (b.answered) return "bridge pid " + (pids.empty() ? std::string("?") : pids) + " running" + via;
   if (!b.pids.empty()) return "bridge pid " + pids + " not answering";
   return "bridge not running";
 }
@@ -491,6 +492,7 @@ BridgeObservation ObserveBridge(const std::string& dir, const Host& host_fs, int
       b.naa = reply->value("naa", std::vector<std::string>{});
       b.portal = reply->value("portal", "");
       b.io_errors = reply->value("io_errors", uint64_t{0});
+      b.fuse_path = reply->value("fuse_path", "");
       int pid = reply->value("pid", 0);
       if (pid > 0 && std::find(b.pids.begin(), b.pids.end(), pid) == b.pids.end()) b.pids.push_back(pid);
     } else {

@@ -17,6 +17,7 @@
 #include "attach/attach_spec.h"
 #include "attach/attacher_factory.h"
 #include "bench/bench_attacher.h"
+#include "bridge/bridge_protocol.h"
 #include "contract/initiator.h"
 #include "contract/publish_context.h"
 #include "support/plugin_under_test.h"
@@ -58,6 +59,13 @@ class AttachedBenchLun {
   AttachedBenchLun& operator=(const AttachedBenchLun&) = delete;
 
   std::string portal() const { return tgtd_->portal(); }
+  // How the bridge is reached over FUSE ("io_uring", "dev_fuse"), as its
+  // status reply says; "" when it does not answer.
+  std::string FusePath() const {
+    auto reply = CallBridge(BridgePathsFor(tmp_.Join("state"), kVolume).control_socket, {{"op", "status"}},
+                            std::chrono::seconds(5));
+    return reply.ok() ? reply->value("fuse_path", "") : "";
+  }
   const std::string& device() const { return device_; }  // the loop device of the attach
   uint64_t size_bytes() const { return size_bytes_; }
   // The initiator name the raw libiscsi side logs in with.
