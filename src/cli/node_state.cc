@@ -15,10 +15,7 @@
 namespace blockcsi::cli {
 namespace {
 
-std::string Basename(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
+std::string Basename(const std::string& path) { return path.substr(path.rfind('/') + 1); }  // npos + 1 == 0
 
 bool Under(const std::string& path, const std::string& dir) { return path.rfind(dir + "/", 0) == 0; }
 
