@@ -17,10 +17,10 @@ bench_qd() {
   # --quick is smaller, never different: every depth, a warm-up round and
   # an even number of measured rounds (each side goes first equally often).
   if [ "$quick" -eq 1 ]; then
-    qd_args=(--size-mib 128 --rounds 2 --seconds 2 --depths "1,4,16,32" --seq-depths 1 --fuse-paths dev_fuse,io_uring)
+    qd_args=(--size-mib 128 --rounds 2 --seconds 2 --depths "1,4,16,32" --seq-depths 1 --fuse-paths "dev_fuse,io_uring")
     rbd_args=(--size-mib 256 --rounds 2 --depths "1,16")
   else
-    qd_args=(--size-mib 256 --rounds 4 --seconds 5 --depths "1,4,16,32" --seq-depths 1 --fuse-paths dev_fuse,io_uring)
+    qd_args=(--size-mib 256 --rounds 4 --seconds 5 --depths "1,4,16,32" --seq-depths 1 --fuse-paths "dev_fuse,io_uring")
     rbd_args=(--size-mib 1024 --rounds 4 --depths "1,16")
   fi
   # The LUN's backing file on a tmpfs when there is one: the ratio is about
