@@ -17,10 +17,10 @@ bench_qd() {
   # --quick is smaller, never different: every depth, a warm-up round and
   # an even number of measured rounds (each side goes first equally often).
   if [ "$quick" -eq 1 ]; then
-    qd_args=(--size-mib 128 --rounds 2 --seconds 2 --depths "1,4,16,32" --seq-depths 1)
+    qd_args=(--size-mib 128 --rounds 2 --seconds 2 --depths "1,4,16,32" --seq-depths 1 --fuse-paths "dev_fuse,io_uring")
     rbd_args=(--size-mib 256 --rounds 2 --depths "1,16")
   else
-    qd_args=(--size-mib 256 --rounds 4 --seconds 5 --depths "1,4,16,32" --seq-depths 1)
+    qd_args=(--size-mib 256 --rounds 4 --seconds 5 --depths "1,4,16,32" --seq-depths 1 --fuse-paths "dev_fuse,io_uring")
     rbd_args=(--size-mib 1024 --rounds 4 --depths "1,16")
   fi
   # The LUN's backing file on a tmpfs when there is one: the ratio is about
@@ -44,12 +44,15 @@ draw_qd_chart() {
   local log="$workdir/datapath_qd_bench.log" data="$workdir/qd-chart.tsv"
   rm -f "$workdir/$qd_chart_name"
   command -v gnuplot >/dev/null 2>&1 || return 0
-  # depth, then the medians: read loop, read raw, write loop, write raw.
+  # depth, then the medians: read loop, read raw, write loop, write raw
+  # (the /dev/fuse path's run), read and write loop over io_uring.
   awk -F'\t' '$1 == "QD" && $2 ~ /KiB random/ {
       col = ($2 ~ /read/ ? 0 : 2)
-      v[$3, col + 1] = $8; v[$3, col + 2] = $9; depth[$3] = 1
+      if ($12 == "io_uring") { v[$3, ($2 ~ /read/ ? 5 : 6)] = $8 }
+      else { v[$3, col + 1] = $8; v[$3, col + 2] = $9 }
+      depth[$3] = 1
     }
-    END { for (d in depth) printf "%s\t%s\t%s\t%s\t%s\n", d, v[d, 1], v[d, 2], v[d, 3], v[d, 4] }' "$log" 2>/dev/null |
+    END { for (d in depth) printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d, v[d, 1], v[d, 2], v[d, 3], v[d, 4], v[d, 5], v[d, 6] }' "$log" 2>/dev/null |
     sort -n >"$data"
   [ -s "$data" ] || return 0
   gnuplot <<GNUPLOT >/dev/null 2>&1 || rm -f "$workdir/$qd_chart_name"
@@ -67,7 +70,9 @@ set key below
 plot "$data" using 1:2 with linespoints lw 2 pt 7 lc rgb "#0072b2" title "read, loop device (fio libaio)", \
      "$data" using 1:3 with linespoints lw 2 pt 6 dt 2 lc rgb "#0072b2" title "read, raw libiscsi (iscsi_qd_bench)", \
      "$data" using 1:4 with linespoints lw 2 pt 5 lc rgb "#d55e00" title "write, loop device (fio libaio)", \
-     "$data" using 1:5 with linespoints lw 2 pt 4 dt 2 lc rgb "#d55e00" title "write, raw libiscsi (iscsi_qd_bench)"
+     "$data" using 1:5 with linespoints lw 2 pt 4 dt 2 lc rgb "#d55e00" title "write, raw libiscsi (iscsi_qd_bench)", \
+     "$data" using 1:6 with linespoints lw 2 pt 9 dt 3 lc rgb "#009e73" title "read, loop device, FUSE over io_uring", \
+     "$data" using 1:7 with linespoints lw 2 pt 11 dt 3 lc rgb "#cc79a7" title "write, loop device, FUSE over io_uring"
 GNUPLOT
 }
 

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config git ninja-build ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev nlohmann-json3-dev libcli11-dev libinih-dev libyaml-cpp-dev libgtest-dev libgmock-dev
-  libmount-dev libblkid-dev libiscsi-dev libiscsi-bin libfuse3-dev fuse3
+  libmount-dev libblkid-dev libiscsi-dev libiscsi-bin libfuse3-dev fuse3 liburing-dev
   tgt open-iscsi e2fsprogs xfsprogs btrfs-progs fdisk util-linux iproute2 openssl fio gnuplot-nox
   clang clang-format clang-tidy shellcheck yamllint python3 python3-yaml
   ceph-mon ceph-mgr ceph-osd ceph-common librbd-dev librados-dev libcpp-httplib-dev prometheus

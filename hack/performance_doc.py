@@ -178,11 +178,13 @@ def block_qd_table(rec, _):
         if len(q) < 10:
             continue
         pattern, depth, loop, raw, ratio, lat_loop, lat_raw = q[0], q[1], q[3], q[4], q[5], q[8], q[9]
-        rows.append([pattern, depth, loop, raw, ratio, qd_target(pattern, int(depth), ratio), f"{lat_loop} / {lat_raw}"])
+        path = q[10] if len(q) > 10 else "dev_fuse"
+        rows.append([pattern, depth, path, loop, raw, ratio, qd_target(pattern, int(depth), ratio),
+                     f"{lat_loop} / {lat_raw}"])
     if not rows:
         return not_measured()
-    out = table(["Pattern", "QD", "Loop device (fio)", "Raw libiscsi (iscsi_qd_bench)", "Ratio", "Target (issue #17)",
-                 "Median latency µs, loop / raw"], rows)
+    out = table(["Pattern", "QD", "FUSE path", "Loop device (fio)", "Raw libiscsi (iscsi_qd_bench)", "Ratio",
+                 "Target (issue #17)", "Median latency µs, loop / raw"], rows)
     commands = sorted({r[5] for r in rec["row"] if len(r) >= 6 and r[0] == "Q"})
     return out + [""] + [f"Command: `{c}`" for c in commands]
 

@@ -76,6 +76,7 @@ void AddFlags(CLI::App& app, BridgeArgs* a) {
   app.add_option("--ceph-conf", a->ceph_conf);
   app.add_option("--node-id", a->node_id);
   app.add_option("--cgroup", a->cgroup);
+  app.add_option("--fuse-io-uring", a->fuse_io_uring)->check(CLI::IsMember({"auto", "off"}));
 }
 
 }  // namespace

@@ -207,6 +207,12 @@ Status Bridge::MountFuse() {
     return Internal("bridge: cannot mount FUSE at " + args_.mountpoint + " (is /dev/fuse available?)");
   }
   fuse_mounted_ = true;
+  BLOCKCSI_RETURN_IF_ERROR(ServeInit());
+  if (ring_accepted_) StartRing();
+  if (ring_) {
+    buffers_.set_keep(fuse_watched_ ? kKeptBuffers : 0);
+    return OkStatus();
+  }
   // iSCSI: the session's event-loop thread reads /dev/fuse too, so a
   // request is read, sent, and replied to from its completion on one
   // thread, with no wake-up of a second one in between (at
@@ -268,6 +274,7 @@ void Bridge::StopFuse() {
     fuse_mounted_ = false;
   }
   if (fuse_thread_.joinable()) fuse_thread_.join();
+  StopRing();
   if (fuse_watched_) {
     transport_->Unwatch();
     fuse_watched_ = false;

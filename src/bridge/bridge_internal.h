@@ -36,6 +36,7 @@
 #include "bridge/bridge_protocol.h"
 #include "bridge/bridge_transport.h"
 #include "bridge/buffer_pool.h"
+#include "bridge/fuse_ring.h"
 #include "bridge/iscsi_bridge_transport.h"
 #include "bridge/libiscsi_session.h"
 #include "bridge/write_order.h"
@@ -89,6 +90,10 @@ struct BridgeArgs {
   // itself there before it opens anything, so that the runtime's kill of
   // the plugin's container does not reach it.
   std::string cgroup;
+  // "auto": serve FUSE over io_uring when the kernel offers it at INIT
+  // (fuse's enable_uring parameter on), /dev/fuse otherwise; "off": always
+  // /dev/fuse (benchmarks compare the two on one kernel).
+  std::string fuse_io_uring = "auto";
 };
 
 // What arrives on stdin (JSON), never in argv: /proc/<pid>/cmdline is
@@ -132,6 +137,9 @@ class Bridge {
   bool read_only() const { return args_.read_only; }
 
   const std::string& device() const { return device_; }
+  // libfuse's writes to /dev/fuse (its custom I/O): an answer to a ring
+  // request goes back through the ring, INIT's gets the ring flag.
+  ssize_t WriteFuse(int fd, struct iovec* iov, int count);
   const LunIdentity& identity() const { return identity_; }
 
  private:
@@ -142,6 +150,12 @@ class Bridge {
   // Reads and dispatches what /dev/fuse holds (on the transport's thread,
   // see BridgeTransport::Watch); false once the session ended.
   bool ServeFuseRequests();
+  // Reads and answers the session's INIT, offering to take the ring when
+  // the kernel did; then starts the ring (bridge_fuse_ring.cc) or not.
+  Status ServeInit();
+  void StartRing();
+  void StopRing();
+  const char* fuse_path() const { return ring_ ? "io_uring" : "dev_fuse"; }
   // Unaligned writes (never from the loop device; from cat or dd): a
   // read-modify-write of the blocks they touch, one at a time, async like
   // the rest (the thread that serves FUSE may be the one that completes).
@@ -171,6 +185,12 @@ class Bridge {
   std::thread fuse_thread_;    // RBD: libfuse's loop
   bool fuse_watched_ = false;  // iSCSI: served by the session's thread
   fuse_buf fuse_in_{};         // its receive buffer
+  // FUSE over io_uring, when the kernel offered it and the entries registered.
+  std::unique_ptr<FuseRing> ring_;
+  std::thread ring_thread_;  // RBD: waits for the ring's completions
+  std::atomic<bool> ring_stop_{false};
+  uint64_t init_unique_ = 0;    // the INIT being answered with the ring flag
+  bool ring_accepted_ = false;  // INIT's answer took the ring
   // Request buffers; large ones are kept only when the session's thread
   // serves FUSE (it trims them when idle).
   BufferPool buffers_{kMaxTransferBytes, 0};

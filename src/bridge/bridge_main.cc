@@ -82,6 +82,14 @@ nlohmann::json Bridge::StatusReply(bool refresh_identity) {
   j["size_bytes"] = size_.load();
   j["block_size"] = transport_ ? transport_->block_size() : 0;
   j["transport"] = args_.transport;
+  // How FUSE requests reach the bridge: "io_uring" or "dev_fuse".
+  j["fuse_path"] = fuse_path();
+  if (ring_) {
+    j["fuse_ring"] = {{"queues", ring_->queues()},
+                      {"depth", ring_->depth()},
+                      {"requests", ring_->requests()},
+                      {"mapped_bytes", ring_->mapped_bytes()}};
+  }
   j["location"] = transport_ ? transport_->location() : "";
   j["portal"] = transport_ && args_.transport == "iscsi" ? transport_->location() : "";
   // A lasting condition of the transport (a fenced rbd client): the volume
@@ -138,6 +146,7 @@ Status Bridge::Teardown(bool check_in_use) {
     transport_->Close();
     transport_.reset();
   }
+  ring_.reset();  // after the transport: its last completions answered through it
   if (fuse_ != nullptr) {
     fuse_session_destroy(fuse_);
     fuse_ = nullptr;

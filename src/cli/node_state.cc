@@ -15,10 +15,7 @@
 namespace blockcsi::cli {
 namespace {
 
-std::string Basename(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
+std::string Basename(const std::string& path) { return path.substr(path.rfind('/') + 1); }  // npos + 1 == 0
 
 bool Under(const std::string& path, const std::string& dir) { return path.rfind(dir + "/", 0) == 0; }
 
@@ -73,7 +70,8 @@ bool RecordNamesDevice(const NodeSnapshot& s, const std::string& device) {
 std::string DescribeBridge(const BridgeObservation& b) {
   std::string pids;
   for (int pid : b.pids) pids += (pids.empty() ? "" : ",") + std::to_string(pid);
-  if (b.answered) return "bridge pid " + (pids.empty() ? std::string("?") : pids) + " running";
+  std::string via = b.fuse_path.empty() ? "" : ", FUSE via " + b.fuse_path;  // io_uring or dev_fuse
+  if (b.answered) return "bridge pid " + (pids.empty() ? std::string("?") : pids) + " running" + via;
   if (!b.pids.empty()) return "bridge pid " + pids + " not answering";
   return "bridge not running";
 }
@@ -491,6 +489,7 @@ BridgeObservation ObserveBridge(const std::string& dir, const Host& host_fs, int
       b.naa = reply->value("naa", std::vector<std::string>{});
       b.portal = reply->value("portal", "");
       b.io_errors = reply->value("io_errors", uint64_t{0});
+      b.fuse_path = reply->value("fuse_path", "");
       int pid = reply->value("pid", 0);
       if (pid > 0 && std::find(b.pids.begin(), b.pids.end(), pid) == b.pids.end()) b.pids.push_back(pid);
     } else {

@@ -33,6 +33,7 @@ struct BridgeObservation {
   std::vector<std::string> naa;
   std::string portal;
   uint64_t io_errors = 0;
+  std::string fuse_path;  // how FUSE reaches it: "io_uring", "dev_fuse" ("" from older bridges)
   bool fuse_mounted = false;
 };
 

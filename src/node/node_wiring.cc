@@ -78,7 +78,9 @@ void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string
   auto& healthy =
       registry.Gauge("blockcsi_bridge_healthy",
                      "0 when the bridge reports a lasting condition, e.g. its RBD client was blocklisted", {"volume"});
-  for (auto* family : {&up, &healthy, &ios, &bytes, &errors, &latency, &reconnects}) family->Clear();
+  auto& io_uring = registry.Gauge("blockcsi_bridge_fuse_io_uring",
+                                  "1 when the bridge serves FUSE over io_uring, 0 over /dev/fuse", {"volume"});
+  for (auto* family : {&up, &healthy, &io_uring, &ios, &bytes, &errors, &latency, &reconnects}) family->Clear();
   for (const auto& record : records) {
     if (record.connector != "userspace") continue;
     auto reply = CallBridge(BridgePathsFor(state_dir, record.volume_id).control_socket, {{"op", "status"}},
@@ -89,6 +91,7 @@ void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string
     // A lasting condition (a fenced RBD client, blocklisted by the
     // controller's fencing): the volume is lost on this node until restaged.
     healthy.Set({record.volume_id}, reply->value("healthy", true) ? 1 : 0);
+    io_uring.Set({record.volume_id}, reply->value("fuse_path", "") == "io_uring" ? 1 : 0);
     if (!reply->contains("io")) continue;  // a bridge from before the I/O figures: up, no figures
     const auto& io = (*reply)["io"];
     for (const char* op : {"read", "write", "flush"}) {

@@ -17,6 +17,7 @@
 #include "attach/attach_spec.h"
 #include "attach/attacher_factory.h"
 #include "bench/bench_attacher.h"
+#include "bridge/bridge_protocol.h"
 #include "contract/initiator.h"
 #include "contract/publish_context.h"
 #include "support/plugin_under_test.h"
@@ -58,6 +59,23 @@ class AttachedBenchLun {
   AttachedBenchLun& operator=(const AttachedBenchLun&) = delete;
 
   std::string portal() const { return tgtd_->portal(); }
+  // How the bridge is reached over FUSE ("io_uring", "dev_fuse"), as its
+  // status reply says; "" when it does not answer.
+  std::string FusePath() const {
+    auto reply = CallBridge(BridgePathsFor(tmp_.Join("state"), kVolume).control_socket, {{"op", "status"}},
+                            std::chrono::seconds(5));
+    return reply.ok() ? reply->value("fuse_path", "") : "";
+  }
+  // The bridge's own count and summed time (dispatch to the storage's
+  // completion, seconds) of one operation ("read", "write"), for the split
+  // of a request's time between the storage and what is around it.
+  std::pair<uint64_t, double> BridgeIo(const std::string& op) const {
+    auto reply = CallBridge(BridgePathsFor(tmp_.Join("state"), kVolume).control_socket, {{"op", "status"}},
+                            std::chrono::seconds(5));
+    if (!reply.ok() || !reply->contains("io") || !(*reply)["io"].contains(op)) return {0, 0};
+    const auto& o = (*reply)["io"][op];
+    return {o.value("ops", uint64_t{0}), o.value("latency_seconds_sum", 0.0)};
+  }
   const std::string& device() const { return device_; }  // the loop device of the attach
   uint64_t size_bytes() const { return size_bytes_; }
   // The initiator name the raw libiscsi side logs in with.

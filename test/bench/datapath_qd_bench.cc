@@ -14,11 +14,18 @@
 //   datapath_qd_bench [--size-mib 256] [--rounds 4] [--seconds 5]
 //                     [--depths 1,4,16,32] [--seq-depths 1] [--seed 7]
 //                     [--image-dir DIR (the LUN's backing file; bench.sh: a tmpfs)]
+//                     [--fuse-paths dev_fuse,io_uring]
+//
+// Each FUSE path (how the bridge is reached: /dev/fuse reads and writes, or
+// FUSE over io_uring, chosen by the fuse module's enable_uring parameter at
+// the bridge's start and put back after) gets its own attach and its own
+// rounds against raw libiscsi; a path the kernel does not offer is reported
+// as skipped.
 //
 // Besides the RESULT lines of bench_report.h it prints one line per job for
 // hack/bench.sh's table and chart:
 //   QD<TAB>pattern<TAB>depth<TAB>unit<TAB>loop min/med/max<TAB>raw min/med/max
-//     <TAB>ratio<TAB>loop median<TAB>raw median<TAB>loop lat us<TAB>raw lat us
+//     <TAB>ratio<TAB>loop median<TAB>raw median<TAB>loop lat us<TAB>raw lat us<TAB>FUSE path
 #include <unistd.h>
 
 #include <cstdio>
@@ -34,6 +41,7 @@
 #include "bench/fio_job.h"
 #include "common/executor.h"
 #include "common/logging.h"
+#include "support/fuse_uring_param.h"
 #include "support/test_util.h"
 
 namespace blockcsi::bench {
@@ -47,6 +55,7 @@ struct Options {
   std::vector<int> seq_depths = {1};
   unsigned seed = 7;
   std::string image_dir;  // where the LUN's backing file goes ("" = a temp dir)
+  std::vector<std::string> fuse_paths = {"dev_fuse"};
 };
 
 // nullopt: go on; else the exit code (help or usage error printed).
@@ -62,6 +71,10 @@ std::optional<int> ParseOptions(int argc, char** argv, Options* o) {
   AddCountList(app, "--seq-depths", &o->seq_depths, "1 MiB sequential jobs' queue depths");
   app.add_option("--seed", o->seed, "random offsets' seed")->capture_default_str();
   app.add_option("--image-dir", o->image_dir, "the LUN's backing file's directory (default: a temp dir)");
+  app.add_option("--fuse-paths", o->fuse_paths, "FUSE paths to measure, each against raw libiscsi")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"dev_fuse", "io_uring"}))
+      ->capture_default_str();
   return ParseFlags(app, argc, argv);
 }
 
@@ -80,6 +93,7 @@ struct Job {
 
 struct Samples {
   std::vector<double> loop, raw, loop_lat_us, raw_lat_us;
+  std::vector<double> bridge_us;  // the bridge's mean time per request waiting on the storage
 };
 
 // One raw run: iscsi_qd_bench from this program's own directory.
@@ -106,7 +120,10 @@ bool RunRaw(const AttachedBenchLun& lun, const Job& job, const Options& o, doubl
   return true;
 }
 
-bool RunLoop(const AttachedBenchLun& lun, const Job& job, const Options& o, double* figure, double* lat_us) {
+bool RunLoop(const AttachedBenchLun& lun, const Job& job, const Options& o, double* figure, double* lat_us,
+             double* bridge_us) {
+  const char* op = job.rw.find("write") != std::string::npos ? "write" : "read";
+  auto before = lun.BridgeIo(op);
   FioJob f;
   f.device = lun.device();
   f.rw = job.rw;
@@ -119,6 +136,8 @@ bool RunLoop(const AttachedBenchLun& lun, const Job& job, const Options& o, doub
   if (!RunFio(f, &got)) return false;
   *figure = job.random() ? got.iops : got.mibps;
   *lat_us = got.median_lat_us;
+  auto after = lun.BridgeIo(op);
+  *bridge_us = after.first > before.first ? (after.second - before.second) * 1e6 / (after.first - before.first) : 0;
   return true;
 }
 
@@ -130,9 +149,10 @@ bool Measure(const AttachedBenchLun& lun, const std::vector<Job>& jobs, const Op
     std::fprintf(stderr, "datapath_qd_bench: round %d of %d%s\n", round + 1, o.rounds, round < 0 ? " (warm-up)" : "");
     bool raw_first = round < 0 || round % 2 == 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
-      double loop = 0, raw = 0, loop_lat = 0, raw_lat = 0;
-      bool ok = raw_first ? RunRaw(lun, jobs[i], o, &raw, &raw_lat) && RunLoop(lun, jobs[i], o, &loop, &loop_lat)
-                          : RunLoop(lun, jobs[i], o, &loop, &loop_lat) && RunRaw(lun, jobs[i], o, &raw, &raw_lat);
+      double loop = 0, raw = 0, loop_lat = 0, raw_lat = 0, bridge = 0;
+      bool ok = raw_first
+                    ? RunRaw(lun, jobs[i], o, &raw, &raw_lat) && RunLoop(lun, jobs[i], o, &loop, &loop_lat, &bridge)
+                    : RunLoop(lun, jobs[i], o, &loop, &loop_lat, &bridge) && RunRaw(lun, jobs[i], o, &raw, &raw_lat);
       if (!ok) return false;
       if (round < 0) continue;
       auto& s = (*samples)[i];
@@ -140,12 +160,14 @@ bool Measure(const AttachedBenchLun& lun, const std::vector<Job>& jobs, const Op
       s.raw.push_back(raw);
       s.loop_lat_us.push_back(loop_lat);
       s.raw_lat_us.push_back(raw_lat);
+      s.bridge_us.push_back(bridge);
     }
   }
   return true;
 }
 
-void Print(const std::vector<Job>& jobs, const std::vector<Samples>& samples, const Options& o) {
+void Print(const std::vector<Job>& jobs, const std::vector<Samples>& samples, const Options& o,
+           const std::string& path) {
   std::printf(
       "queue depth: fio (libaio, direct) on the loop device against raw libiscsi (iscsi_qd_bench, async) on the "
       "same %llu MiB LUN, %d s per run, %d rounds after a discarded warm-up, sides alternating\n",
@@ -153,14 +175,58 @@ void Print(const std::vector<Job>& jobs, const std::vector<Samples>& samples, co
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];
     const Samples& s = samples[i];
-    std::string figure = j.Pattern() + " QD" + std::to_string(j.depth) + " " + j.unit() + ", loop device (fio)";
+    std::string figure = j.Pattern() + " QD" + std::to_string(j.depth) + " " + j.unit() + ", loop device (fio)" +
+                         (path == "dev_fuse" ? "" : ", FUSE over " + path);
     ReportSamples(figure, s.loop, s.raw, j.unit(), "raw libiscsi, iscsi_qd_bench");
     double m = Median(s.loop), b = Median(s.raw);
-    std::printf("QD\t%s\t%d\t%s\t%s\t%s\t%.2f\t%.1f\t%.1f\t%.0f\t%.0f\n", j.Pattern().c_str(), j.depth, j.unit(),
+    std::printf("QD\t%s\t%d\t%s\t%s\t%s\t%.2f\t%.1f\t%.1f\t%.0f\t%.0f\t%s\n", j.Pattern().c_str(), j.depth, j.unit(),
                 Spread(s.loop, j.unit()).c_str(), Spread(s.raw, j.unit()).c_str(), b > 0 ? m / b : 0.0, m, b,
-                Median(s.loop_lat_us), Median(s.raw_lat_us));
+                Median(s.loop_lat_us), Median(s.raw_lat_us), path.c_str());
+    // Where a request's time goes: fio's median through the loop device,
+    // of which the bridge waited on the storage (its own mean), the rest
+    // being the kernel's loop and FUSE hand-over and the bridge's own work.
+    std::printf(
+        "QDSPLIT\t%s\t%d\t%s\tfio median %.0f us\tbridge waiting on iSCSI %.0f us\tloop+FUSE+bridge %.0f us"
+        "\traw libiscsi median %.0f us\n",
+        j.Pattern().c_str(), j.depth, path.c_str(), Median(s.loop_lat_us), Median(s.bridge_us),
+        Median(s.loop_lat_us) - Median(s.bridge_us), Median(s.raw_lat_us));
   }
   std::fflush(stdout);
+}
+
+// One FUSE path: the parameter set, the LUN attached (its bridge chooses the
+// path at INIT), the rounds, the table. 0, or the exit code.
+int MeasurePath(const std::vector<Job>& jobs, const Options& o, const std::string& path) {
+  testing::FuseUringParameter param;
+  if (!param.Set(path == "io_uring")) {
+    std::printf("SKIP\tFUSE over %s: no writable %s\n", path.c_str(), testing::FuseUringParameter::kPath);
+    return path == "io_uring" ? 0 : 1;
+  }
+  std::string error;
+  auto lun = AttachedBenchLun::Start(o.size_mib, &error, o.image_dir);
+  if (!lun) {
+    std::fprintf(stderr, "datapath_qd_bench: %s\n", error.c_str());
+    return 1;
+  }
+  std::string got = lun->FusePath();
+  std::printf("fuse path: %s (asked for %s)\n", got.c_str(), path.c_str());
+  if (got != path) {
+    std::printf("SKIP\tFUSE over %s: the bridge serves %s\n", path.c_str(), got.c_str());
+    return 0;
+  }
+  // Whether the loop device reads and writes its backing FUSE file with
+  // O_DIRECT: when it does not, the host's page cache of that file sits
+  // between fio and the bridge (reads can be served, writes absorbed).
+  std::string dev_name = lun->device().substr(lun->device().rfind('/') + 1);
+  std::string dio = testing::ReadFileOrEmpty("/sys/block/" + dev_name + "/loop/dio");
+  std::printf("loop device direct I/O: %s\n", dio.empty() ? "unknown" : dio.substr(0, 1).c_str());
+  std::vector<Samples> samples;
+  if (!Measure(*lun, jobs, o, &samples)) {
+    std::fprintf(stderr, "datapath_qd_bench: a run failed\n");
+    return 1;
+  }
+  Print(jobs, samples, o, path);
+  return 0;
 }
 
 int Main(int argc, char** argv) {
@@ -178,24 +244,9 @@ int Main(int argc, char** argv) {
   for (const char* rw : {"read", "write"}) {
     for (int d : o.seq_depths) jobs.push_back({rw, 1u << 20, d});
   }
-  std::string error;
-  auto lun = AttachedBenchLun::Start(o.size_mib, &error, o.image_dir);
-  if (!lun) {
-    std::fprintf(stderr, "datapath_qd_bench: %s\n", error.c_str());
-    return 1;
+  for (const std::string& path : o.fuse_paths) {
+    if (int rc = MeasurePath(jobs, o, path); rc != 0) return rc;
   }
-  // Whether the loop device reads and writes its backing FUSE file with
-  // O_DIRECT: when it does not, the host's page cache of that file sits
-  // between fio and the bridge (reads can be served, writes absorbed).
-  std::string dev_name = lun->device().substr(lun->device().rfind('/') + 1);
-  std::string dio = testing::ReadFileOrEmpty("/sys/block/" + dev_name + "/loop/dio");
-  std::printf("loop device direct I/O: %s\n", dio.empty() ? "unknown" : dio.substr(0, 1).c_str());
-  std::vector<Samples> samples;
-  if (!Measure(*lun, jobs, o, &samples)) {
-    std::fprintf(stderr, "datapath_qd_bench: a run failed\n");
-    return 1;
-  }
-  Print(jobs, samples, o);
   return 0;
 }
 

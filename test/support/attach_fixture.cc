@@ -30,6 +30,9 @@ void AttachIntegrationTest::SetUp() {
   BLOCKCSI_REQUIRE_TGTD(tgtd_, error);
   tmp_ = std::make_unique<TempDir>();
   state_dir_ = tmp_->Join("state");
+  const char* path = std::getenv("BLOCKCSI_TEST_FUSE_PATH");
+  if (::access(FuseUringParameter::kPath, W_OK) == 0)
+    fuse_uring_.Set(path == nullptr || std::string(path) != "dev_fuse");
   baseline_ = TakeLeakSnapshot(Scope());
 }
 

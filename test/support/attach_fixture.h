@@ -15,6 +15,7 @@
 
 #include "attach/attacher_factory.h"
 #include "support/block_io.h"
+#include "support/fuse_uring_param.h"
 #include "support/leak_check.h"
 #include "support/test_util.h"
 #include "support/tgtd_harness.h"
@@ -74,6 +75,10 @@ class AttachIntegrationTest : public ::testing::Test {
   std::unique_ptr<TempDir> tmp_;
   std::string state_dir_;
   int next_tid_ = 1;
+  // The bridges of these tests serve FUSE over io_uring where the kernel
+  // has it (put back after each test); BLOCKCSI_TEST_FUSE_PATH=dev_fuse runs
+  // them over /dev/fuse (ctest's attach_integration_tests_dev_fuse).
+  FuseUringParameter fuse_uring_;
   LeakSnapshot baseline_;                     // at SetUp
   std::unique_ptr<VolumeAttacher> attacher_;  // AttachEdited's
 };
