@@ -95,6 +95,10 @@ Status FormatLuks(Executor& executor, const std::string& volume_id, const std::s
   Command cmd = KeyedCommand(data_key);
   cmd.Arg("luksFormat").Arg("--type").Arg("luks2").Arg("--batch-mode");
   cmd.Arg("--pbkdf").Arg("pbkdf2").Arg("--pbkdf-force-iterations").Arg("1000");
+  // The data offset pinned (in 512-byte sectors) rather than left to
+  // cryptsetup's default: the controller sized the device for exactly this
+  // header, so the mapping holds the capacity it reported.
+  cmd.Arg("--offset").Arg(std::to_string(volume_key::kLuksHeaderBytes / 512));
   cmd.Arg("--key-file=-").Arg(device).Timeout(minutes(5));
   LogInfo("formatting LUKS2", {{"volume_id", volume_id}, {"device", device}});
   auto ran = RunChecked(executor, cmd);

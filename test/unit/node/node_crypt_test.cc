@@ -138,7 +138,7 @@ TEST_F(NodeCryptTest, BlankDeviceIsLuksFormattedOpenedAndTheFilesystemMadeOnTheM
   ASSERT_TRUE(st.ok()) << st.ToString();
   std::vector<std::string> want = {
       std::string("cryptsetup luksFormat --type luks2 --batch-mode --pbkdf pbkdf2 --pbkdf-force-iterations 1000 "
-                  "--key-file=- ") +
+                  "--offset 32768 --key-file=- ") +
           kDevice,
       std::string("cryptsetup open --type luks2 --key-file=- --disable-keyring ") + kDevice + " blockcsi-pvc-1",
   };
@@ -322,6 +322,23 @@ TEST_F(NodeCryptTest, ExpandGrowsTheMappingBeforeTheFilesystemOnIt) {
   EXPECT_EQ(ran[ran.size() - 2], "cryptsetup resize blockcsi-pvc-1");
   EXPECT_EQ(ran.back(), std::string("resize2fs ") + kMapping);
   EXPECT_EQ(world_->devices[kMapping].size_bytes, (2ULL << 30) - (16ULL << 20));
+  EXPECT_EQ(resp.capacity_bytes(), (2LL << 30) - (16LL << 20)) << "the pod gets the mapping, not the device";
+}
+
+// The device holds the bytes asked for but the mapping on it does not (the
+// header comes off): the pod would not get them, so the resizer must retry.
+TEST_F(NodeCryptTest, ExpandJudgesTheMappingsSizeNotTheDevices) {
+  ASSERT_TRUE(node_->Stage(StageRequest()).ok());
+  world_->devices[kDevice].size_bytes = 2ULL << 30;
+  csi::v1::NodeExpandVolumeRequest req;
+  req.set_volume_id(kVolume);
+  req.set_volume_path(kStaging);
+  req.mutable_capacity_range()->set_required_bytes(2LL << 30);
+  csi::v1::NodeExpandVolumeResponse resp;
+  EXPECT_CODE(node_->Expand(req, &resp), kUnavailable);
+  req.mutable_capacity_range()->set_required_bytes((2LL << 30) - (16LL << 20));
+  ASSERT_TRUE(node_->Expand(req, &resp).ok()) << log_lines_;
+  EXPECT_EQ(resp.capacity_bytes(), (2LL << 30) - (16LL << 20));
 }
 
 // Interrupted after the LUKS header was written, or after the mapping was
