@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "common/atomic_file.h"
 #include "common/logging.h"
 #include "contract/publish_context.h"
 #include "contract/volume_key.h"
@@ -15,6 +16,7 @@
 #include "node/volume_crypt.h"
 #include "support/csi_capabilities.h"
 #include "support/fake_attacher.h"
+#include "support/test_util.h"
 
 namespace blockcsi {
 namespace {
@@ -230,6 +232,32 @@ TEST_F(NodeCryptTest, AHeaderTheKeyDoesNotOpenIsPermissionDeniedNeverReformatted
   EXPECT_EQ(world_->luks_keys[kDevice], "someone else's key") << "the header is left as it was";
   EXPECT_EQ(world_->luks_contents[kDevice].front().type, "ext4") << "the data is left as it was";
   ExpectNothingLeft();
+}
+
+// A luksFormat killed between its header and its first keyslot leaves a
+// header no key opens: formatted again, rather than a volume that never
+// stages again. A header with a keyslot is not (the test above).
+TEST_F(NodeCryptTest, AHeaderWithoutAnyKeyslotIsAFormatCutShortAndIsFormattedAgain) {
+  world_->SetSignature(kDevice, "crypto_LUKS", "crypto");
+  world_->luks_keys[kDevice] = "";
+  ASSERT_TRUE(node_->Stage(StageRequest()).ok()) << log_lines_;
+  EXPECT_EQ(world_->Count("exec cryptsetup luksDump --dump-json-metadata"), 1);
+  EXPECT_EQ(world_->Count("exec cryptsetup luksFormat"), 1);
+  EXPECT_FALSE(world_->luks_keys[kDevice].empty());
+  EXPECT_EQ(FindMountAt(world_->mounts, kStaging)->source, kMapping);
+}
+
+// cryptsetup 2.6.1's own output (test/testdata/cryptsetup), before and
+// after `cryptsetup erase` of a header made as FormatLuks makes it.
+TEST(LuksDumpTest, KeyslotsAreCountedFromTheJsonMetadata) {
+  auto one = ReadFileToString(testing::TestDataPath("cryptsetup/luksdump-one-keyslot.json"));
+  auto none = ReadFileToString(testing::TestDataPath("cryptsetup/luksdump-no-keyslot.json"));
+  ASSERT_TRUE(one.ok() && none.ok());
+  EXPECT_EQ(ParseLuksKeyslotCount(*one).value(), 1u);
+  EXPECT_EQ(ParseLuksKeyslotCount(*none).value(), 0u);
+  for (const char* bad : {"", "not json", "{}", "{\"keyslots\":[]}", "{\"keyslots\":{}}"}) {
+    EXPECT_EQ(ParseLuksKeyslotCount(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST_F(NodeCryptTest, AKeySecretOfAnotherClassIsPermissionDeniedBeforeAnythingAttaches) {
