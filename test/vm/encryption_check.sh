@@ -13,8 +13,9 @@
 #   volume is staged is restarted and unstages it (mapping closed); after a
 #   second kill with the mounts gone, `blockctl cleanup --apply` closes the
 #   mapping and logs out; a plugin killed with its children in the middle
-#   of `cryptsetup open` is restarted and the retried stage converges: one
-#   mapping, one session, the same LUKS header, the data intact. The mapping
+#   of `cryptsetup luksFormat` (the first stage) or `cryptsetup open` is
+#   restarted and the retried stage converges: one mapping, one session,
+#   after the open the same LUKS header and the data intact. The mapping
 #   holds at least the bytes asked for (the controller adds the LUKS2
 #   header to the LUN), after CreateVolume and after the grow. The key Secret and the data key are in no
 #   process's argv or environment (csi-call, playing the kubelet, holds the
@@ -112,8 +113,42 @@ grep -q encryptionKey "$work/call.err" || die "the refusal does not name the sec
 csi_fails PERMISSION_DENIED --secret-env encryptionKey=OTHER_KEK NodeStageVolume "$(stage_request "$id")"
 nothing_left
 
-step "stage: the blank LUN becomes LUKS2, ext4 is made on the mapping"
-node_stage "$id"
+# stage_killed_in <regex>: NodeStageVolume of $id while a watcher kills the
+# plugin and its children (as a container runtime would) the moment it runs
+# a child matching regex. False when the stage finished before the kill.
+stage_killed_in() {
+  local killer
+  python3 "$here/kill_when.py" "$plugin_pid" "$1" --tree >"$work/kill.out" 2>&1 &
+  killer=$!
+  sleep 0.5 # the killer's first look at /proc before the call starts
+  if csi "${secret_args[@]}" NodeStageVolume "$(stage_request "$id")" >/dev/null 2>"$work/call.err"; then
+    kill "$killer" 2>/dev/null || true
+    wait "$killer" 2>/dev/null || true
+    return 1
+  fi
+  wait "$killer" || die "the stage failed but the plugin was not killed: $(cat "$work/kill.out" "$work/call.err")"
+  echo "$(cat "$work/kill.out"); the call said: $(cat "$work/call.err")"
+  wait "$plugin_pid" 2>/dev/null || true
+}
+# restart_and_stage: the plugin restarted, NodeStageVolume of $id retried
+# until it succeeds (as the kubelet would).
+restart_and_stage() {
+  local attempt
+  start_plugin "${plugin_flags[@]}"
+  for attempt in 1 2 3 4 5; do
+    csi "${secret_args[@]}" NodeStageVolume "$(stage_request "$id")" >/dev/null 2>"$work/call.err" && return 0
+    echo "retry $attempt: $(cat "$work/call.err")"
+    sleep 2
+  done
+  die "NodeStageVolume did not converge after the kill: $(cat "$work/call.err")"
+}
+
+step "stage, the plugin killed (SIGKILL, with its children) in the middle of cryptsetup luksFormat; restarted, the stage converges: the blank LUN becomes LUKS2, ext4 is made on the mapping"
+stage_killed_in 'cryptsetup luksFormat ' || die "the stage finished before luksFormat could be killed"
+restart_and_stage
+grep -E 'formatting LUKS2|without a keyslot' "$work/plugin.log" | cut -c1-200
+[ "$(dmsetup ls | grep -c '^blockcsi-')" -eq 1 ] || die "not exactly one mapping: $(dmsetup ls 2>&1)"
+[ "$(sessions_of "$iqn" | wc -l)" -eq 1 ] || die "not exactly one session to $iqn"
 node_publish "$id"
 mapping=/dev/mapper/$(dmsetup ls | awk '/^blockcsi-/ {print $1}')
 [ -b "$mapping" ] || die "no mapping after the stage: $(dmsetup ls 2>&1)"
@@ -187,30 +222,14 @@ start_plugin "${plugin_flags[@]}"
 step "plugin killed (SIGKILL, with its children) in the middle of cryptsetup open; restarted, the stage converges"
 luks_uuid=$(cryptsetup luksUUID "$image") || die "no LUKS header in $image"
 for attempt in 1 2 3; do
-  python3 "$here/kill_when.py" "$plugin_pid" 'cryptsetup open ' --tree >"$work/kill.out" 2>&1 &
-  killer=$!
-  sleep 0.5 # the killer's first look at /proc before the call starts
-  if ! csi "${secret_args[@]}" NodeStageVolume "$(stage_request "$id")" >/dev/null 2>"$work/call.err"; then
-    wait "$killer" || die "the stage failed but the plugin was not killed: $(cat "$work/kill.out" "$work/call.err")"
-    break
-  fi
+  stage_killed_in 'cryptsetup open ' && break
   # The open was over before the killer saw it: try again.
-  kill "$killer" 2>/dev/null || true
-  wait "$killer" 2>/dev/null || true
   echo "attempt $attempt: the stage finished before the kill"
   node_unstage "$id"
   nothing_left
   [ "$attempt" -lt 3 ] || die "cryptsetup open never ran long enough to be killed"
 done
-echo "$(cat "$work/kill.out"); the call said: $(cat "$work/call.err")"
-wait "$plugin_pid" 2>/dev/null || true
-start_plugin "${plugin_flags[@]}"
-for attempt in 1 2 3 4 5; do
-  csi "${secret_args[@]}" NodeStageVolume "$(stage_request "$id")" >/dev/null 2>"$work/call.err" && break
-  echo "retry $attempt: $(cat "$work/call.err")"
-  [ "$attempt" -lt 5 ] || die "NodeStageVolume did not converge after the kill"
-  sleep 2
-done
+restart_and_stage
 [ "$(dmsetup ls | grep -c '^blockcsi-')" -eq 1 ] || die "not exactly one mapping: $(dmsetup ls 2>&1)"
 [ "$(sessions_of "$iqn" | wc -l)" -eq 1 ] || die "not exactly one session to $iqn"
 [ "$(cryptsetup luksUUID "$image")" = "$luks_uuid" ] || die "the LUKS header was made again"
