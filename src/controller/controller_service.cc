@@ -148,9 +148,9 @@ grpc::Status ControllerService::GetCapacity(grpc::ServerContext*, const csi::v1:
 Status ControllerService::Capacity(const csi::v1::GetCapacityRequest& request, csi::v1::GetCapacityResponse* response) {
   // Same parameter rules as CreateVolume: a StorageClass that could never
   // provision should not be reported as having room.
-  BLOCKCSI_ASSIGN_OR_RETURN(
-      VolumeParameters params,
-      ParseVolumeParameters({request.parameters().begin(), request.parameters().end()}, backend_->SupportedParameters()));
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeParameters params,
+                            ParseVolumeParameters({request.parameters().begin(), request.parameters().end()},
+                                                  backend_->SupportedParameters()));
   for (const auto& given : request.volume_capabilities()) {
     // A part the CO left out constrains nothing: external-provisioner v3.x
     // (up to v4.0.1) asks with `mount {}` and access mode UNKNOWN, and a
