@@ -87,6 +87,10 @@ run_sanity() {
   stop_plugin
   nothing_left
   if [ "$mode" = encrypted ]; then
+    local opened
+    opened=$(grep -c 'opened dm-crypt mapping' "$work/plugin.log" || true)
+    echo "csi-sanity encrypted: $opened dm-crypt mappings opened"
+    [ "$opened" -gt 0 ] || die "the encrypted run opened no dm-crypt mapping"
     ! grep -qF "$kek" "$work/plugin.log" || die "the key-encryption key is in the plugin's log"
     ! grep -rqF "$kek" "$work/state" || die "the key-encryption key is in the plugin's state"
   fi
