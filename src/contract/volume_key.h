@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -41,6 +42,12 @@ inline constexpr char kPreviousEncryptionKeySecret[] = "previousEncryptionKey";
 inline constexpr char kEncryptionContext[] = "encryption";
 inline constexpr char kEncryptionLuks2[] = "luks2";
 inline constexpr char kWrappedDataKeyContext[] = "wrappedDataKey";
+// Where the data starts on an encrypted volume's device: the LUKS2 header
+// (two metadata copies and the keyslots) takes the first 16 MiB. The node
+// formats with exactly this data offset, and the controller makes the LUN or
+// image this much bigger than the capacity it reports, so that the opened
+// dm-crypt device the pod gets holds at least the bytes asked for.
+inline constexpr uint64_t kLuksHeaderBytes = uint64_t{16} << 20;
 }  // namespace volume_key
 
 // Bytes that are wiped when they go. Not copyable, so that a key is never

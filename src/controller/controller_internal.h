@@ -54,11 +54,28 @@ inline Status ValidateCapacityRange(const csi::v1::CapacityRange& range, std::st
   return OkStatus();
 }
 
-// The size of a new volume: at least `required` and `source_bytes` (a
-// clone or restore cannot be smaller than its source), rounded up to the
-// backend's granularity, never past the limit.
+// What an encrypted volume's device holds beyond what the pod gets (its
+// LUKS2 header); 0 for a plain volume. Every size in the CSI API (the
+// capacity range, capacity_bytes, a snapshot's size_bytes) is what the pod
+// gets; the backend's record holds the device's size, this much more.
+inline uint64_t HeaderBytes(bool encrypted) { return encrypted ? volume_key::kLuksHeaderBytes : 0; }
+inline uint64_t HeaderBytes(const VolumeRecord& record) {
+  return HeaderBytes(VolumeParametersFromRecord(record.parameters).encrypted);
+}
+// A device smaller than its header (made before the controller added it,
+// or by hand) reports 0 rather than wrapping around.
+inline uint64_t UsableBytes(uint64_t device_bytes, uint64_t header) {
+  return device_bytes > header ? device_bytes - header : 0;
+}
+
+// The device size of a new volume: room for at least `required` and
+// `source_bytes` (a clone or restore cannot be smaller than its source)
+// after `header`, rounded up to the backend's granularity; what is left
+// after the header never past the limit. `default_bytes` and `source_bytes`
+// count what the pod gets, like the range.
 inline StatusOr<uint64_t> ChooseVolumeSize(const csi::v1::CapacityRange& range, uint64_t granularity,
-                                           uint64_t default_bytes, uint64_t source_bytes, std::string_view what) {
+                                           uint64_t default_bytes, uint64_t source_bytes, std::string_view what,
+                                           uint64_t header = 0) {
   const uint64_t required = static_cast<uint64_t>(range.required_bytes());
   const uint64_t limit = static_cast<uint64_t>(range.limit_bytes());
   std::string name(what);
@@ -70,22 +87,26 @@ inline StatusOr<uint64_t> ChooseVolumeSize(const csi::v1::CapacityRange& range, 
     return OutOfRange(name + ": limit_bytes " + std::to_string(limit) + " is smaller than the source's " +
                       std::to_string(source_bytes) + " bytes");
   }
+  const std::string with_header =
+      header > 0 ? " plus the " + std::to_string(header) + "-byte LUKS2 header" : std::string();
   uint64_t size = 0;
   if (required == 0 && source_bytes == 0) {
-    size = RoundUp(default_bytes, granularity);
+    size = RoundUp(default_bytes + header, granularity);
     // No requirement but a small limit: the largest size under the limit.
-    if (limit > 0 && size > limit) size = granularity > 1 ? limit / granularity * granularity : limit;
-    if (size == 0) {
-      return OutOfRange(name + ": limit_bytes " + std::to_string(limit) + " is below the backend's granularity of " +
-                        std::to_string(granularity) + " bytes");
+    if (limit > 0 && size > limit + header) {
+      size = granularity > 1 ? (limit + header) / granularity * granularity : limit + header;
+    }
+    if (size <= header) {
+      return OutOfRange(name + ": limit_bytes " + std::to_string(limit) + with_header +
+                        " is below the backend's granularity of " + std::to_string(granularity) + " bytes");
     }
   } else {
-    size = RoundUp(std::max(required, source_bytes), granularity);
+    size = RoundUp(std::max(required, source_bytes) + header, granularity);
   }
-  if (limit > 0 && size > limit) {
-    return OutOfRange(name + ": " + std::to_string(std::max(required, source_bytes)) +
-                      " bytes rounded up to the backend's granularity of " + std::to_string(granularity) +
-                      " bytes is " + std::to_string(size) + ", past limit_bytes " + std::to_string(limit));
+  if (limit > 0 && size > limit + header) {
+    return OutOfRange(name + ": " + std::to_string(std::max(required, source_bytes)) + " bytes" + with_header +
+                      " rounded up to the backend's granularity of " + std::to_string(granularity) + " bytes is " +
+                      std::to_string(size) + ", past limit_bytes " + std::to_string(limit) + with_header);
   }
   if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return OutOfRange(name + ": capacity too large");
@@ -94,15 +115,16 @@ inline StatusOr<uint64_t> ChooseVolumeSize(const csi::v1::CapacityRange& range, 
 }
 
 // A volume the node formats must be at least as large as its filesystem's
-// minimum: grow it to that when limit_bytes allows (the response reports the
-// real capacity_bytes), else OUT_OF_RANGE naming the minimum.
+// minimum (after `header`, which the filesystem never sees): grow it to that
+// when limit_bytes allows (the response reports the real capacity_bytes),
+// else OUT_OF_RANGE naming the minimum.
 inline StatusOr<uint64_t> RaiseToFilesystemMinimum(uint64_t size, uint64_t minimum, const std::string& fs_type,
                                                    const csi::v1::CapacityRange& range, uint64_t granularity,
-                                                   std::string_view what) {
-  if (size >= minimum) return size;
-  const uint64_t raised = RoundUp(minimum, granularity);
+                                                   std::string_view what, uint64_t header = 0) {
+  if (size >= minimum + header) return size;
+  const uint64_t raised = RoundUp(minimum + header, granularity);
   const uint64_t limit = static_cast<uint64_t>(range.limit_bytes());
-  if (limit > 0 && raised > limit) {
+  if (limit > 0 && raised > limit + header) {
     return OutOfRange(std::string(what) + ": " + fs_type + " needs at least " + std::to_string(minimum) +
                       " bytes on this host, more than limit_bytes " + std::to_string(limit));
   }
@@ -128,7 +150,7 @@ inline void FillContentSource(const ContentSource& source, csi::v1::VolumeConten
 
 inline void FillVolume(const VolumeRecord& record, csi::v1::Volume* out) {
   out->set_volume_id(record.id);
-  out->set_capacity_bytes(static_cast<int64_t>(record.size_bytes));
+  out->set_capacity_bytes(static_cast<int64_t>(UsableBytes(record.size_bytes, HeaderBytes(record))));
   for (const auto& [k, v] : VolumeContextFor(VolumeParametersFromRecord(record.parameters))) {
     (*out->mutable_volume_context())[k] = v;
   }
@@ -142,7 +164,10 @@ inline void FillVolume(const VolumeRecord& record, csi::v1::Volume* out) {
 inline void FillSnapshot(const SnapshotRecord& record, csi::v1::Snapshot* out) {
   out->set_snapshot_id(record.id);
   out->set_source_volume_id(record.source_volume_id);
-  out->set_size_bytes(static_cast<int64_t>(record.size_bytes));
+  // A snapshot of an encrypted volume (it carries the data key) has the
+  // same header: its size is what a restore must give the pod.
+  out->set_size_bytes(
+      static_cast<int64_t>(UsableBytes(record.size_bytes, HeaderBytes(!record.wrapped_data_key.empty()))));
   out->set_ready_to_use(record.ready_to_use);
   *out->mutable_creation_time() = google::protobuf::util::TimeUtil::SecondsToTimestamp(record.created_unix_seconds);
 }

@@ -148,9 +148,9 @@ grpc::Status ControllerService::GetCapacity(grpc::ServerContext*, const csi::v1:
 Status ControllerService::Capacity(const csi::v1::GetCapacityRequest& request, csi::v1::GetCapacityResponse* response) {
   // Same parameter rules as CreateVolume: a StorageClass that could never
   // provision should not be reported as having room.
-  BLOCKCSI_RETURN_IF_ERROR(
-      ParseVolumeParameters({request.parameters().begin(), request.parameters().end()}, backend_->SupportedParameters())
-          .status());
+  BLOCKCSI_ASSIGN_OR_RETURN(VolumeParameters params,
+                            ParseVolumeParameters({request.parameters().begin(), request.parameters().end()},
+                                                  backend_->SupportedParameters()));
   for (const auto& given : request.volume_capabilities()) {
     // A part the CO left out constrains nothing: external-provisioner v3.x
     // (up to v4.0.1) asks with `mount {}` and access mode UNKNOWN, and a
@@ -175,6 +175,9 @@ Status ControllerService::Capacity(const csi::v1::GetCapacityRequest& request, c
   uint64_t granularity = std::max<uint64_t>(backend_->AllocationGranularity(), 1);
   // Whole allocation units only: a volume cannot use a partial one.
   available = available / granularity * granularity;
+  // The largest volume of an encrypted class gives its pod all but the
+  // LUKS2 header the controller adds to the device.
+  available = UsableBytes(available, HeaderBytes(params.encrypted));
   response->set_available_capacity(
       static_cast<int64_t>(std::min<uint64_t>(available, std::numeric_limits<int64_t>::max())));
   response->mutable_minimum_volume_size()->set_value(static_cast<int64_t>(granularity));

@@ -57,8 +57,8 @@ StatusOr<ContentSource> ParseContentSource(const csi::v1::CreateVolumeRequest& r
   return source;
 }
 
-// The size of the source a volume is made from (0 for none): the new
-// volume is at least that big; and its wrapped data key, which an encrypted
+// The size of the source a volume is made from (0 for none), as its pod
+// sees it: the new volume is at least that big; and its wrapped data key, which an encrypted
 // clone or restore opens with. A source that is gone is NOT_FOUND.
 StatusOr<SourceFacts> SourceFactsOf(VolumeBackend& backend, const ContentSource& source, const std::string& what) {
   SourceFacts facts;
@@ -72,7 +72,7 @@ StatusOr<SourceFacts> SourceFactsOf(VolumeBackend& backend, const ContentSource&
       }
       return Named(snapshot.status(), "snapshot", source.id);
     }
-    facts.bytes = snapshot->size_bytes;
+    facts.bytes = UsableBytes(snapshot->size_bytes, HeaderBytes(!snapshot->wrapped_data_key.empty()));
     facts.wrapped_data_key = snapshot->wrapped_data_key;
     facts.key_volume_id = snapshot->source_volume_id;
   } else if (source.kind == ContentSource::Kind::kVolume) {
@@ -83,7 +83,7 @@ StatusOr<SourceFacts> SourceFactsOf(VolumeBackend& backend, const ContentSource&
       }
       return Named(volume.status(), "volume", source.id);
     }
-    facts.bytes = volume->size_bytes;
+    facts.bytes = UsableBytes(volume->size_bytes, HeaderBytes(*volume));
     facts.wrapped_data_key = volume->wrapped_data_key;
     facts.key_volume_id = volume->id;
   }
@@ -142,10 +142,15 @@ Status ControllerService::Provision(const csi::v1::CreateVolumeRequest& request,
 
   BLOCKCSI_ASSIGN_OR_RETURN(SourceFacts source_facts, SourceFactsOf(*backend, source, what));
   BLOCKCSI_RETURN_IF_ERROR(CheckSourceEncryption(source_facts, kek ? &*kek : nullptr, name));
-  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t size, ChooseVolumeSize(request.capacity_range(), backend_->AllocationGranularity(),
-                                                            options_.default_volume_bytes, source_facts.bytes, what));
+  // An encrypted volume's device also holds its LUKS2 header: the range
+  // counts what the pod gets (the opened mapping), so the device is made
+  // that much bigger, and limit_bytes bounds the mapping, not the device.
+  const uint64_t header = HeaderBytes(params.encrypted);
+  BLOCKCSI_ASSIGN_OR_RETURN(uint64_t size,
+                            ChooseVolumeSize(request.capacity_range(), backend_->AllocationGranularity(),
+                                             options_.default_volume_bytes, source_facts.bytes, what, header));
   BLOCKCSI_ASSIGN_OR_RETURN(size, RaiseToFilesystemMinimum(size, fs_minimum, fs_type, request.capacity_range(),
-                                                           backend_->AllocationGranularity(), what));
+                                                           backend_->AllocationGranularity(), what, header));
 
   CreateVolumeSpec spec{name, size, source, params.persisted};
   // Where the volume must be (and should be) reachable from; the routing
@@ -245,21 +250,27 @@ Status ControllerService::Expand(const csi::v1::ControllerExpandVolumeRequest& r
 
   BLOCKCSI_ASSIGN_OR_RETURN(InFlightLease lease, volume_ops_.Acquire(id, "ControllerExpandVolume"));
   BLOCKCSI_ASSIGN_OR_RETURN(VolumeRecord record, GetVolumeRecord(*backend, id));
+  // As at CreateVolume, the range counts what the pod gets: an encrypted
+  // volume's device grows to the bytes asked for plus its LUKS2 header (the
+  // node's cryptsetup resize then gives the mapping all but the header).
+  const uint64_t header = HeaderBytes(record);
+  const uint64_t usable = UsableBytes(record.size_bytes, header);
   const uint64_t limit = static_cast<uint64_t>(range.limit_bytes());
-  if (limit > 0 && record.size_bytes > limit) {
-    return OutOfRange(what + " is " + std::to_string(record.size_bytes) + " bytes, above limit_bytes " +
-                      std::to_string(limit) + ": volumes never shrink");
+  if (limit > 0 && usable > limit) {
+    return OutOfRange(what + " is " + std::to_string(usable) + " bytes, above limit_bytes " + std::to_string(limit) +
+                      ": volumes never shrink");
   }
-  uint64_t size = record.size_bytes;
-  if (record.size_bytes < static_cast<uint64_t>(range.required_bytes())) {
-    BLOCKCSI_ASSIGN_OR_RETURN(size, ChooseVolumeSize(range, backend_->AllocationGranularity(), 0, 0, what));
-    auto grown = backend->ExpandVolume(id, size);
+  uint64_t size = usable;
+  if (usable < static_cast<uint64_t>(range.required_bytes())) {
+    BLOCKCSI_ASSIGN_OR_RETURN(uint64_t device_bytes,
+                              ChooseVolumeSize(range, backend_->AllocationGranularity(), 0, 0, what, header));
+    auto grown = backend->ExpandVolume(id, device_bytes);
     if (!grown.ok()) {
       if (IsMissing(grown.status())) return NotFound(what + " does not exist");
       return Named(grown.status(), "volume", id);
     }
-    size = grown->size_bytes;
-    LogInfo("volume expanded", {{"volume", id}, {"bytes", std::to_string(size)}});
+    size = UsableBytes(grown->size_bytes, header);
+    LogInfo("volume expanded", {{"volume", id}, {"bytes", std::to_string(grown->size_bytes)}});
   }
   response->set_capacity_bytes(static_cast<int64_t>(size));
   response->set_node_expansion_required(node_expansion);

@@ -19,7 +19,8 @@ constexpr char kLuksSignature[] = "crypto_LUKS";
 
 // The same rule as for filesystems, one layer down: a blank device gets a
 // LUKS2 header; a LUKS header is opened with the volume's key, and a key
-// that does not open it is PERMISSION_DENIED, never a reason to format;
+// that does not open it is PERMISSION_DENIED, never a reason to format (a
+// header without any keyslot, which no key opens, excepted);
 // anything else (a plain filesystem, a partition table: someone's data,
 // perhaps this volume staged before it was encrypted) is refused. A
 // mapping left open by an earlier attempt is kept when it sits on this very
@@ -51,8 +52,23 @@ Status NodeService::OpenMapping(const StagePlan& plan, const AttachRecord& recor
                               ", not a LUKS header or a blank device; refusing to format or "
                               "open it");
   }
-  BLOCKCSI_RETURN_IF_ERROR(
-      OpenLuks(*options_.executor, volume_id, device, plan.crypt_mapping, plan.data_key, plan.read_only));
+  Status opened = OpenLuks(*options_.executor, volume_id, device, plan.crypt_mapping, plan.data_key, plan.read_only);
+  if (!opened.ok() && !plan.read_only) {
+    // The one LUKS header that is formatted again: one without any keyslot,
+    // what a luksFormat killed between its header and its first keyslot
+    // leaves (this stage's earlier attempt). No key opens it, so nobody can
+    // read what is behind it; refusing it would leave the volume unusable
+    // for good. Asked only once the open failed (a header that opens is
+    // never dumped).
+    auto keyless = LuksHeaderHasNoKeyslot(*options_.executor, volume_id, device);
+    if (keyless.ok() && *keyless) {
+      LogWarn("LUKS2 header without a keyslot (a format cut short): formatting it again",
+              {{"volume_id", volume_id}, {"device", device}});
+      BLOCKCSI_RETURN_IF_ERROR(FormatLuks(*options_.executor, volume_id, device, plan.data_key));
+      opened = OpenLuks(*options_.executor, volume_id, device, plan.crypt_mapping, plan.data_key, plan.read_only);
+    }
+  }
+  BLOCKCSI_RETURN_IF_ERROR(opened);
   return Fault("node.stage.after-luks-open").WithContext("volume " + volume_id);
 }
 

@@ -217,8 +217,16 @@ Status NodeService::Expand(const csi::v1::NodeExpandVolumeRequest& req, csi::v1:
   }
   // An encrypted volume's mapping is grown first: the filesystem (or the
   // pod's raw device) sees the mapping's size, not the device's.
+  // What the pod then has is the mapping, the device less its LUKS2 header
+  // (the controller grew the device by the header too): that size is judged
+  // and reported.
   if (const std::string mapping = StagedFacts::Of(*record).crypt_mapping; !mapping.empty()) {
     BLOCKCSI_RETURN_IF_ERROR(ResizeLuks(*options_.executor, volume_id, mapping));
+    BLOCKCSI_ASSIGN_OR_RETURN(size, options_.host->BlockDeviceSize(CryptMappingPath(mapping)));
+    if (required > 0 && size < static_cast<uint64_t>(required)) {
+      return Unavailable("volume " + volume_id + ": the dm-crypt mapping is " + std::to_string(size) +
+                         " bytes after resize, " + std::to_string(required) + " were asked for");
+    }
   }
   if (!block) {
     BLOCKCSI_ASSIGN_OR_RETURN(std::vector<MountEntry> table, options_.mounter->List());

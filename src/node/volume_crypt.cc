@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cctype>
 #include <chrono>
 
@@ -95,6 +97,10 @@ Status FormatLuks(Executor& executor, const std::string& volume_id, const std::s
   Command cmd = KeyedCommand(data_key);
   cmd.Arg("luksFormat").Arg("--type").Arg("luks2").Arg("--batch-mode");
   cmd.Arg("--pbkdf").Arg("pbkdf2").Arg("--pbkdf-force-iterations").Arg("1000");
+  // The data offset pinned (in 512-byte sectors) rather than left to
+  // cryptsetup's default: the controller sized the device for exactly this
+  // header, so the mapping holds the capacity it reported.
+  cmd.Arg("--offset").Arg(std::to_string(volume_key::kLuksHeaderBytes / 512));
   cmd.Arg("--key-file=-").Arg(device).Timeout(minutes(5));
   LogInfo("formatting LUKS2", {{"volume_id", volume_id}, {"device", device}});
   auto ran = RunChecked(executor, cmd);
@@ -126,6 +132,24 @@ Status OpenLuks(Executor& executor, const std::string& volume_id, const std::str
   RecordOperation("luks_open", OkStatus());
   LogInfo("opened dm-crypt mapping", {{"volume_id", volume_id}, {"device", device}, {"mapping", name}});
   return OkStatus();
+}
+
+StatusOr<size_t> ParseLuksKeyslotCount(std::string_view dump_json) {
+  const nlohmann::json dump = nlohmann::json::parse(dump_json, nullptr, /*allow_exceptions=*/false);
+  if (dump.is_discarded() || !dump.is_object() || !dump.contains("keyslots") || !dump["keyslots"].is_object() ||
+      !dump.contains("segments")) {
+    return InvalidArgument("cryptsetup luksDump: not the JSON metadata of a LUKS2 header");
+  }
+  return dump["keyslots"].size();
+}
+
+StatusOr<bool> LuksHeaderHasNoKeyslot(Executor& executor, const std::string& volume_id, const std::string& device) {
+  Command cmd = Command("cryptsetup").Arg("luksDump").Arg("--dump-json-metadata").Arg(device).Timeout(minutes(1));
+  auto ran = RunChecked(executor, cmd);
+  if (!ran.ok()) return ran.status().WithContext("volume " + volume_id);
+  auto count = ParseLuksKeyslotCount(ran->stdout_text);
+  if (!count.ok()) return count.status().WithContext("volume " + volume_id + ": " + device);
+  return *count == 0;
 }
 
 Status ResizeLuks(Executor& executor, const std::string& volume_id, const std::string& name) {

@@ -56,6 +56,16 @@ Status FormatLuks(Executor& executor, const std::string& volume_id, const std::s
 Status OpenLuks(Executor& executor, const std::string& volume_id, const std::string& device, const std::string& name,
                 const SecretBytes& data_key, bool read_only);
 
+// The number of keyslots in `cryptsetup luksDump --dump-json-metadata`
+// output (LUKS2 only); INVALID_ARGUMENT for anything else.
+StatusOr<size_t> ParseLuksKeyslotCount(std::string_view dump_json);
+
+// Whether the LUKS2 header on `device` has no keyslot at all: what a
+// luksFormat killed between writing its header and its first keyslot
+// leaves. No passphrase opens such a header, so nobody can read what is
+// behind it.
+StatusOr<bool> LuksHeaderHasNoKeyslot(Executor& executor, const std::string& volume_id, const std::string& device);
+
 // `cryptsetup resize`: the mapping follows its (rescanned) device.
 Status ResizeLuks(Executor& executor, const std::string& volume_id, const std::string& name);
 

@@ -44,6 +44,7 @@ CommandResult RunCryptsetup(FakeWorld& w, const std::vector<std::string>& argv, 
     const std::string path = "/dev/mapper/" + argv.back();
     if (!w.luks_keys.contains(device)) return fail(1, "Device " + device + " is not a valid LUKS device.");
     if (w.crypt_mappings.contains(path)) return fail(5, "Device " + argv.back() + " already exists.");
+    if (w.luks_keys[device].empty()) return fail(1, "No usable keyslot is available.");
     if (w.luks_keys[device] != key) return fail(2, "No key available with this passphrase.");
     FakeDevice mapping;
     mapping.major_minor = "253:" + std::to_string(w.crypt_mappings.size());
@@ -51,6 +52,13 @@ CommandResult RunCryptsetup(FakeWorld& w, const std::vector<std::string>& argv, 
     mapping.signatures = w.luks_contents[device];
     w.devices[path] = mapping;
     w.crypt_mappings[path] = device;
+  } else if (verb == "luksDump") {
+    auto header = w.luks_keys.find(argv.back());
+    if (header == w.luks_keys.end()) return fail(1, "Device " + argv.back() + " is not a valid LUKS device.");
+    // Only the parts a reader looks at; an empty key stands for a header
+    // whose format was cut short before its first keyslot.
+    r.stdout_text = std::string("{\"keyslots\":{") + (header->second.empty() ? "" : "\"0\":{\"type\":\"luks2\"}") +
+                    "},\"segments\":{\"0\":{\"type\":\"crypt\",\"offset\":\"16777216\"}}}";
   } else if (verb == "close" || verb == "resize") {
     const std::string path = "/dev/mapper/" + argv.back();
     auto backing = w.crypt_mappings.find(path);

@@ -48,7 +48,8 @@ struct FakeWorld {
   std::map<std::string, std::string> symlinks;
   std::vector<std::string> log;  // "mount /dev/fake1 /stage ext4 opts", "mkfs.ext4 ...", "detach vol1"
   int next_mount_id = 100;
-  // LUKS: each formatted device's key (what cryptsetup read on stdin), the
+  // LUKS: each formatted device's key (what cryptsetup read on stdin; ""
+  // for a header without a keyslot, a format cut short), the
   // signatures inside it while its mapping is closed, and the open
   // mappings ("/dev/mapper/<name>" -> the device under it).
   std::map<std::string, std::string> luks_keys;
@@ -131,7 +132,7 @@ class FakeProbe final : public BlockProbe {
 // device; "losetup --read-only --find --show <dev>" makes /dev/loop<N> over
 // it and "losetup --detach" removes it; resize2fs/xfs_growfs/btrfs succeed;
 // "dumpe2fs -h" prints a clean header for an ext4 device and fails on any
-// other; cryptsetup luksFormat / open / close / resize act on the world's
+// other; cryptsetup luksFormat / open / close / resize / luksDump act on the world's
 // LUKS state (a wrong key: exit 2, as cryptsetup's "no key available").
 // Any other program fails (exit 127): never a made-up success.
 class FakeWorldExecutor final : public Executor {

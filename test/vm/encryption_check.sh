@@ -12,9 +12,17 @@
 #   the filesystem, and keeps the data; a plugin killed (SIGKILL) while the
 #   volume is staged is restarted and unstages it (mapping closed); after a
 #   second kill with the mounts gone, `blockctl cleanup --apply` closes the
-#   mapping and logs out. The key Secret and the data key are in no
+#   mapping and logs out; a plugin killed with its children in the middle
+#   of `cryptsetup luksFormat` (the first stage) or `cryptsetup open` is
+#   restarted and the retried stage converges: one mapping, one session,
+#   after the open the same LUKS header and the data intact. The mapping
+#   holds at least the bytes asked for (the controller adds the LUKS2
+#   header to the LUN), after CreateVolume and after the grow. The key Secret and the data key are in no
 #   process's argv or environment (csi-call, playing the kubelet, holds the
 #   Secret in its environment) the whole time, in no log and in no record.
+#   The same through the userspace connector (libiscsi bridge, FUSE file,
+#   loop device, dm-crypt on the loop device): the marker is not in the
+#   image, the data survives unstage/restage, nothing is left after.
 #   The volume is made by CreateVolume of an encrypted class (the
 #   controller makes and wraps the data key); the test opens the wrapped key
 #   independently (Python) to know what to watch for.
@@ -61,6 +69,7 @@ step "CreateVolume (encrypted: \"true\"), ControllerPublishVolume: the wrapped d
 created=$(csi "${secret_args[@]}" CreateVolume "{\"name\":\"enc\",\"capacity_range\":{\"required_bytes\":134217728},\"volume_capabilities\":[$(capability_json ext4)],\"parameters\":{\"encrypted\":\"true\"}}") ||
   die "CreateVolume"
 id=$(json_string "$created" volume_id) || die "no volume_id in $created"
+[[ $created =~ \"capacity_bytes\":\"?134217728[\",] ]] || die "CreateVolume reports another capacity than asked: $created"
 vol_fs[$id]=ext4
 vol_context[$id]=$(json_object "$created" volume_context)
 [[ ${vol_context[$id]} == *'"encryption":"luks2"'* ]] || die "volume_context does not mark it encrypted: $created"
@@ -104,8 +113,42 @@ grep -q encryptionKey "$work/call.err" || die "the refusal does not name the sec
 csi_fails PERMISSION_DENIED --secret-env encryptionKey=OTHER_KEK NodeStageVolume "$(stage_request "$id")"
 nothing_left
 
-step "stage: the blank LUN becomes LUKS2, ext4 is made on the mapping"
-node_stage "$id"
+# stage_killed_in <regex>: NodeStageVolume of $id while a watcher kills the
+# plugin and its children (as a container runtime would) the moment it runs
+# a child matching regex. False when the stage finished before the kill.
+stage_killed_in() {
+  local killer
+  python3 "$here/kill_when.py" "$plugin_pid" "$1" --tree >"$work/kill.out" 2>&1 &
+  killer=$!
+  sleep 0.5 # the killer's first look at /proc before the call starts
+  if csi "${secret_args[@]}" NodeStageVolume "$(stage_request "$id")" >/dev/null 2>"$work/call.err"; then
+    kill "$killer" 2>/dev/null || true
+    wait "$killer" 2>/dev/null || true
+    return 1
+  fi
+  wait "$killer" || die "the stage failed but the plugin was not killed: $(cat "$work/kill.out" "$work/call.err")"
+  echo "$(cat "$work/kill.out"); the call said: $(cat "$work/call.err")"
+  wait "$plugin_pid" 2>/dev/null || true
+}
+# restart_and_stage: the plugin restarted, NodeStageVolume of $id retried
+# until it succeeds (as the kubelet would).
+restart_and_stage() {
+  local attempt
+  start_plugin "${plugin_flags[@]}"
+  for attempt in 1 2 3 4 5; do
+    csi "${secret_args[@]}" NodeStageVolume "$(stage_request "$id")" >/dev/null 2>"$work/call.err" && return 0
+    echo "retry $attempt: $(cat "$work/call.err")"
+    sleep 2
+  done
+  die "NodeStageVolume did not converge after the kill: $(cat "$work/call.err")"
+}
+
+step "stage, the plugin killed (SIGKILL, with its children) in the middle of cryptsetup luksFormat; restarted, the stage converges: the blank LUN becomes LUKS2, ext4 is made on the mapping"
+stage_killed_in 'cryptsetup luksFormat ' || die "the stage finished before luksFormat could be killed"
+restart_and_stage
+grep -E 'formatting LUKS2|without a keyslot' "$work/plugin.log" | cut -c1-200
+[ "$(dmsetup ls | grep -c '^blockcsi-')" -eq 1 ] || die "not exactly one mapping: $(dmsetup ls 2>&1)"
+[ "$(sessions_of "$iqn" | wc -l)" -eq 1 ] || die "not exactly one session to $iqn"
 node_publish "$id"
 mapping=/dev/mapper/$(dmsetup ls | awk '/^blockcsi-/ {print $1}')
 [ -b "$mapping" ] || die "no mapping after the stage: $(dmsetup ls 2>&1)"
@@ -114,6 +157,11 @@ cryptsetup status "$(basename "$mapping")" | grep -q "type: *LUKS2" || die "$map
 [ "$(ls "/sys/dev/block/$(devnum_of "$mapping")/slaves")" = "$disk" ] || die "$mapping is not on $disk"
 [ "$(devnum_of "$(staging_of "$id")")" = "$(devnum_of "$mapping")" ] || die "the staging mount is not on $mapping"
 [ "$(head -c 4 "/dev/$disk")" = LUKS ] || die "/dev/$disk carries no LUKS header"
+# The controller made the LUN bigger by the LUKS2 header: the pod gets the
+# 128 MiB asked for, not 16 MiB less.
+mapping_bytes=$(blockdev --getsize64 "$mapping")
+[ "$mapping_bytes" -ge 134217728 ] || die "the mapping holds $mapping_bytes bytes, 134217728 were asked for"
+echo "mapping $mapping_bytes bytes on a $(blockdev --getsize64 "/dev/$disk")-byte LUN for 134217728 asked"
 "$bin/blockctl" --state-dir "$work/state" --endpoint "$csi_endpoint" volumes | grep -q "luks2 $mapping" ||
   die "blockctl volumes does not show the mapping: $("$bin/blockctl" --state-dir "$work/state" volumes 2>&1)"
 
@@ -145,6 +193,7 @@ size_before=$(blockdev --getsize64 "$mapping")
 fs_before=$(df -B1 --output=size "$(target_of "$id")" | tail -n 1)
 capacity=$(grow "$id" 201326592)
 [ "$capacity" -ge 201326592 ] || die "NodeExpandVolume reports $capacity bytes"
+[ "$(blockdev --getsize64 "$mapping")" -ge 201326592 ] || die "the grown mapping holds $(blockdev --getsize64 "$mapping") bytes"
 [ "$(blockdev --getsize64 "$mapping")" -gt $((size_before + 60 * 1048576)) ] || die "$mapping did not grow"
 fs_after=$(df -B1 --output=size "$(target_of "$id")" | tail -n 1)
 [ "$fs_after" -gt $((fs_before + 50 * 1048576)) ] || die "ext4 did not grow: $fs_before -> $fs_after"
@@ -170,6 +219,25 @@ grep -q close-mapping "$work/cleanup.out" || die "cleanup closed no mapping: $(c
 nothing_left
 start_plugin "${plugin_flags[@]}"
 
+step "plugin killed (SIGKILL, with its children) in the middle of cryptsetup open; restarted, the stage converges"
+luks_uuid=$(cryptsetup luksUUID "$image") || die "no LUKS header in $image"
+for attempt in 1 2 3; do
+  stage_killed_in 'cryptsetup open ' && break
+  # The open was over before the killer saw it: try again.
+  echo "attempt $attempt: the stage finished before the kill"
+  node_unstage "$id"
+  nothing_left
+  [ "$attempt" -lt 3 ] || die "cryptsetup open never ran long enough to be killed"
+done
+restart_and_stage
+[ "$(dmsetup ls | grep -c '^blockcsi-')" -eq 1 ] || die "not exactly one mapping: $(dmsetup ls 2>&1)"
+[ "$(sessions_of "$iqn" | wc -l)" -eq 1 ] || die "not exactly one session to $iqn"
+[ "$(cryptsetup luksUUID "$image")" = "$luks_uuid" ] || die "the LUKS header was made again"
+[ "$(devnum_of "$(staging_of "$id")")" = "$(devnum_of "$mapping")" ] || die "the staging mount is not on $mapping"
+cmp "$(staging_of "$id")/marker" "$work/marker" || die "the marker changed after the kill mid-open"
+node_unstage "$id"
+nothing_left
+
 if [ "${1:-}" = fio ]; then
   step "fio: dm-crypt against the same LUN unencrypted (ratio only)"
   node_stage "$id"
@@ -188,6 +256,46 @@ if [ "${1:-}" = fio ]; then
   done
   node_unstage "$id"
 fi
+
+step "userspace connector (libiscsi bridge, FUSE, loop): LUKS2 on the loop device, the marker never in the image"
+kill "$plugin_pid"
+wait "$plugin_pid" 2>/dev/null || true
+load_modules fuse loop
+start_plugin "${plugin_flags[@]/#kernel/userspace}"
+created=$(csi "${secret_args[@]}" CreateVolume "{\"name\":\"enc-us\",\"capacity_range\":{\"required_bytes\":67108864},\"volume_capabilities\":[$(capability_json ext4)],\"parameters\":{\"encrypted\":\"true\"}}") ||
+  die "CreateVolume enc-us"
+us=$(json_string "$created" volume_id) || die "no volume_id in $created"
+vol_fs[$us]=ext4
+vol_context[$us]=$(json_object "$created" volume_context)
+controller_publish "$us"
+# nothing_left_us: no loop device, bridge, dm device, mount or record.
+nothing_left_us() {
+  [ -z "$(losetup -a)" ] || die "a loop device is left: $(losetup -a)"
+  ! pgrep -x blockcsi-bridge >/dev/null || die "a bridge is left: $(pgrep -a -x blockcsi-bridge)"
+  ! compgen -G '/sys/block/dm-*' >/dev/null || die "a dm device is left: $(dmsetup ls 2>&1)"
+  ! grep -q " $work/" /proc/self/mountinfo || die "a mount is left: $(grep " $work/" /proc/self/mountinfo)"
+  [ -z "$(attach_records)" ] || die "attach records left: $(attach_records)"
+}
+node_stage "$us"
+us_mapping=/dev/mapper/$(dmsetup ls | awk '/^blockcsi-/ {print $1}')
+[ -b "$us_mapping" ] || die "no mapping after the userspace stage: $(dmsetup ls 2>&1)"
+us_loop=$(ls "/sys/dev/block/$(devnum_of "$us_mapping")/slaves")
+[[ $us_loop == loop* ]] || die "$us_mapping is on $us_loop, not on the bridge's loop device"
+[ "$(head -c 4 "/dev/$us_loop")" = LUKS ] || die "/dev/$us_loop carries no LUKS header"
+[ "$(blockdev --getsize64 "$us_mapping")" -ge 67108864 ] || die "the userspace mapping is smaller than asked"
+[ "$(devnum_of "$(staging_of "$us")")" = "$(devnum_of "$us_mapping")" ] || die "the staging mount is not on $us_mapping"
+{ cp "$work/marker" "$(staging_of "$us")/marker" && sync -f "$(staging_of "$us")/marker"; } || die "write the marker (userspace)"
+us_image="$work/pool/images/$us.img"
+[ -f "$us_image" ] || die "no backing image $us_image"
+! grep -qaF "$marker" "$us_image" || die "the marker is in the userspace volume's backing image in plain text"
+node_unstage "$us"
+nothing_left_us
+node_stage "$us"
+cmp "$(staging_of "$us")/marker" "$work/marker" || die "the marker changed across unstage/restage (userspace)"
+node_unstage "$us"
+nothing_left_us
+controller_unpublish "$us"
+delete_volume "$us"
 
 controller_unpublish "$id"
 delete_volume "$id"

@@ -106,7 +106,7 @@ TEST_F(ControllerEncryptionPoolTest, ACreateCutBetweenItsStepsIsKeyedOnceByTheRe
   // The backend's step alone, as a controller that died before keying left it.
   CreateVolumeSpec spec;
   spec.name = "pvc-1";
-  spec.size_bytes = 16 * kMiB;
+  spec.size_bytes = 16 * kMiB + volume_key::kLuksHeaderBytes;  // the device holds the header too
   spec.parameters = {{"encrypted", "true"}};
   auto made = backend_->CreateVolume(spec);
   ASSERT_TRUE(made.ok()) << made.status().ToString();

@@ -193,5 +193,107 @@ TEST_F(ControllerEncryptionTest, AClonesClassMustMatchItsSourcesEncryptionAndKey
   EXPECT_THAT(logs_, Not(HasSubstr(kOtherKek)));
 }
 
+// Sizes: the CSI range and every size reported count what the pod gets
+// (the opened mapping); the device is made and grown 16 MiB bigger for the
+// LUKS2 header, and limit_bytes bounds the mapping.
+constexpr int64_t kHeader = 16 * kMiB;
+
+TEST_F(ControllerEncryptionTest, AnEncryptedVolumesDeviceHoldsTheRequestedBytesPlusItsHeader) {
+  auto r = Request("pvc-1", "true", kKek);
+  r.mutable_capacity_range()->set_required_bytes(128 * kMiB);
+  csi::v1::CreateVolumeResponse out;
+  ASSERT_TRUE(Create(r, &out).ok());
+  EXPECT_EQ(out.volume().capacity_bytes(), 128 * kMiB);
+  auto record = backend_->GetVolume(out.volume().volume_id());
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->size_bytes, static_cast<uint64_t>(128 * kMiB + kHeader));
+
+  auto plain = Request("pvc-plain", nullptr, nullptr);
+  plain.mutable_capacity_range()->set_required_bytes(128 * kMiB);
+  csi::v1::CreateVolumeResponse plain_out;
+  ASSERT_TRUE(Create(plain, &plain_out).ok());
+  EXPECT_EQ(backend_->GetVolume(plain_out.volume().volume_id())->size_bytes, static_cast<uint64_t>(128 * kMiB));
+}
+
+TEST_F(ControllerEncryptionTest, LimitBytesBoundsWhatThePodGetsNotTheDevice) {
+  auto exact = Request("pvc-exact", "true", kKek);
+  exact.mutable_capacity_range()->set_required_bytes(128 * kMiB);
+  exact.mutable_capacity_range()->set_limit_bytes(128 * kMiB);
+  csi::v1::CreateVolumeResponse out;
+  ASSERT_TRUE(Create(exact, &out).ok());
+  EXPECT_EQ(out.volume().capacity_bytes(), 128 * kMiB);
+
+  // Only a limit: the most the limit allows, header added below it.
+  auto limited = Request("pvc-limit", "true", kKek);
+  limited.mutable_capacity_range()->set_required_bytes(0);
+  limited.mutable_capacity_range()->set_limit_bytes(kMiB + kMiB / 2);
+  ASSERT_TRUE(Create(limited, &out).ok());
+  EXPECT_EQ(out.volume().capacity_bytes(), kMiB);
+  EXPECT_EQ(backend_->GetVolume(out.volume().volume_id())->size_bytes, static_cast<uint64_t>(kMiB + kHeader));
+
+  // No whole granule fits under the limit: refused, the header named.
+  limited.set_name("pvc-tiny");
+  limited.mutable_capacity_range()->set_limit_bytes(kMiB / 2);
+  grpc::Status st = Create(limited, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(st.error_message(), HasSubstr("LUKS2 header"));
+}
+
+TEST_F(ControllerEncryptionTest, ExpandGrowsTheDeviceByTheHeaderAndReportsTheMapping) {
+  const std::string id = MustCreate(Request("pvc-1", "true", kKek));  // 10 MiB
+  grpc::ServerContext ctx;
+  csi::v1::ControllerExpandVolumeRequest r;
+  r.set_volume_id(id);
+  r.mutable_capacity_range()->set_required_bytes(256 * kMiB);
+  csi::v1::ControllerExpandVolumeResponse out;
+  ASSERT_TRUE(service_.ControllerExpandVolume(&ctx, &r, &out).ok());
+  EXPECT_EQ(out.capacity_bytes(), 256 * kMiB);
+  EXPECT_TRUE(out.node_expansion_required());
+  EXPECT_EQ(backend_->GetVolume(id)->size_bytes, static_cast<uint64_t>(256 * kMiB + kHeader));
+  // Again at the size it has: nothing grows (the header is not counted twice).
+  ASSERT_TRUE(service_.ControllerExpandVolume(&ctx, &r, &out).ok());
+  EXPECT_EQ(out.capacity_bytes(), 256 * kMiB);
+  EXPECT_EQ(backend_->Calls("ExpandVolume"), 1);
+  // A limit at what the pod has is no shrink; one below it is.
+  r.mutable_capacity_range()->set_limit_bytes(256 * kMiB);
+  EXPECT_TRUE(service_.ControllerExpandVolume(&ctx, &r, &out).ok());
+  r.mutable_capacity_range()->set_required_bytes(200 * kMiB);
+  r.mutable_capacity_range()->set_limit_bytes(200 * kMiB);
+  EXPECT_EQ(service_.ControllerExpandVolume(&ctx, &r, &out).error_code(), grpc::StatusCode::OUT_OF_RANGE);
+}
+
+TEST_F(ControllerEncryptionTest, SnapshotsReportWhatARestoreMustGiveThePod) {
+  auto r = Request("pvc-src", "true", kKek);
+  r.mutable_capacity_range()->set_required_bytes(64 * kMiB);
+  const std::string source = MustCreate(r);
+  grpc::ServerContext ctx;
+  csi::v1::CreateSnapshotRequest snap;
+  snap.set_source_volume_id(source);
+  snap.set_name("snap-1");
+  csi::v1::CreateSnapshotResponse snapped;
+  ASSERT_TRUE(service_.CreateSnapshot(&ctx, &snap, &snapped).ok());
+  EXPECT_EQ(snapped.snapshot().size_bytes(), 64 * kMiB);
+  // A restore asking for the snapshot's size gets the source's device size,
+  // not one more header each generation.
+  auto restore = Request("pvc-restore", "true", kKek);
+  restore.mutable_capacity_range()->set_required_bytes(snapped.snapshot().size_bytes());
+  restore.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(snapped.snapshot().snapshot_id());
+  const std::string restored = MustCreate(restore);
+  EXPECT_EQ(backend_->GetVolume(restored)->size_bytes, backend_->GetVolume(source)->size_bytes);
+}
+
+TEST_F(ControllerEncryptionTest, GetCapacityOfAnEncryptedClassLeavesRoomForTheHeader) {
+  backend_->SetAvailableBytes(100 * kMiB);
+  grpc::ServerContext ctx;
+  csi::v1::GetCapacityRequest r;
+  (*r.mutable_parameters())["encrypted"] = "true";
+  csi::v1::GetCapacityResponse resp;
+  ASSERT_TRUE(service_.GetCapacity(&ctx, &r, &resp).ok());
+  EXPECT_EQ(resp.available_capacity(), 100 * kMiB - kHeader);
+  backend_->SetAvailableBytes(kHeader / 2);
+  ASSERT_TRUE(service_.GetCapacity(&ctx, &r, &resp).ok());
+  EXPECT_EQ(resp.available_capacity(), 0);
+}
+
 }  // namespace
 }  // namespace blockcsi

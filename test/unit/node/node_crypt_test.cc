@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "common/atomic_file.h"
 #include "common/logging.h"
 #include "contract/publish_context.h"
 #include "contract/volume_key.h"
@@ -15,6 +16,7 @@
 #include "node/volume_crypt.h"
 #include "support/csi_capabilities.h"
 #include "support/fake_attacher.h"
+#include "support/test_util.h"
 
 namespace blockcsi {
 namespace {
@@ -138,7 +140,7 @@ TEST_F(NodeCryptTest, BlankDeviceIsLuksFormattedOpenedAndTheFilesystemMadeOnTheM
   ASSERT_TRUE(st.ok()) << st.ToString();
   std::vector<std::string> want = {
       std::string("cryptsetup luksFormat --type luks2 --batch-mode --pbkdf pbkdf2 --pbkdf-force-iterations 1000 "
-                  "--key-file=- ") +
+                  "--offset 32768 --key-file=- ") +
           kDevice,
       std::string("cryptsetup open --type luks2 --key-file=- --disable-keyring ") + kDevice + " blockcsi-pvc-1",
   };
@@ -232,6 +234,32 @@ TEST_F(NodeCryptTest, AHeaderTheKeyDoesNotOpenIsPermissionDeniedNeverReformatted
   ExpectNothingLeft();
 }
 
+// A luksFormat killed between its header and its first keyslot leaves a
+// header no key opens: formatted again, rather than a volume that never
+// stages again. A header with a keyslot is not (the test above).
+TEST_F(NodeCryptTest, AHeaderWithoutAnyKeyslotIsAFormatCutShortAndIsFormattedAgain) {
+  world_->SetSignature(kDevice, "crypto_LUKS", "crypto");
+  world_->luks_keys[kDevice] = "";
+  ASSERT_TRUE(node_->Stage(StageRequest()).ok()) << log_lines_;
+  EXPECT_EQ(world_->Count("exec cryptsetup luksDump --dump-json-metadata"), 1);
+  EXPECT_EQ(world_->Count("exec cryptsetup luksFormat"), 1);
+  EXPECT_FALSE(world_->luks_keys[kDevice].empty());
+  EXPECT_EQ(FindMountAt(world_->mounts, kStaging)->source, kMapping);
+}
+
+// cryptsetup 2.6.1's own output (test/testdata/cryptsetup), before and
+// after `cryptsetup erase` of a header made as FormatLuks makes it.
+TEST(LuksDumpTest, KeyslotsAreCountedFromTheJsonMetadata) {
+  auto one = ReadFileToString(testing::TestDataPath("cryptsetup/luksdump-one-keyslot.json"));
+  auto none = ReadFileToString(testing::TestDataPath("cryptsetup/luksdump-no-keyslot.json"));
+  ASSERT_TRUE(one.ok() && none.ok());
+  EXPECT_EQ(ParseLuksKeyslotCount(*one).value(), 1u);
+  EXPECT_EQ(ParseLuksKeyslotCount(*none).value(), 0u);
+  for (const char* bad : {"", "not json", "{}", "{\"keyslots\":[]}", "{\"keyslots\":{}}"}) {
+    EXPECT_EQ(ParseLuksKeyslotCount(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST_F(NodeCryptTest, AKeySecretOfAnotherClassIsPermissionDeniedBeforeAnythingAttaches) {
   auto req = StageRequest();
   (*req.mutable_secrets())[volume_key::kEncryptionKeySecret] = kOtherKek;
@@ -322,6 +350,23 @@ TEST_F(NodeCryptTest, ExpandGrowsTheMappingBeforeTheFilesystemOnIt) {
   EXPECT_EQ(ran[ran.size() - 2], "cryptsetup resize blockcsi-pvc-1");
   EXPECT_EQ(ran.back(), std::string("resize2fs ") + kMapping);
   EXPECT_EQ(world_->devices[kMapping].size_bytes, (2ULL << 30) - (16ULL << 20));
+  EXPECT_EQ(resp.capacity_bytes(), (2LL << 30) - (16LL << 20)) << "the pod gets the mapping, not the device";
+}
+
+// The device holds the bytes asked for but the mapping on it does not (the
+// header comes off): the pod would not get them, so the resizer must retry.
+TEST_F(NodeCryptTest, ExpandJudgesTheMappingsSizeNotTheDevices) {
+  ASSERT_TRUE(node_->Stage(StageRequest()).ok());
+  world_->devices[kDevice].size_bytes = 2ULL << 30;
+  csi::v1::NodeExpandVolumeRequest req;
+  req.set_volume_id(kVolume);
+  req.set_volume_path(kStaging);
+  req.mutable_capacity_range()->set_required_bytes(2LL << 30);
+  csi::v1::NodeExpandVolumeResponse resp;
+  EXPECT_CODE(node_->Expand(req, &resp), kUnavailable);
+  req.mutable_capacity_range()->set_required_bytes((2LL << 30) - (16LL << 20));
+  ASSERT_TRUE(node_->Expand(req, &resp).ok()) << log_lines_;
+  EXPECT_EQ(resp.capacity_bytes(), (2LL << 30) - (16LL << 20));
 }
 
 // Interrupted after the LUKS header was written, or after the mapping was
