@@ -163,13 +163,20 @@ TEST_F(TrimThroughPluginTest, TrimsDuringFioWithVerifyLoseNothing) {
   ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << GrpcLogTail();
   const std::string staging = Staging(v.id);
 
+  // The junk file first, fio's file after it, so that the junk's blocks,
+  // freed and trimmed over and over, lie near fio's. Near, not right
+  // before: ext4 starts each new file at an offset of its own in the
+  // block group (by the writer's pid), so a discard landing 1 MiB off its
+  // range may miss fio's data here (a bridge made to do that passed this
+  // test; the raw block test below and the kept file of the test above
+  // failed). What this one proves is a real filesystem's trims beside I/O.
+  WriteFile(staging + "/junk", 32 * kMiB, 'a');
+  Sync(staging);
   std::atomic<bool> done{false};
   int trims = 0, trim_failures = 0;
   std::string trim_errors;
   std::thread trimmer([&] {
-    for (int i = 0; !done; ++i) {
-      WriteFile(staging + "/junk", 32 * kMiB, static_cast<char>('a' + i % 20));
-      Sync(staging);
+    for (int i = 1; !done; ++i) {
       std::filesystem::remove(staging + "/junk");
       Sync(staging);
       Ran r = Blockctl({"trim", v.id});
@@ -178,6 +185,8 @@ TEST_F(TrimThroughPluginTest, TrimsDuringFioWithVerifyLoseNothing) {
         ++trim_failures;
         trim_errors += r.err;
       }
+      WriteFile(staging + "/junk", 32 * kMiB, static_cast<char>('a' + i % 20));
+      Sync(staging);
     }
   });
   Ran fio = Exec(Command("fio")
@@ -212,9 +221,10 @@ TEST_F(TrimThroughPluginTest, TrimsDuringFioWithVerifyLoseNothing) {
   UnpublishAndDelete(v);
 }
 
-// The raw block form: fio writes and verifies the first 96 MiB of the
-// device while blkdiscard punches the range after it, which was written
-// first, over and over; the discarded range must read zeros afterwards.
+// The raw block form: blkdiscard punches the first 64 MiB of the device,
+// written again before each, over and over, while fio writes and verifies
+// the 96 MiB right after them; the discarded range must read zeros
+// afterwards.
 TEST_F(TrimThroughPluginTest, BlkdiscardBesideFioWithVerifyOnARawBlockVolumeLosesNothing) {
   if (!HaveFio()) GTEST_SKIP() << "fio is not installed (Debian package fio)";
   const testing::CsiCalls block(node_id_, "block");
@@ -230,15 +240,10 @@ TEST_F(TrimThroughPluginTest, BlkdiscardBesideFioWithVerifyOnARawBlockVolumeLose
   std::string discard_errors;
   std::thread discarder([&] {
     for (int i = 0; !done; ++i) {
-      for (uint64_t at = 128 * kMiB; at < 192 * kMiB; at += 8 * kMiB) {
+      for (uint64_t at = 0; at < 64 * kMiB; at += 8 * kMiB) {
         testing::WriteDirect(dev, at, testing::Pattern(8 * kMiB, static_cast<char>('a' + i % 20)));
       }
-      Ran r = Exec(Command("blkdiscard")
-                       .Arg("-o")
-                       .Arg(std::to_string(128 * kMiB))
-                       .Arg("-l")
-                       .Arg(std::to_string(64 * kMiB))
-                       .Arg(dev));
+      Ran r = Exec(Command("blkdiscard").Arg("-o").Arg("0").Arg("-l").Arg(std::to_string(64 * kMiB)).Arg(dev));
       ++discards;
       if (r.code != 0) {
         ++discard_failures;
@@ -249,7 +254,7 @@ TEST_F(TrimThroughPluginTest, BlkdiscardBesideFioWithVerifyOnARawBlockVolumeLose
   Ran fio = Exec(Command("fio")
                      .Arg("--name=verify-under-discard")
                      .Arg("--filename=" + dev)
-                     .Arg("--offset=0")
+                     .Arg("--offset=" + std::to_string(64 * kMiB))
                      .Arg("--size=96M")
                      .Arg("--rw=randwrite")
                      .Arg("--bsrange=4k-256k")
@@ -273,7 +278,7 @@ TEST_F(TrimThroughPluginTest, BlkdiscardBesideFioWithVerifyOnARawBlockVolumeLose
   EXPECT_GT(j["jobs"][0]["read"]["io_bytes"].get<uint64_t>(), 0u) << "fio verified nothing";
   EXPECT_GE(discards, 2) << "the discards did not overlap fio";
   EXPECT_EQ(discard_failures, 0) << discard_errors;
-  EXPECT_TRUE(testing::ReadDirect(dev, 160 * kMiB, kMiB) == std::string(kMiB, '\0'))
+  EXPECT_TRUE(testing::ReadDirect(dev, 32 * kMiB, kMiB) == std::string(kMiB, '\0'))
       << "a discarded range must read as zeros";
 
   ASSERT_TRUE(block.Unstage(*plugin_, v).ok());
