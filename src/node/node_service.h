@@ -121,7 +121,8 @@ class NodeService final : public csi::v1::Node::Service {
   StatusOr<uint64_t> Trim(const std::string& volume_id);
   struct TrimRound {
     size_t trimmed = 0;  // volumes trimmed
-    size_t busy = 0;     // skipped: a call on them was in flight
+    size_t busy = 0;     // left for the next round: a call on them was in flight
+    size_t skipped = 0;  // never trimmed (TrimVerdict::kSkipped: encrypted)
     size_t failed = 0;
     uint64_t bytes = 0;  // trimmed, as the kernel reported
   };

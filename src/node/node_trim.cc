@@ -20,9 +20,11 @@ StatusOr<uint64_t> NodeService::Trim(const std::string& volume_id) {
 }
 
 NodeService::TrimRound NodeService::TrimStagedVolumes() {
-  static MetricFamily& runs =
-      Metrics().Counter("blockcsi_node_fstrim_total",
-                        "Volumes the periodic trim looked at, by result: trimmed, busy (skipped), failed", {"result"});
+  static MetricFamily& runs = Metrics().Counter(
+      "blockcsi_node_fstrim_total",
+      "Volumes the periodic trim looked at, by result: trimmed, busy (left for the next round), skipped "
+      "(encrypted: its trim cannot reach the storage), failed",
+      {"result"});
   static MetricFamily& trimmed_bytes = Metrics().Counter(
       "blockcsi_node_fstrim_bytes_total", "Bytes the periodic trim gave back, as the kernel reported them (FITRIM)");
   TrimRound round;
@@ -34,7 +36,14 @@ NodeService::TrimRound NodeService::TrimStagedVolumes() {
     return round;
   }
   for (const AttachRecord& record : *records) {
-    if (!WhyNotTrimmable(record).empty()) continue;  // raw block, read-only, not staged: never ours to trim
+    TrimVerdict verdict = TrimVerdictFor(record);
+    if (verdict.kind == TrimVerdict::kNotOurs) continue;  // raw block, read-only, not staged: never ours to trim
+    if (verdict.kind == TrimVerdict::kSkipped) {
+      ++round.skipped;
+      runs.Add({"skipped"});
+      LogInfo("periodic trim: volume skipped", {{"volume_id", record.volume_id}, {"reason", verdict.why}});
+      continue;
+    }
     auto trimmed = Trim(record.volume_id);
     if (trimmed.ok()) {
       ++round.trimmed;

@@ -21,6 +21,7 @@ void NodeTrimLoop::Start() {
       NodeService::TrimRound round = node_->TrimStagedVolumes();
       LogInfo("periodic trim: round done", {{"trimmed", std::to_string(round.trimmed)},
                                             {"busy", std::to_string(round.busy)},
+                                            {"skipped", std::to_string(round.skipped)},
                                             {"failed", std::to_string(round.failed)},
                                             {"bytes", std::to_string(round.bytes)}});
       mu_.Lock();

@@ -5,16 +5,26 @@
 
 namespace blockcsi {
 
-std::string WhyNotTrimmable(const AttachRecord& record) {
+TrimVerdict TrimVerdictFor(const AttachRecord& record) {
   StagedFacts staged = StagedFacts::Of(record);
-  if (staged.staging_path.empty()) return "not staged (attached only)";
+  if (staged.staging_path.empty()) return {TrimVerdict::kNotOurs, "not staged (attached only)"};
   if (staged.block()) {
-    return "raw block volume: the node cannot know which blocks hold the pod's data; discard from inside the pod "
-           "(blkdiscard, or fstrim of the filesystem the pod made on it)";
+    return {TrimVerdict::kNotOurs,
+            "raw block volume: the node cannot know which blocks hold the pod's data; discard from inside the pod "
+            "(blkdiscard, or fstrim of the filesystem the pod made on it)"};
   }
-  if (record.read_only) return "attached read-only (a discard is a write)";
-  return "";
+  if (record.read_only) return {TrimVerdict::kNotOurs, "attached read-only (a discard is a write)"};
+  if (!staged.crypt_mapping.empty()) {
+    // FITRIM through the mapping would fail with EOPNOTSUPP every round:
+    // said once here, as what it is, instead of as a failure.
+    return {TrimVerdict::kSkipped,
+            "encrypted: its dm-crypt mapping does not pass discards to the storage (opened without allow_discards, "
+            "so that the storage cannot see which blocks are in use); its freed space stays allocated"};
+  }
+  return {};
 }
+
+std::string WhyNotTrimmable(const AttachRecord& record) { return TrimVerdictFor(record).why; }
 
 StatusOr<uint64_t> TrimVolume(const Host& host, const AttachRecord& record, const std::vector<MountEntry>& table) {
   const std::string& volume_id = record.volume_id;

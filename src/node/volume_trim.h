@@ -17,11 +17,23 @@
 
 namespace blockcsi {
 
-// Why the volume is not one to trim, from its attach record alone; empty
-// when it is. Not staged (attached only, or a stage cut short), staged as
-// raw block (the node cannot know which of the device's blocks hold the
+// Whether the node trims a volume, from its attach record alone, and why
+// not. kNotOurs: not staged (attached only, or a stage cut short), staged
+// as raw block (the node cannot know which of the device's blocks hold the
 // pod's data: only the pod may discard them), or attached read-only (a
-// discard is a write).
+// discard is a write); the periodic trim passes these over without a word.
+// kSkipped: a staged filesystem the node would trim, but whose trim cannot
+// reach the storage: encrypted, its dm-crypt mapping opened without
+// allow_discards on purpose (a discard would show the storage which blocks
+// of the ciphertext are unused); the periodic trim counts and logs these.
+struct TrimVerdict {
+  enum Kind { kTrim, kNotOurs, kSkipped };
+  Kind kind = kTrim;
+  std::string why;  // empty for kTrim
+};
+TrimVerdict TrimVerdictFor(const AttachRecord& record);
+
+// TrimVerdictFor(record).why: empty when the volume is one to trim.
 std::string WhyNotTrimmable(const AttachRecord& record);
 
 // FITRIM on the volume's staging mount, after checking that the mount at the

@@ -7,11 +7,11 @@
 #   256 MiB written, deleted and trimmed gives at least 90 % of what the write
 #   allocated in the pool's image back (st_blocks): ext4 mounted with the
 #   `discard` mount flag (online discard at the journal commit), xfs with
-#   fstrim, a raw block volume with blkdiscard from the published device
-#   (tgt and LIO);
+#   fstrim (tgt and LIO), a raw block volume with blkdiscard from the
+#   published device (tgt and LIO);
 #   4 MiB that were not deleted read back intact from the target (page cache
 #   dropped, direct I/O for the raw volume).
-# Arguments name scenarios to run (default all): tgt-ext4 tgt-xfs tgt-block lio-block.
+# Arguments name scenarios to run (default all): tgt-ext4 tgt-xfs tgt-block lio-block lio-xfs.
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=test/vm/lib.sh
 source "$here/lib.sh"
@@ -150,7 +150,7 @@ start_lio_plugin() {
 }
 
 scenarios=("$@")
-[ "${#scenarios[@]}" -gt 0 ] || scenarios=(tgt-ext4 tgt-xfs tgt-block lio-block)
+[ "${#scenarios[@]}" -gt 0 ] || scenarios=(tgt-ext4 tgt-xfs tgt-block lio-block lio-xfs)
 running=
 for scenario in "${scenarios[@]}"; do
   case $scenario in
@@ -161,6 +161,7 @@ for scenario in "${scenarios[@]}"; do
   case $scenario in
   tgt-ext4 | tgt-xfs | tgt-block) thin_check "${scenario#tgt-}" "$work/pools/tgt" ;;
   lio-block) thin_check block "$work/pools/lio" ;;
+  lio-xfs) thin_check xfs "$work/pools/lio" ;;
   *) die "no scenario $scenario" ;;
   esac
 done

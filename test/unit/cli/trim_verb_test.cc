@@ -13,6 +13,7 @@
 #include "attach/attach_record_store.h"
 #include "cli/verb.h"
 #include "node/staged_facts.h"
+#include "node/volume_crypt.h"
 #include "support/test_util.h"
 
 namespace blockcsi::cli {
@@ -48,7 +49,8 @@ class TrimVerbTest : public ::testing::Test {
 
   // A volume on /dev/loop<n> (7:<n>), staged as `access` ("mount" or
   // "block") at /stage/<id>, mounted there unless `mounted` is false.
-  void AddVolume(const std::string& id, int n, const std::string& access, bool mounted = true) {
+  // `encrypted`: its record names a dm-crypt mapping, mounted from that.
+  void AddVolume(const std::string& id, int n, const std::string& access, bool mounted = true, bool encrypted = false) {
     AttachRecord r;
     r.volume_id = id;
     r.connector = "userspace";
@@ -58,11 +60,13 @@ class TrimVerbTest : public ::testing::Test {
     StagedFacts facts{
         .access_type = access, .fs_type = access == "block" ? "" : "ext4", .staging_path = "/stage/" + id};
     r.annotations[kStagedAnnotation] = facts.Encode();
+    if (encrypted) r.annotations[kCryptAnnotation] = "blockcsi-" + id;
     ASSERT_TRUE(store_.Put(r).ok());
     host_->devices[r.device_path] = "7:" + std::to_string(n);
     if (mounted && access != "block") {
       mountinfo_ += std::to_string(100 + n) + " 25 7:" + std::to_string(n) + " / /stage/" + id +
-                    " rw,relatime shared:1 - ext4 " + r.device_path + " rw\n";
+                    " rw,relatime shared:1 - ext4 " + (encrypted ? "/dev/mapper/blockcsi-" + id : r.device_path) +
+                    " rw\n";
     }
   }
 
@@ -131,6 +135,28 @@ TEST_F(TrimVerbTest, AllTrimsEachFilesystemVolumeSkipsRawBlockAndFailsOnTheUnmou
   EXPECT_EQ(results["blk"].rfind("skipped: raw block", 0), 0u) << results["blk"];
   EXPECT_NE(results["vol-c"].find("nothing is mounted at its staging path /stage/vol-c"), std::string::npos)
       << results["vol-c"];
+}
+
+TEST_F(TrimVerbTest, AnEncryptedVolumeIsRefusedWhenNamedAndSkippedUnderAllSayingWhy) {
+  AddVolume("enc", 7, "mount", /*mounted=*/true, /*encrypted=*/true);
+  AddVolume("vol-a", 3, "mount");
+  host_->freed["/stage/vol-a"] = 4096;
+  host_->freed["/stage/enc"] = 4096;  // never asked: dm-crypt would refuse it
+  Result r = Run({"trim", "enc"});
+  EXPECT_EQ(r.code, kExitProblems);
+  EXPECT_TRUE(host_->trims.empty());
+  EXPECT_NE(r.err.find("volume enc not trimmed: encrypted: its dm-crypt mapping does not pass discards"),
+            std::string::npos)
+      << r.err;
+  r = Run({"-o", "json", "trim", "--all"});
+  EXPECT_EQ(r.code, kExitOk) << r.out << r.err;
+  EXPECT_EQ(host_->trims, std::vector<std::string>{"/stage/vol-a@7:3"});
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u) << r.out;
+  for (const auto& row : j) {
+    if (row["volume"] != "enc") continue;
+    EXPECT_EQ(row["result"].get<std::string>().rfind("skipped: encrypted", 0), 0u) << r.out;
+  }
 }
 
 TEST_F(TrimVerbTest, AllWithOnlyRawBlockVolumesIsNotAFailure) {

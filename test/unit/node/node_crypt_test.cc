@@ -10,6 +10,7 @@
 
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "contract/publish_context.h"
 #include "contract/volume_key.h"
 #include "node/node_service.h"
@@ -384,6 +385,36 @@ TEST_F(NodeCryptTest, AStageInterruptedAfterLuksFormatOrOpenIsRetriedWithoutForm
     ASSERT_TRUE(node_->Unstage(UnstageRequest()).ok());
     ExpectNothingLeft();
   }
+}
+
+// dm-crypt does not pass discards (the mapping is opened without
+// allow_discards on purpose), so a trim of an encrypted volume can never
+// give anything back: the periodic trim counts it as skipped, with the
+// reason, never as failed every round; a trim asked for by name says why.
+TEST_F(NodeCryptTest, ThePeriodicTrimSkipsAnEncryptedVolumeWithItsReasonAndNeverFailsIt) {
+  ASSERT_TRUE(node_->Stage(StageRequest()).ok());
+  auto counter = [](const std::string& result) {
+    std::string text = Metrics().Render();
+    std::string series = "blockcsi_node_fstrim_total{result=\"" + result + "\"} ";
+    size_t at = text.find("\n" + series);
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + 1 + series.size()));
+  };
+  const double skipped_before = counter("skipped");
+  const double failed_before = counter("failed");
+  NodeService::TrimRound round = node_->TrimStagedVolumes();
+  EXPECT_EQ(round.skipped, 1u);
+  EXPECT_EQ(round.failed, 0u);
+  EXPECT_EQ(round.trimmed, 0u);
+  EXPECT_EQ(world_->Count("fitrim"), 0) << "an encrypted volume's FITRIM can only fail";
+  EXPECT_EQ(counter("skipped") - skipped_before, 1);
+  EXPECT_EQ(counter("failed") - failed_before, 0);
+  EXPECT_NE(log_lines_.find("periodic trim: volume skipped"), std::string::npos) << log_lines_;
+  EXPECT_NE(log_lines_.find("does not pass discards"), std::string::npos) << log_lines_;
+
+  auto one = node_->Trim(kVolume);
+  EXPECT_EQ(one.status().code(), StatusCode::kFailedPrecondition) << one.status().ToString();
+  EXPECT_NE(one.status().message().find("encrypted: its dm-crypt mapping does not pass discards"), std::string::npos)
+      << one.status().ToString();
 }
 
 }  // namespace
