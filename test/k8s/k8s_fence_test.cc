@@ -280,8 +280,11 @@ TEST_F(KubeFenceTest, ADeadNodesStatefulSetPodMovesByItselfAndTheDeadNodeCannotW
   EXPECT_TRUE(error.empty()) << error;
   EXPECT_EQ(released, std::vector<std::string>{std::string(kNs) + "/web-0"});
 
-  // The set goes (its pod first, so it is not made again), then the volume.
-  ASSERT_TRUE(cluster().Kubectl({"delete", "statefulset", "web", "-n", kNs, "--cascade=orphan"}).ok());
+  // The set goes, and its pod stays (no garbage collector runs here, so a
+  // background delete leaves the pod to B's kubelet and nobody makes it
+  // again), then the pod and the volume.
+  KubectlResult deleted = cluster().Kubectl({"delete", "statefulset", "web", "-n", kNs, "--cascade=background"});
+  ASSERT_TRUE(deleted.ok()) << deleted.err;
   ASSERT_TRUE(b.kubelet->DeletePod(on_b, &error)) << error;
   EXPECT_TRUE(WaitFor([&] { return !cluster().Get("volumeattachment", on_b.attachment).has_value(); }, 90s))
       << env().Logs();
