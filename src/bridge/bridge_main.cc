@@ -107,6 +107,7 @@ nlohmann::json Bridge::StatusReply(bool refresh_identity) {
   io["flush"] = flushes_.ToJson();
   io["discard"] = discards_.ToJson();
   io["reconnects"] = transport_ ? transport_->reconnects() : 0;
+  io["connection_drops"] = transport_ ? transport_->connection_drops() : 0;
   io["latency_buckets"] = kIoLatencyBuckets;
   j["io"] = io;
   MutexLock lock(err_mu_);

@@ -92,6 +92,10 @@ class BridgeTransport {
   // the bridge's I/O figures. Transports whose library reconnects out of
   // our sight (librados) report 0.
   virtual uint64_t reconnects() const { return 0; }
+  // Connections dropped since the transport opened, re-established or not:
+  // the node plugin reads them to ask at once whether it was fenced.
+  // Transports that see no drops (librados) report 0; theirs show in Health.
+  virtual uint64_t connection_drops() const { return 0; }
 };
 
 }  // namespace blockcsi

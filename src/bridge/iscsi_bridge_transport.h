@@ -53,6 +53,11 @@ class IscsiBridgeTransport final : public BridgeTransport {
     for (const auto& s : extra_sessions_) n += s->reconnects();
     return n;
   }
+  uint64_t connection_drops() const override {
+    uint64_t n = session_ ? session_->drops() : 0;
+    for (const auto& s : extra_sessions_) n += s->drops();
+    return n;
+  }
 
  private:
   explicit IscsiBridgeTransport(LibIscsiOptions options) : options_(std::move(options)) {}

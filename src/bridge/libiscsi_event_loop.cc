@@ -445,6 +445,7 @@ void LibIscsiEventLoop::Complete(std::unique_ptr<IscsiCommand> c, Status st) {
 
 void LibIscsiEventLoop::DropContext(const std::string& why) {
   if (ctx_ == nullptr) return;
+  ++drops_;
   drop_reason_ = why;
   // Outstanding tasks complete (cancelled) inside destroy; FinishCompleted
   // frees them and fails their commands.

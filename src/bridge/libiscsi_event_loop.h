@@ -82,6 +82,9 @@ class LibIscsiEventLoop {
   // deadline), logs out and joins the thread. Idempotent.
   void Close();
   uint64_t reconnects() const { return reconnects_.load(); }
+  // Connections dropped (by the target, the network or a timeout) since the
+  // loop started, whether or not a re-login followed.
+  uint64_t drops() const { return drops_.load(); }
   // "<target> lun <n>", for messages.
   std::string Name() const;
 
@@ -110,6 +113,7 @@ class LibIscsiEventLoop {
   LibIscsiOptions options_;
   std::string portal_;
   std::atomic<uint64_t> reconnects_{0};
+  std::atomic<uint64_t> drops_{0};
   int wake_fd_ = -1;  // eventfd: Submit and Close wake the loop
   pthread_t thread_{};
   bool thread_started_ = false;

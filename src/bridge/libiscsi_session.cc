@@ -95,6 +95,8 @@ void LibIscsiSession::Unwatch() {
 
 uint64_t LibIscsiSession::reconnects() const { return loop_ ? loop_->reconnects() : 0; }
 
+uint64_t LibIscsiSession::drops() const { return loop_ ? loop_->drops() : 0; }
+
 StatusOr<std::string> LibIscsiSession::InquiryVpd(int page) {
   Waiter w;
   auto c = MakeCommand(IscsiCommand::Kind::kInquiry, &w);

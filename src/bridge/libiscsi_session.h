@@ -69,6 +69,9 @@ class LibIscsiSession {
   bool lbprz() const { return lbprz_.load(); }
   // Re-logins after a dropped session since Connect.
   uint64_t reconnects() const;
+  // Connections dropped since Connect (a fence ends the session: the node
+  // asks at once whether it was fenced).
+  uint64_t drops() const;
 
   // Raw VPD page (header included) from INQUIRY EVPD.
   StatusOr<std::string> InquiryVpd(int page);

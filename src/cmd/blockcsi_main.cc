@@ -174,12 +174,14 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildController(const PluginConfig& con
 // absent → not fenced; its fence-id annotation → fenced; the report sets
 // its cleaned-up annotation to that id.
 std::shared_ptr<NodeFenceMonitor> FenceMonitor(const PluginConfig& config, std::shared_ptr<NodeService> node,
-                                               KubeApiAccess access) {
+                                               KubeApiAccess access, std::function<uint64_t()> connection_losses) {
   std::shared_ptr<KubeApiClient> api = MakeKubeApiClient(std::move(access), MachineHost());
   const std::string path =
       "/apis/coordination.k8s.io/v1/namespaces/" + FenceNamespace(config) + "/leases/" + FenceLeaseName(config.node_id);
   NodeFenceMonitorOptions options;
   options.interval = config.fence_check_interval;
+  // A fence ends the node's sessions: asked at once then, not an interval later.
+  options.connection_losses = std::move(connection_losses);
   options.check = [api, path]() -> StatusOr<FenceNotice> {
     BLOCKCSI_ASSIGN_OR_RETURN(KubeApiResponse got, api->Get(path));
     if (got.http_status == 404) return FenceNotice{};
@@ -223,11 +225,12 @@ StatusOr<std::shared_ptr<grpc::Service>> BuildNode(const PluginConfig& config, c
   attacher.rbd_map_options = config.rbd_map_options;
   attacher.iscsi_nodes_dir = config.iscsi_nodes_dir;
   attacher.rbd_command_timeout = config.rbd_timeout;
-  BLOCKCSI_ASSIGN_OR_RETURN(auto node, BuildNodeService(wiring));
+  BLOCKCSI_ASSIGN_OR_RETURN(BuiltNode built, BuildNodeService(wiring));
+  std::shared_ptr<NodeService> node = built.service;
   if (config.fence_check_interval.count() > 0) {
     BLOCKCSI_ASSIGN_OR_RETURN(std::optional<KubeApiAccess> access, KubeAccess(config));
     if (access) {
-      background.monitor = FenceMonitor(config, node, *std::move(access));
+      background.monitor = FenceMonitor(config, node, *std::move(access), built.connection_losses);
     } else {
       LogInfo("no Kubernetes API: this node does not check whether it is fenced");
     }

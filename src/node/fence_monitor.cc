@@ -26,6 +26,9 @@ Status NodeFenceMonitor::CheckNow() {
 
 void NodeFenceMonitor::Start() {
   loop_ = std::thread([this] {
+    // The reading the last check answered for: a loss seen before or
+    // during a check is covered by it.
+    uint64_t losses_seen = options_.connection_losses ? options_.connection_losses() : 0;
     MutexLock lock(mu_);
     while (!stopping_) {
       poked_ = false;
@@ -34,7 +37,22 @@ void NodeFenceMonitor::Start() {
       mu_.Lock();
       if (!checked.ok()) LogWarn("fence check failed; retrying", {{"error", checked.ToString()}});
       const auto deadline = std::chrono::steady_clock::now() + options_.interval;
-      while (!stopping_ && !poked_ && cv_.WaitUntil(mu_, deadline)) {
+      while (!stopping_ && !poked_) {
+        auto until = deadline;
+        if (options_.connection_losses) until = std::min(until, std::chrono::steady_clock::now() + options_.loss_poll);
+        while (!stopping_ && !poked_ && cv_.WaitUntil(mu_, until)) {
+        }
+        if (stopping_ || poked_ || std::chrono::steady_clock::now() >= deadline) break;
+        // Read outside the lock: it asks the node's bridges.
+        mu_.Unlock();
+        const uint64_t losses = options_.connection_losses();
+        mu_.Lock();
+        if (losses != losses_seen) {
+          LogInfo("connections to storage lost; asking at once whether this node is fenced",
+                  {{"losses", std::to_string(losses - losses_seen)}});
+          losses_seen = losses;
+          break;
+        }
       }
     }
   });

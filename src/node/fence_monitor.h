@@ -1,5 +1,7 @@
 // NodeFenceMonitor: the node plugin's side of fencing. It asks whether this
-// node is fenced (at start, then every interval, and at once when Poke()d),
+// node is fenced (at start, then every interval, and at once when Poke()d
+// or when the node's connections to its storage were lost: a fence ends
+// them, so the node hears of it in about a second instead of an interval),
 // and when it is: refuses NodeStage (NodeService::SetFenced), lets go of
 // every volume without waiting for kubelet (NodeService::ReleaseAll) and,
 // once nothing is left, reports that it cleaned up after that fence. Where
@@ -32,6 +34,12 @@ struct NodeFenceMonitorOptions {
   // could only detach lazily.
   std::function<Status(const std::string& fence_id, const std::vector<std::string>& lazily_unmounted)> report;
   std::chrono::milliseconds interval{std::chrono::seconds(30)};
+  // How many times this node's connections to its storage were lost so far
+  // (sessions dropped, I/O that failed, a client fenced): a local reading,
+  // taken every loss_poll; when it changed, the monitor asks at once.
+  // Empty: only the interval and Poke.
+  std::function<uint64_t()> connection_losses;
+  std::chrono::milliseconds loss_poll{std::chrono::seconds(1)};
 };
 
 class NodeFenceMonitor {

@@ -110,9 +110,26 @@ void CollectBridgeIo(const std::vector<AttachRecord>& records, const std::string
   }
 }
 
+// BuiltNode::connection_losses over what the attacher lists now.
+uint64_t BridgeConnectionLosses(VolumeAttacher& attacher, const std::string& state_dir) {
+  auto records = attacher.List();
+  if (!records.ok()) return 0;
+  uint64_t losses = 0;
+  for (const auto& record : *records) {
+    if (record.connector != "userspace") continue;
+    auto reply = CallBridge(BridgePathsFor(state_dir, record.volume_id).control_socket, {{"op", "status"}},
+                            std::chrono::milliseconds(500));
+    if (!reply.ok() || !StatusFromReply(*reply).ok()) continue;  // a bridge busy or gone says nothing here
+    if (!reply->value("healthy", true)) ++losses;
+    losses += reply->value("io_errors", uint64_t{0});
+    if (reply->contains("io")) losses += (*reply)["io"].value("connection_drops", uint64_t{0});
+  }
+  return losses;
+}
+
 }  // namespace
 
-StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring) {
+StatusOr<BuiltNode> BuildNodeService(const NodeWiring& wiring) {
   const std::string& state_dir = wiring.attacher.state_dir;
   const std::string& node_id = wiring.attacher.node_id;
   if (!wiring.host) return InvalidArgument("node service: no host seam");
@@ -134,6 +151,7 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
                            if (auto live = weak.lock()) CollectNodeVolumes(*live, *mounter, *host, state_dir, registry);
                          });
 
+  const std::weak_ptr<VolumeAttacher> attacher_seen = shared_attacher;
   NodeServiceOptions options;
   options.node_id = node_id;
   options.zone = wiring.zone;
@@ -146,7 +164,13 @@ StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring
   options.fs_minimum_bytes = wiring.fs_minimum_bytes;
   auto node = std::make_shared<NodeService>(std::move(options));
   node->LogAdoptedVolumes();
-  return node;
+  BuiltNode built;
+  built.service = node;
+  built.connection_losses = [attacher_seen, state_dir]() -> uint64_t {
+    auto live = attacher_seen.lock();
+    return live ? BridgeConnectionLosses(*live, state_dir) : 0;
+  };
+  return built;
 }
 
 }  // namespace blockcsi

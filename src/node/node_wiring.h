@@ -32,6 +32,18 @@ struct NodeWiring {
   std::function<uint64_t(const std::string& fs_type)> fs_minimum_bytes;
 };
 
-StatusOr<std::shared_ptr<NodeService>> BuildNodeService(const NodeWiring& wiring);
+struct BuiltNode {
+  std::shared_ptr<NodeService> service;
+  // How many times the node's connections to its storage were lost, summed
+  // over the volumes attached now: each userspace bridge's dropped
+  // connections and failed I/Os, plus one for a bridge whose client was
+  // fenced. Local (the bridges' control sockets); the fence monitor reads it
+  // every second to ask at once whether a fence ended the sessions. The
+  // kernel initiator's sessions are not counted: their node hears of a
+  // fence by the periodic check.
+  std::function<uint64_t()> connection_losses;
+};
+
+StatusOr<BuiltNode> BuildNodeService(const NodeWiring& wiring);
 
 }  // namespace blockcsi

@@ -236,5 +236,35 @@ TEST_F(FenceE2eTest, AFencedNodeCannotWriteItsVolumeMovesAndItIsUnfencedOnlyAfte
   EXPECT_TRUE(left.empty()) << testing::DescribeItems(left);
 }
 
+// Where fencing is not deployed (no watcher, no --fence-namespace: the base
+// manifests, whose RBAC grants no Leases), a fence made by hand is recorded
+// on the storage hosts only: no Lease is made in any namespace, so none is
+// left that nobody may delete, and the fence is lifted with --force.
+TEST_F(FenceE2eTest, WithoutFencingDeployedAFenceMakesNoLease) {
+  PluginOptions c;
+  c.mode = "controller";
+  c.node_id = "e2e-controller";
+  c.extra_args = {"--kubeconfig", cluster_->kubeconfig(), "--known-node-ids", "n1,n2"};
+  std::string error;
+  ASSERT_TRUE(controller_->Start(c, &error)) << error;
+  auto fence_leases = [&] {
+    std::vector<std::string> names;
+    for (const auto& lease : cluster_->List("leases", "*")) {
+      std::string name = lease.value("/metadata/name"_json_pointer, "");
+      if (name.rfind("blockcsi-fence-", 0) == 0)
+        names.push_back(lease.value("/metadata/namespace"_json_pointer, "") + "/" + name);
+    }
+    return names;
+  };
+  Ran fenced = Blockctl({"fence", "n1"});
+  ASSERT_EQ(fenced.code, 0) << fenced.out << GrpcLogTail();
+  EXPECT_EQ(fence_leases(), std::vector<std::string>{}) << "a fence made a Lease where fencing is not deployed";
+  Ran listed = Blockctl({"fences"});
+  EXPECT_NE(listed.out.find("n1"), std::string::npos) << "the fence was not recorded: " << listed.out;
+  Ran unfenced = Blockctl({"unfence", "n1", "--force"});
+  ASSERT_EQ(unfenced.code, 0) << unfenced.out << GrpcLogTail();
+  EXPECT_EQ(fence_leases(), std::vector<std::string>{});
+}
+
 }  // namespace
 }  // namespace blockcsi

@@ -28,6 +28,12 @@ PluginOptions KubeEnvironment::ControllerOptions() const {
   // The controller's node check reads CSINode objects as its
   // ServiceAccount, with the RBAC of rbac-controller.yaml (item 4).
   options.extra_args = {"--kubeconfig", cluster_->controller_kubeconfig()};
+  if (options_.fencing) {
+    // The overlay's flags (controller-fencing.yaml) with the test's time.
+    options.extra_args.insert(options.extra_args.end(),
+                              {"--fence-dead-nodes-after=" + std::to_string(kFenceDeadAfter.count()) + "s",
+                               "--taint-fenced-nodes", "--fence-namespace=blockcsi"});
+  }
   if (!options_.zones.empty()) {
     options.backend = "";  // the file names them
     options.extra_args.push_back("--backend-config");
@@ -57,12 +63,29 @@ bool KubeEnvironment::WriteZonesConfig(std::string* error) {
   return st.ok();
 }
 
+KubeEnvironment::Host& KubeEnvironment::node(const std::string& node_name) {
+  for (auto& host : hosts_) {
+    if (host.node_name == node_name) return host;
+  }
+  throw std::out_of_range("no node " + node_name + " in this environment");
+}
+
+bool KubeEnvironment::RestartNodePlugin(Host& host, std::string* error) {
+  if (!host.node_plugin->Start(host.node_options, error)) return false;
+  host.kubelet->SetNodeStub(&host.node_plugin->node());
+  return true;
+}
+
 std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(std::string* error) { return Start({}, error); }
 
 std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(const KubeEnvironmentOptions& options, std::string* error) {
   std::unique_ptr<KubeEnvironment> env(new KubeEnvironment());
   env->options_ = options;
   const std::string& dir = env->dir_.path();
+  if (options.fencing && !options.zones.empty()) {
+    *error = "fencing runs two Nodes on one storage host, not zones";
+    return nullptr;
+  }
   for (const std::string& zone : options.zones.empty() ? std::vector<std::string>{""} : options.zones) {
     Host host;
     host.zone = zone;
@@ -70,9 +93,13 @@ std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(const KubeEnvironmentOpt
     if (!host.tgtd) return nullptr;
     env->hosts_.push_back(std::move(host));
   }
+  if (options.fencing) {
+    env->hosts_.front().node_name = "k8s-node-a";
+    env->hosts_.emplace_back().node_name = "k8s-node-b";  // the same tgtd
+  }
 
   std::filesystem::create_directories(dir + "/cluster");
-  env->cluster_ = KubeCluster::Start(dir + "/cluster", error);
+  env->cluster_ = KubeCluster::Start(dir + "/cluster", KubeClusterOptions{.node_lifecycle = options.fencing}, error);
   if (!env->cluster_) return nullptr;
   KubeCluster& cluster = *env->cluster_;
   std::filesystem::create_directories(dir + "/controller");
@@ -81,14 +108,27 @@ std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(const KubeEnvironmentOpt
   if (!options.zones.empty() && !env->WriteZonesConfig(error)) return nullptr;
   if (!env->controller_->Start(env->ControllerOptions(), error)) return nullptr;
   for (auto& host : env->hosts_) {
-    const std::string name = host.zone.empty() ? kNodeName : "k8s-node-" + host.zone;
-    host.node_name = name;
+    if (host.node_name.empty()) host.node_name = host.zone.empty() ? kNodeName : "k8s-node-" + host.zone;
+    const std::string& name = host.node_name;
     std::filesystem::create_directories(dir + "/" + name);
     host.node_plugin = std::make_unique<PluginUnderTest>(dir + "/" + name, nullptr);
-    PluginOptions node;
+    PluginOptions& node = host.node_options;
     node.mode = "node";
     node.node_id = name;
     if (!host.zone.empty()) node.extra_args = {"--zone", host.zone};
+    if (options.fencing) {
+      // The overlay's node-fencing.yaml, with the node ServiceAccount's
+      // token; a check every second (default 30 s) so that the test does
+      // not wait, and a short bridge timeout so that a fenced node's I/O
+      // fails within seconds once the target turned it away.
+      node.extra_args = {"--kubeconfig",
+                         cluster.node_kubeconfig(),
+                         "--fence-namespace=blockcsi",
+                         "--fence-check-interval",
+                         "1s",
+                         "--bridge-io-timeout",
+                         "5s"};
+    }
     if (!host.node_plugin->Start(node, error)) return nullptr;
   }
 
@@ -110,13 +150,20 @@ std::unique_ptr<KubeEnvironment> KubeEnvironment::Start(const KubeEnvironmentOpt
   immediate.replace(immediate.find("volumeBindingMode: WaitForFirstConsumer"),
                     std::string("volumeBindingMode: WaitForFirstConsumer").size(), "volumeBindingMode: Immediate");
   if (!cluster.Apply(immediate, error)) return nullptr;
+  if (options.fencing && !cluster.Apply(DeployFile("kubernetes/overlays/fencing/rbac-fencing.yaml"), error)) {
+    *error = "rbac-fencing.yaml: " + *error;
+    return nullptr;
+  }
 
   for (auto& host : env->hosts_) {
     const std::string& name = host.node_name;
-    const std::string kubelet_dir = host.zone.empty() ? dir + "/kubelet" : dir + "/kubelet-" + host.zone;
+    const std::string kubelet_dir = options.fencing     ? dir + "/kubelet-" + name
+                                    : host.zone.empty() ? dir + "/kubelet"
+                                                        : dir + "/kubelet-" + host.zone;
     std::filesystem::create_directories(kubelet_dir);
     host.kubelet = std::make_unique<KubeletSimulator>(&cluster, &host.node_plugin->node(), name, kubelet_dir);
     if (!host.kubelet->Register(error)) return nullptr;
+    if (options.fencing && !host.kubelet->StartHeartbeat(kHeartbeatEvery, error)) return nullptr;
     host.kubelet->SetSupervisor([cluster = env->cluster_.get()] { cluster->RestartExitedPrograms(); });
   }
   if (!env->StartSidecars(error)) return nullptr;
@@ -203,12 +250,17 @@ std::string KubeEnvironment::Logs() {
   }
   logs += "---- blockcsi controller\n" + controller_->LogTail(2000) + "\n";
   for (auto& host : hosts_) {
-    if (host.node_plugin) logs += "---- blockcsi node " + host.zone + "\n" + host.node_plugin->LogTail(2000) + "\n";
+    if (host.node_plugin) {
+      logs += "---- blockcsi node " + host.node_name + "\n" + host.node_plugin->LogTail(2000) + "\n";
+    }
   }
   return logs;
 }
 
 KubeEnvironment::~KubeEnvironment() {
+  for (auto& host : hosts_) {
+    if (host.kubelet) host.kubelet->StopHeartbeat();
+  }
   cluster_.reset();
   for (auto& host : hosts_) {
     host.kubelet.reset();

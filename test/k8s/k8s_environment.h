@@ -9,6 +9,10 @@
 // storage host per zone instead — its own tgtd and pool, a local backend
 // `zone-<name>` with `zone = <name>` in the controller's --backend-config —
 // and one Node per zone, k8s-node-<name>, whose plugin runs with --zone.
+// With fencing, two Nodes on the one storage host, k8s-node-a and
+// k8s-node-b, whose kubelets heartbeat, a control plane that notices a dead
+// node (KubeClusterOptions::node_lifecycle), and the fencing overlay's
+// RBAC, flags and node kubeconfig (deploy/kubernetes/overlays/fencing).
 // Not thread-safe.
 #pragma once
 
@@ -32,16 +36,24 @@ struct KubeEnvironmentOptions {
   // A zone's pool directory (e.g. a small filesystem the test can fill);
   // default: under the environment's directory.
   std::map<std::string, std::string> zone_pools;
+  // Fencing of dead nodes (no zones): two Nodes, fencing turned on.
+  bool fencing = false;
 };
+
+// The fencing environment's times: a dead node is Unknown ~10 s after its
+// last heartbeat (kube_cluster.cc) and fenced kFenceDeadAfter later.
+inline constexpr std::chrono::seconds kFenceDeadAfter{5};
+inline constexpr std::chrono::seconds kHeartbeatEvery{2};
 
 class KubeEnvironment {
  public:
   // One storage host and the Node whose plugin reaches it (its zone's).
   struct Host {
-    std::string zone;       // empty without zones
-    std::string node_name;  // its Node (and node id)
-    std::unique_ptr<TgtdHarness> tgtd;
+    std::string zone;                   // empty without zones
+    std::string node_name;              // its Node (and node id)
+    std::unique_ptr<TgtdHarness> tgtd;  // null for the second Node on the fencing environment's host
     std::unique_ptr<PluginUnderTest> node_plugin;
+    PluginOptions node_options;  // how its plugin was started
     std::unique_ptr<KubeletSimulator> kubelet;
   };
 
@@ -64,6 +76,11 @@ class KubeEnvironment {
   KubeletSimulator& kubelet() { return *hosts_.front().kubelet; }
   // The host of zone `zone` (one of the options' zones).
   Host& zone(const std::string& zone);
+  // The host whose Node is `node_name`.
+  Host& node(const std::string& node_name);
+  // Starts a Node's plugin again with its flags (after a kill), and points
+  // its kubelet at the new plugin.
+  bool RestartNodePlugin(Host& host, std::string* error);
   const std::string& dir() const { return dir_.path(); }
 
   // The blockcsi controller again (after a kill), with the same flags plus

@@ -146,6 +146,11 @@ std::string KubeCluster::UnpackPeer(const std::string& name, std::string* error)
 }
 
 std::unique_ptr<KubeCluster> KubeCluster::Start(const std::string& dir, std::string* error) {
+  return Start(dir, KubeClusterOptions{}, error);
+}
+
+std::unique_ptr<KubeCluster> KubeCluster::Start(const std::string& dir, const KubeClusterOptions& options,
+                                                std::string* error) {
   std::unique_ptr<KubeCluster> cluster(new KubeCluster());
   cluster->dir_ = dir;
   if (!cluster->MakeCredentials(error) || !cluster->StartEtcd(error) || !cluster->StartApiserver(error)) {
@@ -157,13 +162,29 @@ std::unique_ptr<KubeCluster> KubeCluster::Start(const std::string& dir, std::str
   // The controllers a storage flow needs: the binder (binds PVCs, waits
   // for the first consumer), the protection finalizers, and the
   // attach-detach controller (makes VolumeAttachments for scheduled pods).
-  // No node lifecycle controller: no kubelet heartbeats here.
-  if (!cluster->StartProgram(
-          "kube-controller-manager",
-          {kcm, "--kubeconfig", cluster->admin_kubeconfig_, "--leader-elect=false", "--secure-port=0",
-           "--controllers=persistentvolume-binder,pvc-protection,pv-protection,attachdetach",
-           "--use-service-account-credentials=false", "--v=2"},
-          {}, error) ||
+  // No node lifecycle controller unless asked: it needs kubelet heartbeats.
+  std::vector<std::string> kcm_argv{kcm,
+                                    "--kubeconfig",
+                                    cluster->admin_kubeconfig_,
+                                    "--leader-elect=false",
+                                    "--secure-port=0",
+                                    "--use-service-account-credentials=false",
+                                    "--v=2"};
+  if (!options.node_lifecycle) {
+    kcm_argv.push_back("--controllers=persistentvolume-binder,pvc-protection,pv-protection,attachdetach");
+  } else {
+    // A dead node as Kubernetes sees one, faster: Unknown 10 s after its
+    // last heartbeat (default 40 s), looked at every 2 s (5 s). Its pods
+    // are then evicted by the NoExecute taints (node lifecycle's taint
+    // manager), force-deleted by pod GC once it also has the out-of-service
+    // taint (NodeOutOfServiceVolumeDetach, on by default in 1.26), and the
+    // StatefulSet controller makes the pod again elsewhere.
+    kcm_argv.insert(kcm_argv.end(),
+                    {"--controllers=persistentvolume-binder,pvc-protection,pv-protection,attachdetach,nodelifecycle,"
+                     "podgc,statefulset",
+                     "--node-monitor-period=2s", "--node-monitor-grace-period=10s", "--node-startup-grace-period=20s"});
+  }
+  if (!cluster->StartProgram("kube-controller-manager", kcm_argv, {}, error) ||
       !cluster->StartProgram(
           "kube-scheduler",
           {scheduler, "--kubeconfig", cluster->admin_kubeconfig_, "--leader-elect=false", "--secure-port=0", "--v=2"},
@@ -200,11 +221,15 @@ bool KubeCluster::MakeCredentials(std::string* error) {
   }
   std::string admin_token = RandomToken();
   std::string controller_token = RandomToken();
+  std::string node_token = RandomToken();
   // The second line is the controller's ServiceAccount by name: RBAC
   // matches a ServiceAccount subject by that user name, so the manifests'
   // bindings apply to it as they would to the real account's token.
   if (!WriteFile(d + "/tokens.csv", admin_token + ",admin,admin-uid,\"system:masters\"\n" + controller_token +
                                         ",system:serviceaccount:blockcsi:blockcsi-controller,blockcsi-controller-uid,"
+                                        "\"system:serviceaccounts,system:serviceaccounts:blockcsi\"\n" +
+                                        node_token +
+                                        ",system:serviceaccount:blockcsi:blockcsi-node,blockcsi-node-uid,"
                                         "\"system:serviceaccounts,system:serviceaccounts:blockcsi\"\n")) {
     *error = "cannot write the token file";
     return false;
@@ -240,6 +265,8 @@ bool KubeCluster::StartApiserver(std::string* error) {
   std::string admin_token = tokens.substr(0, tokens.find(','));
   std::string second = tokens.substr(tokens.find('\n') + 1);
   std::string controller_token = second.substr(0, second.find(','));
+  std::string third = second.substr(second.find('\n') + 1);
+  std::string node_token = third.substr(0, third.find(','));
   // The apiserver cannot bind port 0 (it must know its port to advertise
   // it): a port held by ReservedPort, and another one when it still cannot
   // bind (another program that does not set SO_REUSEADDR took it).
@@ -249,9 +276,11 @@ bool KubeCluster::StartApiserver(std::string* error) {
     std::string server = "https://127.0.0.1:" + port;
     admin_kubeconfig_ = dir_ + "/admin.kubeconfig";
     controller_kubeconfig_ = dir_ + "/controller.kubeconfig";
+    node_kubeconfig_ = dir_ + "/node.kubeconfig";
     if (!WriteFile(admin_kubeconfig_, Kubeconfig(server, d + "/ca.crt", "admin", admin_token)) ||
         !WriteFile(controller_kubeconfig_,
-                   Kubeconfig(server, d + "/ca.crt", "blockcsi-controller", controller_token))) {
+                   Kubeconfig(server, d + "/ca.crt", "blockcsi-controller", controller_token)) ||
+        !WriteFile(node_kubeconfig_, Kubeconfig(server, d + "/ca.crt", "blockcsi-node", node_token))) {
       *error = "cannot write kubeconfigs";
       return false;
     }

@@ -22,6 +22,16 @@
 
 namespace blockcsi::testing {
 
+// What a test asks of the control plane beyond the storage flow's needs.
+struct KubeClusterOptions {
+  // Run kube-controller-manager's node lifecycle, pod GC and StatefulSet
+  // controllers too, with grace periods short enough for a test: a Node
+  // whose kubelet stops renewing its Lease is Unknown after ~10 s. Only
+  // for kubelets that heartbeat (KubeletSimulator::StartHeartbeat): the
+  // node lifecycle controller marks any other Node Unknown at once.
+  bool node_lifecycle = false;
+};
+
 struct KubectlResult {
   int exit_code = -1;
   std::string out;
@@ -45,6 +55,8 @@ class KubeCluster {
   // scheduler under `dir` (a directory of the test's own). nullptr with
   // `error` set (and everything started so far stopped) when it cannot.
   static std::unique_ptr<KubeCluster> Start(const std::string& dir, std::string* error);
+  static std::unique_ptr<KubeCluster> Start(const std::string& dir, const KubeClusterOptions& options,
+                                            std::string* error);
   // Stops every program it started, newest first, by pid.
   ~KubeCluster();
   KubeCluster(const KubeCluster&) = delete;
@@ -58,6 +70,9 @@ class KubeCluster {
   // has exactly the RBAC that deploy/kubernetes/base/rbac-controller.yaml
   // grants once applied.
   const std::string& controller_kubeconfig() const { return controller_kubeconfig_; }
+  // The same for blockcsi/blockcsi-node (the node plugins' account; the
+  // base manifests grant it nothing, the fencing overlay its Lease).
+  const std::string& node_kubeconfig() const { return node_kubeconfig_; }
 
   // Starts a program kept by name (stdout+stderr to <dir>/<name>.log), with
   // `env` set for it only. Replaces a stopped one of the same name.
@@ -102,6 +117,7 @@ class KubeCluster {
   std::string dir_;
   std::string admin_kubeconfig_;
   std::string controller_kubeconfig_;
+  std::string node_kubeconfig_;
   std::unique_ptr<ReservedPort> etcd_port_;
   std::unique_ptr<ReservedPort> etcd_peer_port_;
   std::unique_ptr<ReservedPort> apiserver_port_;

@@ -1,5 +1,7 @@
 #include "k8s/kubelet_simulator.h"
 
+#include <time.h>
+
 #include <algorithm>
 
 #include "support/plugin_under_test.h"
@@ -25,6 +27,20 @@ Mode::Mode CsiMode(const Json& pv) {
   return Mode::SINGLE_NODE_WRITER;
 }
 
+// Now in RFC 3339 with microseconds (a Lease's MicroTime; a condition's
+// Time takes it too).
+std::string NowRfc3339() {
+  auto now = std::chrono::system_clock::now();
+  time_t seconds = std::chrono::system_clock::to_time_t(now);
+  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  struct tm utc;
+  gmtime_r(&seconds, &utc);
+  char text[64];
+  snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday,
+           utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<long>(micros));
+  return text;
+}
+
 }  // namespace
 
 KubeletSimulator::KubeletSimulator(KubeCluster* cluster, csi::v1::Node::Stub* node, std::string node_name,
@@ -35,6 +51,74 @@ KubeletSimulator::KubeletSimulator(KubeCluster* cluster, csi::v1::Node::Stub* no
       kubelet_dir_(std::move(kubelet_dir)),
       driver_(std::move(driver)),
       co_(nullptr, e2e::CoSimulatorOptions{.driver_name = driver_}) {}
+
+KubeletSimulator::~KubeletSimulator() { StopHeartbeat(); }
+
+void KubeletSimulator::SetNodeStub(csi::v1::Node::Stub* node) {
+  node_ = node;
+  co_.AddNode(node_id_, node_, kubelet_dir_);
+}
+
+bool KubeletSimulator::Beat(bool transition, std::string* error) {
+  const std::string now = NowRfc3339();
+  // kubelet's Lease: node lifecycle takes its renewal as the heartbeat.
+  Json lease{{"apiVersion", "coordination.k8s.io/v1"},
+             {"kind", "Lease"},
+             {"metadata", {{"name", node_name_}, {"namespace", "kube-node-lease"}}},
+             {"spec", {{"holderIdentity", node_name_}, {"leaseDurationSeconds", 10}, {"renewTime", now}}}};
+  KubectlResult r = cluster_->Kubectl({"apply", "-f", "-"}, lease.dump());
+  if (!r.ok()) {
+    *error = "cannot renew the node's Lease: " + r.err;
+    return false;
+  }
+  // The Ready condition (merged by type): a Node marked Unknown while its
+  // kubelet was away is Ready again only when the kubelet says so.
+  Json ready{{"type", "Ready"},
+             {"status", "True"},
+             {"reason", "KubeletReady"},
+             {"message", "the k8s test's kubelet simulator"},
+             {"lastHeartbeatTime", now}};
+  if (transition) ready["lastTransitionTime"] = now;
+  Json patch{{"status", {{"conditions", Json::array({ready})}}}};
+  r = cluster_->Kubectl({"patch", "node", node_name_, "--subresource=status", "--type=strategic", "-p", patch.dump()});
+  if (!r.ok()) {
+    *error = "cannot renew the node's Ready condition: " + r.err;
+    return false;
+  }
+  last_heartbeat_ = std::chrono::steady_clock::now();
+  return true;
+}
+
+bool KubeletSimulator::StartHeartbeat(std::chrono::milliseconds every, std::string* error) {
+  StopHeartbeat();
+  if (!Beat(/*transition=*/true, error)) return false;
+  {
+    std::lock_guard lock(heartbeat_mu_);
+    heartbeat_stop_ = false;
+  }
+  heartbeat_ = std::thread([this, every] {
+    std::unique_lock lock(heartbeat_mu_);
+    while (!heartbeat_cv_.wait_for(lock, every, [&] { return heartbeat_stop_; })) {
+      lock.unlock();
+      std::string why;
+      // A failed renewal is a missed heartbeat, as for kubelet: the next
+      // one may succeed, and node lifecycle decides what too many mean.
+      Beat(/*transition=*/false, &why);
+      lock.lock();
+    }
+  });
+  return true;
+}
+
+void KubeletSimulator::StopHeartbeat() {
+  if (!heartbeat_.joinable()) return;
+  {
+    std::lock_guard lock(heartbeat_mu_);
+    heartbeat_stop_ = true;
+  }
+  heartbeat_cv_.notify_all();
+  heartbeat_.join();
+}
 
 bool KubeletSimulator::Register(std::string* error) {
   csi::v1::NodeGetInfoRequest req;
@@ -122,6 +206,7 @@ bool KubeletSimulator::RunPod(const std::string& ns, const std::string& name, Ru
     *error = "pod " + name + " was scheduled on " + Str(pod, "/spec/nodeName"_json_pointer);
     return false;
   }
+  out->uid = Str(pod, "/metadata/uid"_json_pointer);
   out->pvc = Str(pod, "/spec/volumes/0/persistentVolumeClaim/claimName"_json_pointer);
   Json pvc;
   if (!WaitFor(
@@ -198,7 +283,33 @@ bool KubeletSimulator::RunPod(const std::string& ns, const std::string& name, Ru
   }
   Json running{{"status", {{"phase", "Running"}}}};
   cluster_->Kubectl({"patch", "pod", name, "-n", ns, "--subresource=status", "--type=merge", "-p", running.dump()});
+  pods_.push_back(*out);
   return true;
+}
+
+std::vector<std::string> KubeletSimulator::ReleaseDeletedPods(std::string* error) {
+  std::vector<std::string> released;
+  for (auto it = pods_.begin(); it != pods_.end();) {
+    auto got = cluster_->Get("pod", it->name, it->ns);
+    if (got && Str(*got, "/metadata/uid"_json_pointer) == it->uid &&
+        Str(*got, "/spec/nodeName"_json_pointer) == node_name_) {
+      ++it;
+      continue;
+    }
+    grpc::Status st = co_.DeletePod(it->pod);
+    if (!st.ok()) {
+      *error = "kubelet: releasing " + it->name + ": " + e2e::CodeName(st.error_code()) + ": " + st.error_message();
+      return released;
+    }
+    auto in_use = std::find(volumes_in_use_.begin(), volumes_in_use_.end(),
+                            "kubernetes.io/csi/" + driver_ + "^" + it->volume_handle);
+    if (in_use != volumes_in_use_.end()) volumes_in_use_.erase(in_use);
+    co_.ForgetAttachment(it->attachment);
+    released.push_back(it->ns + "/" + it->name);
+    it = pods_.erase(it);
+  }
+  if (!SetVolumesInUse()) *error = "cannot set the node's volumesInUse";
+  return released;
 }
 
 bool KubeletSimulator::DeletePod(const RunningPod& pod, std::string* error) {
@@ -218,6 +329,9 @@ bool KubeletSimulator::DeletePod(const RunningPod& pod, std::string* error) {
     return false;
   }
   co_.ForgetAttachment(pod.attachment);
+  pods_.erase(std::remove_if(pods_.begin(), pods_.end(),
+                             [&](const RunningPod& p) { return p.ns == pod.ns && p.name == pod.name; }),
+              pods_.end());
   KubectlResult r = cluster_->Kubectl({"delete", "pod", pod.name, "-n", pod.ns, "--grace-period=0", "--force"});
   if (!r.ok() && r.err.find("NotFound") == std::string::npos) {
     *error = "kubectl delete pod: " + r.err;

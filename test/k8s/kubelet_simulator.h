@@ -7,14 +7,23 @@
 // the volume in the Node's status.volumesInUse as kubelet does (the
 // attach-detach controller does not detach a volume still listed there).
 // Deleting a pod unpublishes, unstages, drops the volume from volumesInUse
-// and removes the Pod object (kubelet's final delete). Not thread-safe.
+// and removes the Pod object (kubelet's final delete). With a heartbeat
+// (StartHeartbeat) it renews the Node's Lease in kube-node-lease and its
+// Ready condition on a thread of its own, as kubelet does, until the test
+// stops it (a node that dies). Not thread-safe, but for that thread, which
+// touches only the Lease and the Ready condition.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "e2e/co_simulator.h"
 #include "k8s/kube_cluster.h"
@@ -25,6 +34,7 @@ namespace blockcsi::testing {
 struct RunningPod {
   std::string ns;
   std::string name;
+  std::string uid;  // the Pod object's (a StatefulSet's pod made again has the same name)
   std::string pvc;
   std::string pv;
   std::string volume_handle;
@@ -41,6 +51,7 @@ class KubeletSimulator {
   // pod directories go.
   KubeletSimulator(KubeCluster* cluster, csi::v1::Node::Stub* node, std::string node_name, std::string kubelet_dir,
                    std::string driver = "blockcsi.io");
+  ~KubeletSimulator();
   KubeletSimulator(const KubeletSimulator&) = delete;
   KubeletSimulator& operator=(const KubeletSimulator&) = delete;
 
@@ -49,6 +60,17 @@ class KubeletSimulator {
   bool Register(std::string* error);
   const std::string& node_name() const { return node_name_; }
   const std::string& node_id() const { return node_id_; }
+  // The node plugin's stub again, after the plugin was restarted (its
+  // PluginUnderTest makes new stubs).
+  void SetNodeStub(csi::v1::Node::Stub* node);
+
+  // Renews the Node's Lease and Ready condition every `every` (the first
+  // renewal before it returns), until StopHeartbeat.
+  bool StartHeartbeat(std::chrono::milliseconds every, std::string* error);
+  // No more heartbeats (the node died); returns when the thread is gone.
+  void StopHeartbeat();
+  // When the last renewal succeeded.
+  std::chrono::steady_clock::time_point last_heartbeat() const { return last_heartbeat_.load(); }
 
   // Waits (up to `timeout`) for pod ns/name to be scheduled here and its
   // one PVC volume attached, then stages and publishes it and marks the
@@ -57,6 +79,10 @@ class KubeletSimulator {
               std::chrono::milliseconds timeout = std::chrono::seconds(90));
   // Unpublish, unstage, volumesInUse, then the Pod object goes.
   bool DeletePod(const RunningPod& pod, std::string* error);
+  // What kubelet does for the pods it ran whose object is gone, or is now
+  // another pod (same name, another uid) or on another node: unpublish,
+  // unstage, drop the volume from volumesInUse. The names let go of.
+  std::vector<std::string> ReleaseDeletedPods(std::string* error);
   // NodeExpandVolume to the PV's capacity, then the PVC's status capacity
   // (kubelet finishes an online expansion so).
   bool ExpandVolume(const RunningPod& pod, std::string* error);
@@ -71,6 +97,8 @@ class KubeletSimulator {
 
  private:
   bool SetVolumesInUse();
+  // One renewal of the Lease and the Ready condition.
+  bool Beat(bool transition, std::string* error);
 
   KubeCluster* cluster_;
   csi::v1::Node::Stub* node_;
@@ -81,6 +109,13 @@ class KubeletSimulator {
   e2e::CoSimulator co_;
   std::vector<std::string> volumes_in_use_;
   std::function<void()> supervise_;
+  std::vector<RunningPod> pods_;  // the pods RunPod started and no one deleted yet
+
+  std::mutex heartbeat_mu_;
+  std::condition_variable heartbeat_cv_;
+  bool heartbeat_stop_ = false;  // guarded by heartbeat_mu_
+  std::thread heartbeat_;
+  std::atomic<std::chrono::steady_clock::time_point> last_heartbeat_{};
 };
 
 }  // namespace blockcsi::testing

@@ -73,6 +73,10 @@ std::string CephClient::Read(uint64_t offset, size_t len) {
 
 std::vector<std::string> CephClient::Watchers() { return WatchersOf(image_); }
 
+int CephClient::SetMetadata(const std::string& key, const std::string& value) {
+  return rbd_metadata_set(image_, key.c_str(), value.c_str());
+}
+
 std::optional<std::string> CephClient::Metadata(const std::string& image, const std::string& key) {
   rbd_image_t h = nullptr;
   if (OpenReadOnly(io_, image, &h) < 0) return "<open failed>";

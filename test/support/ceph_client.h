@@ -37,6 +37,9 @@ class CephClient {
   int Write(uint64_t offset, const std::string& data);
   std::string Read(uint64_t offset, size_t len);
   std::vector<std::string> Watchers();  // of the open image
+  // Sets a metadata key of the open image (as a node's bridge registers its
+  // client); 0 or the negative errno.
+  int SetMetadata(const std::string& key, const std::string& value);
 
   // Read-only looks at any image of the pool.
   // nullopt when the key is absent; "<open failed>" when the image cannot

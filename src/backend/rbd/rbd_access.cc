@@ -133,27 +133,51 @@ Status RbdBackend::RevokeLocked(const std::string& volume_id, const std::string&
                                 const std::map<std::string, std::string>& meta, const std::string& node) {
   const std::string grant_key = kMetaGrantPrefix + node;
   const std::string client_key = kMetaClientPrefix + node;
+  auto addrs_of = [](const std::string& value) {
+    std::set<std::string> addrs;
+    for (auto& addr : SplitString(value, ',')) {
+      if (!addr.empty()) addrs.insert(addr);
+    }
+    return addrs;
+  };
+  // The other nodes granted the image, and the clients they registered
+  // (their bridges write blockcsi.client.<node> when they attach).
   bool others_granted = false;
+  bool others_all_registered = true;
+  std::set<std::string> others_clients;
   for (const auto& [key, value] : meta) {
-    if (key.starts_with(kMetaGrantPrefix) && key != grant_key) others_granted = true;
+    if (!key.starts_with(kMetaGrantPrefix) || key == grant_key) continue;
+    others_granted = true;
+    auto registered = meta.find(kMetaClientPrefix + key.substr(std::string_view(kMetaGrantPrefix).size()));
+    if (registered == meta.end()) {
+      others_all_registered = false;
+      continue;
+    }
+    others_clients.merge(addrs_of(registered->second));
   }
 
-  // Whose clients to cut off: the ones the node said are its own, and — when
-  // nobody else may use the image after this — every other watcher too.
+  // Whose clients to cut off: the ones the node registered as its own; when
+  // it registered none, the watchers no other granted node registered (only
+  // when every other node did: an unregistered one's client would look like
+  // this node's); and when nobody else may use the image after this, every
+  // watcher. Never another granted node's registered client.
   std::set<std::string> fence;
-  if (auto it = meta.find(client_key); it != meta.end()) {
-    for (auto& addr : SplitString(it->second, ',')) {
-      if (!addr.empty()) fence.insert(addr);
-    }
-  }
+  if (auto it = meta.find(client_key); it != meta.end()) fence = addrs_of(it->second);
   BLOCKCSI_ASSIGN_OR_RETURN(auto all_watchers, ListWatchers(image, Spec(image_name)));
   auto watchers = OthersOnly(std::move(all_watchers));
   if (!others_granted) {
     for (const auto& w : watchers) fence.insert(w.addr);
+  } else if (!meta.contains(client_key) && others_all_registered) {
+    for (const auto& w : watchers) {
+      if (!others_clients.contains(w.addr)) fence.insert(w.addr);
+    }
   } else if (!meta.contains(client_key) && !watchers.empty()) {
-    LogWarn("rbd revoke cannot tell this node's clients from other nodes'; not fencing",
-            {{"volume", volume_id}, {"node", node}});
+    LogWarn(
+        "rbd revoke cannot tell this node's clients from other nodes' (a granted node registered none); "
+        "not fencing",
+        {{"volume", volume_id}, {"node", node}});
   }
+  for (const auto& addr : others_clients) fence.erase(addr);
 
   std::vector<std::string> fenced = FencedAddrs(meta, node);
   for (const auto& addr : fence) {

@@ -120,5 +120,57 @@ TEST_F(RbdFenceTest, AFencedNodesClientCannotWriteItsGrantsAreRefusedAndAnotherN
   volume_.clear();
 }
 
+// An image granted to two nodes (a volume moving, or shared): fencing one
+// blocklists its client only. Node-a registered no client (a reader, an
+// older bridge); node-b did: node-a's client is the watcher no other granted
+// node claims, and node-b's goes on writing.
+TEST_F(RbdFenceTest, FencingOneOfTwoGrantedNodesCutsOffItsClientOnly) {
+  CreateVolumeSpec spec;
+  spec.name = "fence-shared-" + std::to_string(::getpid());
+  spec.size_bytes = 8 << 20;
+  spec.parameters = {{"fsType", "ext4"}};
+  auto vol = backend_->CreateVolume(spec);
+  ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+  volume_ = vol->id;
+  const std::string image = vol->transport_params.at(rbd_params::kImage);
+  ASSERT_TRUE(backend_->GrantAccess(volume_, GrantFor("node-a")).ok());
+  ASSERT_TRUE(backend_->GrantAccess(volume_, GrantFor("node-b")).ok());
+
+  auto node_b = NodeClient();
+  ASSERT_EQ(node_b->OpenImage(image), 0);
+  auto b_addrs = node_b->Watchers();
+  ASSERT_EQ(b_addrs.size(), 1u);
+  ASSERT_EQ(node_b->SetMetadata("blockcsi.client.node-b", b_addrs[0]), 0);
+  auto node_a = NodeClient();
+  ASSERT_EQ(node_a->OpenImage(image), 0);
+  ASSERT_EQ(node_a->Write(0, std::string(4096, 'a')), 0);
+  std::string a_addr;
+  for (const auto& w : node_a->Watchers()) {
+    if (w != b_addrs[0]) a_addr = w;
+  }
+  ASSERT_FALSE(a_addr.empty());
+
+  auto answers = backend_->FenceNode("node-a", InitiatorIqnForNode("node-a"));
+  ASSERT_EQ(answers.size(), 1u);
+  ASSERT_TRUE(answers[0].status.ok()) << answers[0].status.ToString();
+  auto admin = NodeClient();
+  auto blocklist = admin->Blocklist();
+  EXPECT_TRUE(blocklist.contains(a_addr)) << "node-a's client " << a_addr << " was not blocklisted";
+  EXPECT_FALSE(blocklist.contains(b_addrs[0])) << "node-b's client was blocklisted with node-a's fence";
+  EXPECT_LT(node_a->Write(0, std::string(4096, 'x')), 0) << "a fenced node's client wrote";
+  EXPECT_EQ(node_b->Write(4096, std::string(4096, 'b')), 0) << "node-b lost the image with node-a's fence";
+  EXPECT_EQ(node_b->Read(0, 4096), std::string(4096, 'a'));
+  node_b->CloseImage();
+  node_a.reset();
+
+  ASSERT_TRUE(backend_->UnfenceNode("node-a")[0].status.ok());
+  ASSERT_TRUE(backend_->RevokeAccess(volume_, InitiatorIqnForNode("node-b")).ok());
+  // Granted again, node-a's blocklist entry is lifted (its client is gone).
+  ASSERT_TRUE(backend_->GrantAccess(volume_, GrantFor("node-a")).ok());
+  ASSERT_TRUE(backend_->RevokeAccess(volume_, InitiatorIqnForNode("node-a")).ok());
+  ASSERT_TRUE(backend_->DeleteVolume(volume_).ok());
+  volume_.clear();
+}
+
 }  // namespace
 }  // namespace blockcsi
