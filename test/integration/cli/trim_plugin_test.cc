@@ -85,6 +85,35 @@ class TrimThroughPluginTest : public testing::PluginSuiteTest {
 
   void Sync(const std::string& dir) { EXPECT_EQ(Exec(Command("sync").Arg("-f").Arg(dir)).code, 0); }
   static bool HaveFio() { return std::filesystem::exists("/usr/bin/fio"); }
+
+  // fio writing 96 MiB of random blocks three times from `offset` of `file`,
+  // each verified (crc32c) as it goes and at the end, stopping at the first
+  // bad block: the work that runs beside the trims.
+  Ran FioWriteAndVerify(const std::string& name, const std::string& file, uint64_t offset) {
+    return Exec(Command("fio")
+                    .Arg("--name=" + name)
+                    .Arg("--filename=" + file)
+                    .Arg("--offset=" + std::to_string(offset))
+                    .Arg("--size=96M")
+                    .Arg("--rw=randwrite")
+                    .Arg("--bsrange=4k-256k")
+                    .Arg("--direct=1")
+                    .Arg("--ioengine=psync")
+                    .Arg("--loops=3")
+                    .Arg("--verify=crc32c")
+                    .Arg("--verify_backlog=64")
+                    .Arg("--do_verify=1")
+                    .Arg("--verify_fatal=1")
+                    .Arg("--output-format=json"));
+  }
+  // fio ended without an error and read back what it wrote.
+  static void ExpectVerifiedWithoutError(const Ran& fio) {
+    ASSERT_EQ(fio.code, 0) << fio.err << fio.out.substr(0, 2000);
+    auto j = nlohmann::json::parse(fio.out.substr(fio.out.find('{')));
+    EXPECT_EQ(j["jobs"][0]["error"], 0) << fio.out;
+    EXPECT_GT(j["jobs"][0]["read"]["io_bytes"].get<uint64_t>(), 0u) << "fio verified nothing";
+    EXPECT_EQ(fio.err.find("verify"), std::string::npos) << fio.err;
+  }
 };
 
 class TrimFilesystemThroughPluginTest : public TrimThroughPluginTest,
@@ -189,31 +218,15 @@ TEST_F(TrimThroughPluginTest, TrimsDuringFioWithVerifyLoseNothing) {
       Sync(staging);
     }
   });
-  Ran fio = Exec(Command("fio")
-                     .Arg("--name=verify-under-trim")
-                     .Arg("--filename=" + staging + "/fio.dat")
-                     .Arg("--size=96M")
-                     .Arg("--rw=randwrite")
-                     .Arg("--bsrange=4k-256k")
-                     .Arg("--direct=1")
-                     .Arg("--ioengine=psync")
-                     .Arg("--loops=3")
-                     .Arg("--verify=crc32c")
-                     .Arg("--verify_backlog=64")
-                     .Arg("--do_verify=1")
-                     .Arg("--verify_fatal=1")
-                     .Arg("--output-format=json"));
+  Ran fio = FioWriteAndVerify("verify-under-trim", staging + "/fio.dat", 0);
   done = true;
   trimmer.join();
   std::printf(
       "[ figures ] fio randwrite+verify 3 x 96 MiB on ext4 through the bridge, %d blockctl trims "
       "beside it (%d failed); fio exit %d\n",
       trims, trim_failures, fio.code);
-  ASSERT_EQ(fio.code, 0) << fio.err << fio.out.substr(0, 2000);
-  auto j = nlohmann::json::parse(fio.out.substr(fio.out.find('{')));
-  EXPECT_EQ(j["jobs"][0]["error"], 0) << fio.out;
-  EXPECT_GT(j["jobs"][0]["read"]["io_bytes"].get<uint64_t>(), 0u) << "fio verified nothing";
-  EXPECT_EQ(fio.err.find("verify"), std::string::npos) << fio.err;
+  ExpectVerifiedWithoutError(fio);
+  if (HasFatalFailure()) return;
   EXPECT_GE(trims, 2) << "the trims did not overlap fio";
   EXPECT_EQ(trim_failures, 0) << trim_errors;
 
@@ -251,31 +264,15 @@ TEST_F(TrimThroughPluginTest, BlkdiscardBesideFioWithVerifyOnARawBlockVolumeLose
       }
     }
   });
-  Ran fio = Exec(Command("fio")
-                     .Arg("--name=verify-under-discard")
-                     .Arg("--filename=" + dev)
-                     .Arg("--offset=" + std::to_string(64 * kMiB))
-                     .Arg("--size=96M")
-                     .Arg("--rw=randwrite")
-                     .Arg("--bsrange=4k-256k")
-                     .Arg("--direct=1")
-                     .Arg("--ioengine=psync")
-                     .Arg("--loops=3")
-                     .Arg("--verify=crc32c")
-                     .Arg("--verify_backlog=64")
-                     .Arg("--do_verify=1")
-                     .Arg("--verify_fatal=1")
-                     .Arg("--output-format=json"));
+  Ran fio = FioWriteAndVerify("verify-under-discard", dev, 64 * kMiB);
   done = true;
   discarder.join();
   std::printf(
       "[ figures ] fio randwrite+verify 3 x 96 MiB on the raw device through the bridge, %d blkdiscards "
       "of 64 MiB beside it (%d failed); fio exit %d\n",
       discards, discard_failures, fio.code);
-  ASSERT_EQ(fio.code, 0) << fio.err << fio.out.substr(0, 2000);
-  auto j = nlohmann::json::parse(fio.out.substr(fio.out.find('{')));
-  EXPECT_EQ(j["jobs"][0]["error"], 0) << fio.out;
-  EXPECT_GT(j["jobs"][0]["read"]["io_bytes"].get<uint64_t>(), 0u) << "fio verified nothing";
+  ExpectVerifiedWithoutError(fio);
+  if (HasFatalFailure()) return;
   EXPECT_GE(discards, 2) << "the discards did not overlap fio";
   EXPECT_EQ(discard_failures, 0) << discard_errors;
   EXPECT_TRUE(testing::ReadDirect(dev, 32 * kMiB, kMiB) == std::string(kMiB, '\0'))
