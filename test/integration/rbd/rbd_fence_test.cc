@@ -50,6 +50,20 @@ class RbdFenceTest : public testing::CephSuiteTest {
     return std::make_unique<Client>(env_["CEPH_CONF"], "admin", env_["CEPH_KEYRING"], env_["RBD_POOL"]);
   }
 
+  // An 8 MiB ext4 volume (named `name` and this process's pid), kept in
+  // volume_ for TearDown; returns its RBD image's name, or "" on failure.
+  std::string CreateVolumeImage(const std::string& name) {
+    CreateVolumeSpec spec;
+    spec.name = name + "-" + std::to_string(::getpid());
+    spec.size_bytes = 8 << 20;
+    spec.parameters = {{"fsType", "ext4"}};
+    auto vol = backend_->CreateVolume(spec);
+    EXPECT_TRUE(vol.ok()) << vol.status().ToString();
+    if (!vol.ok()) return "";
+    volume_ = vol->id;
+    return vol->transport_params.at(rbd_params::kImage);
+  }
+
   static AccessGrant GrantFor(const std::string& node) {
     AccessGrant grant;
     grant.node_id = node;
@@ -65,14 +79,8 @@ class RbdFenceTest : public testing::CephSuiteTest {
 };
 
 TEST_F(RbdFenceTest, AFencedNodesClientCannotWriteItsGrantsAreRefusedAndAnotherNodeTakesOver) {
-  CreateVolumeSpec spec;
-  spec.name = "fence-" + std::to_string(::getpid());
-  spec.size_bytes = 8 << 20;
-  spec.parameters = {{"fsType", "ext4"}};
-  auto vol = backend_->CreateVolume(spec);
-  ASSERT_TRUE(vol.ok()) << vol.status().ToString();
-  volume_ = vol->id;
-  const std::string image = vol->transport_params.at(rbd_params::kImage);
+  const std::string image = CreateVolumeImage("fence");
+  ASSERT_FALSE(image.empty());
 
   ASSERT_TRUE(backend_->GrantAccess(volume_, GrantFor("node-a")).ok());
   auto node_a = NodeClient();
@@ -125,14 +133,8 @@ TEST_F(RbdFenceTest, AFencedNodesClientCannotWriteItsGrantsAreRefusedAndAnotherN
 // older bridge); node-b did: node-a's client is the watcher no other granted
 // node claims, and node-b's goes on writing.
 TEST_F(RbdFenceTest, FencingOneOfTwoGrantedNodesCutsOffItsClientOnly) {
-  CreateVolumeSpec spec;
-  spec.name = "fence-shared-" + std::to_string(::getpid());
-  spec.size_bytes = 8 << 20;
-  spec.parameters = {{"fsType", "ext4"}};
-  auto vol = backend_->CreateVolume(spec);
-  ASSERT_TRUE(vol.ok()) << vol.status().ToString();
-  volume_ = vol->id;
-  const std::string image = vol->transport_params.at(rbd_params::kImage);
+  const std::string image = CreateVolumeImage("fence-shared");
+  ASSERT_FALSE(image.empty());
   ASSERT_TRUE(backend_->GrantAccess(volume_, GrantFor("node-a")).ok());
   ASSERT_TRUE(backend_->GrantAccess(volume_, GrantFor("node-b")).ok());
 
