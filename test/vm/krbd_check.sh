@@ -11,9 +11,13 @@
 #   fences it (its client blocklisted, its exclusive lock broken): its next
 #   write fails, and after a new grant a fresh mapping reads the data from
 #   before the fence, so no write of the fenced node landed.
+#   encrypted ext4 (encrypted: "true"): LUKS2 on dm-crypt over the krbd
+#   device; a marker written through the filesystem is in none of the image's
+#   RADOS objects (read with `rados get`), which do hold the LUKS2 header;
+#   unstage closes the mapping and restage reads the data back.
 # The cephx key reaches the plugin as a NodeStage secret (csi-call holds it
 # in its environment, as the kubelet would) and must be in no log, record or
-# key file once the calls are done.
+# key file once the calls are done; the same for the encrypted class's key.
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=test/vm/lib.sh
 source "$here/lib.sh"
@@ -31,7 +35,8 @@ CEPH_USER_ID=$BLOCKCSI_CEPH_USER
 CEPH_USER_KEY=$(awk '$1 == "key" {print $3}' "$BLOCKCSI_CEPH_KEYRING")
 [ -n "$CEPH_USER_KEY" ] || die "no key in $BLOCKCSI_CEPH_KEYRING"
 # Only csi-call's environment holds the key (the kubelet's part).
-csi() { CEPH_USER_ID=$CEPH_USER_ID CEPH_USER_KEY=$CEPH_USER_KEY "${csi_call[@]}" "$@"; }
+KEK=$(head -c 32 /dev/urandom | base64)
+csi() { CEPH_USER_ID=$CEPH_USER_ID CEPH_USER_KEY=$CEPH_USER_KEY KEK=$KEK "${csi_call[@]}" "$@"; }
 secret_args=(--secret-env userID=CEPH_USER_ID --secret-env userKey=CEPH_USER_KEY)
 
 # mappings: the kernel's RBD mappings, as "<id> <pool>/<image>" lines.
@@ -54,6 +59,7 @@ mapping_of() {
 }
 nothing_left() {
   [ -z "$(mappings)" ] || die "an RBD mapping is left: $(mappings)"
+  ! compgen -G '/sys/block/dm-*' >/dev/null || die "a dm device is left: $(dmsetup ls 2>&1)"
   ! grep -q " $work/" /proc/self/mountinfo || die "a mount is left: $(grep " $work/" /proc/self/mountinfo)"
   [ -z "$(attach_records)" ] || die "attach records left: $(attach_records)"
   [ -z "$(find "$work/state" -path '*krbd*' -type f)" ] || die "key files left: $(find "$work/state" -path '*krbd*' -type f)"
@@ -143,9 +149,59 @@ nothing_left
 controller_unpublish "$id"
 delete_volume "$id"
 
+step "encrypted ext4: CreateVolume (encrypted: \"true\"), stage: LUKS2 on dm-crypt over the krbd device"
+load_modules dm_crypt
+created=$(csi --secret-env encryptionKey=KEK CreateVolume "{\"name\":\"krbd-enc\",\"capacity_range\":{\"required_bytes\":67108864},\"volume_capabilities\":[$(capability_json ext4)],\"parameters\":{\"encrypted\":\"true\"}}") ||
+  die "CreateVolume of an encrypted volume"
+id=$(json_string "$created" volume_id) || die "no volume_id in $created"
+vol_fs[$id]=ext4
+vol_context[$id]=$(json_object "$created" volume_context)
+plain_secret_args=("${secret_args[@]}")
+secret_args+=(--secret-env encryptionKey=KEK)
+controller_publish "$id"
+node_stage "$id"
+node_publish "$id"
+rbd_id=$(mapping_of "$id")
+holders=$(ls "/sys/block/rbd$rbd_id/holders")
+[ -n "$holders" ] || die "nothing holds /dev/rbd$rbd_id: no dm-crypt mapping over it"
+[ "$(devnum_of "$(staging_of "$id")")" = "$(cat "/sys/block/$holders/dev")" ] ||
+  die "the staging mount is not on the mapping $holders over /dev/rbd$rbd_id"
+marker="blockcsi-krbd-marker-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+for _ in $(seq 4096); do printf '%s\n' "$marker"; done >"$work/marker"
+{ cp "$work/marker" "$(target_of "$id")/marker" && sync -f "$(target_of "$id")/marker"; } || die "write on the encrypted volume"
+
+step "encrypted ext4: the image's RADOS objects hold the LUKS2 header and never the marker"
+rados_() { rados -c "$BLOCKCSI_CEPH_CONF" --id "$BLOCKCSI_CEPH_USER" --keyring "$BLOCKCSI_CEPH_KEYRING" -p "$BLOCKCSI_RBD_POOL" "$@"; }
+prefix="rbd_data.$(cat "/sys/bus/rbd/devices/$rbd_id/image_id")."
+objects=$(rados_ ls | grep -F "$prefix" | sort) || die "no RADOS object of the image ($prefix*)"
+for object in $objects; do
+  rados_ get "$object" "$work/object" || die "rados get $object"
+  ! grep -qF "$marker" "$work/object" || die "the marker is in plain form in RADOS object $object"
+done
+rados_ get "${prefix}0000000000000000" "$work/object" || die "rados get of the image's first object"
+[ "$(head -c 6 "$work/object" | od -An -tx1 | tr -d ' ')" = 4c554b53babe ] ||
+  die "the image's first object does not start with a LUKS header"
+echo "the marker is in none of the $(echo "$objects" | wc -l) RADOS objects of the image"
+
+step "encrypted ext4: unstage closes the mapping; staged again the data is intact"
+node_unpublish "$id"
+node_unstage "$id"
+nothing_left
+node_stage "$id"
+node_publish "$id"
+cmp "$(target_of "$id")/marker" "$work/marker" || die "the file changed across unstage and stage"
+node_unpublish "$id"
+node_unstage "$id"
+nothing_left
+controller_unpublish "$id"
+delete_volume "$id"
+secret_args=("${plain_secret_args[@]}")
+
 dmesg >"$work/dmesg.log"
 for file in "$work"/*.log; do
   ! grep -qF "$CEPH_USER_KEY" "$file" || die "the cephx key is in $file"
+  ! grep -qF "$KEK" "$file" || die "the encrypted class's key is in $file"
 done
 ! grep -rqF "$CEPH_USER_KEY" "$work/state" || die "the cephx key is in the plugin's state"
+! grep -rqF "$KEK" "$work/state" || die "the encrypted class's key is in the plugin's state"
 step "done"
