@@ -11,10 +11,11 @@
 #   fences it (its client blocklisted, its exclusive lock broken): its next
 #   write fails, and after a new grant a fresh mapping reads the data from
 #   before the fence, so no write of the fenced node landed.
-#   encrypted ext4 (encrypted: "true"): LUKS2 on dm-crypt over the krbd
-#   device; a marker written through the filesystem is in none of the image's
-#   RADOS objects (read with `rados get`), which do hold the LUKS2 header;
-#   unstage closes the mapping and restage reads the data back.
+#   encrypted ext4 (encrypted: "true"), through krbd and again through the
+#   userspace connector (librbd bridge, FUSE, loop): LUKS2 on dm-crypt over
+#   the device; a marker written through the filesystem is in none of the
+#   image's RADOS objects (read with `rados get`), which do hold the LUKS2
+#   header; unstage closes the mapping and restage reads the data back.
 # The cephx key reaches the plugin as a NodeStage secret (csi-call holds it
 # in its environment, as the kubelet would) and must be in no log, record or
 # key file once the calls are done; the same for the encrypted class's key.
@@ -28,8 +29,9 @@ load_modules rbd
 
 step "start blockcsi --backend rbd --connector kernel"
 mkdir -p "$work/state" "$work/staging" "$work/pods"
-start_plugin --mode all --backend rbd --ceph-conf "$BLOCKCSI_CEPH_CONF" --ceph-user "$BLOCKCSI_CEPH_USER" \
-  --ceph-keyring "$BLOCKCSI_CEPH_KEYRING" --rbd-pool "$BLOCKCSI_RBD_POOL" --connector kernel --node-id "$node"
+plugin_flags=(--mode all --backend rbd --ceph-conf "$BLOCKCSI_CEPH_CONF" --ceph-user "$BLOCKCSI_CEPH_USER"
+  --ceph-keyring "$BLOCKCSI_CEPH_KEYRING" --rbd-pool "$BLOCKCSI_RBD_POOL" --connector kernel --node-id "$node")
+start_plugin "${plugin_flags[@]}"
 
 CEPH_USER_ID=$BLOCKCSI_CEPH_USER
 CEPH_USER_KEY=$(awk '$1 == "key" {print $3}' "$BLOCKCSI_CEPH_KEYRING")
@@ -149,52 +151,75 @@ nothing_left
 controller_unpublish "$id"
 delete_volume "$id"
 
-step "encrypted ext4: CreateVolume (encrypted: \"true\"), stage: LUKS2 on dm-crypt over the krbd device"
+rados_() { rados -c "$BLOCKCSI_CEPH_CONF" --id "$BLOCKCSI_CEPH_USER" --keyring "$BLOCKCSI_CEPH_KEYRING" -p "$BLOCKCSI_RBD_POOL" "$@"; }
+rbd_() { rbd -c "$BLOCKCSI_CEPH_CONF" --id "$BLOCKCSI_CEPH_USER" --keyring "$BLOCKCSI_CEPH_KEYRING" "$@"; }
+# nothing_left_anywhere: neither an RBD mapping, a loop device, a bridge nor a
+# dm device is left, nor a mount or record.
+nothing_left_anywhere() {
+  nothing_left
+  [ -z "$(losetup -a)" ] || die "a loop device is left: $(losetup -a)"
+  ! pgrep -x blockcsi-bridge >/dev/null || die "a bridge is left: $(pgrep -a -x blockcsi-bridge)"
+}
+# encrypted_volume_check <connector> <device prefix>: an encrypted ext4
+# volume staged through <connector>: LUKS2 on dm-crypt over a device named
+# <device prefix>N (rbd: krbd, loop: the bridge's); a marker written through
+# the filesystem is in none of the image's RADOS objects, which do hold the
+# LUKS2 header; unstaged and staged again the data is intact.
+encrypted_volume_check() {
+  local connector=$1 under=$2 created id mapping slave marker prefix objects object
+  step "encrypted ext4, $connector connector: CreateVolume (encrypted: \"true\"), stage: LUKS2 on dm-crypt over /dev/${under}N"
+  created=$(csi --secret-env encryptionKey=KEK CreateVolume "{\"name\":\"enc-$connector\",\"capacity_range\":{\"required_bytes\":67108864},\"volume_capabilities\":[$(capability_json ext4)],\"parameters\":{\"encrypted\":\"true\"}}") ||
+    die "CreateVolume of an encrypted volume"
+  id=$(json_string "$created" volume_id) || die "no volume_id in $created"
+  vol_fs[$id]=ext4
+  vol_context[$id]=$(json_object "$created" volume_context)
+  controller_publish "$id"
+  node_stage "$id"
+  mapping=/dev/mapper/$(dmsetup ls | awk '/^blockcsi-/ {print $1}')
+  [ -b "$mapping" ] || die "no dm-crypt mapping after the stage: $(dmsetup ls 2>&1)"
+  slave=$(ls "/sys/dev/block/$(devnum_of "$mapping")/slaves")
+  [[ $slave == "$under"* ]] || die "$mapping is on $slave, not on an $under device"
+  [ "$(devnum_of "$(staging_of "$id")")" = "$(devnum_of "$mapping")" ] || die "the staging mount is not on $mapping"
+  marker="blockcsi-rbd-marker-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  for _ in $(seq 4096); do printf '%s\n' "$marker"; done >"$work/marker"
+  { cp "$work/marker" "$(staging_of "$id")/marker" && sync -f "$(staging_of "$id")/marker"; } ||
+    die "write on the encrypted volume"
+
+  step "encrypted ext4, $connector connector: the image's RADOS objects hold the LUKS2 header and never the marker"
+  prefix=$(rbd_ info "$BLOCKCSI_RBD_POOL/$(json_string "${vol_publish[$id]}" rbdImage)" --format json |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["block_name_prefix"])') || die "rbd info of $id's image"
+  objects=$(rados_ ls | grep -F "$prefix." | sort) || die "no RADOS object of the image ($prefix.*)"
+  for object in $objects; do
+    rados_ get "$object" "$work/object" || die "rados get $object"
+    ! grep -qF "$marker" "$work/object" || die "the marker is in plain form in RADOS object $object"
+  done
+  rados_ get "$prefix.0000000000000000" "$work/object" || die "rados get of the image's first object"
+  [ "$(head -c 6 "$work/object" | od -An -tx1 | tr -d ' ')" = 4c554b53babe ] ||
+    die "the image's first object does not start with a LUKS header"
+  echo "$connector: the marker is in none of the $(echo "$objects" | wc -l) RADOS objects of the image"
+
+  step "encrypted ext4, $connector connector: unstage closes the mapping; staged again the data is intact"
+  node_unstage "$id"
+  nothing_left_anywhere
+  node_stage "$id"
+  cmp "$(staging_of "$id")/marker" "$work/marker" || die "the file changed across unstage and stage"
+  node_unstage "$id"
+  nothing_left_anywhere
+  controller_unpublish "$id"
+  delete_volume "$id"
+}
+
 load_modules dm_crypt
-created=$(csi --secret-env encryptionKey=KEK CreateVolume "{\"name\":\"krbd-enc\",\"capacity_range\":{\"required_bytes\":67108864},\"volume_capabilities\":[$(capability_json ext4)],\"parameters\":{\"encrypted\":\"true\"}}") ||
-  die "CreateVolume of an encrypted volume"
-id=$(json_string "$created" volume_id) || die "no volume_id in $created"
-vol_fs[$id]=ext4
-vol_context[$id]=$(json_object "$created" volume_context)
 plain_secret_args=("${secret_args[@]}")
 secret_args+=(--secret-env encryptionKey=KEK)
-controller_publish "$id"
-node_stage "$id"
-node_publish "$id"
-rbd_id=$(mapping_of "$id")
-holders=$(ls "/sys/block/rbd$rbd_id/holders")
-[ -n "$holders" ] || die "nothing holds /dev/rbd$rbd_id: no dm-crypt mapping over it"
-[ "$(devnum_of "$(staging_of "$id")")" = "$(cat "/sys/block/$holders/dev")" ] ||
-  die "the staging mount is not on the mapping $holders over /dev/rbd$rbd_id"
-marker="blockcsi-krbd-marker-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-for _ in $(seq 4096); do printf '%s\n' "$marker"; done >"$work/marker"
-{ cp "$work/marker" "$(target_of "$id")/marker" && sync -f "$(target_of "$id")/marker"; } || die "write on the encrypted volume"
-
-step "encrypted ext4: the image's RADOS objects hold the LUKS2 header and never the marker"
-rados_() { rados -c "$BLOCKCSI_CEPH_CONF" --id "$BLOCKCSI_CEPH_USER" --keyring "$BLOCKCSI_CEPH_KEYRING" -p "$BLOCKCSI_RBD_POOL" "$@"; }
-prefix="rbd_data.$(cat "/sys/bus/rbd/devices/$rbd_id/image_id")."
-objects=$(rados_ ls | grep -F "$prefix" | sort) || die "no RADOS object of the image ($prefix*)"
-for object in $objects; do
-  rados_ get "$object" "$work/object" || die "rados get $object"
-  ! grep -qF "$marker" "$work/object" || die "the marker is in plain form in RADOS object $object"
-done
-rados_ get "${prefix}0000000000000000" "$work/object" || die "rados get of the image's first object"
-[ "$(head -c 6 "$work/object" | od -An -tx1 | tr -d ' ')" = 4c554b53babe ] ||
-  die "the image's first object does not start with a LUKS header"
-echo "the marker is in none of the $(echo "$objects" | wc -l) RADOS objects of the image"
-
-step "encrypted ext4: unstage closes the mapping; staged again the data is intact"
-node_unpublish "$id"
-node_unstage "$id"
-nothing_left
-node_stage "$id"
-node_publish "$id"
-cmp "$(target_of "$id")/marker" "$work/marker" || die "the file changed across unstage and stage"
-node_unpublish "$id"
-node_unstage "$id"
-nothing_left
-controller_unpublish "$id"
-delete_volume "$id"
+encrypted_volume_check kernel rbd
+# The same through the userspace connector: the bridge opens the image with
+# librbd and serves it through FUSE to a loop device.
+kill "$plugin_pid"
+wait "$plugin_pid" 2>/dev/null || true
+load_modules fuse loop
+start_plugin "${plugin_flags[@]/#kernel/userspace}"
+encrypted_volume_check userspace loop
 secret_args=("${plain_secret_args[@]}")
 
 dmesg >"$work/dmesg.log"
