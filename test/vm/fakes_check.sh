@@ -58,6 +58,17 @@ same() {
   fi
 }
 
+# same_file <capture> <file> <what>: a file made here (the portals written as
+# the captures write them) is the captured text.
+same_file() {
+  if diff -u "$data/iscsiadm/$1" "$2"; then
+    echo "same:    iscsiadm/$1"
+  else
+    echo "DIFFERS: iscsiadm/$1: $3"
+    differences=$((differences + 1))
+  fi
+}
+
 step "iscsiadm as the kernel connector runs it"
 same iface_show_missing.stderr 6 iscsiadm -m iface -I blockcsi -o show
 same iface_new.txt 0 iscsiadm -m iface -I blockcsi -o new
@@ -70,12 +81,7 @@ same node_new_portal1.txt 0 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi 
 record="/etc/iscsi/nodes/$iqn/${portal/:/,}"
 [ -f "$record" ] || die "no flat node record $record after -o new"
 sed "s/$iqn/TARGET/; s/127\.0\.0\.1/192.0.2.10/g" "$record" >"$work/record"
-if diff -u "$data/iscsiadm/node_record_new_portal1.txt" "$work/record"; then
-  echo "same:    iscsiadm/node_record_new_portal1.txt"
-else
-  echo "DIFFERS: iscsiadm/node_record_new_portal1.txt: $record"
-  differences=$((differences + 1))
-fi
+same_file node_record_new_portal1.txt "$work/record" "$record"
 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi -o update -n node.session.scan -v manual >/dev/null
 same login_portal1.txt 0 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
 same login_session_exists.stderr 15 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
@@ -151,12 +157,7 @@ disk_b=$(scan_lun "$session2" 1)
 echo "real session: $session2, LUN 1 -> $disk_b"
 compare session2_lun1 4 2 "$session2" "4:0:0:1=$(scsi_of "$session2" 1)" sdd="$disk_b" 192.0.2.11=127.0.0.2
 iscsiadm -m session | sed 's/127\.0\.0\.1/192.0.2.10/g; s/127\.0\.0\.2/192.0.2.11/g' >"$work/sessions"
-if diff -u "$data/iscsiadm/session_list_two.txt" "$work/sessions"; then
-  echo "same:    iscsiadm/session_list_two.txt"
-else
-  echo "DIFFERS: iscsiadm/session_list_two.txt: iscsiadm -m session"
-  differences=$((differences + 1))
-fi
+same_file session_list_two.txt "$work/sessions" "iscsiadm -m session"
 
 step "another LUN answers on the second path against session2_lun1_other_lun"
 # LUN 1 takes another volume's identity; the second path's disk re-reads its
@@ -214,12 +215,7 @@ node_auth wrong-in-secret fake-out-secret
 same login_auth_failed.stderr 24 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
 # What the refused login printed on stdout.
 sed 's/127\.0\.0\.1/192.0.2.10/g' "$work/out" >"$work/refused.stdout"
-if diff -u "$data/iscsiadm/login_failed.stdout" "$work/refused.stdout"; then
-  echo "same:    iscsiadm/login_failed.stdout"
-else
-  echo "DIFFERS: iscsiadm/login_failed.stdout: the refused login's stdout"
-  differences=$((differences + 1))
-fi
+same_file login_failed.stdout "$work/refused.stdout" "the refused login's stdout"
 # The initiator refuses the target's answer to mutual CHAP.
 node_auth fake-in-secret wrong-out-secret
 same login_fatal.stderr 19 iscsiadm -m node -T "$iqn" -p "$portal" -I blockcsi --login
