@@ -4,6 +4,7 @@
 // over iSCSI), attach records, volume and snapshot ids, StorageClass
 // parameters, mount flags and mkfs options, and the kernel initiator's sysfs
 // tree (read through an in-memory Host). One FUZZ_TARGET_* per binary.
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -144,11 +145,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto split = input.find('\n');
   std::string secret(input.substr(0, split == std::string_view::npos ? 0 : split));
   auto context = ParseMap(split == std::string_view::npos ? input : input.substr(split + 1));
-  // The same-length stand-in differs from the secret in every byte: text
-  // that contains the secret whatever its value (a fixed word of the
-  // message, the volume id, the context) is not a leak.
-  std::string other(secret.size(), 'x');
-  for (size_t i = 0; i < secret.size(); ++i) other[i] = secret[i] == 'x' ? 'y' : 'x';
+  // A stand-in of the same length whose every byte is another of the same
+  // kind for both checks a secret meets (CHAP: printable ASCII without
+  // space, ',', '=', quotes, backslash; cephx: base64): it fails the same
+  // check at the same byte, so a message built only of fixed words (which
+  // may spell the secret: "chap-password may" is how a CHAP secret with a
+  // space is refused) is the same for it; an echo of the secret would show
+  // the stand-in instead. ('=' is the one byte of its kind and stays.)
+  auto same_kind = [](char c) {
+    if (std::isalnum(static_cast<unsigned char>(c))) return c == 'x' ? 'y' : 'x';
+    if (c == '+' || c == '/') return c == '+' ? '/' : '+';
+    if (c == '=') return c;
+    bool chap_ok = c > 0x20 && c < 0x7f && c != ',' && c != '"' && c != '\'' && c != '\\';
+    if (chap_ok) return c == '-' ? '.' : '-';
+    return c == ' ' ? ',' : ' ';
+  };
+  std::string other(secret);
+  for (char& c : other) c = same_kind(c);
   auto parse = [&](const char* user_key, const char* secret_key, const std::string& value) {
     std::map<std::string, std::string> secrets{{user_key, "u"}, {secret_key, value}};
     return blockcsi::ParseAttachSpec("vol-fuzz", context, secrets, "iqn.2026-11.io.blockcsi:node:n1");
@@ -156,9 +169,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (auto [user_key, secret_key] : {std::pair{"chap-username", "chap-password"}, std::pair{"userID", "userKey"}}) {
     auto with_secret = parse(user_key, secret_key, secret);
     if (!with_secret.ok() && secret.size() >= 8 && with_secret.status().message().find(secret) != std::string::npos) {
-      // A secret must never be echoed into an error message.
+      // A secret must never be echoed into an error message: the same
+      // refusal for the stand-in, in the same fixed words, and the stand-in
+      // in it only where it was already in the secret's (the context, which
+      // the message may quote, can hold any text).
       auto with_other = parse(user_key, secret_key, other);
+      const std::string message = with_secret.status().message();
       FUZZ_CHECK(!with_other.ok() && with_other.status().message().find(secret) != std::string::npos);
+      FUZZ_CHECK(with_other.status().message().find(other) == std::string::npos ||
+                 message.find(other) != std::string::npos);
     }
   }
   auto spec = parse("chap-username", "chap-password", secret);
