@@ -113,6 +113,38 @@ std::vector<std::string> FencedAddrs(const std::map<std::string, std::string>& m
   return fenced;
 }
 
+// The client addresses of a "a,b,..." metadata value.
+std::set<std::string> AddrsOf(const std::string& value) {
+  std::set<std::string> addrs;
+  for (auto& addr : SplitString(value, ',')) {
+    if (!addr.empty()) addrs.insert(addr);
+  }
+  return addrs;
+}
+
+// The nodes other than `node` granted the image, and the clients they
+// registered (their bridges write blockcsi.client.<node> when they attach).
+struct OtherGrants {
+  bool any = false;
+  bool all_registered = true;
+  std::set<std::string> clients;
+};
+OtherGrants OtherGrantsOf(const std::map<std::string, std::string>& meta, const std::string& node) {
+  OtherGrants others;
+  const std::string grant_key = kMetaGrantPrefix + node;
+  for (const auto& [key, value] : meta) {
+    if (!key.starts_with(kMetaGrantPrefix) || key == grant_key) continue;
+    others.any = true;
+    auto registered = meta.find(kMetaClientPrefix + key.substr(std::string_view(kMetaGrantPrefix).size()));
+    if (registered == meta.end()) {
+      others.all_registered = false;
+      continue;
+    }
+    others.clients.merge(AddrsOf(registered->second));
+  }
+  return others;
+}
+
 }  // namespace
 
 Status RbdBackend::RevokeAccess(const std::string& volume_id, const std::string& initiator_iqn) {
@@ -133,28 +165,7 @@ Status RbdBackend::RevokeLocked(const std::string& volume_id, const std::string&
                                 const std::map<std::string, std::string>& meta, const std::string& node) {
   const std::string grant_key = kMetaGrantPrefix + node;
   const std::string client_key = kMetaClientPrefix + node;
-  auto addrs_of = [](const std::string& value) {
-    std::set<std::string> addrs;
-    for (auto& addr : SplitString(value, ',')) {
-      if (!addr.empty()) addrs.insert(addr);
-    }
-    return addrs;
-  };
-  // The other nodes granted the image, and the clients they registered
-  // (their bridges write blockcsi.client.<node> when they attach).
-  bool others_granted = false;
-  bool others_all_registered = true;
-  std::set<std::string> others_clients;
-  for (const auto& [key, value] : meta) {
-    if (!key.starts_with(kMetaGrantPrefix) || key == grant_key) continue;
-    others_granted = true;
-    auto registered = meta.find(kMetaClientPrefix + key.substr(std::string_view(kMetaGrantPrefix).size()));
-    if (registered == meta.end()) {
-      others_all_registered = false;
-      continue;
-    }
-    others_clients.merge(addrs_of(registered->second));
-  }
+  const OtherGrants others = OtherGrantsOf(meta, node);
 
   // Whose clients to cut off: the ones the node registered as its own; when
   // it registered none, the watchers no other granted node registered (only
@@ -162,14 +173,14 @@ Status RbdBackend::RevokeLocked(const std::string& volume_id, const std::string&
   // this node's); and when nobody else may use the image after this, every
   // watcher. Never another granted node's registered client.
   std::set<std::string> fence;
-  if (auto it = meta.find(client_key); it != meta.end()) fence = addrs_of(it->second);
+  if (auto it = meta.find(client_key); it != meta.end()) fence = AddrsOf(it->second);
   BLOCKCSI_ASSIGN_OR_RETURN(auto all_watchers, ListWatchers(image, Spec(image_name)));
   auto watchers = OthersOnly(std::move(all_watchers));
-  if (!others_granted) {
+  if (!others.any) {
     for (const auto& w : watchers) fence.insert(w.addr);
-  } else if (!meta.contains(client_key) && others_all_registered) {
+  } else if (!meta.contains(client_key) && others.all_registered) {
     for (const auto& w : watchers) {
-      if (!others_clients.contains(w.addr)) fence.insert(w.addr);
+      if (!others.clients.contains(w.addr)) fence.insert(w.addr);
     }
   } else if (!meta.contains(client_key) && !watchers.empty()) {
     LogWarn(
@@ -177,7 +188,7 @@ Status RbdBackend::RevokeLocked(const std::string& volume_id, const std::string&
         "not fencing",
         {{"volume", volume_id}, {"node", node}});
   }
-  for (const auto& addr : others_clients) fence.erase(addr);
+  for (const auto& addr : others.clients) fence.erase(addr);
 
   std::vector<std::string> fenced = FencedAddrs(meta, node);
   for (const auto& addr : fence) {
