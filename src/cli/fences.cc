@@ -8,9 +8,9 @@
 #include <ctime>
 #include <ostream>
 
+#include "cli/admin_rpc.h"
 #include "cli/table.h"
 #include "cli/verb.h"
-#include "common/endpoint.h"
 #include "fencing.grpc.pb.h"
 
 namespace blockcsi::cli {
@@ -19,12 +19,8 @@ namespace {
 namespace fpb = ::blockcsi::fencing::v1;
 
 std::unique_ptr<fpb::Fencing::Stub> Connect(const GlobalOptions& options, const Io& io) {
-  auto socket = ParseUnixEndpoint(options.endpoint);
-  if (!socket.ok()) {
-    io.Error(socket.status().message());
-    return nullptr;
-  }
-  return fpb::Fencing::NewStub(grpc::CreateChannel("unix:" + *socket, grpc::InsecureChannelCredentials()));
+  auto channel = AdminChannel(options, io);
+  return channel ? fpb::Fencing::NewStub(channel) : nullptr;
 }
 
 std::string Held(const fpb::NodeFence& fence) {
@@ -42,12 +38,7 @@ std::string Pending(const fpb::NodeFence& fence) {
 }
 
 int Failed(const Io& io, const std::string& what, const grpc::Status& status) {
-  std::string hint;
-  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-    hint = " (is --endpoint the controller's socket?)";
-  }
-  io.Error(what + ": " + status.error_message() + hint);
-  return kExitProblems;
+  return AdminCallFailed(io, what, status, "the controller's socket");
 }
 
 void PrintFences(const std::vector<const fpb::NodeFence*>& fences, const GlobalOptions& options, const Io& io) {

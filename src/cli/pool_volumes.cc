@@ -12,9 +12,9 @@
 #include <cstdio>
 #include <ostream>
 
+#include "cli/admin_rpc.h"
 #include "cli/table.h"
 #include "cli/verb.h"
-#include "common/endpoint.h"
 #include "target.grpc.pb.h"
 
 namespace blockcsi::cli {
@@ -44,12 +44,9 @@ class PoolVolumesVerb final : public Verb {
   }
 
   int Run(const GlobalOptions& options, const Io& io) override {
-    auto socket = ParseUnixEndpoint(options.endpoint);
-    if (!socket.ok()) {
-      io.Error(socket.status().message());
-      return kExitUsage;
-    }
-    auto stub = tpb::TargetAgent::NewStub(grpc::CreateChannel("unix:" + *socket, grpc::InsecureChannelCredentials()));
+    auto channel = AdminChannel(options, io);
+    if (!channel) return kExitUsage;
+    auto stub = tpb::TargetAgent::NewStub(channel);
     Table table({"volume", "name", "provisioned", "allocated", "allocated of provisioned", "provisioned bytes",
                  "allocated bytes"});
     uint64_t provisioned = 0, allocated = 0;
@@ -59,12 +56,7 @@ class PoolVolumesVerb final : public Verb {
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
       tpb::ListVolumesResponse response;
       grpc::Status status = stub->ListVolumes(&ctx, request, &response);
-      if (!status.ok()) {
-        const bool wrong_socket = status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
-        io.Error("list the pool's volumes: " + status.error_message() +
-                 (wrong_socket ? " (is --endpoint the agent's --socket?)" : ""));
-        return kExitProblems;
-      }
+      if (!status.ok()) return AdminCallFailed(io, "list the pool's volumes", status, "the agent's --socket");
       for (const auto& v : response.volumes()) {
         table.AddRow({v.id(), v.name(), HumanBytes(v.size_bytes()), HumanBytes(v.allocated_bytes()),
                       Percent(v.allocated_bytes(), v.size_bytes()), std::to_string(v.size_bytes()),

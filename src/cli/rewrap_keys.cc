@@ -11,10 +11,10 @@
 #include <chrono>
 #include <ostream>
 
+#include "cli/admin_rpc.h"
 #include "cli/table.h"
 #include "cli/verb.h"
 #include "common/atomic_file.h"
-#include "common/endpoint.h"
 #include "volume_keys.grpc.pb.h"
 
 namespace blockcsi::cli {
@@ -49,11 +49,8 @@ class RewrapKeysVerb final : public Verb {
   }
 
   int Run(const GlobalOptions& options, const Io& io) override {
-    auto socket = ParseUnixEndpoint(options.endpoint);
-    if (!socket.ok()) {
-      io.Error(socket.status().message());
-      return kExitUsage;
-    }
+    auto channel = AdminChannel(options, io);
+    if (!channel) return kExitUsage;
     kpb::RewrapDataKeysRequest request;
     for (auto [file, field] : {std::pair{&old_file_, request.mutable_old_encryption_key()},
                                std::pair{&new_file_, request.mutable_new_encryption_key()}}) {
@@ -65,17 +62,12 @@ class RewrapKeysVerb final : public Verb {
       *field = *text;
     }
     request.set_dry_run(dry_run_);
-    auto stub = kpb::VolumeKeys::NewStub(grpc::CreateChannel("unix:" + *socket, grpc::InsecureChannelCredentials()));
+    auto stub = kpb::VolumeKeys::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(30));
     kpb::RewrapDataKeysResponse response;
     grpc::Status status = stub->RewrapDataKeys(&ctx, request, &response);
-    if (!status.ok()) {
-      const bool wrong_socket = status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
-      io.Error("rewrap data keys: " + status.error_message() +
-               (wrong_socket ? " (is --endpoint the controller's socket?)" : ""));
-      return kExitProblems;
-    }
+    if (!status.ok()) return AdminCallFailed(io, "rewrap data keys", status, "the controller's socket");
     return Report(response, options, io);
   }
 

@@ -141,21 +141,18 @@ TgtdRequest TgtdRequest::NewLun(int tid, uint64_t lun, std::string backing_store
   return r;
 }
 
-TgtdRequest TgtdRequest::ConfigureLun(int tid, uint64_t lun, std::string scsi_sn, std::string scsi_id) {
-  TgtdRequest r = Request(TgtdMode::kLogicalUnit, TgtdOp::kUpdate);
-  r.tid = tid;
-  r.lun = lun;
-  r.scsi_sn = std::move(scsi_sn);
-  r.scsi_id = std::move(scsi_id);
-  r.thin_provisioning = true;
-  return r;
-}
-
 TgtdRequest TgtdRequest::SetLunThin(int tid, uint64_t lun) {
   TgtdRequest r = Request(TgtdMode::kLogicalUnit, TgtdOp::kUpdate);
   r.tid = tid;
   r.lun = lun;
   r.thin_provisioning = true;
+  return r;
+}
+
+TgtdRequest TgtdRequest::ConfigureLun(int tid, uint64_t lun, std::string scsi_sn, std::string scsi_id) {
+  TgtdRequest r = SetLunThin(tid, lun);
+  r.scsi_sn = std::move(scsi_sn);
+  r.scsi_id = std::move(scsi_id);
   return r;
 }
 

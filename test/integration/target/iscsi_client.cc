@@ -6,6 +6,7 @@ extern "C" {
 }
 
 #include <cstdio>
+#include <functional>
 
 namespace blockcsi::testing {
 namespace {
@@ -14,6 +15,28 @@ constexpr int kLun = 1;
 
 bool IsUnitAttention(scsi_task* task) {
   return task != nullptr && task->status == SCSI_STATUS_CHECK_CONDITION && task->sense.key == SCSI_SENSE_UNIT_ATTENTION;
+}
+
+// Issues a command again while it is answered with a UNIT ATTENTION (a LUN
+// re-added or grown says so once), up to four times; `use` sees a good
+// answer's task before it is freed.
+bool IssueRidingUnitAttention(iscsi_context* ctx, const std::function<scsi_task*()>& issue, std::string* error,
+                              const std::function<void(scsi_task*)>& use = nullptr) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    scsi_task* task = issue();
+    if (task == nullptr) {
+      if (error != nullptr) *error = iscsi_get_error(ctx);
+      return false;
+    }
+    bool ua = IsUnitAttention(task);
+    bool ok = task->status == SCSI_STATUS_GOOD;
+    if (ok && use) use(task);
+    scsi_free_scsi_task(task);
+    if (ua) continue;
+    if (!ok && error != nullptr) *error = iscsi_get_error(ctx);
+    return ok;
+  }
+  return false;
 }
 
 }  // namespace
@@ -78,40 +101,21 @@ int64_t IscsiClient::ReadCapacity(std::string* error) {
 }
 
 bool IscsiClient::Write(uint64_t lba, const std::string& block, std::string* error) {
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    scsi_task* task =
-        iscsi_write16_sync(ctx_, kLun, lba, reinterpret_cast<unsigned char*>(const_cast<char*>(block.data())),
-                           static_cast<uint32_t>(block.size()), 512, 0, 0, 0, 0, 0);
-    if (task == nullptr) {
-      if (error != nullptr) *error = iscsi_get_error(ctx_);
-      return false;
-    }
-    bool ua = IsUnitAttention(task);
-    bool ok = task->status == SCSI_STATUS_GOOD;
-    scsi_free_scsi_task(task);
-    if (ua) continue;
-    if (!ok && error != nullptr) *error = iscsi_get_error(ctx_);
-    return ok;
-  }
-  return false;
+  return IssueRidingUnitAttention(
+      ctx_,
+      [&] {
+        return iscsi_write16_sync(ctx_, kLun, lba, reinterpret_cast<unsigned char*>(const_cast<char*>(block.data())),
+                                  static_cast<uint32_t>(block.size()), 512, 0, 0, 0, 0, 0);
+      },
+      error);
 }
 
 bool IscsiClient::Read(uint64_t lba, std::string* block, std::string* error) {
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    scsi_task* task = iscsi_read16_sync(ctx_, kLun, lba, 512, 512, 0, 0, 0, 0, 0);
-    if (task == nullptr) {
-      if (error != nullptr) *error = iscsi_get_error(ctx_);
-      return false;
-    }
-    bool ua = IsUnitAttention(task);
-    bool ok = task->status == SCSI_STATUS_GOOD;
-    if (ok) block->assign(reinterpret_cast<char*>(task->datain.data), static_cast<size_t>(task->datain.size));
-    scsi_free_scsi_task(task);
-    if (ua) continue;
-    if (!ok && error != nullptr) *error = iscsi_get_error(ctx_);
-    return ok;
-  }
-  return false;
+  return IssueRidingUnitAttention(
+      ctx_, [&] { return iscsi_read16_sync(ctx_, kLun, lba, 512, 512, 0, 0, 0, 0, 0); }, error,
+      [&](scsi_task* task) {
+        block->assign(reinterpret_cast<char*>(task->datain.data), static_cast<size_t>(task->datain.size));
+      });
 }
 
 bool IscsiClient::ReadProvisioning(Provisioning* out, std::string* error) {
@@ -151,20 +155,8 @@ bool IscsiClient::ReadProvisioning(Provisioning* out, std::string* error) {
 
 bool IscsiClient::Unmap(uint64_t lba, uint32_t blocks, std::string* error) {
   unmap_list range{lba, blocks};
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    scsi_task* task = iscsi_unmap_sync(ctx_, kLun, 0, 0, &range, 1);
-    if (task == nullptr) {
-      if (error != nullptr) *error = iscsi_get_error(ctx_);
-      return false;
-    }
-    bool ua = IsUnitAttention(task);
-    bool ok = task->status == SCSI_STATUS_GOOD;
-    scsi_free_scsi_task(task);
-    if (ua) continue;
-    if (!ok && error != nullptr) *error = iscsi_get_error(ctx_);
-    return ok;
-  }
-  return false;
+  return IssueRidingUnitAttention(
+      ctx_, [&] { return iscsi_unmap_sync(ctx_, kLun, 0, 0, &range, 1); }, error);
 }
 
 std::string IscsiClient::Serial() {
